@@ -1,0 +1,130 @@
+"""The `parley` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+import anyio
+
+from parley import __version__
+from parley.config import ServerConfig, config_path_from_env, db_path_from_env, load_config
+from parley.errors import ConfigError, StorageError
+
+CONNECT_HINT = """\
+parley {version} speaks MCP over stdio: it is started by an MCP client, not typed at.
+Database: {db}
+
+Claude Code:     claude mcp add parley -- {exe} serve
+Claude Desktop:  add to claude_desktop_config.json
+  {{"mcpServers": {{"parley": {{"command": "{exe}", "args": ["serve"]}}}}}}
+
+Waiting for MCP messages on stdin (Ctrl-C to stop)...
+"""
+
+
+def _load(args: argparse.Namespace) -> ServerConfig:
+    return load_config(config_path_from_env(args.config), db_path_from_env(getattr(args, "db", None)))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    config = _load(args)
+    from parley.app import serve_stdio
+
+    if sys.stdin.isatty():
+        exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
+        sys.stderr.write(CONNECT_HINT.format(version=__version__, db=config.db_path, exe=exe))
+        sys.stderr.flush()
+    anyio.run(serve_stdio, config)
+    return 0
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    config = _load(args)
+    from parley.storage.sqlite import open_sqlite_store
+
+    async def run() -> int:
+        async with open_sqlite_store(config.db_path) as store:
+            if args.action == "list":
+                page = await store.list_sessions(args.owner, None, None, None, args.limit)
+                if not page.sessions:
+                    print("no sessions")
+                for s in page.sessions:
+                    print(f"{s.id}  {s.agent:<12} {s.status:<10} turns={s.turn_count}")
+                return 0
+            from parley.ids import SessionId
+
+            session = await store.get_session(SessionId(args.session_id))
+            if session is None:
+                print(f"no session {args.session_id}", file=sys.stderr)
+                return 1
+            print(
+                json.dumps(
+                    {
+                        "session_id": session.id,
+                        "agent": session.agent,
+                        "owner": session.owner,
+                        "status": session.status,
+                        "turns": session.turn_count,
+                        "closed_reason": session.closed_reason,
+                    },
+                    indent=2,
+                )
+            )
+            for m in await store.list_messages(session.id, None, None):
+                print(f"[{m.seq}] {m.role}: {m.content.get('text', '')}")
+            return 0
+
+    return anyio.run(run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
+    parser.add_argument("--version", action="version", version=f"parley {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="server config file (parley.yaml); also PARLEY_CONFIG")
+        p.add_argument("--db", help="SQLite database file; also PARLEY_DB")
+
+    serve = sub.add_parser("serve", help="serve MCP over stdio")
+    common(serve)
+    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.set_defaults(func=_cmd_serve)
+
+    sessions = sub.add_parser("sessions", help="read sessions from the database")
+    common(sessions)
+    sessions.add_argument("--owner", default="local", help="whose sessions to list (default: local)")
+    ssub = sessions.add_subparsers(dest="action", required=True)
+    lst = ssub.add_parser("list", help="list sessions, newest first")
+    lst.add_argument("--limit", type=int, default=50)
+    show = ssub.add_parser("show", help="show one session and its transcript")
+    show.add_argument("session_id")
+    sessions.set_defaults(func=_cmd_sessions)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(args, "log_level", "WARNING"),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"parley: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except StorageError as exc:
+        print(f"parley: storage error: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

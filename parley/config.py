@@ -1,0 +1,259 @@
+"""Server and agent configuration: pydantic models, YAML loading, the built-in demo agent.
+
+This is the only module that reads environment variables (PARLEY_CONFIG, PARLEY_DB and
+the data-directory variables); everything else receives a loaded `ServerConfig`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from parley.errors import ConfigError
+
+BUILTIN_TOOLS = ("write_todos",)
+KNOWN_PROVIDERS = ("demo",)
+
+# Stable error codes, so scripts and docs can refer to a problem by name.
+E_YAML = "PARLEY-C001"  # the file is not valid YAML or not a mapping
+E_FIELD = "PARLEY-C002"  # a field has a wrong type or value, or is unknown
+E_PROVIDER = "PARLEY-C003"  # unknown model provider
+E_TOOL = "PARLEY-C004"  # unknown built-in tool
+E_DUPLICATE = "PARLEY-C005"  # two agent files define the same name
+E_MISSING = "PARLEY-C006"  # a referenced file or folder does not exist
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    provider: str = Field("demo", description="Model provider; this version ships 'demo'.")
+    name: str = Field("demo", description="The provider's model name.")
+    options: dict[str, Any] = Field(default_factory=dict, description="Provider-specific options.")
+
+
+class AgentLimits(_Strict):
+    max_model_calls_per_turn: int = Field(
+        8, ge=1, le=1000, description="Model calls one turn may make; the last one is offered no tools."
+    )
+    max_turns: int = Field(1000, ge=1, le=1_000_000, description="Turns per session before it closes.")
+
+
+class AgentConfig(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    description: str = ""
+    instructions: str = ""
+    model: ModelSpec = Field(default_factory=lambda: ModelSpec())
+    tools: list[str] = Field(default_factory=list, description="Built-in tools this agent may call.")
+    limits: AgentLimits = Field(default_factory=lambda: AgentLimits())
+
+
+class StorageConfig(_Strict):
+    path: str | None = Field(None, description="SQLite file; relative paths resolve next to parley.yaml.")
+
+
+class RuntimeConfig(_Strict):
+    poll_interval_s: float = Field(
+        0.5, gt=0, le=60, description="How often a process looks for work other processes wrote."
+    )
+    lease_ttl_s: float = Field(
+        15.0,
+        gt=0,
+        le=3600,
+        description="How long a crashed process keeps its sessions before others take over.",
+    )
+    default_wait_s: float = Field(45.0, ge=0, le=3600, description="wait_seconds when a caller gives none.")
+    max_wait_s: float = Field(55.0, ge=0, le=3600, description="The largest wait_seconds a call may ask for.")
+    max_message_chars: int = Field(100_000, ge=1, le=10_000_000, description="Longest message accepted.")
+
+
+class ServerConfigFile(_Strict):
+    storage: StorageConfig = Field(default_factory=lambda: StorageConfig())
+    agents_dir: str = Field("configs/agents", description="Folder of agent YAML files, next to parley.yaml.")
+    runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
+
+
+DEMO_AGENT = AgentConfig(
+    name="demo",
+    description=(
+        "A keyless, deterministic demo agent. It echoes what you say with the message count, "
+        "and follows directives such as '/tool NAME {json}' and '/sleep SECONDS' (see the README)."
+    ),
+    instructions="You are parley's demo agent.",
+    model=ModelSpec(provider="demo", name="demo"),
+    tools=["write_todos"],
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """The loaded configuration: where the database is, which agents exist, runtime timings."""
+
+    db_path: Path
+    agents: dict[str, AgentConfig]
+    runtime: RuntimeConfig
+    config_path: Path | None = None
+    agent_files: dict[str, Path] = field(default_factory=dict)
+
+
+def default_data_dir() -> Path:
+    """The per-user data folder for the default database."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "parley"
+    if os.name == "nt":
+        return Path(os.environ.get("APPDATA", str(Path.home()))) / "parley"
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "parley"
+
+
+def _field_errors(file: str, exc: ValidationError) -> list[ConfigError]:
+    errors = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling"
+        errors.append(ConfigError(E_FIELD, file, loc, msg))
+    return errors
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(E_MISSING, str(path), "(file)", f"cannot be read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(E_YAML, str(path), "(file)", f"is not valid YAML: {exc}") from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(E_YAML, str(path), "(top level)", "must be a mapping of fields (key: value)")
+    return data
+
+
+def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
+    problems = []
+    if agent.model.provider not in KNOWN_PROVIDERS:
+        problems.append(
+            ConfigError(
+                E_PROVIDER,
+                file,
+                "model.provider",
+                f"unknown provider '{agent.model.provider}'; use one of: {', '.join(KNOWN_PROVIDERS)}",
+            )
+        )
+    for i, tool in enumerate(agent.tools):
+        if tool not in BUILTIN_TOOLS:
+            problems.append(
+                ConfigError(
+                    E_TOOL,
+                    file,
+                    f"tools.{i}",
+                    f"unknown built-in tool '{tool}'; known: {', '.join(BUILTIN_TOOLS)}",
+                )
+            )
+    return problems
+
+
+def load_agent_file(path: Path) -> tuple[AgentConfig | None, list[ConfigError]]:
+    try:
+        data = _read_yaml(path)
+    except ConfigError as exc:
+        return None, [exc]
+    try:
+        agent = AgentConfig.model_validate(data)
+    except ValidationError as exc:
+        return None, _field_errors(str(path), exc)
+    return agent, validate_agent(agent, str(path))
+
+
+def load_config(config_path: Path | None, db_override: Path | None) -> ServerConfig:
+    """Load parley.yaml (or the embedded defaults) plus every agent file.
+
+    Raises:
+        ConfigError: the first problem found; `collect_config_errors` lists them all.
+    """
+    config, errors = _load(config_path, db_override)
+    if errors or config is None:
+        raise errors[0]
+    return config
+
+
+def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
+    return _load(config_path, None)[1]
+
+
+def _load(
+    config_path: Path | None, db_override: Path | None
+) -> tuple[ServerConfig | None, list[ConfigError]]:
+    errors: list[ConfigError] = []
+    file_cfg = ServerConfigFile()
+    base_dir = Path.cwd()
+    if config_path is not None:
+        base_dir = config_path.resolve().parent
+        try:
+            file_cfg = ServerConfigFile.model_validate(_read_yaml(config_path))
+        except ConfigError as exc:
+            return None, [exc]
+        except ValidationError as exc:
+            return None, _field_errors(str(config_path), exc)
+
+    agents: dict[str, AgentConfig] = {DEMO_AGENT.name: DEMO_AGENT}
+    agent_files: dict[str, Path] = {}
+    if config_path is not None:
+        agents_dir = base_dir / file_cfg.agents_dir
+        if agents_dir.is_dir():
+            for path in sorted([*agents_dir.glob("*.yaml"), *agents_dir.glob("*.yml")]):
+                agent, problems = load_agent_file(path)
+                errors.extend(problems)
+                if agent is None:
+                    continue
+                if agent.name in agent_files:
+                    errors.append(
+                        ConfigError(
+                            E_DUPLICATE,
+                            str(path),
+                            "name",
+                            f"agent '{agent.name}' is already defined in {agent_files[agent.name]}; "
+                            "rename one of them",
+                        )
+                    )
+                    continue
+                agents[agent.name] = agent  # a file overrides the built-in agent of the same name
+                agent_files[agent.name] = path
+        elif "agents_dir" in file_cfg.model_fields_set:
+            errors.append(
+                ConfigError(E_MISSING, str(config_path), "agents_dir", f"folder {agents_dir} does not exist")
+            )
+
+    if db_override is not None:
+        db_path = db_override
+    elif file_cfg.storage.path is not None:
+        db_path = base_dir / file_cfg.storage.path
+    else:
+        db_path = default_data_dir() / "parley.db"
+    config = ServerConfig(
+        db_path=db_path,
+        agents=agents,
+        runtime=file_cfg.runtime,
+        config_path=config_path,
+        agent_files=agent_files,
+    )
+    return config, errors
+
+
+def config_path_from_env(cli_value: str | None) -> Path | None:
+    value = cli_value or os.environ.get("PARLEY_CONFIG")
+    return Path(value) if value else None
+
+
+def db_path_from_env(cli_value: str | None) -> Path | None:
+    value = cli_value or os.environ.get("PARLEY_DB")
+    return Path(value) if value else None

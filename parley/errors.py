@@ -1,0 +1,85 @@
+"""Every exception parley raises on purpose.
+
+```
+ParleyError
+├─ RequestError            the caller can fix it; reaches the client as an isError tool result
+│  ├─ InvalidArgument       a tool argument is malformed or out of range
+│  ├─ UnknownAgent          no agent of that name is configured
+│  ├─ SessionNotFound       unknown, malformed or foreign session id (one answer for all three)
+│  ├─ SessionClosed         the session takes no more messages
+│  └─ SessionLimitReached   the session has used up a session-level limit
+├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
+├─ StorageError            the database failed or is from a newer parley
+│  └─ LeaseLost             another process took over the session; this one must stop driving it
+└─ ModelError              a model call failed (a turn records it as its error)
+```
+"""
+
+from __future__ import annotations
+
+
+class ParleyError(Exception):
+    """Base of every error parley raises deliberately."""
+
+
+class RequestError(ParleyError):
+    """The caller asked for something that cannot be done as asked; the message says how to fix it."""
+
+
+class InvalidArgument(RequestError):
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        super().__init__(f"Invalid argument '{field}': {problem}")
+
+
+class UnknownAgent(RequestError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        self.name = name
+        names = ", ".join(sorted(known)) or "(none configured)"
+        super().__init__(f"No agent named '{name}'. Known agents: {names}. Call list_agents to see them.")
+
+
+class SessionNotFound(RequestError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"No session '{session_id}' was found for you. Session ids look like ses_ followed by "
+            "32 hex digits; copy one from start_session or list_sessions."
+        )
+
+
+class SessionClosed(RequestError):
+    def __init__(self, session_id: str, reason: str) -> None:
+        self.session_id = session_id
+        super().__init__(
+            f"Session {session_id} is closed ({reason}) and takes no more messages. "
+            "Read it with get_session, or start a new one with start_session."
+        )
+
+
+class SessionLimitReached(RequestError):
+    def __init__(self, session_id: str, problem: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"Session {session_id}: {problem} Start a new session with start_session.")
+
+
+class ConfigError(ParleyError):
+    """A configuration problem, with a stable code, the file, the field and the fix."""
+
+    def __init__(self, code: str, file: str, field: str, problem: str) -> None:
+        self.code, self.file, self.field, self.problem = code, file, field, problem
+        super().__init__(f"{code} {file}: {field}: {problem}")
+
+
+class StorageError(ParleyError):
+    """The database failed, or holds a schema this parley does not know."""
+
+
+class LeaseLost(StorageError):
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} is now driven by another process")
+
+
+class ModelError(ParleyError):
+    """A model call failed; the turn that made it records the message."""

@@ -1,0 +1,78 @@
+"""Built-in tools an agent may enable by name. Their names are reserved."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from parley.runtime.model import ToolSpec
+
+MAX_TODOS = 100
+
+
+class _Todo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    content: str = Field(min_length=1, max_length=2000)
+    status: Literal["pending", "in_progress", "completed"] = "pending"
+
+
+class _WriteTodosArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    todos: list[_Todo] = Field(max_length=MAX_TODOS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolOutcome:
+    """What a tool call produced: the text the model sees, and whether it is an error."""
+
+    text: str
+    is_error: bool = False
+    todos: list[dict[str, Any]] | None = None
+
+    @property
+    def status(self) -> Literal["succeeded", "failed"]:
+        return "failed" if self.is_error else "succeeded"
+
+
+WRITE_TODOS = ToolSpec(
+    name="write_todos",
+    description=(
+        "Replace the session's plan with this list of todos. Each has 'content' and a 'status' "
+        "(pending, in_progress or completed). The plan is shown by get_session."
+    ),
+    input_schema=_WriteTodosArgs.model_json_schema(),
+)
+
+BUILTIN_SPECS: dict[str, ToolSpec] = {WRITE_TODOS.name: WRITE_TODOS}
+# Built-ins change only the session's own state and may be repeated safely.
+BUILTIN_EFFECTS: dict[str, str] = {WRITE_TODOS.name: "idempotent_write"}
+
+
+def _validation_text(tool: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        problems.append(f"{loc}: {err['msg']}")
+    return f"Invalid arguments for {tool}: " + "; ".join(problems) + ". Fix them and call the tool again."
+
+
+def run_write_todos(arguments: dict[str, Any]) -> ToolOutcome:
+    try:
+        args = _WriteTodosArgs.model_validate(arguments)
+    except ValidationError as exc:
+        return ToolOutcome(text=_validation_text(WRITE_TODOS.name, exc), is_error=True)
+    todos = [t.model_dump() for t in args.todos]
+    done = sum(1 for t in args.todos if t.status == "completed")
+    return ToolOutcome(text=f"Plan saved: {len(todos)} item(s), {done} completed.", todos=todos)
+
+
+def run_builtin(name: str, arguments: dict[str, Any], enabled: list[str]) -> ToolOutcome:
+    """Run a built-in tool; an unknown or disabled tool is an error the model can read and correct."""
+    if name not in enabled:
+        available = ", ".join(enabled) or "none"
+        return ToolOutcome(text=f"Unknown tool '{name}'. Tools you can call: {available}.", is_error=True)
+    if name == WRITE_TODOS.name:
+        return run_write_todos(arguments)
+    return ToolOutcome(text=f"Tool '{name}' is not implemented.", is_error=True)

@@ -1,0 +1,148 @@
+"""The keyless, deterministic demo model: it decides only from the request it is given.
+
+Grammar (one directive per line; other lines are plain text):
+  /tool NAME {json-object}   call tool NAME with these arguments (several lines: several calls)
+  /sleep SECONDS             the model call itself takes this long (0 to 3600)
+Plain text is answered with "You said: <text> (message <n> of this session)", where n counts
+the user messages in the request. Once tool results follow the message, the answer quotes
+each result. A directive is recognised only at the start of a line; later issues add more
+directives in the same form.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import anyio
+
+from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
+
+MAX_SLEEP_S = 3600.0
+KNOWN_DIRECTIVES = ("/tool", "/sleep")
+
+
+@dataclass(slots=True)
+class _Parsed:
+    text_lines: list[str] = field(default_factory=list)
+    calls: list[RequestedCall] = field(default_factory=list)
+    sleep_s: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+def _parse(text: str) -> _Parsed:
+    parsed = _Parsed()
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line.startswith("/") or line.startswith("//"):
+            if line:
+                parsed.text_lines.append(line)
+            continue
+        word, _, rest = line.partition(" ")
+        rest = rest.strip()
+        if word == "/sleep":
+            try:
+                seconds = float(rest)
+            except ValueError:
+                parsed.problems.append(f"line {lineno}: /sleep needs a number of seconds, got '{rest}'")
+                continue
+            if not 0 <= seconds <= MAX_SLEEP_S or math.isnan(seconds):
+                parsed.problems.append(
+                    f"line {lineno}: /sleep takes 0 to {MAX_SLEEP_S:g} seconds, got {rest}"
+                )
+                continue
+            parsed.sleep_s += seconds
+        elif word == "/tool":
+            name, _, args_text = rest.partition(" ")
+            if not name:
+                parsed.problems.append(
+                    f"line {lineno}: /tool needs a tool name, e.g. /tool write_todos {{...}}"
+                )
+                continue
+            try:
+                arguments = json.loads(args_text) if args_text.strip() else {}
+            except json.JSONDecodeError as exc:
+                parsed.problems.append(
+                    f"line {lineno}: the arguments of /tool {name} are not JSON ({exc.msg})"
+                )
+                continue
+            if not isinstance(arguments, dict):
+                parsed.problems.append(f"line {lineno}: the arguments of /tool {name} must be a JSON object")
+                continue
+            parsed.calls.append(RequestedCall(name=name, arguments=arguments))
+        else:
+            parsed.problems.append(
+                f"line {lineno}: unknown directive {word}; known: {', '.join(KNOWN_DIRECTIVES)}"
+            )
+    return parsed
+
+
+def _estimate_tokens(chars: int) -> int:
+    return max(1, math.ceil(chars / 4))
+
+
+def _request_chars(request: ModelRequest) -> int:
+    total = len(request.instructions)
+    for message in request.messages:
+        total += len(message.text)
+        total += sum(len(call.name) + len(json.dumps(call.arguments)) for call in message.tool_calls)
+    total += sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in request.tools)
+    return total
+
+
+def _quote_results(results: list[ChatMessage]) -> str:
+    lines = []
+    for i, result in enumerate(results, start=1):
+        state = "error" if result.is_error else "ok"
+        lines.append(f"{i}. {result.tool_name} ({state}): {result.text}")
+    return "Tool results:\n" + "\n".join(lines)
+
+
+class DemoModelClient:
+    """A model that needs no key and answers the same request the same way every time."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        user_positions = [i for i, m in enumerate(request.messages) if m.role == "user"]
+        if not user_positions:
+            return self._respond(request, "There is no message to answer yet.")
+        last = user_positions[-1]
+        user = request.messages[last]
+        after = request.messages[last + 1 :]
+        parsed = _parse(user.text)
+        first_call_for_message = not after
+        if first_call_for_message and parsed.sleep_s > 0:
+            await anyio.sleep(parsed.sleep_s)
+
+        said = " ".join(parsed.text_lines)
+        heard = f"You said: {said} (message {len(user_positions)} of this session)" if said else ""
+        if parsed.problems:
+            text = "I could not follow your directives:\n" + "\n".join(f"- {p}" for p in parsed.problems)
+            return self._respond(request, "\n\n".join(part for part in (heard, text) if part))
+
+        results = [m for m in after if m.role == "tool"]
+        if parsed.calls and not results:
+            offered = {t.name for t in request.tools}
+            if not offered:
+                names = ", ".join(c.name for c in parsed.calls)
+                text = f"I was offered no tools on this call, so I answer without calling {names}."
+                return self._respond(request, "\n\n".join(part for part in (heard, text) if part))
+            names = ", ".join(c.name for c in parsed.calls)
+            return self._respond(request, f"Calling {names}.", tuple(parsed.calls))
+        if results:
+            return self._respond(
+                request, "\n\n".join(part for part in (heard, _quote_results(results)) if part)
+            )
+        if not heard:
+            heard = f"You sent only directives (message {len(user_positions)} of this session)."
+        return self._respond(request, heard)
+
+    @staticmethod
+    def _respond(request: ModelRequest, text: str, calls: tuple[RequestedCall, ...] = ()) -> ModelResponse:
+        out_chars = len(text) + sum(len(c.name) + len(json.dumps(c.arguments)) for c in calls)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            input_tokens=_estimate_tokens(_request_chars(request)),
+            output_tokens=_estimate_tokens(out_chars),
+        )

@@ -1,0 +1,259 @@
+"""The session driver: runs one leased session's turns step by step, committing each step.
+
+The driver holds the session's lease for as long as it works. A keeper task renews the
+lease and watches the stored cancel request, so a `cancel_turn` written by any process
+stops the turn here. Shutdown is different from cancelling: it leaves the turn as
+committed so the next process to take the lease resumes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskGroup
+
+from parley.config import AgentConfig
+from parley.errors import LeaseLost, ModelError
+from parley.ids import SessionId, TurnId, new_tool_call_id, new_turn_id
+from parley.runtime.builtin_tools import BUILTIN_EFFECTS, BUILTIN_SPECS, run_builtin
+from parley.runtime.machine import CallModel, FinishTurn, RunTools, next_action
+from parley.runtime.model import ModelClient, ModelRequest
+from parley.runtime.signals import SessionSignals
+from parley.runtime.transcript import assistant_content, to_chat_messages
+from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, Store, ToolCallRecord
+
+logger = logging.getLogger(__name__)
+
+# Cleanup after a cancel must reach the database even though the task is being cancelled.
+PERSIST_GRACE_S = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverTimings:
+    lease_ttl_s: float
+    poll_interval_s: float
+
+
+class _TurnControl:
+    """The cancel scope of the step in progress, so the keeper can stop the current turn."""
+
+    def __init__(self) -> None:
+        self.turn_id: TurnId | None = None
+        self.scope: anyio.CancelScope | None = None
+
+    def cancel(self, turn_id: TurnId) -> None:
+        if self.turn_id == turn_id and self.scope is not None:
+            self.scope.cancel()
+
+
+class SessionDriver:
+    """Drives sessions whose lease this process holds. One instance per process."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        agents: Mapping[str, AgentConfig],
+        models: Mapping[str, ModelClient],
+        signals: SessionSignals,
+        process_id: str,
+        timings: DriverTimings,
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._agents = agents
+        self._models = models
+        self._signals = signals
+        self._process_id = process_id
+        self._timings = timings
+        self._clock = clock
+
+    async def drive(self, session_id: SessionId) -> None:
+        """Work the session until it rests; the caller has acquired its lease."""
+        control = _TurnControl()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._keep_lease, session_id, control, tg)
+                await self._work(session_id, control)
+                tg.cancel_scope.cancel()
+        except LeaseLost:
+            logger.warning("lost the lease of session %s; another process drives it now", session_id)
+            return
+        finally:
+            with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
+                await self._store.release_lease(session_id, self._process_id)
+            self._signals.notify(session_id)
+
+    async def _keep_lease(self, session_id: SessionId, control: _TurnControl, tg: TaskGroup) -> None:
+        interval = min(self._timings.poll_interval_s, self._timings.lease_ttl_s / 3)
+        while True:
+            with anyio.move_on_after(interval):
+                await self._signals.cancel_requested(session_id)
+            try:
+                session = await self._store.renew_lease(
+                    session_id, self._process_id, self._clock(), self._timings.lease_ttl_s
+                )
+            except LeaseLost:
+                tg.cancel_scope.cancel()
+                raise
+            if session.cancel_requested_turn is not None:
+                control.cancel(session.cancel_requested_turn)
+
+    async def _work(self, session_id: SessionId, control: _TurnControl) -> None:
+        while True:
+            session = await self._store.get_session(session_id)
+            if session is None:
+                return
+            if session.current_turn_id is None:
+                if session.status != "running":
+                    return
+                turn = await self._store.start_turn(
+                    session_id, self._process_id, new_turn_id(), self._clock()
+                )
+                if turn is None and await self._store.rest_session(
+                    session_id, self._process_id, self._clock()
+                ):
+                    self._signals.notify(session_id)
+                    return
+                self._signals.notify(session_id)
+                continue
+            await self._step(session, session.current_turn_id, control)
+            self._signals.notify(session_id)
+
+    async def _step(self, session: SessionRecord, turn_id: TurnId, control: _TurnControl) -> None:
+        agent = self._agents.get(session.agent)
+        if agent is None:
+            await self._finish(
+                session,
+                turn_id,
+                FinishTurn("failed", None, f"agent '{session.agent}' is no longer configured"),
+            )
+            return
+        if session.cancel_requested_turn == turn_id:
+            await self._finish(session, turn_id, FinishTurn("cancelled", None, None))
+            return
+        turn = await self._store.get_turn(turn_id)
+        if turn is None:
+            return
+        messages = await self._store.list_messages(session.id, None, None)
+        turn_messages = [m for m in messages if m.turn_id == turn_id]
+        calls = await self._store.list_tool_calls(turn_id)
+        action = next_action(turn, calls, turn_messages, agent.limits.max_model_calls_per_turn)
+
+        if isinstance(action, FinishTurn):
+            await self._finish(session, turn_id, action)
+            return
+        with anyio.CancelScope() as scope:
+            control.turn_id, control.scope = turn_id, scope
+            try:
+                if isinstance(action, CallModel):
+                    await self._call_model(session, agent, turn_id, action, messages)
+                elif isinstance(action, RunTools):
+                    await self._run_tools(session, agent, action.calls)
+            finally:
+                control.turn_id, control.scope = None, None
+        if scope.cancelled_caught:
+            await self._finish(session, turn_id, FinishTurn("cancelled", None, None))
+
+    async def _call_model(
+        self,
+        session: SessionRecord,
+        agent: AgentConfig,
+        turn_id: TurnId,
+        action: CallModel,
+        messages: list[MessageRecord],
+    ) -> None:
+        model = self._models[agent.model.provider]
+        tools = (
+            tuple(BUILTIN_SPECS[name] for name in agent.tools if name in BUILTIN_SPECS)
+            if action.offer_tools
+            else ()
+        )
+        request = ModelRequest(
+            model=agent.model.name,
+            instructions=agent.instructions,
+            messages=to_chat_messages(messages),
+            tools=tools,
+            options=dict(agent.model.options),
+        )
+        try:
+            response = await model.complete(request)
+        except ModelError as exc:
+            await self._finish(session, turn_id, FinishTurn("failed", None, f"The model call failed: {exc}"))
+            return
+        new_calls = [
+            NewToolCall(
+                id=new_tool_call_id(),
+                call_index=i,
+                name=call.name,
+                arguments=call.arguments,
+                effect=BUILTIN_EFFECTS.get(call.name, "unclassified"),
+            )
+            for i, call in enumerate(response.tool_calls)
+        ]
+        step = ModelStep(
+            turn_id=turn_id,
+            step_no=action.step_no,
+            assistant=assistant_content(response.text, new_calls),
+            tool_calls=new_calls,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+        )
+        # Committed in one transaction: the answer, the calls it asked for, and its usage.
+        await self._store.commit_model_step(session.id, self._process_id, step, self._clock())
+
+    async def _run_tools(
+        self, session: SessionRecord, agent: AgentConfig, calls: tuple[ToolCallRecord, ...]
+    ) -> None:
+        async with anyio.create_task_group() as tg:
+            for call in calls:
+                tg.start_soon(self._run_tool, session, agent, call)
+
+    async def _run_tool(self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord) -> None:
+        if call.status == "running" and call.effect not in ("read", "idempotent_write"):
+            # It may have had its effect before the crash; never repeat a write that may have happened.
+            await self._store.commit_tool_result(
+                session.id,
+                self._process_id,
+                call.id,
+                "outcome_unknown",
+                {
+                    "text": "The call was interrupted and may or may not have taken effect; check before retrying.",
+                    "is_error": True,
+                },
+                self._clock(),
+            )
+            return
+        await self._store.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
+        # A started call runs to its end even when the turn is cancelled, so its result is kept.
+        with anyio.CancelScope(shield=True):
+            outcome = run_builtin(call.name, call.arguments, agent.tools)
+            await self._store.commit_tool_result(
+                session.id,
+                self._process_id,
+                call.id,
+                outcome.status,
+                {"text": outcome.text, "is_error": outcome.is_error},
+                self._clock(),
+                todos=outcome.todos,
+            )
+
+    async def _finish(self, session: SessionRecord, turn_id: TurnId, action: FinishTurn) -> None:
+        agent = self._agents.get(session.agent)
+        close_reason = None
+        if agent is not None and session.turn_count >= agent.limits.max_turns:
+            close_reason = f"reached the limit of {agent.limits.max_turns} turns per session"
+        with anyio.CancelScope(shield=True):
+            await self._store.finish_turn(
+                session.id,
+                self._process_id,
+                turn_id,
+                action.status,
+                action.answer,
+                action.error,
+                self._clock(),
+                close_reason=close_reason,
+            )

@@ -1,0 +1,59 @@
+"""The ModelClient port: one call per RunModel step, given the transcript, returning text and tool calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatMessage:
+    role: Literal["user", "assistant", "tool"]
+    text: str = ""
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    model: str
+    instructions: str
+    messages: tuple[ChatMessage, ...]
+    tools: tuple[ToolSpec, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestedCall:
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelResponse:
+    text: str
+    tool_calls: tuple[RequestedCall, ...] = ()
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class ModelClient(Protocol):
+    """Makes exactly one model call. Raises ModelError on a failure the turn should record."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...

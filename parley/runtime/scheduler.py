@@ -1,0 +1,74 @@
+"""One scheduler per process: finds sessions with work whose lease is free and drives them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import anyio
+from anyio.abc import TaskStatus
+
+from parley.ids import SessionId
+from parley.runtime.driver import DriverTimings, SessionDriver
+from parley.runtime.signals import SessionSignals
+from parley.storage.base import Store
+
+logger = logging.getLogger(__name__)
+
+# How many sessions one scan considers; the rest wait for the next scan.
+SCAN_BATCH = 200
+
+
+class Scheduler:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        driver: SessionDriver,
+        signals: SessionSignals,
+        process_id: str,
+        timings: DriverTimings,
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._driver = driver
+        self._signals = signals
+        self._process_id = process_id
+        self._timings = timings
+        self._clock = clock
+        self._driving: set[SessionId] = set()
+
+    @property
+    def driving(self) -> frozenset[SessionId]:
+        return frozenset(self._driving)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        async with anyio.create_task_group() as tg:
+            task_status.started()
+            while True:
+                try:
+                    await self._scan(tg)
+                except Exception:
+                    # A failed scan (database busy, disk hiccup) must not stop the process; retry next tick.
+                    logger.exception("scanning for work failed; retrying")
+                await self._signals.wait_for_work(self._timings.poll_interval_s)
+
+    async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
+        now = self._clock()
+        for session_id in await self._store.sessions_needing_work(now, SCAN_BATCH):
+            if session_id in self._driving:
+                continue
+            if await self._store.try_acquire_lease(
+                session_id, self._process_id, now, self._timings.lease_ttl_s
+            ):
+                self._driving.add(session_id)
+                tg.start_soon(self._drive, session_id)
+
+    async def _drive(self, session_id: SessionId) -> None:
+        try:
+            await self._driver.drive(session_id)
+        except Exception:
+            logger.exception("driving session %s failed; it will be picked up again", session_id)
+        finally:
+            self._driving.discard(session_id)
+            self._signals.work_available()

@@ -1,0 +1,50 @@
+"""Stored messages -> the model's view of the conversation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from parley.runtime.model import ChatMessage, ModelToolCall, RequestedCall
+from parley.storage.base import MessageRecord, NewToolCall
+
+
+def assistant_content(text: str, calls: Sequence[NewToolCall]) -> dict[str, Any]:
+    content: dict[str, Any] = {"text": text}
+    if calls:
+        content["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    return content
+
+
+def to_chat_messages(records: Sequence[MessageRecord]) -> tuple[ChatMessage, ...]:
+    """Rebuild the conversation; tool results follow their assistant message in call order."""
+    out: list[ChatMessage] = []
+    results: dict[str, MessageRecord] = {r.content["tool_call_id"]: r for r in records if r.role == "tool"}
+    for record in records:
+        if record.role == "user":
+            out.append(ChatMessage(role="user", text=str(record.content.get("text", ""))))
+        elif record.role == "assistant":
+            calls = tuple(
+                ModelToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
+                for c in record.content.get("tool_calls", [])
+            )
+            out.append(
+                ChatMessage(role="assistant", text=str(record.content.get("text", "")), tool_calls=calls)
+            )
+            for call in calls:
+                result = results.get(call.id)
+                if result is not None:
+                    out.append(
+                        ChatMessage(
+                            role="tool",
+                            text=str(result.content.get("text", "")),
+                            tool_call_id=call.id,
+                            tool_name=call.name,
+                            is_error=bool(result.content.get("is_error", False)),
+                        )
+                    )
+    return tuple(out)
+
+
+def requested_names(calls: Sequence[RequestedCall]) -> str:
+    return ", ".join(c.name for c in calls)

@@ -1,0 +1,128 @@
+"""Readable text for every tool result. Some clients show their model only this text, so it
+always repeats the session id and says which tool to call next."""
+
+from __future__ import annotations
+
+from parley.server.wire import AgentList, CloseResult, SessionList, SessionView, TurnOutcomeView
+
+
+def _next_steps_after_rest(session_id: str) -> str:
+    return (
+        f'Next: send_message(session_id="{session_id}", message=...) to continue, '
+        f'or get_session(session_id="{session_id}") to read the whole session.'
+    )
+
+
+def render_outcome(o: TurnOutcomeView) -> str:
+    sid = o.session_id
+    head = f"Session {sid}" + (f", turn {o.turn_id}" if o.turn_id else "")
+    lines: list[str] = []
+    if o.status == "answered":
+        lines += [f"{head}: answered.", "", o.answer or "(empty answer)", "", _next_steps_after_rest(sid)]
+    elif o.status == "completed":
+        lines += [f"{head}: completed with a result.", "", str(o.result)]
+    elif o.status == "running":
+        what = "is still running" if o.turn_id else "is queued behind the running turn"
+        lines += [
+            f"{head}: the message {what}; the work goes on on the server.",
+            f'Next: get_session(session_id="{sid}", wait_seconds=45) to keep waiting, '
+            f'or cancel_turn(session_id="{sid}") to stop it.',
+        ]
+    elif o.status == "failed":
+        lines += [f"{head}: failed.", "", f"Error: {o.error or 'unknown error'}"]
+        if o.answer:
+            lines += ["", "Partial answer:", o.answer]
+        if o.session_status == "closed":
+            lines += ["", "The session is closed; start a new one with start_session."]
+        else:
+            lines += ["", _next_steps_after_rest(sid)]
+    elif o.status == "cancelled":
+        lines += [f"{head}: cancelled."]
+        if o.error:
+            lines += ["", o.error]
+        if o.session_status not in ("closed", None):
+            lines += ["", _next_steps_after_rest(sid)]
+    elif o.status == "idle":
+        lines += [
+            f"Session {sid} is ready and no turn is running.",
+            f'Next: send_message(session_id="{sid}", message=...) to talk to the agent.',
+        ]
+    else:
+        lines += [f"{head}: {o.status}."]
+    if o.tool_calls:
+        lines += ["", "Tool calls:"]
+        lines += [f"- {c.tool} [{c.status}]: {c.result or ''}".rstrip() for c in o.tool_calls]
+    if o.session_status == "closed" and o.status not in ("failed",):
+        lines += ["", "The session is now closed."]
+    return "\n".join(lines)
+
+
+def render_agents(agents: AgentList) -> str:
+    lines = [f"{len(agents.agents)} agent(s):"]
+    for a in agents.agents:
+        tools = ", ".join(a.tools) or "no tools"
+        lines.append(f"- {a.name} ({a.model}; {tools}): {a.description}")
+    lines += ["", 'Next: start_session(agent="<name>", message=...) to start a conversation.']
+    return "\n".join(lines)
+
+
+def render_session(v: SessionView) -> str:
+    lines = [
+        f"Session {v.session_id} (agent {v.agent}, {v.kind}): {v.status}"
+        + (f", phase {v.phase}" if v.phase else "")
+        + f"; {v.turn_count} turn(s), {v.total_messages} message(s).",
+    ]
+    if v.closed_reason:
+        lines.append(f"Closed: {v.closed_reason}.")
+    if v.last_error:
+        lines.append(f"Last error: {v.last_error}")
+    if v.queued_messages:
+        lines.append(f"Queued messages: {len(v.queued_messages)}.")
+    if v.todos:
+        lines.append("Plan:")
+        lines += [f"  [{t.get('status', 'pending')}] {t.get('content', '')}" for t in v.todos]
+    if v.messages:
+        first = v.messages[0].seq
+        lines += ["", f"Messages {first} to {v.messages[-1].seq} of {v.total_messages}:"]
+        for m in v.messages:
+            if m.role == "tool":
+                lines.append(f"[{m.seq}] tool result{' (error)' if m.is_error else ''}: {m.text}")
+            elif m.tool_calls:
+                names = ", ".join(str(c.get("name")) for c in m.tool_calls)
+                lines.append(f"[{m.seq}] {m.role}: {m.text} (calls {names})")
+            else:
+                lines.append(f"[{m.seq}] {m.role}: {m.text}")
+        if first > 1:
+            lines.append(f'Earlier messages: get_session(session_id="{v.session_id}", messages_from=1).')
+    lines.append("")
+    if v.status == "running":
+        lines.append(
+            f'Next: get_session(session_id="{v.session_id}", wait_seconds=45) waits for the turn to end.'
+        )
+    elif v.status == "closed":
+        lines.append("The session is closed; start a new one with start_session.")
+    else:
+        lines.append(_next_steps_after_rest(v.session_id))
+    return "\n".join(lines)
+
+
+def render_sessions(page: SessionList) -> str:
+    if not page.sessions:
+        return "No sessions. Start one with start_session(agent=..., message=...)."
+    lines = [f"{len(page.sessions)} session(s), newest first:"]
+    for s in page.sessions:
+        lines.append(
+            f"- {s.session_id} agent={s.agent} status={s.status} turns={s.turn_count} updated={s.updated_at}"
+        )
+    if page.next_cursor:
+        lines.append(f'More: list_sessions(cursor="{page.next_cursor}").')
+    return "\n".join(lines)
+
+
+def render_close(c: CloseResult) -> str:
+    if c.status == "closed":
+        return f"Session {c.session_id} is closed ({c.closed_reason}). It stays readable with get_session."
+    return (
+        f"Session {c.session_id} is closing: its running turn is being cancelled. "
+        f'Check with get_session(session_id="{c.session_id}").'
+    )

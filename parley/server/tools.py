@@ -1,0 +1,254 @@
+"""The MCP tools parley publishes, on one MCPServer that serves both protocol generations."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from parley.errors import RequestError
+from parley.runtime.service import SessionService
+from parley.server.render import render_agents, render_close, render_outcome, render_session, render_sessions
+from parley.server.wire import (
+    AgentList,
+    CloseResult,
+    SessionList,
+    SessionView,
+    TurnOutcomeView,
+    agent_view,
+    outcome_view,
+    session_summary,
+    session_view,
+)
+
+logger = logging.getLogger(__name__)
+
+SERVER_INSTRUCTIONS = (
+    "parley runs AI agents as durable sessions. Call list_agents to see the agents, start_session to "
+    "begin a conversation, send_message to continue it and get_session to read it or wait for it. "
+    "Every result repeats the session_id; keep it, it is the handle of the conversation."
+)
+
+SessionIdArg = Annotated[
+    str,
+    Field(
+        description="The session's id (ses_ followed by 32 hex digits), from start_session or list_sessions.",
+        json_schema_extra={"x-mcp-header": "Session-Id"},
+    ),
+]
+WaitArg = Annotated[
+    float | None,
+    Field(
+        ge=0,
+        description=(
+            "How long to wait, in seconds, for the turn to end before returning status 'running' "
+            "(default about 45, capped by the server). The turn keeps running either way."
+        ),
+    ),
+]
+MessageArg = Annotated[str, Field(description="What to say to the agent.")]
+
+# Principal of every stdio caller; HTTP callers get theirs from authentication.
+LOCAL_PRINCIPAL = "local"
+
+OwnerOf = Callable[[Context], str]
+
+
+def _ok(model: BaseModel, text: str) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=model.model_dump(mode="json")
+    )
+
+
+def _error(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
+    """The one place where our errors become tool results."""
+    try:
+        return await work()
+    except RequestError as exc:
+        logger.info("tool %s refused: %s", tool, type(exc).__name__)
+        return _error(str(exc))
+    except Exception:
+        ref = uuid.uuid4().hex[:8]
+        logger.exception("tool %s failed (ref %s)", tool, ref)
+        return _error(
+            f"parley hit an internal error (ref {ref}); nothing was changed by this call. Try again."
+        )
+
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+SENDS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+STOPS = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+
+
+class ParleyMCPServer(MCPServer[Any]):
+    """MCPServer whose argument errors name the field and the fix, and refuse unknown arguments
+    (a misspelt optional argument would otherwise be dropped silently)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = set(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments) - known)
+            if unknown:
+                return _error(
+                    f"Unknown argument(s) {', '.join(repr(u) for u in unknown)} for {name}; "
+                    f"its arguments are: {', '.join(sorted(known)) or 'none'}."
+                )
+            try:
+                tool.fn_metadata.validate_arguments(arguments)
+            except ValidationError as exc:
+                return _error(_argument_errors(name, exc))
+        return await super().call_tool(name, arguments, context)
+
+
+def _argument_errors(tool: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        problems.append(f"'{field}': {err['msg']}")
+    return f"Invalid arguments for {tool}: " + "; ".join(problems) + ". Fix them and call again."
+
+
+def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -> MCPServer[Any]:
+    mcp = ParleyMCPServer("parley", version=version, instructions=SERVER_INSTRUCTIONS)
+
+    @mcp.tool(title="List agents", annotations=READ_ONLY)
+    async def list_agents() -> Annotated[CallToolResult, AgentList]:
+        """List the agents you can start sessions with: name, description, tools and limits."""
+
+        async def work() -> CallToolResult:
+            view = AgentList(agents=[agent_view(a) for a in service.agents()])
+            return _ok(view, render_agents(view))
+
+        return await _guard("list_agents", work)
+
+    @mcp.tool(title="Start session", annotations=SENDS)
+    async def start_session(
+        ctx: Context,
+        agent: Annotated[str, Field(description="Name of the agent, from list_agents.")],
+        message: Annotated[
+            str | None, Field(description="The first message; omit to only create the session.")
+        ] = None,
+        wait_seconds: WaitArg = None,
+    ) -> Annotated[CallToolResult, TurnOutcomeView]:
+        """Start a conversation with an agent and, given a message, wait for its answer.
+
+        Returns a turn outcome: status 'answered' with the answer, 'running' if the turn outlasted
+        wait_seconds (then call get_session with wait_seconds), or 'failed'/'cancelled'. Keep the
+        session_id to continue with send_message."""
+
+        async def work() -> CallToolResult:
+            outcome = await service.start_session(owner_of(ctx), agent, message, wait_seconds)
+            view = outcome_view(outcome)
+            return _ok(view, render_outcome(view))
+
+        return await _guard("start_session", work)
+
+    @mcp.tool(title="Send message", annotations=SENDS)
+    async def send_message(
+        ctx: Context, session_id: SessionIdArg, message: MessageArg, wait_seconds: WaitArg = None
+    ) -> Annotated[CallToolResult, TurnOutcomeView]:
+        """Send a message to a session and wait for the turn that answers it.
+
+        A message sent while a turn runs is queued and answered in its own turn, in order."""
+
+        async def work() -> CallToolResult:
+            outcome = await service.send_message(owner_of(ctx), session_id, message, wait_seconds)
+            view = outcome_view(outcome)
+            return _ok(view, render_outcome(view))
+
+        return await _guard("send_message", work)
+
+    @mcp.tool(title="Get session", annotations=READ_ONLY)
+    async def get_session(
+        ctx: Context,
+        session_id: SessionIdArg,
+        wait_seconds: WaitArg = None,
+        messages_from: Annotated[
+            int | None,
+            Field(ge=1, description="First message sequence number to return (default: the latest)."),
+        ] = None,
+        messages_limit: Annotated[
+            int | None,
+            Field(ge=1, le=200, description="How many messages to return (default 50, at most 200)."),
+        ] = None,
+    ) -> Annotated[CallToolResult, SessionView]:
+        """Read a session: status, queued messages, recent messages, the last turn, usage.
+
+        With wait_seconds, first wait (bounded) until a running session rests."""
+
+        async def work() -> CallToolResult:
+            snapshot = await service.get_session(
+                owner_of(ctx), session_id, wait_seconds, messages_from, messages_limit
+            )
+            last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
+            view = session_view(snapshot, last)
+            return _ok(view, render_session(view))
+
+        return await _guard("get_session", work)
+
+    @mcp.tool(title="List sessions", annotations=READ_ONLY)
+    async def list_sessions(
+        ctx: Context,
+        status: Annotated[
+            str | None, Field(description="Only sessions with this status (idle, running, closed, ...).")
+        ] = None,
+        agent: Annotated[str | None, Field(description="Only sessions of this agent.")] = None,
+        limit: Annotated[int, Field(ge=1, le=100, description="Page size (1 to 100).")] = 20,
+        cursor: Annotated[str | None, Field(description="next_cursor from the previous page.")] = None,
+    ) -> Annotated[CallToolResult, SessionList]:
+        """List your sessions, newest first, a page at a time."""
+
+        async def work() -> CallToolResult:
+            sessions, next_cursor = await service.list_sessions(owner_of(ctx), status, agent, cursor, limit)
+            view = SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=next_cursor)
+            return _ok(view, render_sessions(view))
+
+        return await _guard("list_sessions", work)
+
+    @mcp.tool(title="Cancel turn", annotations=STOPS)
+    async def cancel_turn(
+        ctx: Context, session_id: SessionIdArg, wait_seconds: WaitArg = None
+    ) -> Annotated[CallToolResult, TurnOutcomeView]:
+        """Stop the session's running turn now. A tool call that already started finishes and its
+        result is kept; queued messages still run. Cancelling when nothing runs changes nothing."""
+
+        async def work() -> CallToolResult:
+            outcome = await service.cancel_turn(owner_of(ctx), session_id, wait_seconds)
+            view = outcome_view(outcome)
+            return _ok(view, render_outcome(view))
+
+        return await _guard("cancel_turn", work)
+
+    @mcp.tool(title="Close session", annotations=STOPS)
+    async def close_session(
+        ctx: Context, session_id: SessionIdArg, wait_seconds: WaitArg = None
+    ) -> Annotated[CallToolResult, CloseResult]:
+        """End a session: cancel its running turn, drop its queued messages, take no more messages.
+        It stays readable with get_session."""
+
+        async def work() -> CallToolResult:
+            session = await service.close_session(owner_of(ctx), session_id, wait_seconds)
+            view = CloseResult(
+                session_id=session.id, status=session.status, closed_reason=session.closed_reason
+            )
+            return _ok(view, render_close(view))
+
+        return await _guard("close_session", work)
+
+    return mcp

@@ -1,0 +1,240 @@
+"""Tool outputs as pydantic models (their JSON schemas are the tools' outputSchema), and the
+conversion from runtime records to them. This module and render.py are the only places that
+know the wire shape."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from parley.config import AgentConfig
+from parley.runtime.builtin_tools import BUILTIN_SPECS
+from parley.runtime.service import SessionSnapshot, TurnOutcome
+from parley.storage.base import MessageRecord, QueuedMessageRecord, SessionRecord, ToolCallRecord
+
+OutcomeStatus = Literal[
+    "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
+]
+
+# Tool results in outcomes are cut to this length; get_session shows the transcript in full.
+RESULT_PREVIEW_CHARS = 2000
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class ToolCallView(BaseModel):
+    id: str
+    tool: str
+    arguments: dict[str, Any]
+    status: str
+    effect: str
+    result: str | None = Field(None, description="The result text (cut to 2000 characters).")
+    is_error: bool = False
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+
+
+class TurnOutcomeView(BaseModel):
+    session_id: str
+    turn_id: str | None = Field(None, description="Null while the message still waits behind another turn.")
+    status: OutcomeStatus
+    answer: str | None = None
+    result: Any = Field(None, description="A task session's accepted result.")
+    pending: list[dict[str, Any]] = Field(
+        default_factory=list, description="Approvals and questions to resolve."
+    )
+    tool_calls: list[ToolCallView] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    error: str | None = None
+    session_status: str | None = Field(None, description="The session's status after this call.")
+    queued_message_id: str | None = None
+
+
+class AgentView(BaseModel):
+    name: str
+    description: str
+    kinds: list[str]
+    default_kind: str
+    input_schema: dict[str, Any] | None = None
+    tools: list[str]
+    tools_needing_approval: list[str]
+    model: str
+    limits: dict[str, int]
+
+
+class AgentList(BaseModel):
+    agents: list[AgentView]
+
+
+class MessageView(BaseModel):
+    seq: int
+    role: str
+    turn_id: str | None
+    text: str
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    is_error: bool = False
+    created_at: str | None
+
+
+class QueuedView(BaseModel):
+    id: str
+    message: str
+    created_at: str | None
+
+
+class SessionView(BaseModel):
+    session_id: str
+    agent: str
+    kind: str
+    status: str
+    phase: str | None
+    created_at: str | None
+    updated_at: str | None
+    turn_count: int
+    current_turn_id: str | None
+    last_turn: TurnOutcomeView | None = None
+    pending: list[dict[str, Any]] = Field(default_factory=list)
+    queued_messages: list[QueuedView] = Field(default_factory=list)
+    messages: list[MessageView] = Field(default_factory=list)
+    total_messages: int = 0
+    todos: list[dict[str, Any]] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    last_error: str | None = None
+    closed_reason: str | None = None
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    agent: str
+    kind: str
+    status: str
+    turn_count: int
+    created_at: str | None
+    updated_at: str | None
+    closed_reason: str | None = None
+
+
+class SessionList(BaseModel):
+    sessions: list[SessionSummary]
+    next_cursor: str | None = Field(
+        None, description="Pass as cursor to get the next page; null on the last."
+    )
+
+
+class CloseResult(BaseModel):
+    session_id: str
+    status: str
+    closed_reason: str | None
+
+
+def tool_call_view(call: ToolCallRecord) -> ToolCallView:
+    result = call.result or {}
+    text = result.get("text")
+    if isinstance(text, str) and len(text) > RESULT_PREVIEW_CHARS:
+        text = text[:RESULT_PREVIEW_CHARS] + "…"
+    return ToolCallView(
+        id=call.id,
+        tool=call.name,
+        arguments=call.arguments,
+        status=call.status,
+        effect=call.effect,
+        result=text,
+        is_error=bool(result.get("is_error", False)),
+    )
+
+
+def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
+    return TurnOutcomeView(
+        session_id=outcome.session_id,
+        turn_id=outcome.turn_id,
+        status=outcome.status,
+        answer=outcome.answer,
+        tool_calls=[tool_call_view(c) for c in outcome.tool_calls],
+        usage=Usage(
+            input_tokens=outcome.input_tokens,
+            output_tokens=outcome.output_tokens,
+            model_calls=outcome.model_calls,
+        ),
+        error=outcome.error,
+        session_status=outcome.session_status,
+        queued_message_id=outcome.queued_message_id,
+    )
+
+
+def agent_view(agent: AgentConfig) -> AgentView:
+    return AgentView(
+        name=agent.name,
+        description=agent.description,
+        kinds=["chat"],
+        default_kind="chat",
+        input_schema=None,
+        tools=[name for name in agent.tools if name in BUILTIN_SPECS],
+        tools_needing_approval=[],
+        model=f"{agent.model.provider}:{agent.model.name}",
+        limits=agent.limits.model_dump(),
+    )
+
+
+def message_view(message: MessageRecord) -> MessageView:
+    content = message.content
+    return MessageView(
+        seq=message.seq,
+        role=message.role,
+        turn_id=message.turn_id,
+        text=str(content.get("text", "")),
+        tool_calls=list(content.get("tool_calls", [])),
+        tool_call_id=content.get("tool_call_id"),
+        is_error=bool(content.get("is_error", False)),
+        created_at=iso(message.created_at),
+    )
+
+
+def queued_view(message: QueuedMessageRecord) -> QueuedView:
+    return QueuedView(id=message.id, message=message.text, created_at=iso(message.created_at))
+
+
+def session_summary(session: SessionRecord) -> SessionSummary:
+    return SessionSummary(
+        session_id=session.id,
+        agent=session.agent,
+        kind=session.kind,
+        status=session.status,
+        turn_count=session.turn_count,
+        created_at=iso(session.created_at),
+        updated_at=iso(session.updated_at),
+        closed_reason=session.closed_reason if session.status == "closed" else None,
+    )
+
+
+def session_view(snapshot: SessionSnapshot, last_turn: TurnOutcome | None) -> SessionView:
+    s = snapshot.session
+    return SessionView(
+        session_id=s.id,
+        agent=s.agent,
+        kind=s.kind,
+        status=s.status,
+        phase=s.phase,
+        created_at=iso(s.created_at),
+        updated_at=iso(s.updated_at),
+        turn_count=s.turn_count,
+        current_turn_id=s.current_turn_id,
+        last_turn=outcome_view(last_turn) if last_turn else None,
+        queued_messages=[queued_view(q) for q in snapshot.queued],
+        messages=[message_view(m) for m in snapshot.messages],
+        total_messages=snapshot.total_messages,
+        todos=s.todos,
+        usage=Usage(input_tokens=s.input_tokens, output_tokens=s.output_tokens, model_calls=s.model_calls),
+        last_error=s.last_error,
+        closed_reason=s.closed_reason if s.status == "closed" else None,
+    )

@@ -1,0 +1,266 @@
+"""The Store port: what the runtime persists, shaped by its steps, and the records it reads back.
+
+Every write that belongs to a session's running turn names the lease owner; the store
+commits it only while that process still holds the session's lease, otherwise it raises
+`LeaseLost` and writes nothing. That is what keeps two processes from committing the
+same step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+
+SessionStatus = Literal["idle", "running", "waiting_for_input", "completed", "failed", "closed"]
+TurnStatus = Literal["running", "answered", "completed", "failed", "cancelled"]
+ToolCallStatus = Literal["pending", "running", "succeeded", "failed", "cancelled", "outcome_unknown"]
+QueuedStatus = Literal["queued", "consumed", "dropped"]
+Role = Literal["user", "assistant", "tool"]
+
+FINAL_TOOL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "outcome_unknown", "rejected"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    id: SessionId
+    agent: str
+    owner: str
+    kind: str
+    status: SessionStatus
+    phase: str | None
+    created_at: float
+    updated_at: float
+    turn_count: int
+    current_turn_id: TurnId | None
+    last_turn_id: TurnId | None
+    last_error: str | None
+    closed_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    model_calls: int
+    todos: list[dict[str, Any]]
+    cancel_requested_turn: TurnId | None
+    close_requested: bool
+    lease_owner: str | None
+    lease_expires_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnRecord:
+    id: TurnId
+    session_id: SessionId
+    seq: int
+    status: TurnStatus
+    queued_message_id: QueuedMessageId | None
+    started_at: float
+    ended_at: float | None
+    answer: str | None
+    error: str | None
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageRecord:
+    session_id: SessionId
+    seq: int
+    turn_id: TurnId | None
+    role: Role
+    content: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallRecord:
+    id: ToolCallId
+    session_id: SessionId
+    turn_id: TurnId
+    step_no: int
+    call_index: int
+    name: str
+    arguments: dict[str, Any]
+    status: ToolCallStatus
+    effect: str
+    result: dict[str, Any] | None
+    attempts: int
+    idempotency_key: str
+    created_at: float
+    updated_at: float
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_TOOL_STATUSES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedMessageRecord:
+    id: QueuedMessageId
+    session_id: SessionId
+    seq: int
+    text: str
+    status: QueuedStatus
+    turn_id: TurnId | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepRecord:
+    session_id: SessionId
+    turn_id: TurnId
+    step_no: int
+    kind: str
+    process_id: str
+    input_tokens: int
+    output_tokens: int
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventRecord:
+    session_id: SessionId
+    seq: int
+    turn_id: TurnId | None
+    kind: str
+    data: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewToolCall:
+    id: ToolCallId
+    call_index: int
+    name: str
+    arguments: dict[str, Any]
+    effect: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelStep:
+    """One committed model call: the assistant message, the calls it asked for, its usage."""
+
+    turn_id: TurnId
+    step_no: int
+    assistant: dict[str, Any]
+    tool_calls: Sequence[NewToolCall]
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionPage:
+    sessions: list[SessionRecord]
+    next_cursor: str | None
+
+
+EnqueueOutcome = Literal["queued", "not_found", "closed", "turn_limit"]
+
+
+class Store(Protocol):
+    """Durable state of every session. All methods are safe to call from many tasks at once."""
+
+    # -- sessions and queued messages (called by the server on behalf of a caller)
+    async def create_session(
+        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+    ) -> None: ...
+
+    async def enqueue_message(
+        self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
+    ) -> EnqueueOutcome: ...
+
+    async def request_cancel(self, session_id: SessionId, owner: str, now: float) -> TurnId | None:
+        """Mark the running turn (if any) for cancellation; returns its id."""
+        ...
+
+    async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:
+        """Drop queued messages; close at once when no turn runs, else after it is cancelled."""
+        ...
+
+    # -- leases
+    async def try_acquire_lease(
+        self, session_id: SessionId, owner: str, now: float, ttl_s: float
+    ) -> bool: ...
+
+    async def renew_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> SessionRecord:
+        """Extend the lease and return the session as stored. Raises LeaseLost."""
+        ...
+
+    async def release_lease(self, session_id: SessionId, owner: str) -> None: ...
+
+    async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
+        """Running sessions whose lease is free or expired."""
+        ...
+
+    # -- turn steps (lease-checked)
+    async def start_turn(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, now: float
+    ) -> TurnRecord | None:
+        """Take the oldest queued message into a new turn; None when nothing is queued."""
+        ...
+
+    async def commit_model_step(
+        self, session_id: SessionId, lease: str, step: ModelStep, now: float
+    ) -> None: ...
+
+    async def mark_tool_call_started(
+        self, session_id: SessionId, lease: str, call_id: ToolCallId, now: float
+    ) -> None: ...
+
+    async def commit_tool_result(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        result: dict[str, Any],
+        now: float,
+        todos: list[dict[str, Any]] | None = None,
+    ) -> None: ...
+
+    async def finish_turn(
+        self,
+        session_id: SessionId,
+        lease: str,
+        turn_id: TurnId,
+        status: TurnStatus,
+        answer: str | None,
+        error: str | None,
+        now: float,
+        close_reason: str | None = None,
+    ) -> None:
+        """End the turn, mark its unfinished tool calls cancelled, and set the session at rest."""
+        ...
+
+    async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
+        """Set a session with nothing queued at rest (idle, or closed if asked); False if work remains."""
+        ...
+
+    # -- reads
+    async def get_session(self, session_id: SessionId) -> SessionRecord | None: ...
+
+    async def list_sessions(
+        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+    ) -> SessionPage: ...
+
+    async def get_turn(self, turn_id: TurnId) -> TurnRecord | None: ...
+
+    async def list_turns(self, session_id: SessionId) -> list[TurnRecord]: ...
+
+    async def list_messages(
+        self, session_id: SessionId, from_seq: int | None, limit: int | None
+    ) -> list[MessageRecord]: ...
+
+    async def count_messages(self, session_id: SessionId) -> int: ...
+
+    async def list_tool_calls(self, turn_id: TurnId) -> list[ToolCallRecord]: ...
+
+    async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]: ...
+
+    async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None: ...
+
+    async def list_steps(self, session_id: SessionId) -> list[StepRecord]: ...
+
+    async def list_events(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]: ...

@@ -1,0 +1,130 @@
+"""Versioned, forward-only schema migrations. Append a new entry; never edit a released one."""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, turns, transcript, tool calls, interrupts, queue, events, steps
+    """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        phase TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        turn_count INTEGER NOT NULL DEFAULT 0,
+        current_turn_id TEXT,
+        last_turn_id TEXT,
+        last_error TEXT,
+        closed_reason TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        model_calls INTEGER NOT NULL DEFAULT 0,
+        todos TEXT NOT NULL DEFAULT '[]',
+        cancel_requested_turn TEXT,
+        close_requested INTEGER NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_expires_at REAL,
+        message_seq INTEGER NOT NULL DEFAULT 0,
+        event_seq INTEGER NOT NULL DEFAULT 0,
+        queue_seq INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX sessions_owner_created ON sessions(owner, created_at DESC, id DESC);
+    CREATE INDEX sessions_status ON sessions(status);
+
+    CREATE TABLE turns (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        queued_message_id TEXT,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        answer TEXT,
+        error TEXT,
+        model_calls INTEGER NOT NULL DEFAULT 0,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (session_id, seq)
+    );
+
+    CREATE TABLE messages (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL,
+        turn_id TEXT,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+
+    CREATE TABLE tool_calls (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        turn_id TEXT NOT NULL REFERENCES turns(id),
+        step_no INTEGER NOT NULL,
+        call_index INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        arguments TEXT NOT NULL,
+        status TEXT NOT NULL,
+        effect TEXT NOT NULL,
+        result TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        idempotency_key TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        UNIQUE (turn_id, step_no, call_index)
+    );
+
+    CREATE TABLE interrupts (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        turn_id TEXT NOT NULL REFERENCES turns(id),
+        tool_call_id TEXT,
+        kind TEXT NOT NULL,
+        status TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        resolved_at REAL
+    );
+
+    CREATE TABLE queued_messages (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL,
+        text TEXT NOT NULL,
+        status TEXT NOT NULL,
+        turn_id TEXT,
+        created_at REAL NOT NULL,
+        UNIQUE (session_id, seq)
+    );
+    CREATE INDEX queued_pending ON queued_messages(session_id, status, seq);
+
+    CREATE TABLE events (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        seq INTEGER NOT NULL,
+        turn_id TEXT,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+
+    -- One row per committed step. The unique key is the last line of defence against
+    -- two processes committing the same model call.
+    CREATE TABLE steps (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        turn_id TEXT NOT NULL REFERENCES turns(id),
+        step_no INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        process_id TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (turn_id, kind, step_no)
+    );
+    CREATE INDEX steps_session ON steps(session_id);
+    """,
+)

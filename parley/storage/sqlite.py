@@ -1,0 +1,792 @@
+"""SQLite backend of the Store port: one aiosqlite connection per process, WAL mode.
+
+Several parley processes may open the same file (every desktop client window starts its
+own server). WAL lets readers run beside the one writer, `BEGIN IMMEDIATE` takes the
+write lock up front so a transaction never fails half way on a lock upgrade, and
+`busy_timeout` makes a process wait for another's short transaction instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+
+from parley.errors import LeaseLost, StorageError
+from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.storage.base import (
+    EnqueueOutcome,
+    EventRecord,
+    MessageRecord,
+    ModelStep,
+    QueuedMessageRecord,
+    SessionPage,
+    SessionRecord,
+    StepRecord,
+    ToolCallRecord,
+    ToolCallStatus,
+    TurnRecord,
+    TurnStatus,
+)
+from parley.storage.migrations import MIGRATIONS
+
+# How long a write waits for another process's transaction before failing.
+BUSY_TIMEOUT_MS = 10_000
+
+_SESSION_COLUMNS = (
+    "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
+    "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
+    "cancel_requested_turn, close_requested, lease_owner, lease_expires_at"
+)
+_TURN_COLUMNS = (
+    "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
+    "model_calls, input_tokens, output_tokens"
+)
+_CALL_COLUMNS = (
+    "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
+    "attempts, idempotency_key, created_at, updated_at"
+)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _session(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        agent=row["agent"],
+        owner=row["owner"],
+        kind=row["kind"],
+        status=row["status"],
+        phase=row["phase"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        turn_count=row["turn_count"],
+        current_turn_id=row["current_turn_id"],
+        last_turn_id=row["last_turn_id"],
+        last_error=row["last_error"],
+        closed_reason=row["closed_reason"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        model_calls=row["model_calls"],
+        todos=json.loads(row["todos"]),
+        cancel_requested_turn=row["cancel_requested_turn"],
+        close_requested=bool(row["close_requested"]),
+        lease_owner=row["lease_owner"],
+        lease_expires_at=row["lease_expires_at"],
+    )
+
+
+def _turn(row: sqlite3.Row) -> TurnRecord:
+    return TurnRecord(
+        id=row["id"],
+        session_id=row["session_id"],
+        seq=row["seq"],
+        status=row["status"],
+        queued_message_id=row["queued_message_id"],
+        started_at=row["started_at"],
+        ended_at=row["ended_at"],
+        answer=row["answer"],
+        error=row["error"],
+        model_calls=row["model_calls"],
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+    )
+
+
+def _call(row: sqlite3.Row) -> ToolCallRecord:
+    return ToolCallRecord(
+        id=row["id"],
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        step_no=row["step_no"],
+        call_index=row["call_index"],
+        name=row["name"],
+        arguments=json.loads(row["arguments"]),
+        status=row["status"],
+        effect=row["effect"],
+        result=json.loads(row["result"]) if row["result"] is not None else None,
+        attempts=row["attempts"],
+        idempotency_key=row["idempotency_key"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
+    return QueuedMessageRecord(
+        id=row["id"],
+        session_id=row["session_id"],
+        seq=row["seq"],
+        text=row["text"],
+        status=row["status"],
+        turn_id=row["turn_id"],
+        created_at=row["created_at"],
+    )
+
+
+class SqliteStore:
+    """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
+
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self._db = db
+        self.path = path
+        # One connection serves every task of the process; transactions must not interleave.
+        self._lock = anyio.Lock()
+
+    # ------------------------------------------------------------------ plumbing
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
+        async with self._lock:
+            try:
+                await self._db.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise StorageError(f"cannot start a transaction on {self.path}: {exc}") from exc
+            try:
+                yield self._db
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._db.execute("ROLLBACK")
+                raise
+            else:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self._db.execute("COMMIT")
+                    except sqlite3.Error as exc:
+                        await self._db.execute("ROLLBACK")
+                        raise StorageError(f"cannot commit to {self.path}: {exc}") from exc
+
+    async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        async with self._lock, self._db.execute(sql, params) as cur:
+            return list(await cur.fetchall())
+
+    async def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        async with self._lock, self._db.execute(sql, params) as cur:
+            return await cur.fetchone()
+
+    @staticmethod
+    async def _check_lease(db: aiosqlite.Connection, session_id: SessionId, lease: str) -> None:
+        async with db.execute(
+            "SELECT 1 FROM sessions WHERE id = ? AND lease_owner = ?", (session_id, lease)
+        ) as cur:
+            if await cur.fetchone() is None:
+                raise LeaseLost(session_id)
+
+    @staticmethod
+    async def _next_seq(db: aiosqlite.Connection, session_id: SessionId, column: str) -> int:
+        async with db.execute(
+            f"UPDATE sessions SET {column} = {column} + 1 WHERE id = ? RETURNING {column}", (session_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise StorageError(f"session {session_id} vanished from the database")
+        return int(row[0])
+
+    async def _event(
+        self,
+        db: aiosqlite.Connection,
+        session_id: SessionId,
+        turn_id: TurnId | None,
+        kind: str,
+        data: dict[str, Any],
+        now: float,
+    ) -> None:
+        seq = await self._next_seq(db, session_id, "event_seq")
+        await db.execute(
+            "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, seq, turn_id, kind, _dumps(data), now),
+        )
+
+    async def _message(
+        self,
+        db: aiosqlite.Connection,
+        session_id: SessionId,
+        turn_id: TurnId | None,
+        role: str,
+        content: dict[str, Any],
+        now: float,
+    ) -> int:
+        seq = await self._next_seq(db, session_id, "message_seq")
+        await db.execute(
+            "INSERT INTO messages (session_id, seq, turn_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, seq, turn_id, role, _dumps(content), now),
+        )
+        return seq
+
+    async def _insert_queued(
+        self, db: aiosqlite.Connection, message: QueuedMessageRecord, now: float
+    ) -> None:
+        seq = await self._next_seq(db, message.session_id, "queue_seq")
+        await db.execute(
+            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at) "
+            "VALUES (?, ?, ?, ?, 'queued', NULL, ?)",
+            (message.id, message.session_id, seq, message.text, now),
+        )
+        await self._event(
+            db, message.session_id, None, "message_queued", {"queued_message_id": message.id}, now
+        )
+
+    # ------------------------------------------------------------------ sessions and queue
+
+    async def create_session(
+        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+    ) -> None:
+        status = "running" if first_message is not None else session.status
+        phase = "queued" if first_message is not None else None
+        async with self._tx() as db:
+            await db.execute(
+                "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session.id, session.agent, session.owner, session.kind, status, phase, now, now),
+            )
+            await self._event(db, session.id, None, "session_created", {"agent": session.agent}, now)
+            if first_message is not None:
+                await self._insert_queued(db, first_message, now)
+
+    async def enqueue_message(
+        self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
+    ) -> EnqueueOutcome:
+        async with self._tx() as db:
+            async with db.execute(
+                "SELECT status, close_requested, turn_count, "
+                "(SELECT COUNT(*) FROM queued_messages q WHERE q.session_id = s.id AND q.status = 'queued') "
+                "FROM sessions s WHERE id = ? AND owner = ?",
+                (session_id, owner),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return "not_found"
+            status, close_requested, turn_count, queued = row
+            if status == "closed" or close_requested:
+                return "closed"
+            if turn_count + queued >= max_turns:
+                return "turn_limit"
+            await self._insert_queued(db, message, now)
+            # An idle session has work now; the scheduler looks for running sessions.
+            await db.execute(
+                "UPDATE sessions SET status = 'running', phase = COALESCE(phase, 'queued'), updated_at = ? "
+                "WHERE id = ? AND status = 'idle'",
+                (now, session_id),
+            )
+            return "queued"
+
+    async def request_cancel(self, session_id: SessionId, owner: str, now: float) -> TurnId | None:
+        async with self._tx() as db:
+            async with db.execute(
+                "SELECT current_turn_id FROM sessions WHERE id = ? AND owner = ?", (session_id, owner)
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None or row[0] is None:
+                return None
+            turn_id: TurnId = row[0]
+            await db.execute(
+                "UPDATE sessions SET cancel_requested_turn = ?, updated_at = ? WHERE id = ?",
+                (turn_id, now, session_id),
+            )
+            await self._event(db, session_id, turn_id, "cancel_requested", {}, now)
+            return turn_id
+
+    async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:
+        async with self._tx() as db:
+            async with db.execute(
+                "SELECT status, current_turn_id FROM sessions WHERE id = ? AND owner = ?", (session_id, owner)
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None or row[0] == "closed":
+                return
+            status, turn_id = row
+            await db.execute(
+                "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
+                (session_id,),
+            )
+            if status != "running":
+                await db.execute(
+                    "UPDATE sessions SET status = 'closed', phase = NULL, closed_reason = ?, updated_at = ? "
+                    "WHERE id = ?",
+                    (reason, now, session_id),
+                )
+                await self._event(db, session_id, None, "session_closed", {"reason": reason}, now)
+                return
+            await db.execute(
+                "UPDATE sessions SET close_requested = 1, closed_reason = ?, cancel_requested_turn = ?, "
+                "updated_at = ? WHERE id = ?",
+                (reason, turn_id, now, session_id),
+            )
+            await self._event(db, session_id, turn_id, "close_requested", {"reason": reason}, now)
+
+    # ------------------------------------------------------------------ leases
+
+    async def try_acquire_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> bool:
+        async with self._tx() as db:
+            cur = await db.execute(
+                "UPDATE sessions SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND status = 'running' "
+                "AND (lease_owner IS NULL OR lease_expires_at < ? OR lease_owner = ?)",
+                (owner, now + ttl_s, session_id, now, owner),
+            )
+            return cur.rowcount == 1
+
+    async def renew_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> SessionRecord:
+        async with self._tx() as db:
+            async with db.execute(
+                f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? "
+                f"RETURNING {_SESSION_COLUMNS}",
+                (now + ttl_s, session_id, owner),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                raise LeaseLost(session_id)
+            return _session(row)
+
+    async def release_lease(self, session_id: SessionId, owner: str) -> None:
+        async with self._tx() as db:
+            await db.execute(
+                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = ? AND lease_owner = ?",
+                (session_id, owner),
+            )
+
+    async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
+        rows = await self._fetchall(
+            "SELECT id FROM sessions WHERE status = 'running' AND (lease_owner IS NULL OR lease_expires_at < ?) "
+            "ORDER BY updated_at LIMIT ?",
+            (now, limit),
+        )
+        return [row[0] for row in rows]
+
+    # ------------------------------------------------------------------ turn steps
+
+    async def start_turn(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, now: float
+    ) -> TurnRecord | None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "SELECT close_requested, turn_count FROM sessions WHERE id = ?", (session_id,)
+            ) as cur:
+                srow = await cur.fetchone()
+            assert srow is not None  # the lease check found the row in this transaction
+            if srow[0]:
+                return None
+            async with db.execute(
+                "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' "
+                "ORDER BY seq LIMIT 1",
+                (session_id,),
+            ) as cur:
+                qrow = await cur.fetchone()
+            if qrow is None:
+                return None
+            queued_id, text = qrow
+            seq = srow[1] + 1
+            await db.execute(
+                "UPDATE queued_messages SET status = 'consumed', turn_id = ? WHERE id = ?",
+                (turn_id, queued_id),
+            )
+            await db.execute(
+                "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at) "
+                "VALUES (?, ?, ?, 'running', ?, ?)",
+                (turn_id, session_id, seq, queued_id, now),
+            )
+            await self._message(db, session_id, turn_id, "user", {"text": text}, now)
+            await db.execute(
+                "UPDATE sessions SET status = 'running', phase = 'model', current_turn_id = ?, last_turn_id = ?, "
+                "turn_count = ?, updated_at = ? WHERE id = ?",
+                (turn_id, turn_id, seq, now, session_id),
+            )
+            await self._event(db, session_id, turn_id, "turn_started", {"queued_message_id": queued_id}, now)
+            async with db.execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,)) as cur:
+                row = await cur.fetchone()
+            assert row is not None
+            return _turn(row)
+
+    async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            try:
+                await db.execute(
+                    "INSERT INTO steps (session_id, turn_id, step_no, kind, process_id, input_tokens, "
+                    "output_tokens, created_at) VALUES (?, ?, ?, 'model', ?, ?, ?, ?)",
+                    (
+                        session_id,
+                        step.turn_id,
+                        step.step_no,
+                        lease,
+                        step.input_tokens,
+                        step.output_tokens,
+                        now,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise LeaseLost(session_id) from exc
+            await self._message(db, session_id, step.turn_id, "assistant", step.assistant, now)
+            for call in step.tool_calls:
+                await db.execute(
+                    "INSERT INTO tool_calls (id, session_id, turn_id, step_no, call_index, name, arguments, "
+                    "status, effect, idempotency_key, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                    (
+                        call.id,
+                        session_id,
+                        step.turn_id,
+                        step.step_no,
+                        call.call_index,
+                        call.name,
+                        _dumps(call.arguments),
+                        call.effect,
+                        f"{session_id}/{step.turn_id}/{call.id}",
+                        now,
+                        now,
+                    ),
+                )
+            await db.execute(
+                "UPDATE turns SET model_calls = model_calls + 1, input_tokens = input_tokens + ?, "
+                "output_tokens = output_tokens + ? WHERE id = ?",
+                (step.input_tokens, step.output_tokens, step.turn_id),
+            )
+            await db.execute(
+                "UPDATE sessions SET model_calls = model_calls + 1, input_tokens = input_tokens + ?, "
+                "output_tokens = output_tokens + ?, phase = ?, updated_at = ? WHERE id = ?",
+                (
+                    step.input_tokens,
+                    step.output_tokens,
+                    "tools" if step.tool_calls else "model",
+                    now,
+                    session_id,
+                ),
+            )
+            await self._event(
+                db,
+                session_id,
+                step.turn_id,
+                "model_step",
+                {
+                    "step_no": step.step_no,
+                    "text": step.assistant.get("text", ""),
+                    "tool_calls": len(step.tool_calls),
+                },
+                now,
+            )
+
+    async def mark_tool_call_started(
+        self, session_id: SessionId, lease: str, call_id: ToolCallId, now: float
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "UPDATE tool_calls SET status = 'running', attempts = attempts + 1, updated_at = ? "
+                "WHERE id = ? RETURNING turn_id, name",
+                (now, call_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is not None:
+                await self._event(
+                    db, session_id, row[0], "tool_started", {"call_id": call_id, "tool": row[1]}, now
+                )
+
+    async def commit_tool_result(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        result: dict[str, Any],
+        now: float,
+        todos: list[dict[str, Any]] | None = None,
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "UPDATE tool_calls SET status = ?, result = ?, updated_at = ? WHERE id = ? RETURNING turn_id, name",
+                (status, _dumps(result), now, call_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                raise StorageError(f"tool call {call_id} is not stored")
+            turn_id, name = row
+            await self._message(
+                db,
+                session_id,
+                turn_id,
+                "tool",
+                {"tool_call_id": call_id, "name": name, "status": status, **result},
+                now,
+            )
+            if todos is not None:
+                await db.execute("UPDATE sessions SET todos = ? WHERE id = ?", (_dumps(todos), session_id))
+            await self._event(
+                db,
+                session_id,
+                turn_id,
+                "tool_finished",
+                {"call_id": call_id, "tool": name, "status": status},
+                now,
+            )
+
+    async def finish_turn(
+        self,
+        session_id: SessionId,
+        lease: str,
+        turn_id: TurnId,
+        status: TurnStatus,
+        answer: str | None,
+        error: str | None,
+        now: float,
+        close_reason: str | None = None,
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "SELECT id FROM tool_calls WHERE turn_id = ? AND status IN ('pending', 'running') ORDER BY step_no, "
+                "call_index",
+                (turn_id,),
+            ) as cur:
+                unfinished = [r[0] for r in await cur.fetchall()]
+            for call_id in unfinished:
+                await db.execute(
+                    "UPDATE tool_calls SET status = 'cancelled', updated_at = ? WHERE id = ?", (now, call_id)
+                )
+            await db.execute(
+                "UPDATE turns SET status = ?, answer = ?, error = ?, ended_at = ? WHERE id = ?",
+                (status, answer, error, now, turn_id),
+            )
+            async with db.execute(
+                "SELECT close_requested, closed_reason FROM sessions WHERE id = ?", (session_id,)
+            ) as cur:
+                srow = await cur.fetchone()
+            assert srow is not None
+            if close_reason is None and srow[0]:
+                close_reason = srow[1] or "closed by the caller"
+            await db.execute(
+                "UPDATE sessions SET current_turn_id = NULL, cancel_requested_turn = NULL, phase = NULL, "
+                "last_error = CASE WHEN ? IS NULL THEN last_error ELSE ? END, updated_at = ? WHERE id = ?",
+                (error, error, now, session_id),
+            )
+            await self._event(db, session_id, turn_id, "turn_ended", {"status": status, "error": error}, now)
+            if close_reason is not None:
+                await db.execute(
+                    "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
+                    (session_id,),
+                )
+                await db.execute(
+                    "UPDATE sessions SET status = 'closed', closed_reason = ? WHERE id = ?",
+                    (close_reason, session_id),
+                )
+                await self._event(db, session_id, None, "session_closed", {"reason": close_reason}, now)
+                return
+            await self._settle(db, session_id, now)
+
+    async def _settle(self, db: aiosqlite.Connection, session_id: SessionId, now: float) -> bool:
+        """Running with a queue stays running; otherwise idle. Returns True when the session rests."""
+        async with db.execute(
+            "SELECT COUNT(*) FROM queued_messages WHERE session_id = ? AND status = 'queued'", (session_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        if row is not None and row[0] > 0:
+            await db.execute(
+                "UPDATE sessions SET status = 'running', phase = 'queued', updated_at = ? WHERE id = ?",
+                (now, session_id),
+            )
+            return False
+        await db.execute(
+            "UPDATE sessions SET status = 'idle', phase = NULL, updated_at = ? WHERE id = ?",
+            (now, session_id),
+        )
+        return True
+
+    async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "SELECT close_requested, closed_reason, current_turn_id FROM sessions WHERE id = ?",
+                (session_id,),
+            ) as cur:
+                row = await cur.fetchone()
+            assert row is not None
+            if row[2] is not None:
+                return False
+            if row[0]:
+                await db.execute(
+                    "UPDATE sessions SET status = 'closed', phase = NULL, updated_at = ? WHERE id = ?",
+                    (now, session_id),
+                )
+                await self._event(db, session_id, None, "session_closed", {"reason": row[1]}, now)
+                return True
+            return await self._settle(db, session_id, now)
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_session(self, session_id: SessionId) -> SessionRecord | None:
+        row = await self._fetchone(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+        return _session(row) if row is not None else None
+
+    async def list_sessions(
+        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+    ) -> SessionPage:
+        where = ["owner = ?"]
+        params: list[Any] = [owner]
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if agent is not None:
+            where.append("agent = ?")
+            params.append(agent)
+        if cursor is not None:
+            created_at, _, last_id = cursor.partition("|")
+            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
+            params.extend([float(created_at), float(created_at), last_id])
+        rows = await self._fetchall(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+            (*params, limit + 1),
+        )
+        sessions = [_session(r) for r in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = sessions[-1]
+            next_cursor = f"{last.created_at!r}|{last.id}"
+        return SessionPage(sessions=sessions, next_cursor=next_cursor)
+
+    async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
+        row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
+        return _turn(row) if row is not None else None
+
+    async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,)
+        )
+        return [_turn(r) for r in rows]
+
+    async def list_messages(
+        self, session_id: SessionId, from_seq: int | None, limit: int | None
+    ) -> list[MessageRecord]:
+        sql = "SELECT session_id, seq, turn_id, role, content, created_at FROM messages WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if from_seq is not None:
+            sql += " AND seq >= ?"
+            params.append(from_seq)
+        sql += " ORDER BY seq"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = await self._fetchall(sql, tuple(params))
+        return [
+            MessageRecord(
+                session_id=r["session_id"],
+                seq=r["seq"],
+                turn_id=r["turn_id"],
+                role=r["role"],
+                content=json.loads(r["content"]),
+                created_at=r["created_at"],
+            )
+            for r in rows
+        ]
+
+    async def count_messages(self, session_id: SessionId) -> int:
+        row = await self._fetchone("SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,))
+        return int(row[0]) if row is not None else 0
+
+    async def list_tool_calls(self, turn_id: TurnId) -> list[ToolCallRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index",
+            (turn_id,),
+        )
+        return [_call(r) for r in rows]
+
+    async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]:
+        rows = await self._fetchall(
+            "SELECT id, session_id, seq, text, status, turn_id, created_at FROM queued_messages "
+            "WHERE session_id = ? AND status = 'queued' ORDER BY seq",
+            (session_id,),
+        )
+        return [_queued(r) for r in rows]
+
+    async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None:
+        row = await self._fetchone(
+            "SELECT id, session_id, seq, text, status, turn_id, created_at FROM queued_messages WHERE id = ?",
+            (message_id,),
+        )
+        return _queued(row) if row is not None else None
+
+    async def list_steps(self, session_id: SessionId) -> list[StepRecord]:
+        rows = await self._fetchall(
+            "SELECT session_id, turn_id, step_no, kind, process_id, input_tokens, output_tokens, created_at "
+            "FROM steps WHERE session_id = ? ORDER BY created_at, step_no",
+            (session_id,),
+        )
+        return [
+            StepRecord(
+                session_id=r[0],
+                turn_id=r[1],
+                step_no=r[2],
+                kind=r[3],
+                process_id=r[4],
+                input_tokens=r[5],
+                output_tokens=r[6],
+                created_at=r[7],
+            )
+            for r in rows
+        ]
+
+    async def list_events(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]:
+        rows = await self._fetchall(
+            "SELECT session_id, seq, turn_id, kind, data, created_at FROM events WHERE session_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (session_id, after_seq, limit),
+        )
+        return [
+            EventRecord(
+                session_id=r[0], seq=r[1], turn_id=r[2], kind=r[3], data=json.loads(r[4]), created_at=r[5]
+            )
+            for r in rows
+        ]
+
+
+async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
+    await db.execute("BEGIN IMMEDIATE")
+    try:
+        await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        async with db.execute("SELECT MAX(version) FROM schema_version") as cur:
+            row = await cur.fetchone()
+        current = int(row[0]) if row is not None and row[0] is not None else 0
+        if current > len(MIGRATIONS):
+            raise StorageError(
+                f"{path} has schema version {current}, newer than this parley knows ({len(MIGRATIONS)}); "
+                "upgrade parley or point --db at another file"
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            for statement in MIGRATIONS[version - 1].split(";"):
+                if statement.strip():
+                    await db.execute(statement)
+            await db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        await db.execute("COMMIT")
+    except BaseException:
+        await db.execute("ROLLBACK")
+        raise
+
+
+@asynccontextmanager
+async def open_sqlite_store(path: Path) -> AsyncIterator[SqliteStore]:
+    """Open (creating and migrating as needed) the SQLite database at `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        db = await aiosqlite.connect(str(path), isolation_level=None)
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot open database {path}: {exc}") from exc
+    try:
+        db.row_factory = sqlite3.Row
+        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        await db.execute("PRAGMA journal_mode = WAL")
+        # FULL: a committed step survives a power loss too, not only a process crash.
+        await db.execute("PRAGMA synchronous = FULL")
+        await db.execute("PRAGMA foreign_keys = ON")
+        await _migrate(db, path)
+        yield SqliteStore(db, path)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await db.close()
