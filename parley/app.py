@@ -21,6 +21,7 @@ from parley.runtime.model import ModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
+from parley.server.stdio import run_stdio
 from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
 from parley.storage.sqlite import SqliteStore, open_sqlite_store
 
@@ -87,6 +88,6 @@ async def serve_stdio(config: ServerConfig) -> None:
         server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__)
         async with anyio.create_task_group() as tg:
             tg.start_soon(_cancel_on_signal, tg.cancel_scope)
-            await server.run_stdio_async()
+            await run_stdio(server)
             logger.info("stdin closed; shutting down")
             tg.cancel_scope.cancel()

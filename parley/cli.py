@@ -114,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Its DEBUG lines log every SQL statement with its parameters, i.e. users' messages.
+    logging.getLogger("aiosqlite").setLevel(logging.INFO)
     try:
         return int(args.func(args))
     except ConfigError as exc:

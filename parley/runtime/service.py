@@ -27,6 +27,7 @@ from parley.ids import (
     is_session_id,
     new_queued_message_id,
     new_session_id,
+    new_turn_id,
 )
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import (
@@ -253,7 +254,7 @@ class SessionService:
     async def cancel_turn(self, owner: str, session_id: str, wait_seconds: float | None) -> TurnOutcome:
         session = await self._owned(owner, session_id)
         wait_s = self._wait_s(wait_seconds)
-        turn_id = await self._store.request_cancel(session.id, owner, self._clock())
+        turn_id = await self._store.request_cancel(session.id, owner, self._clock(), new_turn_id())
         if turn_id is None:
             # Nothing runs: cancelling is idempotent, so report how the last turn ended.
             latest = await self._store.get_session(session.id) or session

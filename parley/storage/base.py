@@ -171,8 +171,12 @@ class Store(Protocol):
         self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
     ) -> EnqueueOutcome: ...
 
-    async def request_cancel(self, session_id: SessionId, owner: str, now: float) -> TurnId | None:
-        """Mark the running turn (if any) for cancellation; returns its id."""
+    async def request_cancel(
+        self, session_id: SessionId, owner: str, now: float, queued_turn_id: TurnId
+    ) -> TurnId | None:
+        """Mark the running turn for cancellation and return its id. When the session's next
+        message is accepted but not yet taken into a turn, record it as a cancelled turn with
+        id `queued_turn_id` instead. None when nothing runs."""
         ...
 
     async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:

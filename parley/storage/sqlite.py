@@ -278,14 +278,23 @@ class SqliteStore:
             )
             return "queued"
 
-    async def request_cancel(self, session_id: SessionId, owner: str, now: float) -> TurnId | None:
+    async def request_cancel(
+        self, session_id: SessionId, owner: str, now: float, queued_turn_id: TurnId
+    ) -> TurnId | None:
         async with self._tx() as db:
             async with db.execute(
-                "SELECT current_turn_id FROM sessions WHERE id = ? AND owner = ?", (session_id, owner)
+                "SELECT current_turn_id, status, turn_count FROM sessions WHERE id = ? AND owner = ?",
+                (session_id, owner),
             ) as cur:
                 row = await cur.fetchone()
-            if row is None or row[0] is None:
+            if row is None:
                 return None
+            if row[0] is None:
+                if row[1] != "running":
+                    return None
+                # The caller's message is accepted but no process has taken it into a turn yet:
+                # it becomes a turn that is cancelled before it starts.
+                return await self._cancel_first_queued(db, session_id, queued_turn_id, row[2] + 1, now)
             turn_id: TurnId = row[0]
             await db.execute(
                 "UPDATE sessions SET cancel_requested_turn = ?, updated_at = ? WHERE id = ?",
@@ -293,6 +302,34 @@ class SqliteStore:
             )
             await self._event(db, session_id, turn_id, "cancel_requested", {}, now)
             return turn_id
+
+    async def _cancel_first_queued(
+        self, db: aiosqlite.Connection, session_id: SessionId, turn_id: TurnId, seq: int, now: float
+    ) -> TurnId | None:
+        async with db.execute(
+            "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq LIMIT 1",
+            (session_id,),
+        ) as cur:
+            qrow = await cur.fetchone()
+        if qrow is None:
+            return None
+        queued_id, text = qrow
+        await db.execute(
+            "UPDATE queued_messages SET status = 'consumed', turn_id = ? WHERE id = ?", (turn_id, queued_id)
+        )
+        await db.execute(
+            "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at, ended_at) "
+            "VALUES (?, ?, ?, 'cancelled', ?, ?, ?)",
+            (turn_id, session_id, seq, queued_id, now, now),
+        )
+        await self._message(db, session_id, turn_id, "user", {"text": text}, now)
+        await db.execute(
+            "UPDATE sessions SET turn_count = ?, last_turn_id = ?, updated_at = ? WHERE id = ?",
+            (seq, turn_id, now, session_id),
+        )
+        await self._event(db, session_id, turn_id, "turn_ended", {"status": "cancelled", "error": None}, now)
+        await self._settle(db, session_id, now)
+        return turn_id
 
     async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:
         async with self._tx() as db:

@@ -1,0 +1,222 @@
+"""Test harness: `parley serve` as a real subprocess, driven by the mcp SDK's real client.
+
+The harness owns the server's pipes (instead of letting the SDK spawn it) so a test can
+close stdin, send SIGTERM or SIGKILL, and read the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp.types as types
+import yaml
+from anyio.abc import Process
+from mcp import Client
+from mcp.shared.message import SessionMessage
+
+# One deadline for every indefinite wait in the tests; generous for subprocesses on 2 cores.
+TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
+
+FAST_RUNTIME = {
+    "poll_interval_s": 0.1,
+    "lease_ttl_s": 1.0,
+    "default_wait_s": 20.0,
+    "max_wait_s": 30.0,
+    "max_message_chars": 5000,
+}
+
+
+def write_config(
+    directory: Path,
+    *,
+    db_name: str = "parley.db",
+    runtime: dict[str, Any] | None = None,
+    agents: dict[str, dict[str, Any]] | None = None,
+) -> Path:
+    """Write parley.yaml (fast timings) and agent files into `directory`; return the config path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
+    path = directory / "parley.yaml"
+    path.write_text(yaml.safe_dump(config))
+    if agents:
+        agents_dir = directory / "configs" / "agents"
+        agents_dir.mkdir(parents=True, exist_ok=True)
+        for name, body in agents.items():
+            (agents_dir / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **body}))
+    return path
+
+
+class ServerProcess:
+    """One `parley serve` process. Use as an async context manager; it is killed on exit."""
+
+    def __init__(self, config_path: Path, *, name: str = "server") -> None:
+        self.config_path = config_path
+        self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
+        self._process: Process | None = None
+
+    @property
+    def process(self) -> Process:
+        assert self._process is not None, "the server is not started"
+        return self._process
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    async def start(self) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("PARLEY_DB", None)
+        self._log = self.log_path.open("ab")
+        self._process = await anyio.open_process(
+            [
+                sys.executable,
+                "-m",
+                "parley",
+                "serve",
+                "--config",
+                str(self.config_path),
+                "--log-level",
+                "DEBUG",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            env=env,
+        )
+
+    async def __aenter__(self) -> ServerProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
+            with anyio.move_on_after(TEST_DEADLINE_S, shield=True):
+                await self._process.wait()
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def process_id(self) -> str:
+        """parley's own process id (proc_...), read from the server's log."""
+        for line in self.log().splitlines():
+            if " started as " in line:
+                return line.split(" started as ", 1)[1].split()[0]
+        raise AssertionError("the server has not logged its process id yet:\n" + self.log())
+
+    @asynccontextmanager
+    async def transport(self) -> AsyncIterator[tuple[Any, Any]]:
+        """Read/write streams over the process pipes, for `mcp.Client`."""
+        process = self.process
+        assert process.stdout is not None and process.stdin is not None
+        to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](100)
+        to_server, from_client = anyio.create_memory_object_stream[SessionMessage](100)
+
+        async def read_stdout() -> None:
+            buffer = b""
+            try:
+                async for chunk in process.stdout:  # type: ignore[union-attr]
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                            await to_client.send(SessionMessage(msg))
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                pass
+            finally:
+                to_client.close()
+
+        async def write_stdin() -> None:
+            try:
+                async for message in from_client:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                    await process.stdin.send(data.encode())  # type: ignore[union-attr]
+            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                to_client.close()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read_stdout)
+            tg.start_soon(write_stdin)
+            try:
+                yield from_server, to_server
+            finally:
+                tg.cancel_scope.cancel()
+        for stream in (to_client, from_server, to_server, from_client):
+            stream.close()
+
+    @asynccontextmanager
+    async def client(self, mode: str = "auto") -> AsyncIterator[Client]:
+        async with Client(self.transport(), mode=mode) as client:  # type: ignore[arg-type]
+            yield client
+
+    async def close_stdin(self) -> None:
+        assert self.process.stdin is not None
+        await self.process.stdin.aclose()
+
+    def send_signal(self, signum: int) -> None:
+        self.process.send_signal(signal.Signals(signum))
+
+    async def wait_exit(self, timeout_s: float = TEST_DEADLINE_S) -> int:
+        with anyio.fail_after(timeout_s):
+            return await self.process.wait()
+
+
+@asynccontextmanager
+async def running_server(
+    config_path: Path, mode: str = "auto", name: str = "server"
+) -> AsyncIterator[tuple[ServerProcess, Client]]:
+    async with ServerProcess(config_path, name=name) as server, server.client(mode) as client:
+        yield server, client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    """Call a tool that must succeed; return its structured content."""
+    with anyio.fail_after(TEST_DEADLINE_S + 60):
+        result = await client.call_tool(tool, arguments)
+    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+    assert not result.is_error, f"{tool} failed: {text}"
+    assert result.structured_content is not None
+    return dict(result.structured_content)
+
+
+async def call_error(client: Client, tool: str, **arguments: Any) -> str:
+    """Call a tool that must be refused; return its error text."""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        result = await client.call_tool(tool, arguments)
+    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+    assert result.is_error, f"{tool} should have been refused but returned: {text}"
+    return text
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str, interval_s: float = 0.05) -> None:
+    """Poll `check` until it is true, failing after the test deadline."""
+    try:
+        with anyio.fail_after(TEST_DEADLINE_S):
+            # The state lives in another process (its database rows); there is no event to await.
+            while not await check():  # noqa: ASYNC110
+                await anyio.sleep(interval_s)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {TEST_DEADLINE_S}s waiting for {what}") from None
+
+
+def db_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Read the real database file directly (what a second tool or an operator would see)."""
+    import sqlite3
+
+    with sqlite3.connect(db_path, timeout=10) as conn:
+        return list(conn.execute(sql, params).fetchall())
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value)

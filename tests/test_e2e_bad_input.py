@@ -1,0 +1,103 @@
+"""Bad input gets a tool error that says what to fix; the server keeps serving; nothing is stored."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from tests.support import call, call_error, db_rows, running_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+MAX_CHARS = 5000  # tests/support.py FAST_RUNTIME max_message_chars
+
+
+@dataclass
+class Served:
+    client: Client
+    db: Path
+
+
+@pytest.fixture(scope="module", params=["legacy", "auto"])
+async def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Served]:
+    directory = tmp_path_factory.mktemp(f"bad-{request.param}")
+    config = write_config(directory)
+    async with running_server(config, mode=request.param) as (_, client):
+        yield Served(client, directory / "parley.db")
+
+
+def _counts(db: Path) -> tuple[Any, ...]:
+    return tuple(
+        db_rows(db, f"SELECT COUNT(*) FROM {table}")[0][0]
+        for table in ("sessions", "turns", "messages", "queued_messages", "events")
+    )
+
+
+async def _refused(served: Served, tool: str, **arguments: Any) -> str:
+    before = _counts(served.db)
+    text = await call_error(served.client, tool, **arguments)
+    assert _counts(served.db) == before, f"{tool} was refused but changed the database"
+    return text
+
+
+async def test_unknown_agent_is_refused_with_the_known_names(served: Served) -> None:
+    text = await _refused(served, "start_session", agent="nope", message="hi")
+    assert "No agent named 'nope'" in text and "demo" in text
+
+
+async def test_unknown_and_malformed_session_ids_get_the_same_not_found(served: Served) -> None:
+    unknown = await _refused(served, "send_message", session_id="ses_" + "0" * 32, message="hi")
+    malformed = await _refused(served, "send_message", session_id="../etc/passwd", message="hi")
+    assert "No session" in unknown and "No session" in malformed
+    assert "list_sessions" in unknown
+    await _refused(served, "get_session", session_id="ses_" + "f" * 32)
+    await _refused(served, "cancel_turn", session_id="nope")
+    await _refused(served, "close_session", session_id="")
+
+
+async def test_empty_and_oversized_messages_are_refused(served: Served) -> None:
+    sid = (await call(served.client, "start_session", agent="demo"))["session_id"]
+    empty = await _refused(served, "send_message", session_id=sid, message="   \n ")
+    assert "'message'" in empty and "empty" in empty
+    huge = await _refused(served, "send_message", session_id=sid, message="x" * (MAX_CHARS + 1))
+    assert f"the limit is {MAX_CHARS}" in huge
+    oversized_start = await _refused(served, "start_session", agent="demo", message="y" * (MAX_CHARS + 1))
+    assert "limit" in oversized_start
+    ok = await call(served.client, "send_message", session_id=sid, message="x" * MAX_CHARS)
+    assert ok["status"] == "answered"
+
+
+async def test_wrong_argument_types_and_unknown_arguments_name_the_field(served: Served) -> None:
+    text = await _refused(served, "send_message", session_id=42, message="hi")
+    assert "'session_id'" in text
+    text = await _refused(served, "start_session", agent="demo", message="hi", wait_seconds="soon")
+    assert "'wait_seconds'" in text
+    text = await _refused(served, "start_session", agent="demo", message="hi", wait_seconds=-1)
+    assert "'wait_seconds'" in text
+    text = await _refused(served, "start_session", agent="demo", mesage="typo")
+    assert "'mesage'" in text and "message" in text
+    text = await _refused(served, "send_message", message="no session")
+    assert "'session_id'" in text
+    text = await _refused(served, "get_session", session_id="ses_" + "0" * 32, messages_limit=0)
+    assert "'messages_limit'" in text
+    text = await _refused(served, "list_sessions", cursor="garbage")
+    assert "'cursor'" in text
+
+
+async def test_send_message_to_a_closed_session_is_refused(served: Served) -> None:
+    sid = (await call(served.client, "start_session", agent="demo", message="hi"))["session_id"]
+    await call(served.client, "close_session", session_id=sid)
+    text = await _refused(served, "send_message", session_id=sid, message="are you there?")
+    assert "closed" in text and "start_session" in text
+
+
+async def test_the_server_keeps_serving_after_refusals(served: Served) -> None:
+    outcome = await call(served.client, "start_session", agent="demo", message="still fine")
+    assert outcome["status"] == "answered"
