@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
+from anyio.abc import TaskStatus
 
 from parley import __version__
 from parley.config import ServerConfig
@@ -75,19 +77,24 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
                 tg.cancel_scope.cancel()
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
+async def _cancel_on_signal(scope: anyio.CancelScope, *, task_status: TaskStatus[None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for signum in signals:
             logger.info("received %s; shutting down", signal.Signals(signum).name)
             scope.cancel()
             return
 
 
-async def serve_stdio(config: ServerConfig) -> None:
+async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
+    """Serve over stdio; `ready_hint` is written to stderr once the server listens."""
     async with running_app(config) as app:
         server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            await tg.start(_cancel_on_signal, tg.cancel_scope)
+            if ready_hint:
+                sys.stderr.write(ready_hint)
+                sys.stderr.flush()
             await run_stdio(server)
             logger.info("stdin closed; shutting down")
             tg.cancel_scope.cancel()

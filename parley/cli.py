@@ -34,11 +34,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
     from parley.app import serve_stdio
 
+    hint = None
     if sys.stdin.isatty():
         exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
-        sys.stderr.write(CONNECT_HINT.format(version=__version__, db=config.db_path, exe=exe))
-        sys.stderr.flush()
-    anyio.run(serve_stdio, config)
+        hint = CONNECT_HINT.format(version=__version__, db=config.db_path, exe=exe)
+    anyio.run(serve_stdio, config, hint)
     return 0
 
 

@@ -1,0 +1,113 @@
+"""The `parley` command line: serve's terminal hint, configuration errors, reading the store."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+import yaml
+
+from parley.config import DEMO_AGENT, AgentConfig
+from tests.support import TEST_DEADLINE_S, call, running_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _parley(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "parley", *args],
+        capture_output=True,
+        text=True,
+        timeout=TEST_DEADLINE_S,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_shipped_demo_agent_file_matches_the_built_in_agent() -> None:
+    data = yaml.safe_load((REPO / "configs" / "agents" / "demo.yaml").read_text())
+    assert AgentConfig.model_validate(data) == DEMO_AGENT
+
+
+def test_serve_refuses_an_invalid_configuration_naming_file_and_field(tmp_path: Path) -> None:
+    config = write_config(tmp_path, agents={"bad": {"model": {"provider": "gpt-9"}}})
+    result = _parley("serve", "--config", str(config))
+    assert result.returncode == 2
+    assert "PARLEY-C003" in result.stderr
+    assert "bad.yaml" in result.stderr and "model.provider" in result.stderr
+    assert result.stdout == ""
+
+
+def test_serve_on_a_terminal_prints_how_to_connect(tmp_path: Path) -> None:
+    primary, secondary = pty.openpty()
+    try:
+        with subprocess.Popen(
+            [sys.executable, "-m", "parley", "serve", "--db", str(tmp_path / "t.db")],
+            stdin=secondary,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as process:
+            try:
+                seen = ""
+                assert process.stderr is not None
+                for line in process.stderr:
+                    seen += line
+                    if "Waiting for MCP messages" in line:
+                        break
+                assert "claude mcp add parley" in seen
+                assert str(tmp_path / "t.db") in seen
+            finally:
+                process.terminate()
+                process.wait(timeout=TEST_DEADLINE_S)
+        assert process.returncode == 0
+    finally:
+        os.close(primary)
+        os.close(secondary)
+
+
+async def test_sessions_list_and_show_read_the_store(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    async with running_server(config) as (_, client):
+        outcome = await call(client, "start_session", agent="demo", message="for the record")
+    sid = outcome["session_id"]
+    listed = await anyio.to_thread.run_sync(_parley, "sessions", "--config", str(config), "list")
+    assert listed.returncode == 0, listed.stderr
+    assert sid in listed.stdout and "idle" in listed.stdout
+    shown = await anyio.to_thread.run_sync(_parley, "sessions", "--config", str(config), "show", sid)
+    assert shown.returncode == 0, shown.stderr
+    assert "for the record" in shown.stdout
+    assert "You said: for the record (message 1 of this session)" in shown.stdout
+    missing = await anyio.to_thread.run_sync(_parley, "sessions", "--config", str(config), "show", "ses_nope")
+    assert missing.returncode == 1 and "no session" in missing.stderr
+
+
+async def test_tools_publish_flat_input_schemas_output_schemas_and_annotations(tmp_path: Path) -> None:
+    async with running_server(write_config(tmp_path)) as (_, client):
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) >= {
+        "list_agents",
+        "start_session",
+        "send_message",
+        "get_session",
+        "list_sessions",
+        "cancel_turn",
+        "close_session",
+    }
+    for tool in tools.values():
+        assert tool.input_schema["type"] == "object"
+        assert not {"oneOf", "anyOf", "allOf"} & set(tool.input_schema), tool.name
+        assert tool.output_schema is not None and tool.output_schema["type"] == "object", tool.name
+        assert tool.annotations is not None and tool.annotations.read_only_hint is not None, tool.name
+    assert tools["get_session"].annotations.read_only_hint is True  # type: ignore[union-attr]
+    assert tools["send_message"].annotations.destructive_hint is False  # type: ignore[union-attr]
+    assert tools["cancel_turn"].annotations.destructive_hint is True  # type: ignore[union-attr]
+    session_id = tools["send_message"].input_schema["properties"]["session_id"]
+    assert session_id["x-mcp-header"] == "Session-Id"
