@@ -7,11 +7,13 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
+import uvicorn
 from anyio.abc import TaskStatus
 
 from parley import __version__
@@ -23,6 +25,7 @@ from parley.runtime.model import ModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
+from parley.server.http import QuietUvicorn, build_http_app, check_bind
 from parley.server.stdio import run_stdio
 from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
 from parley.storage.sqlite import SqliteStore, open_sqlite_store
@@ -37,21 +40,28 @@ class App:
     store: SqliteStore
     process_id: str
 
+    async def health(self) -> dict[str, Any]:
+        return {
+            "process_id": self.process_id,
+            "running_turns": len(self.scheduler.driving),
+            "leased_sessions": len(self.scheduler.driving),
+            "downstream_connections": 0,
+        }
+
 
 @asynccontextmanager
 async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     """Open the store and run the scheduler for as long as the context is open.
 
-    Leaving the context stops every driver where it is; their leases are released so the
-    next process resumes the unfinished turns at once.
+    Leaving the context drains: running steps may finish within the shutdown grace period,
+    then every driver stops where it is and releases its lease, so the next process resumes
+    the unfinished turns at once.
     """
     clock = time.time
     async with open_sqlite_store(config.db_path) as store:
         signals = SessionSignals()
         process_id = new_process_id()
-        timings = DriverTimings(
-            lease_ttl_s=config.runtime.lease_ttl_s, poll_interval_s=config.runtime.poll_interval_s
-        )
+        timings = DriverTimings(lease_ttl_s=config.runtime.lease_ttl_s, poll_interval_s=config.runtime.poll_interval_s)
         models: dict[str, ModelClient] = {"demo": DemoModelClient()}
         driver = SessionDriver(
             store=store,
@@ -65,36 +75,82 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
-        service = SessionService(
-            store=store, agents=config.agents, signals=signals, runtime=config.runtime, clock=clock
-        )
+        service = SessionService(store=store, agents=config.agents, signals=signals, runtime=config.runtime, clock=clock)
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)
             logger.info("parley %s started as %s on %s", __version__, process_id, config.db_path)
             try:
                 yield App(service=service, scheduler=scheduler, store=store, process_id=process_id)
             finally:
+                with anyio.CancelScope(shield=True):
+                    await scheduler.drain(config.runtime.shutdown_grace_s)
                 tg.cancel_scope.cancel()
+        logger.info("parley %s stopped", process_id)
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope, *, task_status: TaskStatus[None]) -> None:
+async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
         async for signum in signals:
             logger.info("received %s; shutting down", signal.Signals(signum).name)
-            scope.cancel()
+            stop()
             return
 
 
 async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
-    """Serve over stdio; `ready_hint` is written to stderr once the server listens."""
+    """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
     async with running_app(config) as app:
         server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__)
         async with anyio.create_task_group() as tg:
-            await tg.start(_cancel_on_signal, tg.cancel_scope)
+            await tg.start(_on_signal, tg.cancel_scope.cancel)
             if ready_hint:
                 sys.stderr.write(ready_hint)
                 sys.stderr.flush()
             await run_stdio(server)
             logger.info("stdin closed; shutting down")
             tg.cancel_scope.cancel()
+
+
+async def serve_http(
+    config: ServerConfig,
+    host: str,
+    port: int,
+    insecure_bind: bool,
+    on_listening: Callable[[str, int], Awaitable[None]] | None = None,
+) -> None:
+    check_bind(host, insecure_bind)
+    async with running_app(config) as app:
+        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__)
+        starlette_app = build_http_app(server, host, app.health)
+        uv = QuietUvicorn(
+            uvicorn.Config(
+                starlette_app,
+                host=host,
+                port=port,
+                log_level="warning",
+                lifespan="on",
+                # Waiting calls end at once on shutdown; their turns go on in the next process.
+                timeout_graceful_shutdown=1,
+            )
+        )
+
+        def stop() -> None:
+            uv.should_exit = True
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(_on_signal, stop)
+            tg.start_soon(_announce, uv, on_listening)
+            await uv.serve()
+            tg.cancel_scope.cancel()
+
+
+async def _announce(uv: uvicorn.Server, on_listening: Callable[[str, int], Awaitable[None]] | None) -> None:
+    while not uv.started:
+        await anyio.sleep(0.05)
+    for server in uv.servers:
+        for sock in server.sockets:
+            host, port = sock.getsockname()[:2]
+            logger.info("listening on http://%s:%d/mcp", host, port)
+            if on_listening is not None:
+                await on_listening(host, port)
+            return

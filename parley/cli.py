@@ -34,6 +34,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
     from parley.app import serve_stdio
 
+    if args.http:
+        from parley.app import serve_http
+
+        host = args.host or config.http.host
+        port = config.http.port if args.port is None else args.port
+
+        async def announce(bound_host: str, bound_port: int) -> None:
+            sys.stderr.write(f"parley {__version__}: serving MCP at http://{bound_host}:{bound_port}/mcp\n")
+            sys.stderr.flush()
+
+        anyio.run(serve_http, config, host, port, args.insecure_bind, announce)
+        return 0
     hint = None
     if sys.stdin.isatty():
         exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
@@ -90,8 +102,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", help="server config file (parley.yaml); also PARLEY_CONFIG")
         p.add_argument("--db", help="SQLite database file; also PARLEY_DB")
 
-    serve = sub.add_parser("serve", help="serve MCP over stdio")
+    serve = sub.add_parser("serve", help="serve MCP over stdio (default) or streamable HTTP")
     common(serve)
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
+    serve.add_argument("--host", help="HTTP address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free port)")
+    serve.add_argument(
+        "--insecure-bind",
+        action="store_true",
+        help="allow a non-loopback --host without authentication (unsafe: anyone reaching the port drives sessions)",
+    )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_cmd_serve)
 

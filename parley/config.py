@@ -72,12 +72,24 @@ class RuntimeConfig(_Strict):
     default_wait_s: float = Field(45.0, ge=0, le=3600, description="wait_seconds when a caller gives none.")
     max_wait_s: float = Field(55.0, ge=0, le=3600, description="The largest wait_seconds a call may ask for.")
     max_message_chars: int = Field(100_000, ge=1, le=10_000_000, description="Longest message accepted.")
+    shutdown_grace_s: float = Field(
+        10.0, ge=0, le=3600, description="On shutdown, how long running steps may take to finish."
+    )
+    progress_interval_s: float = Field(
+        5.0, gt=0, le=3600, description="While a caller waits, the longest gap between progress notifications."
+    )
+
+
+class HttpConfig(_Strict):
+    host: str = Field("127.0.0.1", description="Address to bind; non-loopback needs --insecure-bind for now.")
+    port: int = Field(8765, ge=0, le=65535, description="TCP port (0 picks a free one).")
 
 
 class ServerConfigFile(_Strict):
     storage: StorageConfig = Field(default_factory=lambda: StorageConfig())
     agents_dir: str = Field("configs/agents", description="Folder of agent YAML files, next to parley.yaml.")
     runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
+    http: HttpConfig = Field(default_factory=lambda: HttpConfig())
 
 
 DEMO_AGENT = AgentConfig(
@@ -99,6 +111,7 @@ class ServerConfig:
     db_path: Path
     agents: dict[str, AgentConfig]
     runtime: RuntimeConfig
+    http: HttpConfig = field(default_factory=HttpConfig)
     config_path: Path | None = None
     agent_files: dict[str, Path] = field(default_factory=dict)
 
@@ -243,6 +256,7 @@ def _load(
         db_path=db_path,
         agents=agents,
         runtime=file_cfg.runtime,
+        http=file_cfg.http,
         config_path=config_path,
         agent_files=agent_files,
     )

@@ -26,12 +26,17 @@ from mcp.shared.message import SessionMessage
 # One deadline for every indefinite wait in the tests; generous for subprocesses on 2 cores.
 TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
 
+# (transport, client mode): every conversation-level behaviour is checked on each.
+TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http", "auto")]
+
 FAST_RUNTIME = {
     "poll_interval_s": 0.1,
     "lease_ttl_s": 1.0,
     "default_wait_s": 20.0,
     "max_wait_s": 30.0,
     "max_message_chars": 5000,
+    "shutdown_grace_s": 1.0,
+    "progress_interval_s": 0.2,
 }
 
 
@@ -58,8 +63,10 @@ def write_config(
 class ServerProcess:
     """One `parley serve` process. Use as an async context manager; it is killed on exit."""
 
-    def __init__(self, config_path: Path, *, name: str = "server") -> None:
+    def __init__(self, config_path: Path, *, name: str = "server", http: bool = False) -> None:
         self.config_path = config_path
+        self.http = http
+        self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
         self._process: Process | None = None
 
@@ -76,22 +83,27 @@ class ServerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("PARLEY_DB", None)
         self._log = self.log_path.open("ab")
+        command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
+        command += ["--log-level", "DEBUG"]
+        if self.http:
+            command += ["--http", "--port", "0"]
         self._process = await anyio.open_process(
-            [
-                sys.executable,
-                "-m",
-                "parley",
-                "serve",
-                "--config",
-                str(self.config_path),
-                "--log-level",
-                "DEBUG",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            env=env,
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env
         )
+        if self.http:
+            await self._wait_for_url()
+
+    async def _wait_for_url(self) -> None:
+        async def listening() -> bool:
+            for line in self.log().splitlines():
+                if "listening on http://" in line:
+                    self.url = line.split("listening on ", 1)[1].strip()
+                    return True
+            if self.process.returncode is not None:
+                raise AssertionError("the HTTP server exited during start-up:\n" + self.log())
+            return False
+
+        await eventually(listening, "the HTTP server to listen")
 
     async def __aenter__(self) -> ServerProcess:
         await self.start()
@@ -157,7 +169,8 @@ class ServerProcess:
 
     @asynccontextmanager
     async def client(self, mode: str = "auto") -> AsyncIterator[Client]:
-        async with Client(self.transport(), mode=mode) as client:  # type: ignore[arg-type]
+        server: Any = self.url if self.http else self.transport()
+        async with Client(server, mode=mode) as client:
             yield client
 
     async def close_stdin(self) -> None:
@@ -174,9 +187,9 @@ class ServerProcess:
 
 @asynccontextmanager
 async def running_server(
-    config_path: Path, mode: str = "auto", name: str = "server"
+    config_path: Path, mode: str = "auto", name: str = "server", http: bool = False
 ) -> AsyncIterator[tuple[ServerProcess, Client]]:
-    async with ServerProcess(config_path, name=name) as server, server.client(mode) as client:
+    async with ServerProcess(config_path, name=name, http=http) as server, server.client(mode) as client:
         yield server, client
 
 

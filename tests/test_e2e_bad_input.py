@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.support import call, call_error, db_rows, running_server, write_config
+from tests.support import TRANSPORTS, call, call_error, db_rows, running_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -23,13 +23,13 @@ class Served:
     db: Path
 
 
-@pytest.fixture(scope="module", params=["legacy", "auto"])
+@pytest.fixture(scope="module", params=TRANSPORTS, ids=["-".join(t) for t in TRANSPORTS])
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp(f"bad-{request.param}")
+    directory = tmp_path_factory.mktemp("bad")
     config = write_config(directory)
-    async with running_server(config, mode=request.param) as (_, client):
+    async with running_server(config, mode=request.param[1], http=request.param[0] == "http") as (_, client):
         yield Served(client, directory / "parley.db")
 
 

@@ -7,17 +7,17 @@ from collections.abc import AsyncIterator
 import pytest
 from mcp import Client
 
-from tests.support import call, call_error, running_server, write_config
+from tests.support import TRANSPORTS, call, call_error, running_server, write_config
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(scope="module", params=["legacy", "auto"])
+@pytest.fixture(scope="module", params=TRANSPORTS, ids=["-".join(t) for t in TRANSPORTS])
 async def client(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Client]:
-    config = write_config(tmp_path_factory.mktemp(f"conv-{request.param}"))
-    async with running_server(config, mode=request.param) as (_, client):
+    config = write_config(tmp_path_factory.mktemp("conv"))
+    async with running_server(config, mode=request.param[1], http=request.param[0] == "http") as (_, client):
         yield client
 
 

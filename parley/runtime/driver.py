@@ -70,6 +70,11 @@ class SessionDriver:
         self._process_id = process_id
         self._timings = timings
         self._clock = clock
+        self._stopping = False
+
+    def stop_after_current_step(self) -> None:
+        """Shutdown: finish the step in progress, then release the session without starting another."""
+        self._stopping = True
 
     async def drive(self, session_id: SessionId) -> None:
         """Work the session until it rests; the caller has acquired its lease."""
@@ -103,7 +108,7 @@ class SessionDriver:
                 control.cancel(session.cancel_requested_turn)
 
     async def _work(self, session_id: SessionId, control: _TurnControl) -> None:
-        while True:
+        while not self._stopping:
             session = await self._store.get_session(session_id)
             if session is None:
                 return

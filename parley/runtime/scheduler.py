@@ -37,15 +37,34 @@ class Scheduler:
         self._timings = timings
         self._clock = clock
         self._driving: set[SessionId] = set()
+        self._draining = False
+        self._idle = anyio.Event()
 
     @property
     def driving(self) -> frozenset[SessionId]:
         return frozenset(self._driving)
 
+    async def drain(self, grace_s: float) -> bool:
+        """Stop taking work and let every driver finish its current step, for `grace_s` at most.
+
+        Returns True when every driver stopped in time; the caller then cancels the rest.
+        Unfinished turns stay as committed and resume in the next process.
+        """
+        self._draining = True
+        self._driver.stop_after_current_step()
+        self._signals.work_available()
+        with anyio.move_on_after(grace_s):
+            while self._driving:
+                await self._idle.wait()
+                self._idle = anyio.Event()
+            return True
+        logger.warning("shutdown grace of %.1fs ran out with %d session(s) mid-step", grace_s, len(self._driving))
+        return False
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             task_status.started()
-            while True:
+            while not self._draining:
                 try:
                     await self._scan(tg)
                 except Exception:
@@ -56,7 +75,7 @@ class Scheduler:
     async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
         now = self._clock()
         for session_id in await self._store.sessions_needing_work(now, SCAN_BATCH):
-            if session_id in self._driving:
+            if session_id in self._driving or self._draining:
                 continue
             if await self._store.try_acquire_lease(
                 session_id, self._process_id, now, self._timings.lease_ttl_s
@@ -71,4 +90,5 @@ class Scheduler:
             logger.exception("driving session %s failed; it will be picked up again", session_id)
         finally:
             self._driving.discard(session_id)
+            self._idle.set()
             self._signals.work_available()
