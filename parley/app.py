@@ -61,7 +61,9 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     async with open_sqlite_store(config.db_path) as store:
         signals = SessionSignals()
         process_id = new_process_id()
-        timings = DriverTimings(lease_ttl_s=config.runtime.lease_ttl_s, poll_interval_s=config.runtime.poll_interval_s)
+        timings = DriverTimings(
+            lease_ttl_s=config.runtime.lease_ttl_s, poll_interval_s=config.runtime.poll_interval_s
+        )
         models: dict[str, ModelClient] = {"demo": DemoModelClient()}
         driver = SessionDriver(
             store=store,
@@ -75,7 +77,9 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
-        service = SessionService(store=store, agents=config.agents, signals=signals, runtime=config.runtime, clock=clock)
+        service = SessionService(
+            store=store, agents=config.agents, signals=signals, runtime=config.runtime, clock=clock
+        )
         async with anyio.create_task_group() as tg:
             await tg.start(scheduler.run)
             logger.info("parley %s started as %s on %s", __version__, process_id, config.db_path)
@@ -145,7 +149,8 @@ async def serve_http(
 
 
 async def _announce(uv: uvicorn.Server, on_listening: Callable[[str, int], Awaitable[None]] | None) -> None:
-    while not uv.started:
+    # uvicorn exposes only a flag for "listening"; there is no event to await.
+    while not uv.started:  # noqa: ASYNC110
         await anyio.sleep(0.05)
     for server in uv.servers:
         for sock in server.sockets:

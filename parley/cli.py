@@ -11,8 +11,14 @@ from pathlib import Path
 import anyio
 
 from parley import __version__
-from parley.config import ServerConfig, config_path_from_env, db_path_from_env, load_config
-from parley.errors import ConfigError, StorageError
+from parley.config import (
+    ServerConfig,
+    collect_config_errors,
+    config_path_from_env,
+    db_path_from_env,
+    load_config,
+)
+from parley.errors import ConfigError, ConfigErrors, StorageError
 
 CONNECT_HINT = """\
 parley {version} speaks MCP over stdio: it is started by an MCP client, not typed at.
@@ -93,6 +99,28 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     return anyio.run(run)
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    path = config_path_from_env(args.path)
+    if path is not None and not path.is_file():
+        print(
+            f"parley: PARLEY-C006 {path}: (file): does not exist; pass the path of parley.yaml",
+            file=sys.stderr,
+        )
+        return 1
+    errors = collect_config_errors(path)
+    for error in errors:
+        print(f"{error.code} {error.file}: {error.field}: {error.problem}")
+    if errors:
+        print(f"{len(errors)} problem(s) found", file=sys.stderr)
+        return 1
+    config = load_config(path, None)
+    names = ", ".join(sorted(config.agents))
+    print(
+        f"ok: {path or 'embedded defaults'}: {len(config.agents)} agent(s) ({names}); database {config.db_path}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
     parser.add_argument("--version", action="version", version=f"parley {__version__}")
@@ -114,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_cmd_serve)
+
+    check = sub.add_parser("check", help="validate parley.yaml and every agent file; exit 1 on problems")
+    check.add_argument(
+        "path", nargs="?", help="parley.yaml (default: PARLEY_CONFIG, else the embedded defaults)"
+    )
+    check.set_defaults(func=_cmd_check)
 
     sessions = sub.add_parser("sessions", help="read sessions from the database")
     common(sessions)
@@ -138,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("aiosqlite").setLevel(logging.INFO)
     try:
         return int(args.func(args))
-    except ConfigError as exc:
-        print(f"parley: configuration error: {exc}", file=sys.stderr)
+    except (ConfigError, ConfigErrors) as exc:
+        errors = exc.errors if isinstance(exc, ConfigErrors) else [exc]
+        for error in errors:
+            print(f"parley: configuration error: {error}", file=sys.stderr)
         return 2
     except StorageError as exc:
         print(f"parley: storage error: {exc}", file=sys.stderr)

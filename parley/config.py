@@ -10,12 +10,14 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from parley.errors import ConfigError
+from parley.errors import ConfigError, ConfigErrors
 
 BUILTIN_TOOLS = ("write_todos",)
 KNOWN_PROVIDERS = ("demo",)
@@ -27,6 +29,9 @@ E_PROVIDER = "PARLEY-C003"  # unknown model provider
 E_TOOL = "PARLEY-C004"  # unknown built-in tool
 E_DUPLICATE = "PARLEY-C005"  # two agent files define the same name
 E_MISSING = "PARLEY-C006"  # a referenced file or folder does not exist
+E_RESULT_SCHEMA = "PARLEY-C007"  # the result schema is not a JSON Schema of an object
+E_INPUT_SCHEMA = "PARLEY-C008"  # the input schema is not a valid JSON Schema of an object
+E_KIND = "PARLEY-C009"  # default_kind is not among the agent's kinds
 
 
 class _Strict(BaseModel):
@@ -44,6 +49,12 @@ class AgentLimits(_Strict):
         8, ge=1, le=1000, description="Model calls one turn may make; the last one is offered no tools."
     )
     max_turns: int = Field(1000, ge=1, le=1_000_000, description="Turns per session before it closes.")
+    max_result_nudges: int = Field(
+        2, ge=0, le=100, description="Task sessions: reminders to call set_result before the session fails."
+    )
+
+
+SessionKind = Literal["chat", "task"]
 
 
 class AgentConfig(_Strict):
@@ -53,6 +64,20 @@ class AgentConfig(_Strict):
     model: ModelSpec = Field(default_factory=lambda: ModelSpec())
     tools: list[str] = Field(default_factory=list, description="Built-in tools this agent may call.")
     limits: AgentLimits = Field(default_factory=lambda: AgentLimits())
+    kinds: list[SessionKind] = Field(default_factory=lambda: list[SessionKind](["chat"]), min_length=1)
+    default_kind: SessionKind | None = Field(None, description="Kind of a session started without one.")
+    input_schema: dict[str, Any] | None = Field(None, description="JSON Schema of start_session's inputs.")
+    result: dict[str, Any] | None = Field(None, description="JSON Schema of a task session's result.")
+
+    @property
+    def resolved_default_kind(self) -> SessionKind:
+        if self.default_kind is not None:
+            return self.default_kind
+        return "chat" if "chat" in self.kinds else self.kinds[0]
+
+    @property
+    def result_schema(self) -> dict[str, Any]:
+        return self.result if self.result is not None else {"type": "object"}
 
 
 class StorageConfig(_Strict):
@@ -76,7 +101,10 @@ class RuntimeConfig(_Strict):
         10.0, ge=0, le=3600, description="On shutdown, how long running steps may take to finish."
     )
     progress_interval_s: float = Field(
-        5.0, gt=0, le=3600, description="While a caller waits, the longest gap between progress notifications."
+        5.0,
+        gt=0,
+        le=3600,
+        description="While a caller waits, the longest gap between progress notifications.",
     )
 
 
@@ -95,12 +123,20 @@ class ServerConfigFile(_Strict):
 DEMO_AGENT = AgentConfig(
     name="demo",
     description=(
-        "A keyless, deterministic demo agent. It echoes what you say with the message count, "
-        "and follows directives such as '/tool NAME {json}' and '/sleep SECONDS' (see the README)."
+        "A keyless, deterministic demo agent. It echoes what you say with the message count, and "
+        "follows directives such as '/tool NAME {json}', '/sleep SECONDS' and, in task sessions, "
+        "'/result {json}' (see the README)."
     ),
     instructions="You are parley's demo agent.",
     model=ModelSpec(provider="demo", name="demo"),
     tools=["write_todos"],
+    kinds=["chat", "task"],
+    default_kind="chat",
+    result={
+        "type": "object",
+        "properties": {"summary": {"type": "string", "description": "What the task found or did."}},
+        "required": ["summary"],
+    },
 )
 
 
@@ -162,6 +198,18 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
                 f"unknown provider '{agent.model.provider}'; use one of: {', '.join(KNOWN_PROVIDERS)}",
             )
         )
+    problems += _schema_problems(agent.result, file, "result", E_RESULT_SCHEMA)
+    problems += _schema_problems(agent.input_schema, file, "input_schema", E_INPUT_SCHEMA)
+    if agent.default_kind is not None and agent.default_kind not in agent.kinds:
+        problems.append(
+            ConfigError(
+                E_KIND,
+                file,
+                "default_kind",
+                f"'{agent.default_kind}' is not one of the agent's kinds ({', '.join(agent.kinds)}); "
+                "add it to kinds or change default_kind",
+            )
+        )
     for i, tool in enumerate(agent.tools):
         if tool not in BUILTIN_TOOLS:
             problems.append(
@@ -173,6 +221,26 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
                 )
             )
     return problems
+
+
+def _schema_problems(schema: dict[str, Any] | None, file: str, field: str, code: str) -> list[ConfigError]:
+    if schema is None:
+        return []
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.path) or "(root)"
+        return [ConfigError(code, file, field, f"is not a valid JSON Schema at {where}: {exc.message}")]
+    if schema.get("type") != "object":
+        return [
+            ConfigError(
+                code,
+                file,
+                field,
+                'must describe an object: set "type: object" and list its fields under "properties"',
+            )
+        ]
+    return []
 
 
 def load_agent_file(path: Path) -> tuple[AgentConfig | None, list[ConfigError]]:
@@ -191,11 +259,11 @@ def load_config(config_path: Path | None, db_override: Path | None) -> ServerCon
     """Load parley.yaml (or the embedded defaults) plus every agent file.
 
     Raises:
-        ConfigError: the first problem found; `collect_config_errors` lists them all.
+        ConfigErrors: every problem found.
     """
     config, errors = _load(config_path, db_override)
     if errors or config is None:
-        raise errors[0]
+        raise ConfigErrors(errors)
     return config
 
 

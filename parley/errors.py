@@ -9,6 +9,7 @@ ParleyError
 │  ├─ SessionClosed         the session takes no more messages
 │  └─ SessionLimitReached   the session has used up a session-level limit
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
+├─ ConfigErrors            every ConfigError found in one load
 ├─ StorageError            the database failed or is from a newer parley
 │  └─ LeaseLost             another process took over the session; this one must stop driving it
 └─ ModelError              a model call failed (a turn records it as its error)
@@ -69,6 +70,14 @@ class ConfigError(ParleyError):
     def __init__(self, code: str, file: str, field: str, problem: str) -> None:
         self.code, self.file, self.field, self.problem = code, file, field, problem
         super().__init__(f"{code} {file}: {field}: {problem}")
+
+
+class ConfigErrors(ParleyError):
+    """All problems of one configuration, so a user fixes them in one go."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
 
 
 class StorageError(ParleyError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.runtime.model import ToolSpec
@@ -30,6 +31,7 @@ class ToolOutcome:
     text: str
     is_error: bool = False
     todos: list[dict[str, Any]] | None = None
+    accepted_result: bool = False
 
     @property
     def status(self) -> Literal["succeeded", "failed"]:
@@ -45,9 +47,52 @@ WRITE_TODOS = ToolSpec(
     input_schema=_WriteTodosArgs.model_json_schema(),
 )
 
+SET_RESULT_NAME = "set_result"
+
 BUILTIN_SPECS: dict[str, ToolSpec] = {WRITE_TODOS.name: WRITE_TODOS}
 # Built-ins change only the session's own state and may be repeated safely.
-BUILTIN_EFFECTS: dict[str, str] = {WRITE_TODOS.name: "idempotent_write"}
+BUILTIN_EFFECTS: dict[str, str] = {WRITE_TODOS.name: "idempotent_write", SET_RESULT_NAME: "idempotent_write"}
+RESERVED_NAMES = frozenset({*BUILTIN_SPECS, SET_RESULT_NAME})
+
+
+def set_result_spec(result_schema: dict[str, Any]) -> ToolSpec:
+    """Task sessions only: the arguments of set_result are the agent's result."""
+    return ToolSpec(
+        name=SET_RESULT_NAME,
+        description=(
+            "Finish this task: call once with the task's result as the arguments. If the result is "
+            "rejected, read the problems, fix them and call again. The session ends when it is accepted."
+        ),
+        input_schema=result_schema,
+    )
+
+
+def run_set_result(arguments: dict[str, Any], result_schema: dict[str, Any]) -> ToolOutcome:
+    validator = Draft202012Validator(result_schema)
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+    if errors:
+        problems = "; ".join(
+            f"{'/'.join(str(p) for p in e.path) or '(result)'}: {e.message}" for e in errors[:10]
+        )
+        return ToolOutcome(
+            text=f"Result rejected: {problems}. Call set_result again with a corrected result.", is_error=True
+        )
+    return ToolOutcome(text="Result accepted; the task is complete.", accepted_result=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolContext:
+    """What a built-in may depend on: the agent's enabled tools, the session kind, the result schema."""
+
+    enabled: list[str]
+    kind: str
+    result_schema: dict[str, Any]
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        specs = [BUILTIN_SPECS[name] for name in self.enabled if name in BUILTIN_SPECS]
+        if self.kind == "task":
+            specs.append(set_result_spec(self.result_schema))
+        return tuple(specs)
 
 
 def _validation_text(tool: str, exc: ValidationError) -> str:
@@ -68,11 +113,14 @@ def run_write_todos(arguments: dict[str, Any]) -> ToolOutcome:
     return ToolOutcome(text=f"Plan saved: {len(todos)} item(s), {done} completed.", todos=todos)
 
 
-def run_builtin(name: str, arguments: dict[str, Any], enabled: list[str]) -> ToolOutcome:
+def run_builtin(name: str, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
     """Run a built-in tool; an unknown or disabled tool is an error the model can read and correct."""
-    if name not in enabled:
-        available = ", ".join(enabled) or "none"
+    offered = [spec.name for spec in context.specs()]
+    if name not in offered:
+        available = ", ".join(offered) or "none"
         return ToolOutcome(text=f"Unknown tool '{name}'. Tools you can call: {available}.", is_error=True)
+    if name == SET_RESULT_NAME:
+        return run_set_result(arguments, context.result_schema)
     if name == WRITE_TODOS.name:
         return run_write_todos(arguments)
     return ToolOutcome(text=f"Tool '{name}' is not implemented.", is_error=True)

@@ -3,6 +3,8 @@
 Grammar (one directive per line; other lines are plain text):
   /tool NAME {json-object}   call tool NAME with these arguments (several lines: several calls)
   /sleep SECONDS             the model call itself takes this long (0 to 3600)
+  /result {json-object}      task sessions: hand in this result (set_result); when it is
+                             rejected, the next /result line of the same message is tried
 Plain text is answered with "You said: <text> (message <n> of this session)", where n counts
 the user messages in the request. Once tool results follow the message, the answer quotes
 each result. A directive is recognised only at the start of a line; later issues add more
@@ -14,19 +16,22 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 
 MAX_SLEEP_S = 3600.0
-KNOWN_DIRECTIVES = ("/tool", "/sleep")
+KNOWN_DIRECTIVES = ("/tool", "/sleep", "/result")
+SET_RESULT = "set_result"
 
 
 @dataclass(slots=True)
 class _Parsed:
     text_lines: list[str] = field(default_factory=list)
     calls: list[RequestedCall] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
     sleep_s: float = 0.0
     problems: list[str] = field(default_factory=list)
 
@@ -53,6 +58,18 @@ def _parse(text: str) -> _Parsed:
                 )
                 continue
             parsed.sleep_s += seconds
+        elif word == "/result":
+            try:
+                value = json.loads(rest) if rest else None
+            except json.JSONDecodeError as exc:
+                parsed.problems.append(f"line {lineno}: the value of /result is not JSON ({exc.msg})")
+                continue
+            if not isinstance(value, dict):
+                parsed.problems.append(
+                    f'line {lineno}: /result needs a JSON object, e.g. /result {{"summary": "..."}}'
+                )
+                continue
+            parsed.results.append(value)
         elif word == "/tool":
             name, _, args_text = rest.partition(" ")
             if not name:
@@ -121,8 +138,19 @@ class DemoModelClient:
             return self._respond(request, "\n\n".join(part for part in (heard, text) if part))
 
         results = [m for m in after if m.role == "tool"]
+        offered = {t.name for t in request.tools}
+        result_calls = [m for m in results if m.tool_name == SET_RESULT]
+        if parsed.results and SET_RESULT in offered:
+            # Hand in the first /result at once; after a rejection, try the next one.
+            if not result_calls or (result_calls[-1].is_error and len(result_calls) < len(parsed.results)):
+                value = parsed.results[len(result_calls)]
+                calls = [] if result_calls else list(parsed.calls)
+                calls.append(RequestedCall(name=SET_RESULT, arguments=value))
+                return self._respond(request, "Handing in the result.", tuple(calls))
+        elif parsed.results and not after:
+            text = "I can only hand in a result in a task session; this session offers no set_result tool."
+            return self._respond(request, "\n\n".join(part for part in (heard, text) if part))
         if parsed.calls and not results:
-            offered = {t.name for t in request.tools}
             if not offered:
                 names = ", ".join(c.name for c in parsed.calls)
                 text = f"I was offered no tools on this call, so I answer without calling {names}."

@@ -18,12 +18,20 @@ from anyio.abc import TaskGroup
 from parley.config import AgentConfig
 from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_tool_call_id, new_turn_id
-from parley.runtime.builtin_tools import BUILTIN_EFFECTS, BUILTIN_SPECS, run_builtin
-from parley.runtime.machine import CallModel, FinishTurn, RunTools, next_action
+from parley.runtime.builtin_tools import BUILTIN_EFFECTS, SET_RESULT_NAME, ToolContext, run_builtin
+from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model import ModelClient, ModelRequest
 from parley.runtime.signals import SessionSignals
 from parley.runtime.transcript import assistant_content, to_chat_messages
-from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, Store, ToolCallRecord
+from parley.storage.base import (
+    MessageRecord,
+    ModelStep,
+    NewToolCall,
+    SessionRecord,
+    SessionStatus,
+    Store,
+    ToolCallRecord,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +43,10 @@ PERSIST_GRACE_S = 10.0
 class DriverTimings:
     lease_ttl_s: float
     poll_interval_s: float
+
+
+def _tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
+    return ToolContext(enabled=agent.tools, kind=session.kind, result_schema=agent.result_schema)
 
 
 class _TurnControl:
@@ -146,10 +158,20 @@ class SessionDriver:
         messages = await self._store.list_messages(session.id, None, None)
         turn_messages = [m for m in messages if m.turn_id == turn_id]
         calls = await self._store.list_tool_calls(turn_id)
-        action = next_action(turn, calls, turn_messages, agent.limits.max_model_calls_per_turn)
+        action = next_action(
+            turn,
+            calls,
+            turn_messages,
+            agent.limits.max_model_calls_per_turn,
+            kind=session.kind,
+            max_nudges=agent.limits.max_result_nudges,
+        )
 
         if isinstance(action, FinishTurn):
             await self._finish(session, turn_id, action)
+            return
+        if isinstance(action, Nudge):
+            await self._store.append_nudge(session.id, self._process_id, turn_id, action.text, self._clock())
             return
         with anyio.CancelScope() as scope:
             control.turn_id, control.scope = turn_id, scope
@@ -172,11 +194,10 @@ class SessionDriver:
         messages: list[MessageRecord],
     ) -> None:
         model = self._models[agent.model.provider]
-        tools = (
-            tuple(BUILTIN_SPECS[name] for name in agent.tools if name in BUILTIN_SPECS)
-            if action.offer_tools
-            else ()
-        )
+        tools = _tool_context(agent, session).specs()
+        if not action.offer_tools:
+            # The last call a turn may make must answer; a task session may still hand in its result.
+            tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
         request = ModelRequest(
             model=agent.model.name,
             instructions=agent.instructions,
@@ -235,7 +256,7 @@ class SessionDriver:
         await self._store.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
         # A started call runs to its end even when the turn is cancelled, so its result is kept.
         with anyio.CancelScope(shield=True):
-            outcome = run_builtin(call.name, call.arguments, agent.tools)
+            outcome = run_builtin(call.name, call.arguments, _tool_context(agent, session))
             await self._store.commit_tool_result(
                 session.id,
                 self._process_id,
@@ -249,7 +270,12 @@ class SessionDriver:
     async def _finish(self, session: SessionRecord, turn_id: TurnId, action: FinishTurn) -> None:
         agent = self._agents.get(session.agent)
         close_reason = None
-        if agent is not None and session.turn_count >= agent.limits.max_turns:
+        session_status: SessionStatus | None = None
+        if session.kind == "task" and action.status == "completed":
+            session_status = "completed"
+        elif session.kind == "task" and action.status == "failed":
+            session_status = "failed"  # in a task session a failed turn fails the session
+        elif agent is not None and session.turn_count >= agent.limits.max_turns:
             close_reason = f"reached the limit of {agent.limits.max_turns} turns per session"
         with anyio.CancelScope(shield=True):
             await self._store.finish_turn(
@@ -261,4 +287,6 @@ class SessionDriver:
                 action.error,
                 self._clock(),
                 close_reason=close_reason,
+                result=action.result,
+                session_status=session_status,
             )

@@ -58,7 +58,9 @@ class Scheduler:
                 await self._idle.wait()
                 self._idle = anyio.Event()
             return True
-        logger.warning("shutdown grace of %.1fs ran out with %d session(s) mid-step", grace_s, len(self._driving))
+        logger.warning(
+            "shutdown grace of %.1fs ran out with %d session(s) mid-step", grace_s, len(self._driving)
+        )
         return False
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

@@ -7,10 +7,14 @@ timeout, a dropped connection) never touches the turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
+from jsonschema import Draft202012Validator
 
 from parley.config import AgentConfig, RuntimeConfig
 from parley.errors import (
@@ -31,6 +35,7 @@ from parley.ids import (
 )
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import (
+    EventRecord,
     MessageRecord,
     QueuedMessageRecord,
     SessionRecord,
@@ -57,6 +62,7 @@ class TurnOutcome:
     model_calls: int = 0
     queued_message_id: QueuedMessageId | None = None
     session_status: str | None = None
+    result: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -66,7 +72,6 @@ class SessionSnapshot:
     total_messages: int
     queued: list[QueuedMessageRecord]
     last_turn: TurnRecord | None
-    last_turn_calls: list[ToolCallRecord]
 
 
 class SessionService:
@@ -123,61 +128,129 @@ class SessionService:
 
     # ------------------------------------------------------------------ operations
 
+    @staticmethod
+    def _check_client_message_id(value: str | None) -> str | None:
+        if value is not None and not _CLIENT_MESSAGE_ID.fullmatch(value):
+            raise InvalidArgument(
+                "client_message_id",
+                "must be 1 to 128 characters of letters, digits and . _ : - (for example a UUID)",
+            )
+        return value
+
+    def _check_inputs(self, agent: AgentConfig, inputs: dict[str, Any] | None) -> None:
+        if agent.input_schema is None:
+            if inputs is not None:
+                raise InvalidArgument("inputs", f"agent '{agent.name}' takes no inputs; leave inputs out")
+            return
+        errors = sorted(
+            Draft202012Validator(agent.input_schema).iter_errors(inputs or {}), key=lambda e: list(e.path)
+        )
+        if errors:
+            problems = "; ".join(
+                f"{'/'.join(str(p) for p in e.path) or '(inputs)'}: {e.message}" for e in errors[:10]
+            )
+            raise InvalidArgument("inputs", f"do not match agent '{agent.name}''s input schema: {problems}")
+
     async def start_session(
-        self, owner: str, agent_name: str, message: str | None, wait_seconds: float | None
+        self,
+        owner: str,
+        agent_name: str,
+        message: str | None,
+        wait_seconds: float | None,
+        *,
+        kind: str | None = None,
+        inputs: dict[str, Any] | None = None,
+        client_message_id: str | None = None,
+        on_progress: ProgressFn | None = None,
     ) -> TurnOutcome:
         agent = self._agent(agent_name)
         if message is not None:
             self._check_message(message)
         wait_s = self._wait_s(wait_seconds)
+        self._check_client_message_id(client_message_id)
+        session_kind = kind or agent.resolved_default_kind
+        if session_kind not in agent.kinds:
+            raise InvalidArgument(
+                "kind", f"agent '{agent.name}' runs {' or '.join(agent.kinds)} sessions, not '{session_kind}'"
+            )
+        self._check_inputs(agent, inputs)
+        text = render_first_message(message, inputs)
+        if text is not None and len(text) > self._runtime.max_message_chars:
+            raise InvalidArgument(
+                "inputs", "with the message they exceed the message size limit; shorten them"
+            )
+
+        if client_message_id is not None:
+            existing = await self._store.find_started(owner, client_message_id)
+            if existing is not None:
+                return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
         now = self._clock()
         session_id = new_session_id()
-        record = SessionRecord(
-            id=session_id,
-            agent=agent.name,
-            owner=owner,
-            kind="chat",
-            status="idle",
-            phase=None,
-            created_at=now,
-            updated_at=now,
-            turn_count=0,
-            current_turn_id=None,
-            last_turn_id=None,
-            last_error=None,
-            closed_reason=None,
-            input_tokens=0,
-            output_tokens=0,
-            model_calls=0,
-            todos=[],
-            cancel_requested_turn=None,
-            close_requested=False,
-            lease_owner=None,
-            lease_expires_at=None,
+        record = new_session_record(
+            session_id, agent.name, owner, session_kind, now, inputs, client_message_id
         )
         queued = None
-        if message is not None:
+        if text is not None:
             queued = QueuedMessageRecord(
                 id=new_queued_message_id(),
                 session_id=session_id,
                 seq=0,
-                text=message,
+                text=text,
                 status="queued",
                 turn_id=None,
                 created_at=now,
+                client_message_id=client_message_id,
             )
-        await self._store.create_session(record, queued, now)
+        if not await self._store.create_session(record, queued, now):
+            # A concurrent retry with the same client_message_id won the race.
+            existing = await self._store.find_started(owner, client_message_id or "")
+            if existing is None:
+                raise InvalidArgument("client_message_id", "was just used by another call; retry")
+            return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
         self._signals.work_available()
-        return await self.wait_for_message(session_id, queued.id, wait_s)
+        return await self.wait_for_message(session_id, queued.id, wait_s, on_progress)
+
+    async def _retry_of_start(
+        self,
+        existing: SessionRecord,
+        agent: str,
+        text: str | None,
+        wait_s: float,
+        on_progress: ProgressFn | None,
+    ) -> TurnOutcome:
+        first = await self._store.first_message(existing.id)
+        if existing.agent != agent or (first.text if first else None) != text:
+            raise InvalidArgument(
+                "client_message_id",
+                f"was already used to start session {existing.id} with a different agent or message; "
+                "use a new client_message_id for a new session",
+            )
+        if first is None:
+            return TurnOutcome(
+                session_id=existing.id, turn_id=None, status="idle", session_status=existing.status
+            )
+        return await self.wait_for_message(existing.id, first.id, wait_s, on_progress)
 
     async def send_message(
-        self, owner: str, session_id: str, message: str, wait_seconds: float | None
+        self,
+        owner: str,
+        session_id: str,
+        message: str,
+        wait_seconds: float | None,
+        *,
+        client_message_id: str | None = None,
+        on_progress: ProgressFn | None = None,
     ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
         self._check_message(message)
         wait_s = self._wait_s(wait_seconds)
+        self._check_client_message_id(client_message_id)
+        if client_message_id is not None:
+            sent = await self._store.find_sent(session.id, client_message_id)
+            if sent is not None:
+                return await self._retry_of_send(sent, message, wait_s, on_progress)
         agent = self._agents.get(session.agent)
         max_turns = agent.limits.max_turns if agent is not None else session.turn_count
         now = self._clock()
@@ -189,21 +262,36 @@ class SessionService:
             status="queued",
             turn_id=None,
             created_at=now,
+            client_message_id=client_message_id,
         )
         outcome = await self._store.enqueue_message(session.id, owner, queued, max_turns, now)
         if outcome == "not_found":
             raise SessionNotFound(session_id)
+        if outcome == "duplicate":
+            sent = await self._store.find_sent(session.id, client_message_id or "")
+            if sent is None:
+                raise InvalidArgument("client_message_id", "was just used by another call; retry")
+            return await self._retry_of_send(sent, message, wait_s, on_progress)
         if outcome == "closed":
-            latest = await self._store.get_session(session.id)
-            reason = (latest.closed_reason if latest else None) or "closed by the caller"
-            raise SessionClosed(session_id, reason)
+            latest = await self._store.get_session(session.id) or session
+            raise SessionClosed(session_id, _ended_reason(latest))
         if outcome == "turn_limit":
             raise SessionLimitReached(
                 session_id,
                 f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
             )
         self._signals.work_available()
-        return await self.wait_for_message(session.id, queued.id, wait_s)
+        return await self.wait_for_message(session.id, queued.id, wait_s, on_progress)
+
+    async def _retry_of_send(
+        self, sent: QueuedMessageRecord, message: str, wait_s: float, on_progress: ProgressFn | None
+    ) -> TurnOutcome:
+        if sent.text != message:
+            raise InvalidArgument(
+                "client_message_id",
+                "was already used for a different message in this session; use a new client_message_id",
+            )
+        return await self.wait_for_message(sent.session_id, sent.id, wait_s, on_progress)
 
     async def get_session(
         self,
@@ -212,6 +300,7 @@ class SessionService:
         wait_seconds: float | None,
         messages_from: int | None,
         messages_limit: int | None,
+        on_progress: ProgressFn | None = None,
     ) -> SessionSnapshot:
         session = await self._owned(owner, session_id)
         if messages_limit is not None and not 1 <= messages_limit <= MAX_MESSAGES_PAGE:
@@ -219,20 +308,18 @@ class SessionService:
         if messages_from is not None and messages_from < 1:
             raise InvalidArgument("messages_from", "must be 1 or more (message sequence numbers start at 1)")
         if wait_seconds:
-            session = await self._wait_until_rest(session.id, self._wait_s(wait_seconds))
+            session = await self._wait_until_rest(session.id, self._wait_s(wait_seconds), on_progress)
         total = await self._store.count_messages(session.id)
         limit = messages_limit or DEFAULT_MESSAGES_PAGE
         start = messages_from if messages_from is not None else max(1, total - limit + 1)
         messages = await self._store.list_messages(session.id, start, limit)
         last_turn = await self._store.get_turn(session.last_turn_id) if session.last_turn_id else None
-        calls = await self._store.list_tool_calls(last_turn.id) if last_turn else []
         return SessionSnapshot(
             session=session,
             messages=messages,
             total_messages=total,
             queued=await self._store.list_queued(session.id),
             last_turn=last_turn,
-            last_turn_calls=calls,
         )
 
     async def list_sessions(
@@ -251,7 +338,9 @@ class SessionService:
         page = await self._store.list_sessions(owner, status, agent, cursor, limit)
         return page.sessions, page.next_cursor
 
-    async def cancel_turn(self, owner: str, session_id: str, wait_seconds: float | None) -> TurnOutcome:
+    async def cancel_turn(
+        self, owner: str, session_id: str, wait_seconds: float | None, on_progress: ProgressFn | None = None
+    ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
         wait_s = self._wait_s(wait_seconds)
         turn_id = await self._store.request_cancel(session.id, owner, self._clock(), new_turn_id())
@@ -265,7 +354,7 @@ class SessionService:
                 session_id=session.id, turn_id=None, status="idle", session_status=latest.status
             )
         self._signals.request_cancel(session.id)
-        return await self.wait_for_turn(session.id, turn_id, wait_s)
+        return await self.wait_for_turn(session.id, turn_id, wait_s, on_progress)
 
     async def close_session(self, owner: str, session_id: str, wait_seconds: float | None) -> SessionRecord:
         session = await self._owned(owner, session_id)
@@ -287,24 +376,30 @@ class SessionService:
     # ------------------------------------------------------------------ waiting
 
     async def wait_for_message(
-        self, session_id: SessionId, message_id: QueuedMessageId, wait_s: float
+        self,
+        session_id: SessionId,
+        message_id: QueuedMessageId,
+        wait_s: float,
+        on_progress: ProgressFn | None = None,
     ) -> TurnOutcome:
         """Wait for the turn that consumes this message to rest, at most `wait_s` seconds."""
         deadline = anyio.current_time() + wait_s
+        progress = await self._progress(session_id, on_progress)
         while True:
             queued = await self._store.get_queued(message_id)
             if queued is not None and queued.status == "dropped":
+                latest = await self._store.get_session(session_id)
                 return TurnOutcome(
                     session_id=session_id,
                     turn_id=None,
                     status="cancelled",
-                    error="The session was closed before this message was taken into a turn.",
+                    error="The session ended before this message was taken into a turn.",
                     queued_message_id=message_id,
-                    session_status="closed",
+                    session_status=latest.status if latest else None,
                 )
             if queued is not None and queued.turn_id is not None:
                 remaining = max(0.0, deadline - anyio.current_time())
-                return await self.wait_for_turn(session_id, queued.turn_id, remaining, message_id)
+                return await self._wait_turn(session_id, queued.turn_id, remaining, message_id, progress)
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 session = await self._store.get_session(session_id)
@@ -316,9 +411,21 @@ class SessionService:
                     session_status=session.status if session else None,
                 )
             await self._signals.wait_changed(session_id, min(remaining, self._runtime.poll_interval_s))
+            await progress.poll()
 
     async def wait_for_turn(
-        self, session_id: SessionId, turn_id: TurnId, wait_s: float, message_id: QueuedMessageId | None = None
+        self, session_id: SessionId, turn_id: TurnId, wait_s: float, on_progress: ProgressFn | None = None
+    ) -> TurnOutcome:
+        progress = await self._progress(session_id, on_progress)
+        return await self._wait_turn(session_id, turn_id, wait_s, None, progress)
+
+    async def _wait_turn(
+        self,
+        session_id: SessionId,
+        turn_id: TurnId,
+        wait_s: float,
+        message_id: QueuedMessageId | None,
+        progress: _ProgressFeed,
     ) -> TurnOutcome:
         deadline = anyio.current_time() + wait_s
         while True:
@@ -331,9 +438,13 @@ class SessionService:
             await self._signals.wait_changed(
                 session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)
             )
+            await progress.poll()
 
-    async def _wait_until_rest(self, session_id: SessionId, wait_s: float) -> SessionRecord:
+    async def _wait_until_rest(
+        self, session_id: SessionId, wait_s: float, on_progress: ProgressFn | None = None
+    ) -> SessionRecord:
         deadline = anyio.current_time() + wait_s
+        progress = await self._progress(session_id, on_progress)
         while True:
             session = await self._store.get_session(session_id)
             if session is None:
@@ -342,6 +453,12 @@ class SessionService:
             if session.status != "running" or remaining <= 0:
                 return session
             await self._signals.wait_changed(session_id, min(remaining, self._runtime.poll_interval_s))
+            await progress.poll()
+
+    async def _progress(self, session_id: SessionId, on_progress: ProgressFn | None) -> _ProgressFeed:
+        feed = _ProgressFeed(self._store, session_id, on_progress, self._runtime.progress_interval_s)
+        await feed.start()
+        return feed
 
     async def turn_outcome(self, turn: TurnRecord, message_id: QueuedMessageId | None = None) -> TurnOutcome:
         calls = await self._store.list_tool_calls(turn.id)
@@ -358,4 +475,124 @@ class SessionService:
             model_calls=turn.model_calls,
             queued_message_id=message_id or turn.queued_message_id,
             session_status=session.status if session else None,
+            result=turn.result,
         )
+
+
+ProgressFn = Callable[[float, str], Awaitable[None]]
+
+_CLIENT_MESSAGE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def render_first_message(message: str | None, inputs: dict[str, Any] | None) -> str | None:
+    """Validated inputs become part of the session's first message."""
+    if inputs is None:
+        return message
+    block = "Inputs:\n" + json.dumps(inputs, indent=2, ensure_ascii=False)
+    return block if message is None else f"{block}\n\n{message}"
+
+
+def new_session_record(
+    session_id: SessionId,
+    agent: str,
+    owner: str,
+    kind: str,
+    now: float,
+    inputs: dict[str, Any] | None,
+    client_message_id: str | None,
+) -> SessionRecord:
+    return SessionRecord(
+        id=session_id,
+        agent=agent,
+        owner=owner,
+        kind=kind,
+        status="idle",
+        phase=None,
+        created_at=now,
+        updated_at=now,
+        turn_count=0,
+        current_turn_id=None,
+        last_turn_id=None,
+        last_error=None,
+        closed_reason=None,
+        input_tokens=0,
+        output_tokens=0,
+        model_calls=0,
+        todos=[],
+        cancel_requested_turn=None,
+        close_requested=False,
+        lease_owner=None,
+        lease_expires_at=None,
+        inputs=inputs,
+        start_client_message_id=client_message_id,
+    )
+
+
+def _ended_reason(session: SessionRecord) -> str:
+    if session.status == "completed":
+        return "its task completed with a result"
+    if session.status == "failed":
+        return f"its task failed: {session.last_error or 'no reason recorded'}"
+    return session.closed_reason or "closed by the caller"
+
+
+class _ProgressFeed:
+    """Turns the session's events into progress notifications for one waiting caller."""
+
+    def __init__(
+        self, store: Store, session_id: SessionId, emit: ProgressFn | None, interval_s: float
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._emit_fn = emit
+        self._interval_s = interval_s
+        self._after_seq = 0
+        self._count = 0
+        self._last_emit = anyio.current_time()
+
+    async def start(self) -> None:
+        if self._emit_fn is not None:
+            self._after_seq = await self._store.latest_event_seq(self._session_id)
+
+    async def poll(self) -> None:
+        if self._emit_fn is None:
+            return
+        for event in await self._store.list_events(self._session_id, self._after_seq, 100):
+            self._after_seq = event.seq
+            text = describe_event(event)
+            if text:
+                await self._emit(text)
+        if anyio.current_time() - self._last_emit >= self._interval_s:
+            await self._emit("still working")
+
+    async def _emit(self, text: str) -> None:
+        assert self._emit_fn is not None
+        self._count += 1
+        self._last_emit = anyio.current_time()
+        try:
+            await self._emit_fn(float(self._count), text)
+        except Exception:
+            # A caller that went away cannot take progress; its wait ends on its own.
+            self._emit_fn = None
+
+
+PROGRESS_TEXT_CHARS = 300
+
+
+def describe_event(event: EventRecord) -> str | None:
+    data = event.data
+    if event.kind == "turn_started":
+        return "turn started"
+    if event.kind == "model_step":
+        text = str(data.get("text") or "")[:PROGRESS_TEXT_CHARS]
+        calls = int(data.get("tool_calls") or 0)
+        return text + (f" (calling {calls} tool(s))" if calls else "") if text or calls else None
+    if event.kind == "tool_started":
+        return f"tool {data.get('tool')} started"
+    if event.kind == "tool_finished":
+        return f"tool {data.get('tool')} finished: {data.get('status')}"
+    if event.kind == "turn_ended":
+        return f"turn {data.get('status')}"
+    if event.kind == "nudged":
+        return "reminded the agent to hand in its result"
+    return None

@@ -3,6 +3,8 @@ always repeats the session id and says which tool to call next."""
 
 from __future__ import annotations
 
+import json
+
 from parley.server.wire import AgentList, CloseResult, SessionList, SessionView, TurnOutcomeView
 
 
@@ -20,7 +22,13 @@ def render_outcome(o: TurnOutcomeView) -> str:
     if o.status == "answered":
         lines += [f"{head}: answered.", "", o.answer or "(empty answer)", "", _next_steps_after_rest(sid)]
     elif o.status == "completed":
-        lines += [f"{head}: completed with a result.", "", str(o.result)]
+        lines += [
+            f"{head}: the task completed with a result:",
+            "",
+            json.dumps(o.result, indent=2, ensure_ascii=False),
+            "",
+            "The session is complete and takes no more messages.",
+        ]
     elif o.status == "running":
         what = "is still running" if o.turn_id else "is queued behind the running turn"
         lines += [
@@ -32,15 +40,15 @@ def render_outcome(o: TurnOutcomeView) -> str:
         lines += [f"{head}: failed.", "", f"Error: {o.error or 'unknown error'}"]
         if o.answer:
             lines += ["", "Partial answer:", o.answer]
-        if o.session_status == "closed":
-            lines += ["", "The session is closed; start a new one with start_session."]
+        if o.session_status in ("closed", "failed"):
+            lines += ["", f"The session is {o.session_status}; start a new one with start_session."]
         else:
             lines += ["", _next_steps_after_rest(sid)]
     elif o.status == "cancelled":
         lines += [f"{head}: cancelled."]
         if o.error:
             lines += ["", o.error]
-        if o.session_status not in ("closed", None):
+        if o.session_status not in ("closed", "completed", "failed", None):
             lines += ["", _next_steps_after_rest(sid)]
     elif o.status == "idle":
         lines += [
@@ -74,6 +82,8 @@ def render_session(v: SessionView) -> str:
     ]
     if v.closed_reason:
         lines.append(f"Closed: {v.closed_reason}.")
+    if v.result is not None:
+        lines.append("Result: " + json.dumps(v.result, ensure_ascii=False))
     if v.last_error:
         lines.append(f"Last error: {v.last_error}")
     if v.queued_messages:
@@ -99,8 +109,8 @@ def render_session(v: SessionView) -> str:
         lines.append(
             f'Next: get_session(session_id="{v.session_id}", wait_seconds=45) waits for the turn to end.'
         )
-    elif v.status == "closed":
-        lines.append("The session is closed; start a new one with start_session.")
+    elif v.status in ("closed", "completed", "failed"):
+        lines.append(f"The session is {v.status}; start a new one with start_session.")
     else:
         lines.append(_next_steps_after_rest(v.session_id))
     return "\n".join(lines)

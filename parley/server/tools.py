@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from parley.errors import RequestError
-from parley.runtime.service import SessionService
+from parley.runtime.service import ProgressFn, SessionService
 from parley.server.render import render_agents, render_close, render_outcome, render_session, render_sessions
 from parley.server.wire import (
     AgentList,
@@ -52,11 +52,27 @@ WaitArg = Annotated[
     ),
 ]
 MessageArg = Annotated[str, Field(description="What to say to the agent.")]
+ClientMessageIdArg = Annotated[
+    str | None,
+    Field(
+        description=(
+            "Your id for this message (e.g. a UUID). A retry with the same id returns the turn the first "
+            "call started instead of sending the message twice."
+        )
+    ),
+]
 
 # Principal of every stdio caller; HTTP callers get theirs from authentication.
 LOCAL_PRINCIPAL = "local"
 
 OwnerOf = Callable[[Context], str]
+
+
+def _progress(ctx: Context) -> ProgressFn:
+    async def report(progress: float, message: str) -> None:
+        await ctx.report_progress(progress, None, message)
+
+    return report
 
 
 def _ok(model: BaseModel, text: str) -> CallToolResult:
@@ -144,16 +160,39 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         message: Annotated[
             str | None, Field(description="The first message; omit to only create the session.")
         ] = None,
+        kind: Annotated[
+            Literal["chat", "task"] | None,
+            Field(
+                description=(
+                    "'chat' (a conversation) or 'task' (ends when the agent hands in a checked result); "
+                    "default: the agent's default_kind."
+                )
+            ),
+        ] = None,
+        inputs: Annotated[
+            dict[str, Any] | None,
+            Field(description="Inputs checked against the agent's input_schema (list_agents)."),
+        ] = None,
+        client_message_id: ClientMessageIdArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
-        """Start a conversation with an agent and, given a message, wait for its answer.
+        """Start a session with an agent and, given a message or inputs, wait for its first turn.
 
-        Returns a turn outcome: status 'answered' with the answer, 'running' if the turn outlasted
-        wait_seconds (then call get_session with wait_seconds), or 'failed'/'cancelled'. Keep the
-        session_id to continue with send_message."""
+        Returns a turn outcome: status 'answered' with the answer, 'completed' with a task's result,
+        'running' if the turn outlasted wait_seconds (then call get_session with wait_seconds), or
+        'failed'/'cancelled'. Keep the session_id to continue with send_message."""
 
         async def work() -> CallToolResult:
-            outcome = await service.start_session(owner_of(ctx), agent, message, wait_seconds)
+            outcome = await service.start_session(
+                owner_of(ctx),
+                agent,
+                message,
+                wait_seconds,
+                kind=kind,
+                inputs=inputs,
+                client_message_id=client_message_id,
+                on_progress=_progress(ctx),
+            )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
 
@@ -161,14 +200,25 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
 
     @mcp.tool(title="Send message", annotations=SENDS)
     async def send_message(
-        ctx: Context, session_id: SessionIdArg, message: MessageArg, wait_seconds: WaitArg = None
+        ctx: Context,
+        session_id: SessionIdArg,
+        message: MessageArg,
+        client_message_id: ClientMessageIdArg = None,
+        wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Send a message to a session and wait for the turn that answers it.
 
         A message sent while a turn runs is queued and answered in its own turn, in order."""
 
         async def work() -> CallToolResult:
-            outcome = await service.send_message(owner_of(ctx), session_id, message, wait_seconds)
+            outcome = await service.send_message(
+                owner_of(ctx),
+                session_id,
+                message,
+                wait_seconds,
+                client_message_id=client_message_id,
+                on_progress=_progress(ctx),
+            )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
 
@@ -194,7 +244,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
 
         async def work() -> CallToolResult:
             snapshot = await service.get_session(
-                owner_of(ctx), session_id, wait_seconds, messages_from, messages_limit
+                owner_of(ctx), session_id, wait_seconds, messages_from, messages_limit, _progress(ctx)
             )
             last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
             view = session_view(snapshot, last)
@@ -229,7 +279,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         result is kept; queued messages still run. Cancelling when nothing runs changes nothing."""
 
         async def work() -> CallToolResult:
-            outcome = await service.cancel_turn(owner_of(ctx), session_id, wait_seconds)
+            outcome = await service.cancel_turn(owner_of(ctx), session_id, wait_seconds, _progress(ctx))
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
 

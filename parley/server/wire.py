@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from parley.config import AgentConfig
-from parley.runtime.builtin_tools import BUILTIN_SPECS
+from parley.runtime.builtin_tools import BUILTIN_SPECS, SET_RESULT_NAME
 from parley.runtime.service import SessionSnapshot, TurnOutcome
 from parley.storage.base import MessageRecord, QueuedMessageRecord, SessionRecord, ToolCallRecord
 
@@ -65,7 +65,10 @@ class AgentView(BaseModel):
     description: str
     kinds: list[str]
     default_kind: str
-    input_schema: dict[str, Any] | None = None
+    input_schema: dict[str, Any] | None = Field(None, description="JSON Schema of start_session's inputs.")
+    result_schema: dict[str, Any] | None = Field(
+        None, description="Task sessions: the JSON Schema of the result."
+    )
     tools: list[str]
     tools_needing_approval: list[str]
     model: str
@@ -112,6 +115,8 @@ class SessionView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     last_error: str | None = None
     closed_reason: str | None = None
+    result: Any = Field(None, description="A task session's accepted result.")
+    inputs: dict[str, Any] | None = None
 
 
 class SessionSummary(BaseModel):
@@ -167,6 +172,7 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
             model_calls=outcome.model_calls,
         ),
         error=outcome.error,
+        result=outcome.result,
         session_status=outcome.session_status,
         queued_message_id=outcome.queued_message_id,
     )
@@ -176,10 +182,12 @@ def agent_view(agent: AgentConfig) -> AgentView:
     return AgentView(
         name=agent.name,
         description=agent.description,
-        kinds=["chat"],
-        default_kind="chat",
-        input_schema=None,
-        tools=[name for name in agent.tools if name in BUILTIN_SPECS],
+        kinds=list(agent.kinds),
+        default_kind=agent.resolved_default_kind,
+        input_schema=agent.input_schema,
+        result_schema=agent.result_schema if "task" in agent.kinds else None,
+        tools=[name for name in agent.tools if name in BUILTIN_SPECS]
+        + ([SET_RESULT_NAME] if "task" in agent.kinds else []),
         tools_needing_approval=[],
         model=f"{agent.model.provider}:{agent.model.name}",
         limits=agent.limits.model_dump(),
@@ -237,4 +245,6 @@ def session_view(snapshot: SessionSnapshot, last_turn: TurnOutcome | None) -> Se
         usage=Usage(input_tokens=s.input_tokens, output_tokens=s.output_tokens, model_calls=s.model_calls),
         last_error=s.last_error,
         closed_reason=s.closed_reason if s.status == "closed" else None,
+        result=s.result,
+        inputs=s.inputs,
     )

@@ -46,6 +46,9 @@ class SessionRecord:
     close_requested: bool
     lease_owner: str | None
     lease_expires_at: float | None
+    result: Any = None
+    inputs: dict[str, Any] | None = None
+    start_client_message_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +65,7 @@ class TurnRecord:
     model_calls: int
     input_tokens: int
     output_tokens: int
+    result: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +109,7 @@ class QueuedMessageRecord:
     status: QueuedStatus
     turn_id: TurnId | None
     created_at: float
+    client_message_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,7 +161,7 @@ class SessionPage:
     next_cursor: str | None
 
 
-EnqueueOutcome = Literal["queued", "not_found", "closed", "turn_limit"]
+EnqueueOutcome = Literal["queued", "not_found", "closed", "turn_limit", "duplicate"]
 
 
 class Store(Protocol):
@@ -165,7 +170,21 @@ class Store(Protocol):
     # -- sessions and queued messages (called by the server on behalf of a caller)
     async def create_session(
         self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
-    ) -> None: ...
+    ) -> bool:
+        """False (and nothing written) when the owner already used session.start_client_message_id."""
+        ...
+
+    async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
+        """The session that start_session created with this client_message_id."""
+        ...
+
+    async def find_sent(self, session_id: SessionId, client_message_id: str) -> QueuedMessageRecord | None:
+        """The message sent to this session with this client_message_id, whatever became of it."""
+        ...
+
+    async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None: ...
+
+    async def latest_event_seq(self, session_id: SessionId) -> int: ...
 
     async def enqueue_message(
         self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
@@ -224,6 +243,12 @@ class Store(Protocol):
         todos: list[dict[str, Any]] | None = None,
     ) -> None: ...
 
+    async def append_nudge(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
+    ) -> None:
+        """Add a reminder to the turn (a user-role message marked as a nudge)."""
+        ...
+
     async def finish_turn(
         self,
         session_id: SessionId,
@@ -234,8 +259,12 @@ class Store(Protocol):
         error: str | None,
         now: float,
         close_reason: str | None = None,
+        result: Any = None,
+        session_status: SessionStatus | None = None,
     ) -> None:
-        """End the turn, mark its unfinished tool calls cancelled, and set the session at rest."""
+        """End the turn, mark its unfinished tool calls cancelled, and set the session at rest.
+
+        `session_status` ends a task session (completed or failed) instead of resting it."""
         ...
 
     async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:

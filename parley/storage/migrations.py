@@ -127,4 +127,16 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX steps_session ON steps(session_id);
     """,
+    # 2: idempotent sends (client_message_id), task results, session inputs
+    """
+    ALTER TABLE queued_messages ADD COLUMN client_message_id TEXT;
+    CREATE UNIQUE INDEX queued_client_id ON queued_messages(session_id, client_message_id)
+        WHERE client_message_id IS NOT NULL;
+    ALTER TABLE sessions ADD COLUMN start_client_message_id TEXT;
+    CREATE UNIQUE INDEX sessions_start_client_id ON sessions(owner, start_client_message_id)
+        WHERE start_client_message_id IS NOT NULL;
+    ALTER TABLE sessions ADD COLUMN result TEXT;
+    ALTER TABLE sessions ADD COLUMN inputs TEXT;
+    ALTER TABLE turns ADD COLUMN result TEXT;
+    """,
 )

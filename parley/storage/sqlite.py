@@ -28,6 +28,7 @@ from parley.storage.base import (
     QueuedMessageRecord,
     SessionPage,
     SessionRecord,
+    SessionStatus,
     StepRecord,
     ToolCallRecord,
     ToolCallStatus,
@@ -42,12 +43,13 @@ BUSY_TIMEOUT_MS = 10_000
 _SESSION_COLUMNS = (
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
-    "cancel_requested_turn, close_requested, lease_owner, lease_expires_at"
+    "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id"
 )
 _TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-    "model_calls, input_tokens, output_tokens"
+    "model_calls, input_tokens, output_tokens, result"
 )
+_QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id"
 _CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
     "attempts, idempotency_key, created_at, updated_at"
@@ -81,6 +83,9 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         close_requested=bool(row["close_requested"]),
         lease_owner=row["lease_owner"],
         lease_expires_at=row["lease_expires_at"],
+        result=json.loads(row["result"]) if row["result"] is not None else None,
+        inputs=json.loads(row["inputs"]) if row["inputs"] is not None else None,
+        start_client_message_id=row["start_client_message_id"],
     )
 
 
@@ -98,6 +103,7 @@ def _turn(row: sqlite3.Row) -> TurnRecord:
         model_calls=row["model_calls"],
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
+        result=json.loads(row["result"]) if row["result"] is not None else None,
     )
 
 
@@ -129,6 +135,7 @@ def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
         status=row["status"],
         turn_id=row["turn_id"],
         created_at=row["created_at"],
+        client_message_id=row["client_message_id"],
     )
 
 
@@ -226,9 +233,9 @@ class SqliteStore:
     ) -> None:
         seq = await self._next_seq(db, message.session_id, "queue_seq")
         await db.execute(
-            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at) "
-            "VALUES (?, ?, ?, ?, 'queued', NULL, ?)",
-            (message.id, message.session_id, seq, message.text, now),
+            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, client_message_id) "
+            "VALUES (?, ?, ?, ?, 'queued', NULL, ?, ?)",
+            (message.id, message.session_id, seq, message.text, now, message.client_message_id),
         )
         await self._event(
             db, message.session_id, None, "message_queued", {"queued_message_id": message.id}, now
@@ -238,18 +245,58 @@ class SqliteStore:
 
     async def create_session(
         self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
-    ) -> None:
+    ) -> bool:
         status = "running" if first_message is not None else session.status
         phase = "queued" if first_message is not None else None
         async with self._tx() as db:
-            await db.execute(
-                "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session.id, session.agent, session.owner, session.kind, status, phase, now, now),
-            )
+            try:
+                await db.execute(
+                    "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
+                    "start_client_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        session.id,
+                        session.agent,
+                        session.owner,
+                        session.kind,
+                        status,
+                        phase,
+                        now,
+                        now,
+                        _dumps(session.inputs) if session.inputs is not None else None,
+                        session.start_client_message_id,
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                return False  # the owner already started a session with this client_message_id
             await self._event(db, session.id, None, "session_created", {"agent": session.agent}, now)
             if first_message is not None:
                 await self._insert_queued(db, first_message, now)
+            return True
+
+    async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE owner = ? AND start_client_message_id = ?",
+            (owner, client_message_id),
+        )
+        return _session(row) if row is not None else None
+
+    async def find_sent(self, session_id: SessionId, client_message_id: str) -> QueuedMessageRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
+            (session_id, client_message_id),
+        )
+        return _queued(row) if row is not None else None
+
+    async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? ORDER BY seq LIMIT 1",
+            (session_id,),
+        )
+        return _queued(row) if row is not None else None
+
+    async def latest_event_seq(self, session_id: SessionId) -> int:
+        row = await self._fetchone("SELECT event_seq FROM sessions WHERE id = ?", (session_id,))
+        return int(row[0]) if row is not None else 0
 
     async def enqueue_message(
         self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
@@ -265,8 +312,15 @@ class SqliteStore:
             if row is None:
                 return "not_found"
             status, close_requested, turn_count, queued = row
-            if status == "closed" or close_requested:
+            if status in ("closed", "completed", "failed") or close_requested:
                 return "closed"
+            if message.client_message_id is not None:
+                async with db.execute(
+                    "SELECT 1 FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
+                    (session_id, message.client_message_id),
+                ) as cur:
+                    if await cur.fetchone() is not None:
+                        return "duplicate"
             if turn_count + queued >= max_turns:
                 return "turn_limit"
             await self._insert_queued(db, message, now)
@@ -565,6 +619,14 @@ class SqliteStore:
                 now,
             )
 
+    async def append_nudge(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            await self._message(db, session_id, turn_id, "user", {"text": text, "nudge": True}, now)
+            await self._event(db, session_id, turn_id, "nudged", {}, now)
+
     async def finish_turn(
         self,
         session_id: SessionId,
@@ -575,6 +637,8 @@ class SqliteStore:
         error: str | None,
         now: float,
         close_reason: str | None = None,
+        result: Any = None,
+        session_status: SessionStatus | None = None,
     ) -> None:
         async with self._tx() as db:
             await self._check_lease(db, session_id, lease)
@@ -588,9 +652,10 @@ class SqliteStore:
                 await db.execute(
                     "UPDATE tool_calls SET status = 'cancelled', updated_at = ? WHERE id = ?", (now, call_id)
                 )
+            result_json = _dumps(result) if result is not None else None
             await db.execute(
-                "UPDATE turns SET status = ?, answer = ?, error = ?, ended_at = ? WHERE id = ?",
-                (status, answer, error, now, turn_id),
+                "UPDATE turns SET status = ?, answer = ?, error = ?, ended_at = ?, result = ? WHERE id = ?",
+                (status, answer, error, now, result_json, turn_id),
             )
             async with db.execute(
                 "SELECT close_requested, closed_reason FROM sessions WHERE id = ?", (session_id,)
@@ -605,6 +670,18 @@ class SqliteStore:
                 (error, error, now, session_id),
             )
             await self._event(db, session_id, turn_id, "turn_ended", {"status": status, "error": error}, now)
+            if session_status is not None:
+                # A task session ends with its turn: nothing queued behind it will run.
+                await db.execute(
+                    "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
+                    (session_id,),
+                )
+                await db.execute(
+                    "UPDATE sessions SET status = ?, result = COALESCE(?, result) WHERE id = ?",
+                    (session_status, result_json, session_id),
+                )
+                await self._event(db, session_id, None, f"session_{session_status}", {"error": error}, now)
+                return
             if close_reason is not None:
                 await db.execute(
                     "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
@@ -737,15 +814,14 @@ class SqliteStore:
 
     async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]:
         rows = await self._fetchall(
-            "SELECT id, session_id, seq, text, status, turn_id, created_at FROM queued_messages "
-            "WHERE session_id = ? AND status = 'queued' ORDER BY seq",
+            f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
             (session_id,),
         )
         return [_queued(r) for r in rows]
 
     async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None:
         row = await self._fetchone(
-            "SELECT id, session_id, seq, text, status, turn_id, created_at FROM queued_messages WHERE id = ?",
+            f"SELECT {_QUEUED_COLUMNS} FROM queued_messages WHERE id = ?",
             (message_id,),
         )
         return _queued(row) if row is not None else None
