@@ -17,6 +17,9 @@ logger = logging.getLogger(__name__)
 
 # How many sessions one scan considers; the rest wait for the next scan.
 SCAN_BATCH = 200
+# A session whose driving crashed (a bug, a broken database row) is retried after a pause that
+# doubles up to this cap, so one bad session cannot spin a process.
+MAX_RETRY_PAUSE_S = 60.0
 
 
 class Scheduler:
@@ -38,6 +41,7 @@ class Scheduler:
         self._clock = clock
         self._driving: set[SessionId] = set()
         self._draining = False
+        self._retry_at: dict[SessionId, tuple[float, float]] = {}
         self._idle = anyio.Event()
 
     @property
@@ -79,6 +83,9 @@ class Scheduler:
         for session_id in await self._store.sessions_needing_work(now, SCAN_BATCH):
             if session_id in self._driving or self._draining:
                 continue
+            retry = self._retry_at.get(session_id)
+            if retry is not None and retry[0] > now:
+                continue
             if await self._store.try_acquire_lease(
                 session_id, self._process_id, now, self._timings.lease_ttl_s
             ):
@@ -88,8 +95,12 @@ class Scheduler:
     async def _drive(self, session_id: SessionId) -> None:
         try:
             await self._driver.drive(session_id)
+            self._retry_at.pop(session_id, None)
         except Exception:
-            logger.exception("driving session %s failed; it will be picked up again", session_id)
+            _, pause = self._retry_at.get(session_id, (0.0, self._timings.poll_interval_s))
+            pause = min(pause * 2, MAX_RETRY_PAUSE_S)
+            self._retry_at[session_id] = (self._clock() + pause, pause)
+            logger.exception("driving session %s failed; retrying in %.1fs", session_id, pause)
         finally:
             self._driving.discard(session_id)
             self._idle.set()

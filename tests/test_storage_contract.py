@@ -1,0 +1,825 @@
+"""The contract every `Store` backend keeps, run against each backend on a real database.
+
+Add a backend by adding a `_Backend` subclass to `BACKENDS`; every test then runs on it.
+Time is passed explicitly (`now`), so lease expiry is tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from parley.errors import LeaseLost, StorageError
+from parley.ids import (
+    SessionId,
+    TurnId,
+    new_queued_message_id,
+    new_session_id,
+    new_tool_call_id,
+    new_turn_id,
+)
+from parley.storage.base import (
+    ModelStep,
+    NewToolCall,
+    QueuedMessageRecord,
+    SessionRecord,
+    Store,
+    TurnRecord,
+)
+from parley.storage.migrations import MIGRATIONS
+from parley.storage.sqlite import open_sqlite_store
+
+pytestmark = pytest.mark.anyio
+
+T0 = 1_000_000.0
+TTL = 30.0
+PROC_A = "proc_a"
+PROC_B = "proc_b"
+
+
+# ---------------------------------------------------------------------------- backends
+
+
+class _Backend:
+    """One database, opened as many times as a test needs (each open is like another process)."""
+
+    def open(self) -> AbstractAsyncContextManager[Store]:
+        raise NotImplementedError
+
+    def schema_versions(self) -> list[int]:
+        raise NotImplementedError
+
+    def set_schema_version(self, version: int) -> None:
+        raise NotImplementedError
+
+
+class _SqliteBackend(_Backend):
+    def __init__(self, tmp_path: Path) -> None:
+        self.path = tmp_path / "x.db"
+
+    def open(self) -> AbstractAsyncContextManager[Store]:
+        return open_sqlite_store(self.path)
+
+    def schema_versions(self) -> list[int]:
+        with sqlite3.connect(self.path, timeout=10) as conn:
+            return [row[0] for row in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+
+    def set_schema_version(self, version: int) -> None:
+        with sqlite3.connect(self.path, timeout=10) as conn:
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+
+
+BACKENDS: dict[str, Callable[[Path], _Backend]] = {"sqlite": _SqliteBackend}
+_BACKEND_KEY = pytest.StashKey[_Backend]()
+
+
+@pytest.fixture(params=list(BACKENDS))
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    backend = BACKENDS[request.param](tmp_path)
+    request.node.stash[_BACKEND_KEY] = backend
+    async with backend.open() as opened:
+        yield opened
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest, store: Store) -> _Backend:
+    """The database behind `store`, to open it again or inspect it."""
+    backend: _Backend = request.node.stash[_BACKEND_KEY]
+    return backend
+
+
+@pytest.fixture
+async def other_store(backend: _Backend) -> AsyncIterator[Store]:
+    """A second, independent connection to the same database: another parley process."""
+    async with backend.open() as opened:
+        yield opened
+
+
+# ---------------------------------------------------------------------------- builders
+
+
+def session_record(
+    *, owner: str = "alice", agent: str = "demo", sid: SessionId | None = None
+) -> SessionRecord:
+    return SessionRecord(
+        id=sid or new_session_id(),
+        agent=agent,
+        owner=owner,
+        kind="chat",
+        status="idle",
+        phase=None,
+        created_at=T0,
+        updated_at=T0,
+        turn_count=0,
+        current_turn_id=None,
+        last_turn_id=None,
+        last_error=None,
+        closed_reason=None,
+        input_tokens=0,
+        output_tokens=0,
+        model_calls=0,
+        todos=[],
+        cancel_requested_turn=None,
+        close_requested=False,
+        lease_owner=None,
+        lease_expires_at=None,
+    )
+
+
+def queued(session_id: SessionId, text: str, now: float = T0) -> QueuedMessageRecord:
+    return QueuedMessageRecord(
+        id=new_queued_message_id(),
+        session_id=session_id,
+        seq=0,
+        text=text,
+        status="queued",
+        turn_id=None,
+        created_at=now,
+    )
+
+
+async def new_session(
+    store: Store,
+    first: str | None = None,
+    *,
+    owner: str = "alice",
+    agent: str = "demo",
+    now: float = T0,
+) -> SessionId:
+    record = session_record(owner=owner, agent=agent)
+    await store.create_session(record, queued(record.id, first, now) if first is not None else None, now)
+    return record.id
+
+
+async def running_turn(
+    store: Store, first: str = "hello", *, lease: str = PROC_A
+) -> tuple[SessionId, TurnRecord]:
+    """A session whose first turn has started under `lease`."""
+    sid = await new_session(store, first)
+    assert await store.try_acquire_lease(sid, lease, T0, TTL)
+    turn = await store.start_turn(sid, lease, new_turn_id(), T0 + 1)
+    assert turn is not None
+    return sid, turn
+
+
+def model_step(turn_id: TurnId, step_no: int, *calls: str, text: str = "thinking") -> ModelStep:
+    new_calls = [
+        NewToolCall(id=new_tool_call_id(), call_index=i, name=name, arguments={"i": i}, effect="read")
+        for i, name in enumerate(calls)
+    ]
+    assistant: dict[str, Any] = {"text": text}
+    if new_calls:
+        assistant["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in new_calls]
+    return ModelStep(
+        turn_id=turn_id,
+        step_no=step_no,
+        assistant=assistant,
+        tool_calls=new_calls,
+        input_tokens=10,
+        output_tokens=5,
+    )
+
+
+async def snapshot(store: Store, sid: SessionId, turn_id: TurnId | None = None) -> dict[str, Any]:
+    """Everything a write could change, to compare before and after a refused write."""
+    session = await store.get_session(sid)
+    return {
+        "session": session,
+        "messages": await store.list_messages(sid, None, None),
+        "steps": await store.list_steps(sid),
+        "events": await store.list_events(sid, 0, 10_000),
+        "queued": await store.list_queued(sid),
+        "turns": await store.list_turns(sid),
+        "calls": await store.list_tool_calls(turn_id) if turn_id is not None else [],
+    }
+
+
+async def status_of(store: Store, sid: SessionId) -> tuple[str, str | None]:
+    session = await store.get_session(sid)
+    assert session is not None
+    return session.status, session.phase
+
+
+# ---------------------------------------------------------------------------- schema
+
+
+async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_data(
+    store: Store, backend: _Backend
+) -> None:
+    sid = await new_session(store, "kept")
+    assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
+    async with backend.open() as again:
+        assert await again.get_session(sid) is not None
+        assert [q.text for q in await again.list_queued(sid)] == ["kept"]
+    async with backend.open():
+        pass
+    assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
+
+
+@pytest.mark.xfail(
+    reason="BUG: open_sqlite_store runs 'PRAGMA journal_mode = WAL' outside any retry; when two processes "
+    "open a fresh file at once it fails with a raw sqlite3.OperationalError 'database is locked' "
+    "(busy_timeout does not cover the journal-mode switch) instead of waiting",
+    strict=True,
+)
+async def test_two_processes_opening_a_fresh_database_at_once_both_succeed(tmp_path: Path) -> None:
+    # Every desktop client window starts its own server on the same default file. The race is
+    # narrow, so it is tried on many fresh files; the first failure ends the test.
+    for attempt in range(100):
+        path = tmp_path / f"fresh{attempt}.db"
+        failures: list[BaseException] = []
+
+        async def open_once(path: Path = path, failures: list[BaseException] = failures) -> None:
+            try:
+                async with open_sqlite_store(path) as opened:
+                    assert await opened.get_session(SessionId("ses_none")) is None
+            except (StorageError, sqlite3.Error) as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(open_once)
+            tg.start_soon(open_once)
+        assert failures == [], f"attempt {attempt}: {failures[0]!r}"
+        with sqlite3.connect(path) as conn:
+            versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_versions(
+    store: Store, backend: _Backend
+) -> None:
+    newer = len(MIGRATIONS) + 41
+    backend.set_schema_version(newer)
+    with pytest.raises(StorageError) as refused:
+        async with backend.open():
+            pytest.fail("a database with a newer schema was opened")
+    message = str(refused.value)
+    if isinstance(backend, _SqliteBackend):
+        message = message.replace(str(backend.path), "<db>")
+    numbers = re.findall(r"\d+", message)
+    assert str(newer) in numbers, message
+    assert str(len(MIGRATIONS)) in numbers, message
+    assert backend.schema_versions()[-1] == newer  # the refused open changed nothing
+
+
+# ---------------------------------------------------------------------------- sessions and queue
+
+
+async def test_a_session_created_without_a_message_is_idle_with_nothing_queued(store: Store) -> None:
+    sid = await new_session(store, owner="alice", agent="helper")
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.status, session.phase) == ("idle", None)
+    assert (session.owner, session.agent, session.kind) == ("alice", "helper", "chat")
+    assert session.created_at == T0
+    assert session.current_turn_id is None
+    assert session.turn_count == 0
+    assert session.lease_owner is None
+    assert await store.list_queued(sid) == []
+    assert await store.count_messages(sid) == 0
+
+
+async def test_a_session_created_with_a_first_message_is_running_with_the_message_queued(
+    store: Store,
+) -> None:
+    record = session_record()
+    first = queued(record.id, "hi there")
+    await store.create_session(record, first, T0)
+    assert await status_of(store, record.id) == ("running", "queued")
+    pending = await store.list_queued(record.id)
+    assert [(q.id, q.text, q.status, q.turn_id) for q in pending] == [(first.id, "hi there", "queued", None)]
+    stored = await store.get_queued(first.id)
+    assert stored is not None and stored.session_id == record.id
+    # Queued is not yet part of the transcript: the user message is appended when its turn starts.
+    assert await store.count_messages(record.id) == 0
+    kinds = [e.kind for e in await store.list_events(record.id, 0, 100)]
+    assert kinds == ["session_created", "message_queued"]
+
+
+async def test_enqueue_on_an_idle_session_queues_the_message_and_makes_the_session_running(
+    store: Store,
+) -> None:
+    sid = await new_session(store)
+    message = queued(sid, "wake up")
+    assert await store.enqueue_message(sid, "alice", message, 10, T0 + 1) == "queued"
+    assert await status_of(store, sid) == ("running", "queued")
+    assert [q.id for q in await store.list_queued(sid)] == [message.id]
+
+
+async def test_enqueue_for_another_owner_or_an_unknown_session_is_not_found_and_queues_nothing(
+    store: Store,
+) -> None:
+    sid = await new_session(store, owner="alice")
+    assert await store.enqueue_message(sid, "mallory", queued(sid, "x"), 10, T0) == "not_found"
+    unknown = new_session_id()
+    assert await store.enqueue_message(unknown, "alice", queued(unknown, "x"), 10, T0) == "not_found"
+    assert await store.list_queued(sid) == []
+    assert await status_of(store, sid) == ("idle", None)
+
+
+async def test_enqueue_on_a_closed_session_is_refused_as_closed(store: Store) -> None:
+    sid = await new_session(store)
+    await store.request_close(sid, "alice", "done with it", T0 + 1)
+    assert await store.enqueue_message(sid, "alice", queued(sid, "too late"), 10, T0 + 2) == "closed"
+    assert await store.list_queued(sid) == []
+    assert await status_of(store, sid) == ("closed", None)
+
+
+async def test_enqueue_is_refused_once_turns_taken_plus_messages_queued_reach_the_limit(store: Store) -> None:
+    sid = await new_session(store, "one")
+    assert await store.enqueue_message(sid, "alice", queued(sid, "two"), 2, T0) == "queued"
+    assert await store.enqueue_message(sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0) is not None
+    # One turn taken and one message queued still fill both allowed turns.
+    assert await store.enqueue_message(sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
+    assert [q.text for q in await store.list_queued(sid)] == ["two"]
+
+
+async def test_request_cancel_marks_the_running_turn_and_returns_its_id(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    assert await store.request_cancel(sid, "mallory", T0, new_turn_id()) is None
+    assert await store.request_cancel(sid, "alice", T0 + 2, new_turn_id()) == turn.id
+    session = await store.get_session(sid)
+    assert session is not None and session.cancel_requested_turn == turn.id
+    idle = await new_session(store)
+    assert await store.request_cancel(idle, "alice", T0, new_turn_id()) is None
+    assert await store.list_turns(idle) == []
+
+
+async def test_request_cancel_before_a_queued_message_starts_records_it_as_a_cancelled_turn(
+    store: Store,
+) -> None:
+    sid = await new_session(store, "never mind")
+    turn_id = new_turn_id()
+    assert await store.request_cancel(sid, "alice", T0 + 1, turn_id) == turn_id
+    [turn] = await store.list_turns(sid)
+    assert (turn.id, turn.seq, turn.status) == (turn_id, 1, "cancelled")
+    assert [(m.role, m.content) for m in await store.list_messages(sid, None, None)] == [
+        ("user", {"text": "never mind"})
+    ]
+    assert await store.list_queued(sid) == []
+    assert await status_of(store, sid) == ("idle", None)
+
+
+# ---------------------------------------------------------------------------- turns
+
+
+async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_user_message(
+    store: Store,
+) -> None:
+    sid = await new_session(store, "one")
+    for text in ("two", "three"):
+        assert await store.enqueue_message(sid, "alice", queued(sid, text), 10, T0) == "queued"
+    first_id = (await store.list_queued(sid))[0].id
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+
+    turn_id = new_turn_id()
+    turn = await store.start_turn(sid, PROC_A, turn_id, T0 + 1)
+    assert turn is not None
+    assert (turn.id, turn.seq, turn.status, turn.queued_message_id) == (turn_id, 1, "running", first_id)
+    assert turn.started_at == T0 + 1 and turn.ended_at is None and turn.model_calls == 0
+    messages = await store.list_messages(sid, None, None)
+    assert [(m.seq, m.role, m.content, m.turn_id) for m in messages] == [
+        (1, "user", {"text": "one"}, turn_id)
+    ]
+    consumed = await store.get_queued(first_id)
+    assert consumed is not None and (consumed.status, consumed.turn_id) == ("consumed", turn_id)
+    assert [q.text for q in await store.list_queued(sid)] == ["two", "three"]
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (
+        session.status,
+        session.phase,
+        session.current_turn_id,
+        session.last_turn_id,
+        session.turn_count,
+    ) == (
+        "running",
+        "model",
+        turn_id,
+        turn_id,
+        1,
+    )
+
+    await store.finish_turn(sid, PROC_A, turn_id, "answered", "ok", None, T0 + 2)
+    second = await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3)
+    assert second is not None and second.seq == 2
+    assert [m.content["text"] for m in await store.list_messages(sid, None, None)] == ["one", "two"]
+    assert [t.id for t in await store.list_turns(sid)] == [turn_id, second.id]
+
+
+async def test_start_turn_returns_none_when_nothing_is_queued(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 2)
+    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
+    assert len(await store.list_turns(sid)) == 1
+
+
+async def test_a_committed_model_step_stores_the_assistant_message_its_pending_calls_and_usage(
+    store: Store,
+) -> None:
+    sid, turn = await running_turn(store)
+    step = model_step(turn.id, 1, "alpha", "beta")
+    await store.commit_model_step(sid, PROC_A, step, T0 + 2)
+
+    messages = await store.list_messages(sid, None, None)
+    assert [(m.role, m.content) for m in messages[1:]] == [("assistant", step.assistant)]
+    calls = await store.list_tool_calls(turn.id)
+    assert [(c.id, c.name, c.call_index, c.step_no, c.status, c.attempts) for c in calls] == [
+        (step.tool_calls[0].id, "alpha", 0, 1, "pending", 0),
+        (step.tool_calls[1].id, "beta", 1, 1, "pending", 0),
+    ]
+    assert [c.idempotency_key for c in calls] == [f"{sid}/{turn.id}/{c.id}" for c in calls]
+    stored_turn = await store.get_turn(turn.id)
+    assert stored_turn is not None
+    assert (stored_turn.model_calls, stored_turn.input_tokens, stored_turn.output_tokens) == (1, 10, 5)
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.model_calls, session.input_tokens, session.output_tokens, session.phase) == (
+        1,
+        10,
+        5,
+        "tools",
+    )
+    steps = await store.list_steps(sid)
+    assert [(s.turn_id, s.step_no, s.kind, s.process_id) for s in steps] == [(turn.id, 1, "model", PROC_A)]
+
+
+async def test_a_tool_result_updates_the_call_appends_a_tool_message_and_saves_todos(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    step = model_step(turn.id, 1, "write_todos")
+    await store.commit_model_step(sid, PROC_A, step, T0 + 2)
+    call_id = step.tool_calls[0].id
+    await store.mark_tool_call_started(sid, PROC_A, call_id, T0 + 3)
+    assert [(c.status, c.attempts) for c in await store.list_tool_calls(turn.id)] == [("running", 1)]
+    todos = [{"content": "plan", "status": "pending"}]
+    await store.commit_tool_result(
+        sid, PROC_A, call_id, "succeeded", {"text": "saved", "is_error": False}, T0 + 4, todos=todos
+    )
+    [call] = await store.list_tool_calls(turn.id)
+    assert (call.status, call.result) == ("succeeded", {"text": "saved", "is_error": False})
+    last = (await store.list_messages(sid, None, None))[-1]
+    assert last.role == "tool" and last.turn_id == turn.id
+    assert last.content["tool_call_id"] == call_id and last.content["text"] == "saved"
+    session = await store.get_session(sid)
+    assert session is not None and session.todos == todos
+
+
+async def test_the_same_model_step_cannot_be_committed_twice(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    await store.commit_model_step(sid, PROC_A, model_step(turn.id, 1, "alpha", text="first"), T0 + 2)
+    before = await snapshot(store, sid, turn.id)
+    # A second process that made the same model call must not commit it again.
+    with pytest.raises(LeaseLost):
+        await store.commit_model_step(sid, PROC_A, model_step(turn.id, 1, "beta", text="second"), T0 + 3)
+    assert await snapshot(store, sid, turn.id) == before
+    await store.commit_model_step(sid, PROC_A, model_step(turn.id, 2, text="next"), T0 + 4)
+    assert [s.step_no for s in await store.list_steps(sid)] == [1, 2]
+
+
+async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    step = model_step(turn.id, 1, "done", "started", "waiting")
+    await store.commit_model_step(sid, PROC_A, step, T0 + 2)
+    done, started, waiting = (c.id for c in step.tool_calls)
+    await store.mark_tool_call_started(sid, PROC_A, done, T0 + 3)
+    await store.commit_tool_result(sid, PROC_A, done, "succeeded", {"text": "ok"}, T0 + 3)
+    await store.mark_tool_call_started(sid, PROC_A, started, T0 + 3)
+
+    await store.finish_turn(sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
+
+    statuses = {c.id: c.status for c in await store.list_tool_calls(turn.id)}
+    assert statuses == {done: "succeeded", started: "cancelled", waiting: "cancelled"}
+    ended = await store.get_turn(turn.id)
+    assert ended is not None and (ended.status, ended.ended_at) == ("cancelled", T0 + 4)
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.status, session.phase, session.current_turn_id, session.last_turn_id) == (
+        "idle",
+        None,
+        None,
+        turn.id,
+    )
+
+
+async def test_finish_turn_records_the_answer_and_the_error(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    await store.finish_turn(sid, PROC_A, turn.id, "failed", "partial", "it broke", T0 + 2)
+    ended = await store.get_turn(turn.id)
+    assert ended is not None and (ended.status, ended.answer, ended.error) == (
+        "failed",
+        "partial",
+        "it broke",
+    )
+    session = await store.get_session(sid)
+    assert session is not None and session.last_error == "it broke"
+
+
+async def test_finish_turn_keeps_the_session_running_when_messages_are_queued(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    assert await store.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
+    assert await status_of(store, sid) == ("running", "queued")
+    session = await store.get_session(sid)
+    assert session is not None and session.current_turn_id is None
+    assert [q.text for q in await store.list_queued(sid)] == ["next"]
+
+
+async def test_finish_turn_closes_the_session_when_a_close_was_requested_during_the_turn(
+    store: Store,
+) -> None:
+    sid, turn = await running_turn(store)
+    assert await store.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    await store.request_close(sid, "alice", "user is done", T0 + 3)
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.status, session.close_requested, session.cancel_requested_turn) == (
+        "running",
+        True,
+        turn.id,
+    )
+    assert await store.list_queued(sid) == []
+
+    await store.finish_turn(sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.status, session.phase, session.closed_reason, session.current_turn_id) == (
+        "closed",
+        None,
+        "user is done",
+        None,
+    )
+
+
+async def test_finish_turn_with_a_close_reason_closes_the_session_and_drops_queued_messages(
+    store: Store,
+) -> None:
+    sid, turn = await running_turn(store)
+    message = queued(sid, "never runs")
+    assert await store.enqueue_message(sid, "alice", message, 10, T0 + 2) == "queued"
+    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
+    session = await store.get_session(sid)
+    assert session is not None and (session.status, session.closed_reason) == ("closed", "turn limit")
+    assert await store.list_queued(sid) == []
+    dropped = await store.get_queued(message.id)
+    assert dropped is not None and dropped.status == "dropped"
+    assert await store.enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 4) == "closed"
+
+
+async def test_request_close_on_an_idle_session_closes_it_at_once(store: Store) -> None:
+    sid = await new_session(store)
+    await store.request_close(sid, "mallory", "not yours", T0 + 1)
+    assert await status_of(store, sid) == ("idle", None)
+    await store.request_close(sid, "alice", "finished", T0 + 2)
+    session = await store.get_session(sid)
+    assert session is not None and (session.status, session.closed_reason) == ("closed", "finished")
+    assert "session_closed" in [e.kind for e in await store.list_events(sid, 0, 100)]
+    await store.request_close(sid, "alice", "again", T0 + 3)
+    session = await store.get_session(sid)
+    assert session is not None and session.closed_reason == "finished"
+
+
+async def test_request_close_before_the_first_turn_drops_queued_messages_and_no_turn_starts(
+    store: Store,
+) -> None:
+    sid = await new_session(store, "first")
+    message = (await store.list_queued(sid))[0]
+    await store.request_close(sid, "alice", "changed my mind", T0 + 1)
+    assert await store.list_queued(sid) == []
+    dropped = await store.get_queued(message.id)
+    assert dropped is not None and dropped.status == "dropped"
+    assert await store.enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 2) == "closed"
+    # Whoever drives the session next finds nothing to run and lets it close.
+    assert await store.try_acquire_lease(sid, PROC_A, T0 + 2, TTL)
+    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 2) is None
+    assert await store.rest_session(sid, PROC_A, T0 + 3)
+    session = await store.get_session(sid)
+    assert session is not None and (session.status, session.closed_reason) == ("closed", "changed my mind")
+    assert await store.list_turns(sid) == []
+
+
+async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_work_remains(
+    store: Store,
+) -> None:
+    sid = await new_session(store, "one")
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert not await store.rest_session(sid, PROC_A, T0 + 1)  # a message is queued
+    turn = await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 1)
+    assert turn is not None
+    assert not await store.rest_session(sid, PROC_A, T0 + 2)  # a turn runs
+    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
+    assert await store.rest_session(sid, PROC_A, T0 + 4)
+    assert await status_of(store, sid) == ("idle", None)
+
+
+@pytest.mark.xfail(
+    reason="BUG: SqliteStore.rest_session (through _settle) sets status 'idle' without looking at the "
+    "status, so a session that request_close closed at once while a driver still held its lease is reopened",
+    strict=True,
+)
+async def test_rest_session_never_reopens_a_session_that_was_closed_meanwhile(store: Store) -> None:
+    sid = await new_session(store, "hello")
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    # The driver saw a queued message; before it starts the turn the caller cancels that message
+    # (the session rests) and then closes the session, which closes it at once.
+    assert await store.request_cancel(sid, "alice", T0 + 1, new_turn_id()) is not None
+    await store.request_close(sid, "alice", "all done", T0 + 2)
+    assert await status_of(store, sid) == ("closed", None)
+    # The driver carries on: nothing to start, so it lets the session rest.
+    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
+    assert await store.rest_session(sid, PROC_A, T0 + 4)
+    session = await store.get_session(sid)
+    assert session is not None and (session.status, session.closed_reason) == ("closed", "all done")
+
+
+# ---------------------------------------------------------------------------- leases
+
+
+async def test_a_lease_held_by_one_process_blocks_another_until_it_expires(
+    store: Store, other_store: Store
+) -> None:
+    sid = await new_session(store, "work")
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
+    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL - 0.001, TTL)
+    # The holder may take its own lease again, which extends it.
+    assert await store.try_acquire_lease(sid, PROC_A, T0 + 10, TTL)
+    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
+    assert await other_store.try_acquire_lease(sid, PROC_B, T0 + 10 + TTL + 1, TTL)
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.lease_owner, session.lease_expires_at) == (PROC_B, T0 + 10 + TTL + 1 + TTL)
+    with pytest.raises(LeaseLost):
+        await store.renew_lease(sid, PROC_A, T0 + 50, TTL)
+
+
+async def test_only_a_running_session_can_be_leased(store: Store) -> None:
+    sid = await new_session(store)
+    assert not await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    session = await store.get_session(sid)
+    assert session is not None and session.lease_owner is None
+
+
+async def test_renew_lease_extends_the_holders_lease_and_raises_lease_lost_for_anyone_else(
+    store: Store, other_store: Store
+) -> None:
+    sid = await new_session(store, "work")
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    renewed = await store.renew_lease(sid, PROC_A, T0 + 5, TTL)
+    assert (renewed.id, renewed.lease_owner, renewed.lease_expires_at) == (sid, PROC_A, T0 + 5 + TTL)
+    with pytest.raises(LeaseLost):
+        await other_store.renew_lease(sid, PROC_B, T0 + 6, TTL)
+    session = await store.get_session(sid)
+    assert session is not None and (session.lease_owner, session.lease_expires_at) == (PROC_A, T0 + 5 + TTL)
+
+
+async def test_release_lease_frees_the_session_only_for_its_holder(store: Store, other_store: Store) -> None:
+    sid = await new_session(store, "work")
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    await other_store.release_lease(sid, PROC_B)
+    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
+    await store.release_lease(sid, PROC_A)
+    assert await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
+
+
+_LeaseWrite = Callable[[Store, SessionId, TurnRecord, str], Awaitable[object]]
+
+
+async def _write_start_turn(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
+    return await store.start_turn(sid, lease, new_turn_id(), T0 + 100)
+
+
+async def _write_model_step(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
+    await store.commit_model_step(sid, lease, model_step(turn.id, 2, "gamma"), T0 + 100)
+    return None
+
+
+async def _write_finish_turn(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
+    await store.finish_turn(sid, lease, turn.id, "answered", "stolen", None, T0 + 100)
+    return None
+
+
+async def _write_tool_started(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
+    pending = [c for c in await store.list_tool_calls(turn.id) if c.status == "pending"]
+    await store.mark_tool_call_started(sid, lease, pending[0].id, T0 + 100)
+    return None
+
+
+async def _write_tool_result(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
+    pending = [c for c in await store.list_tool_calls(turn.id) if c.status == "pending"]
+    await store.commit_tool_result(sid, lease, pending[0].id, "succeeded", {"text": "x"}, T0 + 100, todos=[])
+    return None
+
+
+async def _write_rest(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
+    return await store.rest_session(sid, lease, T0 + 100)
+
+
+LEASE_WRITES: dict[str, _LeaseWrite] = {
+    "start_turn": _write_start_turn,
+    "commit_model_step": _write_model_step,
+    "finish_turn": _write_finish_turn,
+    "mark_tool_call_started": _write_tool_started,
+    "commit_tool_result": _write_tool_result,
+    "rest_session": _write_rest,
+}
+
+
+@pytest.mark.parametrize("write", list(LEASE_WRITES))
+async def test_a_lease_checked_write_by_a_process_that_lost_the_lease_raises_and_writes_nothing(
+    store: Store, other_store: Store, write: str
+) -> None:
+    sid, turn = await running_turn(store, lease=PROC_A)
+    await store.commit_model_step(sid, PROC_A, model_step(turn.id, 1, "alpha"), T0 + 2)
+    assert await store.enqueue_message(sid, "alice", queued(sid, "queued next"), 10, T0 + 3) == "queued"
+    # PROC_A stalls past its lease; PROC_B takes the session over.
+    assert await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
+    before = await snapshot(store, sid, turn.id)
+
+    with pytest.raises(LeaseLost):
+        await LEASE_WRITES[write](store, sid, turn, PROC_A)
+    with pytest.raises(LeaseLost):
+        await LEASE_WRITES[write](other_store, sid, turn, "proc_never_held_it")
+
+    assert await snapshot(store, sid, turn.id) == before
+    assert await snapshot(other_store, sid, turn.id) == before
+
+
+# ---------------------------------------------------------------------------- reads
+
+
+@pytest.mark.parametrize(("count", "limit", "pages"), [(7, 3, 3), (6, 3, 2), (1, 1, 1), (0, 5, 1)])
+async def test_list_sessions_pages_through_every_session_once_newest_first(
+    store: Store, count: int, limit: int, pages: int
+) -> None:
+    created: list[tuple[float, SessionId]] = []
+    for i in range(count):
+        # Pairs share a creation time, so the cursor must break ties.
+        now = T0 + i // 2
+        created.append((now, await new_session(store, owner="alice", now=now)))
+    await new_session(store, owner="bob", now=T0 + 100)
+    expected = [sid for _, sid in sorted(created, reverse=True)]
+
+    seen: list[SessionId] = []
+    cursor: str | None = None
+    fetched = 0
+    while True:
+        page = await store.list_sessions("alice", None, None, cursor, limit)
+        fetched += 1
+        assert len(page.sessions) <= limit
+        seen.extend(s.id for s in page.sessions)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+        assert fetched <= count, "paging does not end"
+    assert seen == expected
+    assert fetched == pages
+
+
+async def test_list_sessions_filters_by_owner_status_and_agent(store: Store) -> None:
+    idle_demo = await new_session(store, agent="demo", now=T0 + 1)
+    busy_demo = await new_session(store, "go", agent="demo", now=T0 + 2)
+    idle_helper = await new_session(store, agent="helper", now=T0 + 3)
+    bobs = await new_session(store, owner="bob", agent="demo", now=T0 + 4)
+
+    async def ids(owner: str, status: str | None, agent: str | None) -> list[SessionId]:
+        page = await store.list_sessions(owner, status, agent, None, 50)
+        assert page.next_cursor is None
+        return [s.id for s in page.sessions]
+
+    assert await ids("alice", None, None) == [idle_helper, busy_demo, idle_demo]
+    assert await ids("alice", "idle", None) == [idle_helper, idle_demo]
+    assert await ids("alice", None, "demo") == [busy_demo, idle_demo]
+    assert await ids("alice", "running", "demo") == [busy_demo]
+    assert await ids("alice", "closed", None) == []
+    assert await ids("bob", None, None) == [bobs]
+    assert await ids("carol", None, None) == []
+
+
+async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or_expired(
+    store: Store,
+) -> None:
+    idle = await new_session(store)
+    free = await new_session(store, "free")
+    held = await new_session(store, "held")
+    expired = await new_session(store, "expired")
+    closed = await new_session(store)
+    await store.request_close(closed, "alice", "bye", T0)
+    assert await store.try_acquire_lease(held, PROC_A, T0 + 50, TTL)
+    assert await store.try_acquire_lease(expired, PROC_A, T0, TTL)
+
+    now = T0 + 60  # the lease on `expired` ran out at T0 + 30; `held` lasts until T0 + 80
+    found = await store.sessions_needing_work(now, 100)
+    assert sorted(found) == sorted([free, expired])
+    assert idle not in found and held not in found and closed not in found
+    assert len(await store.sessions_needing_work(now, 1)) == 1
+    await store.release_lease(held, PROC_A)
+    assert held in await store.sessions_needing_work(now, 100)
