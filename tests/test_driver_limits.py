@@ -261,12 +261,6 @@ class _LeaseThief:
         return ModelResponse(text="an answer nobody may commit")
 
 
-@pytest.mark.xfail(
-    reason="BUG: SessionDriver.drive catches LeaseLost with 'except LeaseLost', but LeaseLost is raised "
-    "inside an anyio task group and arrives wrapped in an ExceptionGroup, so drive() raises instead "
-    "of logging and returning",
-    strict=True,
-)
 async def test_a_driver_that_loses_its_lease_stops_quietly_and_commits_nothing(store: SqliteStore) -> None:
     sid = await session_with_message(store, "hello")
     await drive(store, agent(), _LeaseThief(store, sid), sid)

@@ -223,12 +223,6 @@ async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_da
     assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
 
 
-@pytest.mark.xfail(
-    reason="BUG: open_sqlite_store runs 'PRAGMA journal_mode = WAL' outside any retry; when two processes "
-    "open a fresh file at once it fails with a raw sqlite3.OperationalError 'database is locked' "
-    "(busy_timeout does not cover the journal-mode switch) instead of waiting",
-    strict=True,
-)
 async def test_two_processes_opening_a_fresh_database_at_once_both_succeed(tmp_path: Path) -> None:
     # Every desktop client window starts its own server on the same default file. The race is
     # narrow, so it is tried on many fresh files; the first failure ends the test.
@@ -620,11 +614,6 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
     assert await status_of(store, sid) == ("idle", None)
 
 
-@pytest.mark.xfail(
-    reason="BUG: SqliteStore.rest_session (through _settle) sets status 'idle' without looking at the "
-    "status, so a session that request_close closed at once while a driver still held its lease is reopened",
-    strict=True,
-)
 async def test_rest_session_never_reopens_a_session_that_was_closed_meanwhile(store: Store) -> None:
     sid = await new_session(store, "hello")
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)

@@ -96,9 +96,9 @@ class SessionDriver:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
                 await self._work(session_id, control)
                 tg.cancel_scope.cancel()
-        except LeaseLost:
+        except* LeaseLost:
+            # Another process took over (this one stalled past the lease); nothing was committed here.
             logger.warning("lost the lease of session %s; another process drives it now", session_id)
-            return
         finally:
             with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
                 await self._store.release_lease(session_id, self._process_id)

@@ -33,17 +33,29 @@ def to_chat_messages(records: Sequence[MessageRecord]) -> tuple[ChatMessage, ...
             )
             for call in calls:
                 result = results.get(call.id)
-                if result is not None:
-                    out.append(
-                        ChatMessage(
-                            role="tool",
-                            text=str(result.content.get("text", "")),
-                            tool_call_id=call.id,
-                            tool_name=call.name,
-                            is_error=bool(result.content.get("is_error", False)),
-                        )
+                if result is None and not has_later_model_turn(records, record.seq):
+                    continue  # still running in the current step
+                # Providers reject a tool call without a result: a call that never ran (a cancel,
+                # the model-call limit) gets one that says so.
+                text = str(result.content.get("text", "")) if result is not None else NOT_RUN_TEXT
+                out.append(
+                    ChatMessage(
+                        role="tool",
+                        text=text,
+                        tool_call_id=call.id,
+                        tool_name=call.name,
+                        is_error=bool(result.content.get("is_error", False)) if result is not None else True,
                     )
+                )
     return tuple(out)
+
+
+NOT_RUN_TEXT = "This call was not run: the turn ended before it started."
+
+
+def has_later_model_turn(records: Sequence[MessageRecord], seq: int) -> bool:
+    """True when a user or assistant message follows `seq`: the calls at `seq` are settled."""
+    return any(r.seq > seq and r.role in ("user", "assistant") for r in records)
 
 
 def requested_names(calls: Sequence[RequestedCall]) -> str:

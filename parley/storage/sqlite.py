@@ -696,7 +696,13 @@ class SqliteStore:
             await self._settle(db, session_id, now)
 
     async def _settle(self, db: aiosqlite.Connection, session_id: SessionId, now: float) -> bool:
-        """Running with a queue stays running; otherwise idle. Returns True when the session rests."""
+        """Running with a queue stays running; otherwise idle. Returns True when the session rests.
+
+        A session that ended meanwhile (closed while this process held the lease) stays ended."""
+        async with db.execute("SELECT status FROM sessions WHERE id = ?", (session_id,)) as cur:
+            status_row = await cur.fetchone()
+        if status_row is None or status_row[0] in ("closed", "completed", "failed"):
+            return True
         async with db.execute(
             "SELECT COUNT(*) FROM queued_messages WHERE session_id = ? AND status = 'queued'", (session_id,)
         ) as cur:
@@ -860,6 +866,23 @@ class SqliteStore:
         ]
 
 
+# Switching a new file to WAL needs an exclusive lock that busy_timeout does not wait for;
+# two processes opening a fresh database at once can collide there.
+WAL_ATTEMPTS = 50
+WAL_RETRY_S = 0.05
+
+
+async def _enable_wal(db: aiosqlite.Connection) -> None:
+    for attempt in range(WAL_ATTEMPTS):
+        try:
+            await db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
+                raise
+            await anyio.sleep(WAL_RETRY_S)
+
+
 async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
     await db.execute("BEGIN IMMEDIATE")
     try:
@@ -893,12 +916,15 @@ async def open_sqlite_store(path: Path) -> AsyncIterator[SqliteStore]:
         raise StorageError(f"cannot open database {path}: {exc}") from exc
     try:
         db.row_factory = sqlite3.Row
-        await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        await db.execute("PRAGMA journal_mode = WAL")
-        # FULL: a committed step survives a power loss too, not only a process crash.
-        await db.execute("PRAGMA synchronous = FULL")
-        await db.execute("PRAGMA foreign_keys = ON")
-        await _migrate(db, path)
+        try:
+            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            await _enable_wal(db)
+            # FULL: a committed step survives a power loss too, not only a process crash.
+            await db.execute("PRAGMA synchronous = FULL")
+            await db.execute("PRAGMA foreign_keys = ON")
+            await _migrate(db, path)
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot prepare database {path}: {exc}") from exc
         yield SqliteStore(db, path)
     finally:
         with anyio.CancelScope(shield=True):
