@@ -7,6 +7,7 @@ the data-directory variables); everything else receives a loaded `ServerConfig`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ E_MISSING = "PARLEY-C006"  # a referenced file or folder does not exist
 E_RESULT_SCHEMA = "PARLEY-C007"  # the result schema is not a JSON Schema of an object
 E_INPUT_SCHEMA = "PARLEY-C008"  # the input schema is not a valid JSON Schema of an object
 E_KIND = "PARLEY-C009"  # default_kind is not among the agent's kinds
+E_ENV = "PARLEY-C011"  # a ${NAME} reference names an environment variable that is not set
+
+_ENV_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class _Strict(BaseModel):
@@ -184,7 +188,33 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(E_YAML, str(path), "(top level)", "must be a mapping of fields (key: value)")
-    return data
+    expanded: dict[str, Any] = _expand_env(data, str(path), "")
+    return expanded
+
+
+def _expand_env(value: Any, file: str, where: str) -> Any:
+    """Replace ${NAME} in every string with the environment variable's value ($$ is a literal $)."""
+    if isinstance(value, dict):
+        return {k: _expand_env(v, file, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v, file, f"{where}.{i}") for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            return "$"
+        if name not in os.environ:
+            raise ConfigError(
+                E_ENV,
+                file,
+                where or "(value)",
+                f"environment variable {name} is not set; set it or remove ${{{name}}}",
+            )
+        return os.environ[name]
+
+    return _ENV_REF.sub(substitute, value)
 
 
 def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:

@@ -235,3 +235,17 @@ def test_collect_config_errors_and_load_config_report_every_problem(tmp_path: Pa
         load_config(config_path, None)
     assert [str(e) for e in raised.value.errors] == [str(e) for e in errors]
     assert str(raised.value).splitlines() == [str(e) for e in errors]
+
+
+def test_env_references_are_expanded_and_a_missing_variable_names_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARLEY_TEST_AGENT_TEXT", "be brief")
+    config = project(tmp_path, env={"name": "env", "instructions": "${PARLEY_TEST_AGENT_TEXT}, costs $$5"})
+    loaded = load_config(config, None)
+    assert loaded.agents["env"].instructions == "be brief, costs $5"
+
+    monkeypatch.delenv("PARLEY_TEST_AGENT_TEXT")
+    errors = collect_config_errors(config)
+    assert [(e.code, e.field) for e in errors] == [("PARLEY-C011", "instructions")]
+    assert "PARLEY_TEST_AGENT_TEXT" in str(errors[0]) and "env.yaml" in str(errors[0])
