@@ -21,10 +21,12 @@ from parley.config import ServerConfig
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriverTimings, SessionDriver
+from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.model import ModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
+from parley.runtime.toolbox import Toolbox
 from parley.server.http import QuietUvicorn, build_http_app, check_bind
 from parley.server.stdio import run_stdio
 from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
@@ -39,13 +41,14 @@ class App:
     scheduler: Scheduler
     store: SqliteStore
     process_id: str
+    sources: McpToolSources
 
     async def health(self) -> dict[str, Any]:
         return {
             "process_id": self.process_id,
             "running_turns": len(self.scheduler.driving),
             "leased_sessions": len(self.scheduler.driving),
-            "downstream_connections": 0,
+            "downstream_connections": self.sources.open_connections(),
         }
 
 
@@ -65,10 +68,12 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             lease_ttl_s=config.runtime.lease_ttl_s, poll_interval_s=config.runtime.poll_interval_s
         )
         models: dict[str, ModelClient] = {"demo": DemoModelClient()}
+        sources = McpToolSources(config.mcp_servers, __version__)
         driver = SessionDriver(
             store=store,
             agents=config.agents,
             models=models,
+            toolbox=Toolbox(sources),
             signals=signals,
             process_id=process_id,
             timings=timings,
@@ -81,10 +86,13 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             store=store, agents=config.agents, signals=signals, runtime=config.runtime, clock=clock
         )
         async with anyio.create_task_group() as tg:
+            await tg.start(sources.run)
             await tg.start(scheduler.run)
             logger.info("parley %s started as %s on %s", __version__, process_id, config.db_path)
             try:
-                yield App(service=service, scheduler=scheduler, store=store, process_id=process_id)
+                yield App(
+                    service=service, scheduler=scheduler, store=store, process_id=process_id, sources=sources
+                )
             finally:
                 with anyio.CancelScope(shield=True):
                     await scheduler.drain(config.runtime.shutdown_grace_s)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parley.errors import ConfigError, ConfigErrors
 
@@ -34,6 +34,8 @@ E_RESULT_SCHEMA = "PARLEY-C007"  # the result schema is not a JSON Schema of an 
 E_INPUT_SCHEMA = "PARLEY-C008"  # the input schema is not a valid JSON Schema of an object
 E_KIND = "PARLEY-C009"  # default_kind is not among the agent's kinds
 E_ENV = "PARLEY-C011"  # a ${NAME} reference names an environment variable that is not set
+E_SERVER = "PARLEY-C012"  # an agent names an MCP server that parley.yaml does not configure
+E_SERVER_TOOL = "PARLEY-C013"  # a tool named in include/exclude/tools is not listed by its server
 
 _ENV_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -61,6 +63,74 @@ class AgentLimits(_Strict):
 SessionKind = Literal["chat", "task"]
 
 
+Effect = Literal["read", "idempotent_write", "non_idempotent_write", "unclassified"]
+ApprovalPolicy = Literal["always", "never", "auto"]
+
+
+class ToolPolicy(_Strict):
+    """Per-tool policy; an unset field falls through to the next source (DESIGN §4.2)."""
+
+    effect: Effect | None = Field(
+        None, description="read, idempotent_write, non_idempotent_write or unclassified."
+    )
+    approval: ApprovalPolicy | None = Field(
+        None, description="always, never, or auto (decided by the effect and destructiveness)."
+    )
+
+
+class McpServerConfig(_Strict):
+    """An MCP server whose tools agents may use. Only server-side configuration names these."""
+
+    command: str | None = Field(None, description="stdio: the program to start.")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment variables.")
+    cwd: str | None = None
+    url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint.")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP: extra request headers.")
+    trust_annotations: bool = Field(
+        True, description="Use the server's tool annotations to classify effects."
+    )
+    scope: Literal["shared", "per_session"] = Field(
+        "shared", description="per_session: each agent session gets its own connection (stateful servers)."
+    )
+    connect_timeout_s: float = Field(20.0, gt=0, le=600)
+    list_timeout_s: float = Field(10.0, gt=0, le=600)
+    call_timeout_s: float = Field(60.0, gt=0, le=86_400)
+    list_ttl_s: float = Field(300.0, gt=0, le=86_400, description="How long a tool listing is reused.")
+    retry_backoff_s: float = Field(5.0, gt=0, le=3600, description="First pause after a failed listing.")
+    idle_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="per_session: close after this idle time."
+    )
+    max_result_chars: int = Field(20_000, ge=100, le=10_000_000, description="Longer tool results are cut.")
+    tools: dict[str, ToolPolicy] = Field(
+        default_factory=dict, description="Policies by the server's tool name."
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                "give either 'command' (a stdio server) or 'url' (a streamable HTTP server), not both"
+            )
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("'url' must start with http:// or https://")
+        return self
+
+
+class AgentServerRef(_Strict):
+    server: str = Field(description="Name of a server under mcp_servers in parley.yaml.")
+    include: list[str] | None = Field(None, description="Only these tools (the server's names).")
+    exclude: list[str] = Field(default_factory=list, description="Never these tools.")
+    tools: dict[str, ToolPolicy] = Field(
+        default_factory=dict, description="Policies that win over the server's."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"server": value} if isinstance(value, str) else value
+
+
 class AgentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
@@ -72,6 +142,10 @@ class AgentConfig(_Strict):
     default_kind: SessionKind | None = Field(None, description="Kind of a session started without one.")
     input_schema: dict[str, Any] | None = Field(None, description="JSON Schema of start_session's inputs.")
     result: dict[str, Any] | None = Field(None, description="JSON Schema of a task session's result.")
+    mcp_servers: list[AgentServerRef] = Field(
+        default_factory=list, description="MCP servers whose tools it uses."
+    )
+    mcp_resources: bool = Field(False, description="Offer tools to list/read resources and get prompts.")
 
     @property
     def resolved_default_kind(self) -> SessionKind:
@@ -122,6 +196,17 @@ class ServerConfigFile(_Strict):
     agents_dir: str = Field("configs/agents", description="Folder of agent YAML files, next to parley.yaml.")
     runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
     http: HttpConfig = Field(default_factory=lambda: HttpConfig())
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _server_names(self) -> ServerConfigFile:
+        for name in self.mcp_servers:
+            if not _SERVER_NAME.fullmatch(name):
+                raise ValueError(f"mcp_servers: '{name}' must be letters, digits, _ or - (at most 32)")
+        return self
+
+
+_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 
 
 DEMO_AGENT = AgentConfig(
@@ -152,6 +237,7 @@ class ServerConfig:
     agents: dict[str, AgentConfig]
     runtime: RuntimeConfig
     http: HttpConfig = field(default_factory=HttpConfig)
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     config_path: Path | None = None
     agent_files: dict[str, Path] = field(default_factory=dict)
 
@@ -273,6 +359,24 @@ def _schema_problems(schema: dict[str, Any] | None, file: str, field: str, code:
     return []
 
 
+def _server_ref_problems(
+    agent: AgentConfig, file: str, servers: dict[str, McpServerConfig]
+) -> list[ConfigError]:
+    problems = []
+    for i, ref in enumerate(agent.mcp_servers):
+        if ref.server not in servers:
+            known = ", ".join(sorted(servers)) or "none are configured"
+            problems.append(
+                ConfigError(
+                    E_SERVER,
+                    file,
+                    f"mcp_servers.{i}.server",
+                    f"no MCP server '{ref.server}' in parley.yaml (mcp_servers: {known}); add it there or fix the name",
+                )
+            )
+    return problems
+
+
 def load_agent_file(path: Path) -> tuple[AgentConfig | None, list[ConfigError]]:
     try:
         data = _read_yaml(path)
@@ -337,6 +441,7 @@ def _load(
                         )
                     )
                     continue
+                errors.extend(_server_ref_problems(agent, str(path), file_cfg.mcp_servers))
                 agents[agent.name] = agent  # a file overrides the built-in agent of the same name
                 agent_files[agent.name] = path
         elif "agents_dir" in file_cfg.model_fields_set:
@@ -355,6 +460,7 @@ def _load(
         agents=agents,
         runtime=file_cfg.runtime,
         http=file_cfg.http,
+        mcp_servers=file_cfg.mcp_servers,
         config_path=config_path,
         agent_files=agent_files,
     )

@@ -18,6 +18,7 @@ from parley.runtime.machine import model_call_limit_reason
 from parley.runtime.model import ModelClient, ModelRequest, ModelResponse, RequestedCall
 from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.signals import SessionSignals
+from parley.runtime.toolbox import Toolbox
 from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord
 from parley.storage.sqlite import SqliteStore, open_sqlite_store
 
@@ -49,6 +50,7 @@ def driver(store: SqliteStore, planner: AgentConfig, model: ModelClient) -> Sess
         store=store,
         agents={planner.name: planner},
         models={"scripted": model},
+        toolbox=Toolbox(None),
         signals=SessionSignals(),
         process_id=PROC,
         timings=DriverTimings(lease_ttl_s=LEASE_TTL_S, poll_interval_s=0.05),

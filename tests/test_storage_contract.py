@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -812,3 +813,48 @@ async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or
     assert len(await store.sessions_needing_work(now, 1)) == 1
     await store.release_lease(held, PROC_A)
     assert held in await store.sessions_needing_work(now, 100)
+
+
+async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_unlocked(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    async with open_sqlite_store(path) as store:
+        session = await _one_running_session(store)
+        # Another process holds the write lock for a moment, as a busy peer would.
+        blocker = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        blocker.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.5, lambda: blocker.execute("ROLLBACK"))
+        release.start()
+        try:
+            with anyio.move_on_after(0.1):
+                await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+        finally:
+            release.join()
+            blocker.close()
+        # The cancelled write must not have left this connection inside a transaction.
+        assert await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+        other = sqlite3.connect(path, timeout=2, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+
+
+async def _one_running_session(store: Store) -> SessionId:
+    from parley.runtime.service import new_session_record
+
+    sid = new_session_id()
+    record = new_session_record(sid, "demo", "local", "chat", 1.0, None, None)
+    first = QueuedMessageRecord(
+        id=new_queued_message_id(),
+        session_id=sid,
+        seq=0,
+        text="hi",
+        status="queued",
+        turn_id=None,
+        created_at=1.0,
+    )
+    assert await store.create_session(record, first, 1.0)
+    return sid

@@ -18,10 +18,11 @@ from anyio.abc import TaskGroup
 from parley.config import AgentConfig
 from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_tool_call_id, new_turn_id
-from parley.runtime.builtin_tools import BUILTIN_EFFECTS, SET_RESULT_NAME, ToolContext, run_builtin
+from parley.runtime.builtin_tools import SET_RESULT_NAME
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model import ModelClient, ModelRequest
 from parley.runtime.signals import SessionSignals
+from parley.runtime.toolbox import MAX_ATTEMPTS, Toolbox
 from parley.runtime.transcript import assistant_content, to_chat_messages
 from parley.storage.base import (
     MessageRecord,
@@ -45,10 +46,6 @@ class DriverTimings:
     poll_interval_s: float
 
 
-def _tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
-    return ToolContext(enabled=agent.tools, kind=session.kind, result_schema=agent.result_schema)
-
-
 class _TurnControl:
     """The cancel scope of the step in progress, so the keeper can stop the current turn."""
 
@@ -70,6 +67,7 @@ class SessionDriver:
         store: Store,
         agents: Mapping[str, AgentConfig],
         models: Mapping[str, ModelClient],
+        toolbox: Toolbox,
         signals: SessionSignals,
         process_id: str,
         timings: DriverTimings,
@@ -78,6 +76,7 @@ class SessionDriver:
         self._store = store
         self._agents = agents
         self._models = models
+        self._toolbox = toolbox
         self._signals = signals
         self._process_id = process_id
         self._timings = timings
@@ -120,9 +119,16 @@ class SessionDriver:
                 control.cancel(session.cancel_requested_turn)
 
     async def _work(self, session_id: SessionId, control: _TurnControl) -> None:
-        while not self._stopping:
+        while True:
             session = await self._store.get_session(session_id)
             if session is None:
+                return
+            if self._stopping:
+                # Shutdown: start nothing new, but a turn whose last step is committed is ended
+                # now, so its caller sees the answer without waiting for the next process.
+                if session.current_turn_id is not None:
+                    await self._step(session, session.current_turn_id, control, only_finish=True)
+                    self._signals.notify(session_id)
                 return
             if session.current_turn_id is None:
                 if session.status != "running":
@@ -140,7 +146,9 @@ class SessionDriver:
             await self._step(session, session.current_turn_id, control)
             self._signals.notify(session_id)
 
-    async def _step(self, session: SessionRecord, turn_id: TurnId, control: _TurnControl) -> None:
+    async def _step(
+        self, session: SessionRecord, turn_id: TurnId, control: _TurnControl, *, only_finish: bool = False
+    ) -> None:
         agent = self._agents.get(session.agent)
         if agent is None:
             await self._finish(
@@ -170,6 +178,8 @@ class SessionDriver:
         if isinstance(action, FinishTurn):
             await self._finish(session, turn_id, action)
             return
+        if only_finish:
+            return
         if isinstance(action, Nudge):
             await self._store.append_nudge(session.id, self._process_id, turn_id, action.text, self._clock())
             return
@@ -194,7 +204,13 @@ class SessionDriver:
         messages: list[MessageRecord],
     ) -> None:
         model = self._models[agent.model.provider]
-        tools = _tool_context(agent, session).specs()
+        offer = await self._toolbox.offer(agent, session)
+        for warning in offer.warnings:
+            logger.warning("session %s: %s", session.id, warning)
+            await self._store.record_event(
+                session.id, turn_id, "tool_source_warning", {"text": warning}, self._clock()
+            )
+        tools = tuple(offer.tools)
         if not action.offer_tools:
             # The last call a turn may make must answer; a task session may still hand in its result.
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
@@ -210,16 +226,24 @@ class SessionDriver:
         except ModelError as exc:
             await self._finish(session, turn_id, FinishTurn("failed", None, f"The model call failed: {exc}"))
             return
-        new_calls = [
-            NewToolCall(
-                id=new_tool_call_id(),
-                call_index=i,
-                name=call.name,
-                arguments=call.arguments,
-                effect=BUILTIN_EFFECTS.get(call.name, "unclassified"),
+        new_calls = []
+        for i, call in enumerate(response.tool_calls):
+            # A stored call names its server and the server's own tool name, so any process can
+            # run it later without listing the tools again.
+            binding = offer.binding(call.name)
+            new_calls.append(
+                NewToolCall(
+                    id=new_tool_call_id(),
+                    call_index=i,
+                    name=call.name,
+                    arguments=call.arguments,
+                    effect=binding.effect,
+                    source=binding.source,
+                    server=binding.server,
+                    tool=binding.tool,
+                    requires_approval=binding.requires_approval,
+                )
             )
-            for i, call in enumerate(response.tool_calls)
-        ]
         step = ModelStep(
             turn_id=turn_id,
             step_no=action.step_no,
@@ -253,18 +277,44 @@ class SessionDriver:
                 self._clock(),
             )
             return
-        await self._store.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
-        # A started call runs to its end even when the turn is cancelled, so its result is kept.
-        with anyio.CancelScope(shield=True):
-            outcome = run_builtin(call.name, call.arguments, _tool_context(agent, session))
+        if call.status == "running" and call.attempts >= MAX_ATTEMPTS:
             await self._store.commit_tool_result(
                 session.id,
                 self._process_id,
                 call.id,
-                outcome.status,
-                {"text": outcome.text, "is_error": outcome.is_error},
+                "failed" if call.effect == "read" else "outcome_unknown",
+                {
+                    "text": f"The call was interrupted {call.attempts} times; giving up on it.",
+                    "is_error": True,
+                },
                 self._clock(),
-                todos=outcome.todos,
+            )
+            return
+        await self._store.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
+
+        async def report(progress: float, total: float | None, message: str | None) -> None:
+            data = {
+                "call_id": call.id,
+                "tool": call.name,
+                "progress": progress,
+                "total": total,
+                "message": message,
+            }
+            await self._store.record_event(session.id, call.turn_id, "tool_progress", data, self._clock())
+            self._signals.notify(session.id)
+
+        # A started call runs to its end (bounded by its own timeout) even when the turn is
+        # cancelled, so its result is kept.
+        with anyio.CancelScope(shield=True):
+            run = await self._toolbox.run(call, agent, session, report)
+            await self._store.commit_tool_result(
+                session.id,
+                self._process_id,
+                call.id,
+                run.status,  # type: ignore[arg-type]
+                run.result,
+                self._clock(),
+                todos=run.todos,
             )
 
     async def _finish(self, session: SessionRecord, turn_id: TurnId, action: FinishTurn) -> None:

@@ -28,6 +28,8 @@ class ChatMessage:
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    # Tool results: images and audio ({type, mime_type, data}) for models that accept media.
+    media: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

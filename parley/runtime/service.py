@@ -593,6 +593,17 @@ def describe_event(event: EventRecord) -> str | None:
         return f"tool {data.get('tool')} finished: {data.get('status')}"
     if event.kind == "turn_ended":
         return f"turn {data.get('status')}"
+    if event.kind == "tool_progress":
+        total = data.get("total")
+        amount = f"{data.get('progress')}/{total}" if total else f"{data.get('progress')}"
+        message = str(data.get("message") or "")[:PROGRESS_TEXT_CHARS]
+        return (
+            f"tool {data.get('tool')}: {message} ({amount})"
+            if message
+            else f"tool {data.get('tool')}: {amount}"
+        )
+    if event.kind == "tool_source_warning":
+        return str(data.get("text") or "")[:PROGRESS_TEXT_CHARS]
     if event.kind == "nudged":
         return "reminded the agent to hand in its result"
     return None

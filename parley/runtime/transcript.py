@@ -45,6 +45,7 @@ def to_chat_messages(records: Sequence[MessageRecord]) -> tuple[ChatMessage, ...
                         tool_call_id=call.id,
                         tool_name=call.name,
                         is_error=bool(result.content.get("is_error", False)) if result is not None else True,
+                        media=tuple(result.content.get("media", ())) if result is not None else (),
                     )
                 )
     return tuple(out)

@@ -36,6 +36,8 @@ class ToolCallView(BaseModel):
     effect: str
     result: str | None = Field(None, description="The result text (cut to 2000 characters).")
     is_error: bool = False
+    requires_approval: bool = False
+    server: str | None = Field(None, description="The MCP server of the tool, if it is one.")
 
 
 class Usage(BaseModel):
@@ -156,6 +158,8 @@ def tool_call_view(call: ToolCallRecord) -> ToolCallView:
         effect=call.effect,
         result=text,
         is_error=bool(result.get("is_error", False)),
+        requires_approval=call.requires_approval,
+        server=call.server,
     )
 
 

@@ -94,6 +94,10 @@ class ToolCallRecord:
     idempotency_key: str
     created_at: float
     updated_at: float
+    source: str = "builtin"
+    server: str | None = None
+    tool: str | None = None
+    requires_approval: bool = False
 
     @property
     def is_final(self) -> bool:
@@ -141,6 +145,10 @@ class NewToolCall:
     name: str
     arguments: dict[str, Any]
     effect: str
+    source: str = "builtin"
+    server: str | None = None
+    tool: str | None = None
+    requires_approval: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -242,6 +250,12 @@ class Store(Protocol):
         now: float,
         todos: list[dict[str, Any]] | None = None,
     ) -> None: ...
+
+    async def record_event(
+        self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
+    ) -> None:
+        """Append an event that changes no state (a warning, a tool's progress)."""
+        ...
 
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float

@@ -139,4 +139,11 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN inputs TEXT;
     ALTER TABLE turns ADD COLUMN result TEXT;
     """,
+    # 3: MCP tool calls remember their source, server and the server's own tool name
+    """
+    ALTER TABLE tool_calls ADD COLUMN source TEXT NOT NULL DEFAULT 'builtin';
+    ALTER TABLE tool_calls ADD COLUMN server TEXT;
+    ALTER TABLE tool_calls ADD COLUMN tool TEXT;
+    ALTER TABLE tool_calls ADD COLUMN requires_approval INTEGER NOT NULL DEFAULT 0;
+    """,
 )

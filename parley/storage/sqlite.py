@@ -52,7 +52,7 @@ _TURN_COLUMNS = (
 _QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id"
 _CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
-    "attempts, idempotency_key, created_at, updated_at"
+    "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval"
 )
 
 
@@ -123,6 +123,10 @@ def _call(row: sqlite3.Row) -> ToolCallRecord:
         idempotency_key=row["idempotency_key"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        source=row["source"],
+        server=row["server"],
+        tool=row["tool"],
+        requires_approval=bool(row["requires_approval"]),
     )
 
 
@@ -157,6 +161,13 @@ class SqliteStore:
                 await self._db.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise StorageError(f"cannot start a transaction on {self.path}: {exc}") from exc
+            except BaseException:
+                # Cancelled while waiting: the BEGIN still runs in aiosqlite's thread. Without this
+                # ROLLBACK (queued behind it on that thread) the connection would keep the write
+                # lock, and every process would find the database locked.
+                with anyio.CancelScope(shield=True):
+                    await self._rollback_quietly()
+                raise
             try:
                 yield self._db
             except BaseException:
@@ -170,6 +181,12 @@ class SqliteStore:
                     except sqlite3.Error as exc:
                         await self._db.execute("ROLLBACK")
                         raise StorageError(f"cannot commit to {self.path}: {exc}") from exc
+
+    async def _rollback_quietly(self) -> None:
+        try:
+            await self._db.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass  # the BEGIN had not happened: no transaction to end
 
     async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         async with self._lock, self._db.execute(sql, params) as cur:
@@ -519,8 +536,8 @@ class SqliteStore:
             for call in step.tool_calls:
                 await db.execute(
                     "INSERT INTO tool_calls (id, session_id, turn_id, step_no, call_index, name, arguments, "
-                    "status, effect, idempotency_key, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?)",
+                    "status, effect, idempotency_key, created_at, updated_at, source, server, tool, "
+                    "requires_approval) VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         call.id,
                         session_id,
@@ -533,6 +550,10 @@ class SqliteStore:
                         f"{session_id}/{step.turn_id}/{call.id}",
                         now,
                         now,
+                        call.source,
+                        call.server,
+                        call.tool,
+                        int(call.requires_approval),
                     ),
                 )
             await db.execute(
@@ -618,6 +639,12 @@ class SqliteStore:
                 {"call_id": call_id, "tool": name, "status": status},
                 now,
             )
+
+    async def record_event(
+        self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
+    ) -> None:
+        async with self._tx() as db:
+            await self._event(db, session_id, turn_id, kind, data, now)
 
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float

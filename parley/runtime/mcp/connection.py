@@ -1,0 +1,84 @@
+"""One live connection to an MCP server, owned by a background task.
+
+The mcp SDK's `Client` is an async context manager that must be entered and left in one task,
+so each connection runs in a task of its own that holds the client open until it is closed or
+the server goes away. Calls from any task then share the client.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import httpx2
+from anyio.abc import TaskStatus
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import Implementation
+
+from parley.config import McpServerConfig
+
+logger = logging.getLogger(__name__)
+
+
+class McpConnection:
+    def __init__(self, server: str, config: McpServerConfig, version: str) -> None:
+        self.server = server
+        self._config = config
+        self._version = version
+        self.client: Client | None = None
+        self._stop = anyio.Event()
+        self.last_used = anyio.current_time()
+
+    @property
+    def alive(self) -> bool:
+        return self.client is not None
+
+    def touch(self) -> None:
+        self.last_used = anyio.current_time()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        """Connect, report readiness, and hold the connection until closed or broken."""
+        started = False
+        cfg = self._config
+        try:
+            async with AsyncExitStack() as stack:
+                if cfg.command is not None:
+                    target: Any = StdioServerParameters(
+                        command=cfg.command, args=cfg.args, env=cfg.env or None, cwd=cfg.cwd
+                    )
+                else:
+                    assert cfg.url is not None
+                    http = await stack.enter_async_context(
+                        httpx2.AsyncClient(
+                            headers=cfg.headers, timeout=httpx2.Timeout(cfg.connect_timeout_s, read=None)
+                        )
+                    )
+                    target = streamable_http_client(cfg.url, http_client=http)
+                client = await stack.enter_async_context(
+                    Client(
+                        target, mode="auto", client_info=Implementation(name="parley", version=self._version)
+                    )
+                )
+                self.client = client
+                started = True
+                task_status.started()
+                await self._stop.wait()
+        except Exception as exc:
+            if not started:
+                raise
+            # The server went away (exited, dropped the connection); the next call reconnects.
+            logger.warning("connection to MCP server %s ended: %s", self.server, _describe(exc))
+        finally:
+            self.client = None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        return _describe(exc.exceptions[0])
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,283 @@
+"""The configured MCP servers as tool sources: connections, cached listings, calls.
+
+One instance per process. Listings are cached for `list_ttl_s` and refreshed in the
+background; a server that fails to list is left out (the caller gets the reason to report)
+and tried again after a back-off that doubles up to `MAX_BACKOFF_S`, so one broken server
+never fails a turn or hides the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from mcp import MCPError
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.types import CallToolResult, Tool
+
+from parley.config import McpServerConfig
+from parley.runtime.mcp.connection import McpConnection, _describe
+
+logger = logging.getLogger(__name__)
+
+# The request _meta key that carries a call's idempotency key (the same on every retry of one call).
+IDEMPOTENCY_META_KEY = "dev.parley/idempotency-key"
+MAX_BACKOFF_S = 300.0
+# Connection-level JSON-RPC codes: the transport failed, not the tool.
+_TRANSPORT_CODES = frozenset({-32000, -32001})
+
+ProgressCallback = ProgressFnT
+
+
+class ToolSourceUnavailable(Exception):
+    """The server could not be reached or listed; nothing was sent to it."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        self.server, self.reason = server, reason
+        super().__init__(f"MCP server '{server}' is unavailable: {reason}")
+
+
+class CallNotSent(ToolSourceUnavailable):
+    """Connecting failed before the call was sent: it provably did not run."""
+
+
+class CallMaybeSent(Exception):
+    """The connection broke or the call timed out after it was sent: it may have run."""
+
+
+class CallRefused(Exception):
+    """The server answered with a JSON-RPC error (unknown tool, bad params...): it did not run the tool."""
+
+
+@dataclass(slots=True)
+class _Listing:
+    tools: list[Tool] | None = None
+    expires_at: float = 0.0
+    failures: int = 0
+    retry_at: float = 0.0
+    error: str | None = None
+    refreshing: bool = False
+
+
+@dataclass(slots=True)
+class _Slot:
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    connection: McpConnection | None = None
+
+
+class McpToolSources:
+    def __init__(self, servers: Mapping[str, McpServerConfig], version: str) -> None:
+        self._servers = dict(servers)
+        self._version = version
+        self._slots: dict[tuple[str, str | None], _Slot] = {}
+        self._listings: dict[str, _Listing] = {}
+        self._tg: TaskGroup | None = None
+
+    @property
+    def servers(self) -> Mapping[str, McpServerConfig]:
+        return self._servers
+
+    def open_connections(self) -> int:
+        return sum(
+            1 for slot in self._slots.values() if slot.connection is not None and slot.connection.alive
+        )
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own every connection's task; cancelling this closes them all."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            task_status.started()
+            await self._close_idle_forever()
+
+    # ------------------------------------------------------------------ connections
+
+    def _key(self, server: str, session_id: str | None) -> tuple[str, str | None]:
+        return (server, session_id if self._servers[server].scope == "per_session" else None)
+
+    async def _connection(self, server: str, session_id: str | None) -> McpConnection:
+        if self._tg is None:
+            raise CallNotSent(server, "parley is shutting down")
+        cfg = self._servers[server]
+        slot = self._slots.setdefault(self._key(server, session_id), _Slot())
+        async with slot.lock:
+            if slot.connection is not None and slot.connection.alive:
+                slot.connection.touch()
+                return slot.connection
+            connection = McpConnection(server, cfg, self._version)
+            try:
+                with anyio.fail_after(cfg.connect_timeout_s):
+                    await self._tg.start(connection.run)
+            except TimeoutError as exc:
+                raise CallNotSent(
+                    server, f"no answer to the connection within {cfg.connect_timeout_s:g}s"
+                ) from exc
+            except Exception as exc:
+                raise CallNotSent(server, f"cannot connect: {_describe(exc)}") from exc
+            slot.connection = connection
+            return connection
+
+    def release_session(self, session_id: str) -> None:
+        """Close the per-session connections of a session that ended."""
+        for (server, owner), slot in list(self._slots.items()):
+            if owner == session_id:
+                if slot.connection is not None:
+                    slot.connection.close()
+                del self._slots[(server, owner)]
+
+    async def _close_idle_forever(self) -> None:
+        while True:
+            await anyio.sleep(min((c.idle_timeout_s for c in self._servers.values()), default=60.0) / 2)
+            now = anyio.current_time()
+            for (server, owner), slot in list(self._slots.items()):
+                conn = slot.connection
+                if (
+                    owner is not None
+                    and conn is not None
+                    and now - conn.last_used > self._servers[server].idle_timeout_s
+                ):
+                    conn.close()
+                    del self._slots[(server, owner)]
+
+    # ------------------------------------------------------------------ listing
+
+    async def list_tools(self, server: str, session_id: str | None) -> list[Tool]:
+        """The server's tools, from the cache when fresh. Raises ToolSourceUnavailable."""
+        if server not in self._servers:
+            raise ToolSourceUnavailable(server, "not configured in parley.yaml")
+        listing = self._listings.setdefault(server, _Listing())
+        now = anyio.current_time()
+        if listing.tools is not None:
+            if now >= listing.expires_at and not listing.refreshing and self._tg is not None:
+                listing.refreshing = True
+                self._tg.start_soon(self._refresh_quietly, server, session_id)
+            return listing.tools
+        if now < listing.retry_at:
+            raise ToolSourceUnavailable(
+                server, f"{listing.error} (next try in {listing.retry_at - now:.0f}s)"
+            )
+        return await self._refresh(server, session_id)
+
+    def cached_tool(self, server: str, tool: str) -> Tool | None:
+        listing = self._listings.get(server)
+        if listing is None or listing.tools is None:
+            return None
+        return next((t for t in listing.tools if t.name == tool), None)
+
+    async def _refresh_quietly(self, server: str, session_id: str | None) -> None:
+        try:
+            await self._refresh(server, session_id)
+        except ToolSourceUnavailable as exc:
+            logger.warning("%s; keeping its previous tool list", exc)
+        finally:
+            self._listings[server].refreshing = False
+
+    async def _refresh(self, server: str, session_id: str | None) -> list[Tool]:
+        cfg = self._servers[server]
+        listing = self._listings.setdefault(server, _Listing())
+        try:
+            connection = await self._connection(server, session_id)
+            tools: list[Tool] = []
+            cursor: str | None = None
+            with anyio.fail_after(cfg.list_timeout_s):
+                while True:
+                    assert connection.client is not None
+                    page = await connection.client.list_tools(cursor=cursor, cache_mode="bypass")
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except Exception as exc:
+            reason = (
+                f"listing its tools took longer than {cfg.list_timeout_s:g}s"
+                if isinstance(exc, TimeoutError)
+                else (exc.reason if isinstance(exc, ToolSourceUnavailable) else _describe(exc))
+            )
+            listing.failures += 1
+            backoff = min(cfg.retry_backoff_s * 2 ** (listing.failures - 1), MAX_BACKOFF_S)
+            listing.retry_at = anyio.current_time() + backoff
+            listing.error = reason
+            if isinstance(exc, TimeoutError):
+                self._drop_shared(server)
+            raise ToolSourceUnavailable(server, reason) from exc
+        listing.tools = tools
+        listing.expires_at = anyio.current_time() + cfg.list_ttl_s
+        listing.failures = 0
+        listing.error = None
+        return tools
+
+    def _drop_shared(self, server: str) -> None:
+        slot = self._slots.get((server, None))
+        if slot is not None and slot.connection is not None:
+            slot.connection.close()
+            slot.connection = None
+
+    # ------------------------------------------------------------------ calling
+
+    async def call_tool(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        session_id: str,
+        idempotency_key: str,
+        on_progress: ProgressCallback | None = None,
+    ) -> CallToolResult:
+        """Call a tool by its server's own name.
+
+        Raises:
+            CallNotSent: the server could not be reached; the tool did not run.
+            CallRefused: the server answered with a protocol error; the tool did not run.
+            CallMaybeSent: the connection broke or the call timed out; it may have run.
+        """
+        if server not in self._servers:
+            raise CallNotSent(server, "not configured in parley.yaml any more")
+        cfg = self._servers[server]
+        connection = await self._connection(server, session_id)
+        client = connection.client
+        if client is None:
+            raise CallNotSent(server, "the connection closed before the call")
+        try:
+            with anyio.fail_after(cfg.call_timeout_s):
+                result = await client.call_tool(
+                    tool,
+                    arguments,
+                    progress_callback=on_progress,
+                    meta={IDEMPOTENCY_META_KEY: idempotency_key},  # type: ignore[arg-type]
+                )
+        except TimeoutError as exc:
+            connection.close()  # a late answer must not be mistaken for the next call's
+            raise CallMaybeSent(f"no answer from {server} within {cfg.call_timeout_s:g}s") from exc
+        except MCPError as exc:
+            if exc.error.code in _TRANSPORT_CODES:
+                connection.close()
+                raise CallMaybeSent(
+                    f"the connection to {server} broke during the call: {exc.error.message}"
+                ) from exc
+            raise CallRefused(f"{server} refused the call: {exc.error.message}") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+            connection.close()
+            raise CallMaybeSent(
+                f"the connection to {server} broke during the call: {_describe(exc)}"
+            ) from exc
+        connection.touch()
+        return result
+
+    async def run_on(self, server: str, session_id: str | None, work: Callable[[Any], Awaitable[Any]]) -> Any:
+        """Run `work(client)` on the server's connection (resources, prompts), bounded by call_timeout_s."""
+        if server not in self._servers:
+            raise ToolSourceUnavailable(server, "not configured in parley.yaml")
+        cfg = self._servers[server]
+        connection = await self._connection(server, session_id)
+        try:
+            with anyio.fail_after(cfg.call_timeout_s):
+                return await work(connection.client)
+        except TimeoutError as exc:
+            connection.close()
+            raise CallMaybeSent(f"no answer from {server} within {cfg.call_timeout_s:g}s") from exc
+        except MCPError as exc:
+            raise CallRefused(f"{server}: {exc.error.message}") from exc

@@ -1,0 +1,356 @@
+"""Everything a turn may call, by the names the model sees: built-ins and the tools of the
+agent's MCP servers. Offering (what the model is shown) and running (one stored call) live here,
+so the driver stays about steps and commits."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from mcp.shared.dispatcher import ProgressFnT
+from mcp.types import Tool
+
+from parley.config import AgentConfig
+from parley.runtime.builtin_tools import (
+    BUILTIN_EFFECTS,
+    RESERVED_NAMES,
+    ToolContext,
+    ToolOutcome,
+    run_builtin,
+)
+from parley.runtime.mcp.effects import classify
+from parley.runtime.mcp.naming import assign_names
+from parley.runtime.mcp.results import convert_result
+from parley.runtime.mcp.sources import (
+    CallMaybeSent,
+    CallNotSent,
+    CallRefused,
+    McpToolSources,
+    ToolSourceUnavailable,
+)
+from parley.runtime.model import ToolSpec
+from parley.storage.base import SessionRecord, ToolCallRecord
+
+logger = logging.getLogger(__name__)
+
+# Attempts of a call whose effect makes a retry safe (read, idempotent_write), DESIGN §4.2.
+MAX_ATTEMPTS = 3
+RESOURCE_TOOLS = ("mcp_list_resources", "mcp_read_resource", "mcp_get_prompt")
+
+ToolProgress = ProgressFnT
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Binding:
+    """What a name the model may call stands for."""
+
+    name: str
+    source: str  # builtin | mcp | resources
+    effect: str
+    requires_approval: bool = False
+    server: str | None = None
+    tool: str | None = None
+
+
+@dataclass(slots=True)
+class Offer:
+    tools: list[ToolSpec] = field(default_factory=list)
+    bindings: dict[str, Binding] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def binding(self, name: str) -> Binding:
+        return self.bindings.get(name) or Binding(name=name, source="unknown", effect="unclassified")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolRun:
+    """How one call ended: a final status and the stored result."""
+
+    status: str  # succeeded | failed | outcome_unknown
+    result: dict[str, Any]
+    todos: list[dict[str, Any]] | None = None
+
+
+def _failed(text: str) -> ToolRun:
+    return ToolRun(status="failed", result={"text": text, "is_error": True})
+
+
+def _from_builtin(outcome: ToolOutcome) -> ToolRun:
+    return ToolRun(
+        status=outcome.status,
+        result={"text": outcome.text, "is_error": outcome.is_error},
+        todos=outcome.todos,
+    )
+
+
+def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
+    return ToolContext(enabled=agent.tools, kind=session.kind, result_schema=agent.result_schema)
+
+
+APPROVAL_UNAVAILABLE = (
+    "This call was not run: tool '{tool}' of MCP server '{server}' needs a person's approval ({effect} effect), "
+    "and this parley version has no approvals yet. An operator who decides it is safe can set "
+    "'approval: never' for it in parley.yaml (mcp_servers.{server}.tools.{tool}) or in the agent's file."
+)
+
+
+class Toolbox:
+    def __init__(self, sources: McpToolSources | None) -> None:
+        self._sources = sources
+
+    # ------------------------------------------------------------------ offering
+
+    async def offer(self, agent: AgentConfig, session: SessionRecord) -> Offer:
+        offer = Offer()
+        for spec in tool_context(agent, session).specs():
+            offer.tools.append(spec)
+            offer.bindings[spec.name] = Binding(
+                name=spec.name, source="builtin", effect=BUILTIN_EFFECTS.get(spec.name, "idempotent_write")
+            )
+        if self._sources is None or not agent.mcp_servers:
+            return offer
+        listed: list[tuple[str, Tool]] = []
+        for ref in agent.mcp_servers:
+            try:
+                tools = await self._sources.list_tools(ref.server, session.id)
+            except ToolSourceUnavailable as exc:
+                offer.warnings.append(f"{exc}. Its tools are left out of this step.")
+                continue
+            for tool in tools:
+                if ref.include is not None and tool.name not in ref.include:
+                    continue
+                if tool.name in ref.exclude:
+                    continue
+                listed.append((ref.server, tool))
+        names, collisions = assign_names([(s, t.name) for s, t in listed], reserved=RESERVED_NAMES)
+        for c in collisions:
+            offer.warnings.append(
+                f"tools '{c.tool}' of {c.server} and another tool share the name {c.name}; "
+                f"it is offered as {c.renamed_to}"
+            )
+        refs = {ref.server: ref for ref in agent.mcp_servers}
+        for server, tool in listed:
+            cfg = self._sources.servers[server]
+            kind = classify(
+                tool.annotations,
+                trust_annotations=cfg.trust_annotations,
+                server_policy=cfg.tools.get(tool.name),
+                agent_policy=refs[server].tools.get(tool.name),
+            )
+            name = names[(server, tool.name)]
+            offer.tools.append(
+                ToolSpec(
+                    name=name,
+                    description=tool.description or tool.title or tool.name,
+                    input_schema=tool.input_schema,
+                )
+            )
+            offer.bindings[name] = Binding(
+                name=name,
+                source="mcp",
+                effect=kind.effect,
+                requires_approval=kind.requires_approval,
+                server=server,
+                tool=tool.name,
+            )
+        if agent.mcp_resources:
+            self._offer_resource_tools(agent, offer)
+        return offer
+
+    def _offer_resource_tools(self, agent: AgentConfig, offer: Offer) -> None:
+        servers = sorted({ref.server for ref in agent.mcp_servers})
+        server_prop = {"type": "string", "enum": servers, "description": "Which MCP server."}
+        specs = [
+            ToolSpec(
+                name="mcp_list_resources",
+                description="List the resources, resource templates and prompts an MCP server offers.",
+                input_schema={
+                    "type": "object",
+                    "properties": {"server": server_prop},
+                    "required": ["server"],
+                },
+            ),
+            ToolSpec(
+                name="mcp_read_resource",
+                description="Read one resource of an MCP server by its URI.",
+                input_schema={
+                    "type": "object",
+                    "properties": {"server": server_prop, "uri": {"type": "string"}},
+                    "required": ["server", "uri"],
+                },
+            ),
+            ToolSpec(
+                name="mcp_get_prompt",
+                description="Get a prompt of an MCP server, filled in with string arguments.",
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "server": server_prop,
+                        "name": {"type": "string"},
+                        "arguments": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                    "required": ["server", "name"],
+                },
+            ),
+        ]
+        for spec in specs:
+            offer.tools.append(spec)
+            offer.bindings[spec.name] = Binding(name=spec.name, source="resources", effect="read")
+
+    # ------------------------------------------------------------------ running
+
+    async def run(
+        self,
+        call: ToolCallRecord,
+        agent: AgentConfig,
+        session: SessionRecord,
+        on_progress: ToolProgress | None = None,
+    ) -> ToolRun:
+        if call.source == "mcp":
+            return await self._run_mcp(call, session, on_progress)
+        if call.source == "resources":
+            return await self._run_resources(call, agent, session)
+        return _from_builtin(run_builtin(call.name, call.arguments, tool_context(agent, session)))
+
+    async def _run_mcp(
+        self, call: ToolCallRecord, session: SessionRecord, on_progress: ToolProgress | None
+    ) -> ToolRun:
+        server, tool = call.server or "", call.tool or call.name
+        if self._sources is None or server not in self._sources.servers:
+            return _failed(f"This call was not run: MCP server '{server}' is not configured any more.")
+        if call.requires_approval:
+            return _failed(APPROVAL_UNAVAILABLE.format(tool=tool, server=server, effect=call.effect))
+        listed = self._sources.cached_tool(server, tool)
+        if listed is not None:
+            problems = _schema_problems(listed.input_schema, call.arguments)
+            if problems:
+                return _failed(
+                    f"Invalid arguments for {call.name}: {problems}. The call was not sent; fix the arguments and call again."
+                )
+        cfg = self._sources.servers[server]
+        retryable = call.effect in ("read", "idempotent_write")
+        attempts = MAX_ATTEMPTS if retryable else 1
+        last_problem = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                result = await self._sources.call_tool(
+                    server,
+                    tool,
+                    call.arguments,
+                    session_id=session.id,
+                    idempotency_key=call.idempotency_key,
+                    on_progress=on_progress,
+                )
+            except CallNotSent as exc:
+                last_problem = exc.reason
+                if attempt < attempts:
+                    continue
+                return _failed(f"The call did not run, so it is safe to call again later: {exc}.")
+            except CallRefused as exc:
+                return _failed(str(exc))
+            except CallMaybeSent as exc:
+                last_problem = str(exc)
+                logger.warning("call %s (%s) attempt %d: %s", call.id, call.effect, attempt, exc)
+                if attempt < attempts:
+                    continue
+                if call.effect == "read":
+                    return _failed(f"The call failed after {attempts} attempts: {exc}.")
+                return ToolRun(
+                    status="outcome_unknown",
+                    result={
+                        "text": (
+                            f"{exc}. The call may or may not have taken effect ({call.effect}); "
+                            "check before calling it again."
+                        ),
+                        "is_error": True,
+                    },
+                )
+            stored = convert_result(result, cfg.max_result_chars)
+            return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
+        return _failed(f"The call failed: {last_problem}.")  # unreachable: the loop always returns
+
+    async def _run_resources(
+        self, call: ToolCallRecord, agent: AgentConfig, session: SessionRecord
+    ) -> ToolRun:
+        args = call.arguments
+        server = args.get("server")
+        allowed = {ref.server for ref in agent.mcp_servers}
+        if not isinstance(server, str) or server not in allowed:
+            return _failed(f"'server' must be one of: {', '.join(sorted(allowed)) or 'none'}.")
+        if self._sources is None:
+            return _failed("No MCP servers are configured.")
+        try:
+            if call.name == "mcp_list_resources":
+                text = await self._sources.run_on(server, session.id, _list_everything)
+            elif call.name == "mcp_read_resource":
+                uri = args.get("uri")
+                if not isinstance(uri, str) or not uri:
+                    return _failed("'uri' must be a non-empty string (from mcp_list_resources).")
+                text = await self._sources.run_on(server, session.id, lambda c: _read(c, uri))
+            else:
+                name = args.get("name")
+                arguments = args.get("arguments") or {}
+                if not isinstance(name, str) or not isinstance(arguments, dict):
+                    return _failed("'name' must be a prompt name and 'arguments' an object of strings.")
+                text = await self._sources.run_on(server, session.id, lambda c: _prompt(c, name, arguments))
+        except (ToolSourceUnavailable, CallRefused, CallMaybeSent) as exc:
+            return _failed(str(exc))
+        cap = self._sources.servers[server].max_result_chars
+        if len(text) > cap:
+            text = text[:cap] + f"\n[truncated: {len(text)} characters, the first {cap} shown]"
+        return ToolRun(status="succeeded", result={"text": text, "is_error": False})
+
+
+def _schema_problems(schema: dict[str, Any], arguments: dict[str, Any]) -> str:
+    try:
+        errors = sorted(Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.path))
+    except Exception:
+        return ""  # a server's broken schema is its own business; let the server judge the call
+    return "; ".join(f"{'/'.join(str(p) for p in e.path) or '(arguments)'}: {e.message}" for e in errors[:10])
+
+
+async def _list_everything(client: Any) -> str:
+    lines = []
+    resources = await client.list_resources()
+    lines.append("Resources:" if resources.resources else "Resources: none")
+    lines += [
+        f"- {r.uri} ({r.name}){': ' + r.description if r.description else ''}" for r in resources.resources
+    ]
+    templates = await client.list_resource_templates()
+    if templates.resource_templates:
+        lines.append("Resource templates:")
+        lines += [f"- {t.uri_template} ({t.name})" for t in templates.resource_templates]
+    prompts = await client.list_prompts()
+    lines.append("Prompts:" if prompts.prompts else "Prompts: none")
+    for p in prompts.prompts:
+        arguments = ", ".join(a.name + ("" if a.required else "?") for a in p.arguments or [])
+        lines.append(f"- {p.name}({arguments}){': ' + p.description if p.description else ''}")
+    return "\n".join(lines)
+
+
+async def _read(client: Any, uri: str) -> str:
+    result = await client.read_resource(uri)
+    parts = []
+    for item in result.contents:
+        text = getattr(item, "text", None)
+        if text is not None:
+            parts.append(text)
+        else:
+            blob = getattr(item, "blob", "")
+            parts.append(f"[{item.mime_type or 'binary'} content, {len(blob) * 3 // 4} bytes]")
+    return "\n".join(parts)
+
+
+async def _prompt(client: Any, name: str, arguments: dict[str, Any]) -> str:
+    result = await client.get_prompt(name, {k: str(v) for k, v in arguments.items()})
+    lines = [result.description] if result.description else []
+    for message in result.messages:
+        content = message.content
+        text = getattr(content, "text", None)
+        lines.append(
+            f"{message.role}: {text if text is not None else json.dumps(content.model_dump(mode='json'))}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,167 @@
+"""A real MCP server for parley's tool-source tests, run as a subprocess over stdio or HTTP.
+
+Every call is appended as a JSON line to the file named by FIXTURE_LOG (tool, arguments, the
+idempotency key from `_meta`), so tests can count how often a tool really ran.
+
+Usage: python -m tests.mcp_servers.fixture_server [--http PORT] [--hang-list] [--crash-on-first-read]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ImageContent, TextContent, ToolAnnotations
+
+IDEMPOTENCY_META_KEY = "dev.parley/idempotency-key"
+# A 1x1 PNG.
+TINY_PNG = base64.b64encode(
+    bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6300010000050001"
+        "0d0a2db40000000049454e44ae426082"
+    )
+).decode()
+LONG_NAME = (
+    "a_tool_with_a_really_long_name_that_goes_on_and_on_well_past_what_model_apis_accept_xyz"  # 86 chars
+)
+
+
+def _log(ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
+    path = os.environ.get("FIXTURE_LOG")
+    if not path:
+        return
+    meta = ctx.request_context.meta or {}
+    record = {"tool": tool, "arguments": arguments, "key": meta.get(IDEMPOTENCY_META_KEY), "pid": os.getpid()}
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def build(args: argparse.Namespace) -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer("fixture", version="1.0")
+    marker = Path(os.environ.get("FIXTURE_LOG", "/tmp/fixture")).with_suffix(".crashed")
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    idempotent = ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False)
+    idempotent_destructive = ToolAnnotations(
+        read_only_hint=False, idempotent_hint=True, destructive_hint=True
+    )
+    non_idempotent = ToolAnnotations(read_only_hint=False, idempotent_hint=False, destructive_hint=False)
+
+    @server.tool(annotations=read_only, structured_output=False)
+    async def read_thing(name: str, ctx: Context) -> str:
+        """Read a thing by name."""
+        _log(ctx, "read_thing", {"name": name})
+        if args.crash_on_first_read and not marker.exists():
+            marker.write_text("crashed once")
+            os._exit(3)  # the connection drops mid-call, once
+        return f"thing {name} is fine"
+
+    @server.tool(annotations=idempotent, structured_output=False)
+    async def set_flag(flag: str, value: bool, ctx: Context) -> str:
+        """Set a flag (repeating it changes nothing more)."""
+        _log(ctx, "set_flag", {"flag": flag, "value": value})
+        return f"flag {flag} = {value}"
+
+    @server.tool(annotations=idempotent_destructive, structured_output=False)
+    async def wipe(target: str, ctx: Context) -> str:
+        """Wipe a target (idempotent but destructive)."""
+        _log(ctx, "wipe", {"target": target})
+        return f"wiped {target}"
+
+    @server.tool(annotations=non_idempotent, structured_output=False)
+    async def append_note(note: str, ctx: Context) -> str:
+        """Append a note (every call adds one)."""
+        _log(ctx, "append_note", {"note": note})
+        return f"appended {note}"
+
+    @server.tool(structured_output=False)
+    async def bare(text: str, ctx: Context) -> str:
+        """A tool without annotations."""
+        _log(ctx, "bare", {"text": text})
+        return f"bare {text}"
+
+    @server.tool(annotations=read_only)
+    async def picture(ctx: Context) -> list[TextContent | ImageContent]:
+        """Return a tiny picture."""
+        _log(ctx, "picture", {})
+        return [
+            TextContent(type="text", text="here is a picture"),
+            ImageContent(type="image", data=TINY_PNG, mime_type="image/png"),
+        ]
+
+    @server.tool(annotations=read_only, structured_output=False)
+    async def big_text(size: int, ctx: Context) -> str:
+        """Return `size` characters."""
+        _log(ctx, "big_text", {"size": size})
+        return "x" * size
+
+    @server.tool(annotations=read_only, structured_output=False)
+    async def slow_progress(steps: int, ctx: Context) -> str:
+        """Report progress `steps` times, then finish."""
+        _log(ctx, "slow_progress", {"steps": steps})
+        for i in range(1, steps + 1):
+            await ctx.report_progress(i, steps, f"step {i} of {steps}")
+            await anyio.sleep(0.1)
+        return f"done after {steps} steps"
+
+    @server.tool(annotations=non_idempotent, structured_output=False)
+    async def crash(ctx: Context) -> str:
+        """Kill the server in the middle of the call."""
+        _log(ctx, "crash", {})
+        os._exit(3)
+
+    @server.tool(annotations=read_only, structured_output=False)
+    async def hang(ctx: Context) -> str:
+        """Never answer."""
+        _log(ctx, "hang", {})
+        await anyio.sleep_forever()
+        return "never"
+
+    @server.tool(name=LONG_NAME, annotations=read_only, structured_output=False)
+    async def long_named(ctx: Context) -> str:
+        """A tool whose name is too long for model APIs."""
+        _log(ctx, LONG_NAME, {})
+        return "long name reached"
+
+    @server.resource("fixture://notes/today", name="today", description="Today's notes")
+    def today() -> str:
+        return "buy milk"
+
+    @server.prompt(description="Greet someone")
+    def greet(person: str) -> str:
+        return f"Say hello to {person}."
+
+    if args.hang_list:
+        original = server.list_tools
+
+        async def hanging_list() -> Any:
+            await anyio.sleep_forever()
+            return await original()
+
+        server.list_tools = hanging_list  # type: ignore[method-assign]
+    return server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on this port")
+    parser.add_argument("--hang-list", action="store_true")
+    parser.add_argument("--crash-on-first-read", action="store_true")
+    args = parser.parse_args()
+    server = build(args)
+    if args.http is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=args.http)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
