@@ -8,6 +8,7 @@ write lock up front so a transaction never fails half way on a lock upgrade, and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -183,10 +184,9 @@ class SqliteStore:
                         raise StorageError(f"cannot commit to {self.path}: {exc}") from exc
 
     async def _rollback_quietly(self) -> None:
-        try:
+        # An error here means the BEGIN had not happened: there is no transaction to end.
+        with contextlib.suppress(sqlite3.OperationalError):
             await self._db.execute("ROLLBACK")
-        except sqlite3.OperationalError:
-            pass  # the BEGIN had not happened: no transaction to end
 
     async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         async with self._lock, self._db.execute(sql, params) as cur:
