@@ -69,11 +69,12 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         )
         models: dict[str, ModelClient] = {"demo": DemoModelClient()}
         sources = McpToolSources(config.mcp_servers, __version__)
+        toolbox = Toolbox(sources)
         driver = SessionDriver(
             store=store,
             agents=config.agents,
             models=models,
-            toolbox=Toolbox(sources),
+            toolbox=toolbox,
             signals=signals,
             process_id=process_id,
             timings=timings,
@@ -83,7 +84,12 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
         service = SessionService(
-            store=store, agents=config.agents, signals=signals, runtime=config.runtime, clock=clock
+            store=store,
+            agents=config.agents,
+            signals=signals,
+            runtime=config.runtime,
+            clock=clock,
+            toolbox=toolbox,
         )
         async with anyio.create_task_group() as tg:
             await tg.start(sources.run)

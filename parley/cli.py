@@ -108,12 +108,19 @@ def _cmd_check(args: argparse.Namespace) -> int:
         )
         return 1
     errors = collect_config_errors(path)
+    config = None if errors else load_config(path, None)
+    if config is not None and not args.offline:
+        from parley.runtime.mcp.check import check_server_tools
+
+        tool_errors, warnings = anyio.run(check_server_tools, config)
+        errors += tool_errors
+        for warning in warnings:
+            print(f"warning: {warning}")
     for error in errors:
         print(f"{error.code} {error.file}: {error.field}: {error.problem}")
-    if errors:
+    if errors or config is None:
         print(f"{len(errors)} problem(s) found", file=sys.stderr)
         return 1
-    config = load_config(path, None)
     names = ", ".join(sorted(config.agents))
     print(
         f"ok: {path or 'embedded defaults'}: {len(config.agents)} agent(s) ({names}); database {config.db_path}"
@@ -146,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate parley.yaml and every agent file; exit 1 on problems")
     check.add_argument(
         "path", nargs="?", help="parley.yaml (default: PARLEY_CONFIG, else the embedded defaults)"
+    )
+    check.add_argument(
+        "--offline", action="store_true", help="do not start or contact MCP servers to check the tool names"
     )
     check.set_defaults(func=_cmd_check)
 

@@ -101,6 +101,9 @@ class SessionDriver:
         finally:
             with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
                 await self._store.release_lease(session_id, self._process_id)
+                ended = await self._store.get_session(session_id)
+                if ended is not None and ended.status in ("closed", "completed", "failed"):
+                    self._toolbox.release_session(session_id)  # its per-session MCP connections
             self._signals.notify(session_id)
 
     async def _keep_lease(self, session_id: SessionId, control: _TurnControl, tg: TaskGroup) -> None:
@@ -204,7 +207,7 @@ class SessionDriver:
         messages: list[MessageRecord],
     ) -> None:
         model = self._models[agent.model.provider]
-        offer = await self._toolbox.offer(agent, session)
+        offer = await self._toolbox.offer(agent, session.kind, session.id)
         for warning in offer.warnings:
             logger.warning("session %s: %s", session.id, warning)
             await self._store.record_event(

@@ -34,6 +34,7 @@ from parley.ids import (
     new_turn_id,
 )
 from parley.runtime.signals import SessionSignals
+from parley.runtime.toolbox import Offer, Toolbox
 from parley.storage.base import (
     EventRecord,
     MessageRecord,
@@ -83,7 +84,9 @@ class SessionService:
         signals: SessionSignals,
         runtime: RuntimeConfig,
         clock: Callable[[], float],
+        toolbox: Toolbox,
     ) -> None:
+        self._toolbox = toolbox
         self._store = store
         self._agents = agents
         self._signals = signals
@@ -94,6 +97,14 @@ class SessionService:
 
     def agents(self) -> list[AgentConfig]:
         return sorted(self._agents.values(), key=lambda a: a.name)
+
+    async def describe_agents(self) -> list[tuple[AgentConfig, Offer]]:
+        """Each agent with the tools a session of its default kind would be offered now."""
+        described = []
+        for agent in self.agents():
+            kind = "task" if "task" in agent.kinds else agent.resolved_default_kind
+            described.append((agent, await self._toolbox.offer(agent, kind, None)))
+        return described
 
     def _agent(self, name: str) -> AgentConfig:
         agent = self._agents.get(name)

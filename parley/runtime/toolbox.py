@@ -60,9 +60,15 @@ class Offer:
     tools: list[ToolSpec] = field(default_factory=list)
     bindings: dict[str, Binding] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
 
     def binding(self, name: str) -> Binding:
-        return self.bindings.get(name) or Binding(name=name, source="unknown", effect="unclassified")
+        found = self.bindings.get(name)
+        if found is not None:
+            return found
+        # A name of a server that could not be listed: remember the server to explain later.
+        server = next((s for s in self.unavailable if name.startswith(f"{s}__")), None)
+        return Binding(name=name, source="unknown", effect="unclassified", server=server)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,9 +109,11 @@ class Toolbox:
 
     # ------------------------------------------------------------------ offering
 
-    async def offer(self, agent: AgentConfig, session: SessionRecord) -> Offer:
+    async def offer(self, agent: AgentConfig, kind: str, session_id: str | None) -> Offer:
+        """The tools of one model call (or, without a session, of list_agents)."""
         offer = Offer()
-        for spec in tool_context(agent, session).specs():
+        context = ToolContext(enabled=agent.tools, kind=kind, result_schema=agent.result_schema)
+        for spec in context.specs():
             offer.tools.append(spec)
             offer.bindings[spec.name] = Binding(
                 name=spec.name, source="builtin", effect=BUILTIN_EFFECTS.get(spec.name, "idempotent_write")
@@ -115,9 +123,10 @@ class Toolbox:
         listed: list[tuple[str, Tool]] = []
         for ref in agent.mcp_servers:
             try:
-                tools = await self._sources.list_tools(ref.server, session.id)
+                tools = await self._sources.list_tools(ref.server, session_id)
             except ToolSourceUnavailable as exc:
                 offer.warnings.append(f"{exc}. Its tools are left out of this step.")
+                offer.unavailable[ref.server] = exc.reason
                 continue
             for tool in tools:
                 if ref.include is not None and tool.name not in ref.include:
@@ -134,7 +143,7 @@ class Toolbox:
         refs = {ref.server: ref for ref in agent.mcp_servers}
         for server, tool in listed:
             cfg = self._sources.servers[server]
-            kind = classify(
+            classified = classify(
                 tool.annotations,
                 trust_annotations=cfg.trust_annotations,
                 server_policy=cfg.tools.get(tool.name),
@@ -151,8 +160,8 @@ class Toolbox:
             offer.bindings[name] = Binding(
                 name=name,
                 source="mcp",
-                effect=kind.effect,
-                requires_approval=kind.requires_approval,
+                effect=classified.effect,
+                requires_approval=classified.requires_approval,
                 server=server,
                 tool=tool.name,
             )
@@ -213,7 +222,17 @@ class Toolbox:
             return await self._run_mcp(call, session, on_progress)
         if call.source == "resources":
             return await self._run_resources(call, agent, session)
+        if call.source == "unknown" and call.server is not None:
+            reason = self._sources.unavailable_reason(call.server) if self._sources else None
+            return _failed(
+                f"Tool '{call.name}' is not available: MCP server '{call.server}' could not be reached "
+                f"({reason or 'it did not list its tools'}). Answer without it, or try again later."
+            )
         return _from_builtin(run_builtin(call.name, call.arguments, tool_context(agent, session)))
+
+    def release_session(self, session_id: str) -> None:
+        if self._sources is not None:
+            self._sources.release_session(session_id)
 
     async def _run_mcp(
         self, call: ToolCallRecord, session: SessionRecord, on_progress: ToolProgress | None

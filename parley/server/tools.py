@@ -148,7 +148,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         """List the agents you can start sessions with: name, description, tools and limits."""
 
         async def work() -> CallToolResult:
-            view = AgentList(agents=[agent_view(a) for a in service.agents()])
+            view = AgentList(agents=[agent_view(a, offer) for a, offer in await service.describe_agents()])
             return _ok(view, render_agents(view))
 
         return await _guard("list_agents", work)

@@ -10,8 +10,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from parley.config import AgentConfig
-from parley.runtime.builtin_tools import BUILTIN_SPECS, SET_RESULT_NAME
 from parley.runtime.service import SessionSnapshot, TurnOutcome
+from parley.runtime.toolbox import Offer
 from parley.storage.base import MessageRecord, QueuedMessageRecord, SessionRecord, ToolCallRecord
 
 OutcomeStatus = Literal[
@@ -75,6 +75,9 @@ class AgentView(BaseModel):
     tools_needing_approval: list[str]
     model: str
     limits: dict[str, int]
+    notes: list[str] = Field(
+        default_factory=list, description="Tool sources that could not be listed, and why."
+    )
 
 
 class AgentList(BaseModel):
@@ -182,7 +185,7 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
     )
 
 
-def agent_view(agent: AgentConfig) -> AgentView:
+def agent_view(agent: AgentConfig, offer: Offer) -> AgentView:
     return AgentView(
         name=agent.name,
         description=agent.description,
@@ -190,9 +193,9 @@ def agent_view(agent: AgentConfig) -> AgentView:
         default_kind=agent.resolved_default_kind,
         input_schema=agent.input_schema,
         result_schema=agent.result_schema if "task" in agent.kinds else None,
-        tools=[name for name in agent.tools if name in BUILTIN_SPECS]
-        + ([SET_RESULT_NAME] if "task" in agent.kinds else []),
-        tools_needing_approval=[],
+        tools=[spec.name for spec in offer.tools],
+        tools_needing_approval=[name for name, b in offer.bindings.items() if b.requires_approval],
+        notes=list(offer.warnings),
         model=f"{agent.model.provider}:{agent.model.name}",
         limits=agent.limits.model_dump(),
     )

@@ -8,7 +8,11 @@ the server goes away. Calls from any task then share the client.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import sys
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,7 +38,7 @@ class McpConnection:
 
     @property
     def alive(self) -> bool:
-        return self.client is not None
+        return self.client is not None and not self._stop.is_set()
 
     def touch(self) -> None:
         self.last_used = anyio.current_time()
@@ -50,7 +54,7 @@ class McpConnection:
             async with AsyncExitStack() as stack:
                 if cfg.command is not None:
                     target: Any = StdioServerParameters(
-                        command=cfg.command, args=cfg.args, env=cfg.env or None, cwd=cfg.cwd
+                        command=resolve_command(cfg.command), args=cfg.args, env=cfg.env or None, cwd=cfg.cwd
                     )
                 else:
                     assert cfg.url is not None
@@ -76,6 +80,15 @@ class McpConnection:
             logger.warning("connection to MCP server %s ended: %s", self.server, _describe(exc))
         finally:
             self.client = None
+
+
+def resolve_command(command: str) -> str:
+    """A bare command is looked up on PATH, then next to parley's own Python, so a server installed
+    in parley's virtual environment starts even when that environment is not activated."""
+    if os.sep in command or shutil.which(command) is not None:
+        return command
+    beside = Path(sys.executable).parent / command
+    return str(beside) if beside.exists() else command
 
 
 def _describe(exc: BaseException) -> str:

@@ -161,6 +161,10 @@ class McpToolSources:
             )
         return await self._refresh(server, session_id)
 
+    def unavailable_reason(self, server: str) -> str | None:
+        listing = self._listings.get(server)
+        return listing.error if listing is not None else None
+
     def cached_tool(self, server: str, tool: str) -> Tool | None:
         listing = self._listings.get(server)
         if listing is None or listing.tools is None:

@@ -1,0 +1,56 @@
+"""`parley check`: compare the tool names the configuration mentions with what servers list."""
+
+from __future__ import annotations
+
+import anyio
+
+from parley import __version__
+from parley.config import E_SERVER_TOOL, ServerConfig
+from parley.errors import ConfigError
+from parley.runtime.mcp.sources import McpToolSources, ToolSourceUnavailable
+
+
+async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], list[str]]:
+    """Problems (tools named in the configuration that their server does not list) and warnings
+    (servers that could not be listed, so their names went unchecked)."""
+    errors: list[ConfigError] = []
+    warnings: list[str] = []
+    if not config.mcp_servers:
+        return errors, warnings
+    sources = McpToolSources(config.mcp_servers, __version__)
+    listed: dict[str, set[str]] = {}
+    async with anyio.create_task_group() as tg:
+        await tg.start(sources.run)
+        for name in sorted(config.mcp_servers):
+            try:
+                listed[name] = {t.name for t in await sources.list_tools(name, None)}
+            except ToolSourceUnavailable as exc:
+                warnings.append(f"{exc}; the tool names configured for it were not checked")
+        tg.cancel_scope.cancel()
+
+    where = str(config.config_path) if config.config_path else "parley.yaml"
+    for server, cfg in config.mcp_servers.items():
+        for tool in cfg.tools:
+            if server in listed and tool not in listed[server]:
+                errors.append(
+                    _unknown(where, f"mcp_servers.{server}.tools.{tool}", server, tool, listed[server])
+                )
+    for agent_name, agent in config.agents.items():
+        file = str(config.agent_files.get(agent_name, f"(agent {agent_name})"))
+        for i, ref in enumerate(agent.mcp_servers):
+            known = listed.get(ref.server)
+            if known is None:
+                continue
+            named = [("include", t) for t in ref.include or []] + [("exclude", t) for t in ref.exclude]
+            named += [("tools", t) for t in ref.tools]
+            for field, tool in named:
+                if tool not in known:
+                    errors.append(_unknown(file, f"mcp_servers.{i}.{field}", ref.server, tool, known))
+    return errors, warnings
+
+
+def _unknown(file: str, field: str, server: str, tool: str, known: set[str]) -> ConfigError:
+    names = ", ".join(sorted(known)) or "none"
+    return ConfigError(
+        E_SERVER_TOOL, file, field, f"server '{server}' lists no tool '{tool}'; it lists: {names}"
+    )
