@@ -61,29 +61,7 @@ def driver(store: SqliteStore, planner: AgentConfig, model: ModelClient) -> Sess
 async def session_with_message(store: SqliteStore, text: str, agent_name: str = "planner") -> SessionId:
     now = time.time()
     sid = new_session_id()
-    record = SessionRecord(
-        id=sid,
-        agent=agent_name,
-        owner="alice",
-        kind="chat",
-        status="idle",
-        phase=None,
-        created_at=now,
-        updated_at=now,
-        turn_count=0,
-        current_turn_id=None,
-        last_turn_id=None,
-        last_error=None,
-        closed_reason=None,
-        input_tokens=0,
-        output_tokens=0,
-        model_calls=0,
-        todos=[],
-        cancel_requested_turn=None,
-        close_requested=False,
-        lease_owner=None,
-        lease_expires_at=None,
-    )
+    record = SessionRecord.new(sid, agent=agent_name, owner="alice", kind="chat", now=now)
     first = QueuedMessageRecord(
         id=new_queued_message_id(),
         session_id=sid,

@@ -109,29 +109,7 @@ async def other_store(backend: _Backend) -> AsyncIterator[Store]:
 def session_record(
     *, owner: str = "alice", agent: str = "demo", sid: SessionId | None = None
 ) -> SessionRecord:
-    return SessionRecord(
-        id=sid or new_session_id(),
-        agent=agent,
-        owner=owner,
-        kind="chat",
-        status="idle",
-        phase=None,
-        created_at=T0,
-        updated_at=T0,
-        turn_count=0,
-        current_turn_id=None,
-        last_turn_id=None,
-        last_error=None,
-        closed_reason=None,
-        input_tokens=0,
-        output_tokens=0,
-        model_calls=0,
-        todos=[],
-        cancel_requested_turn=None,
-        close_requested=False,
-        lease_owner=None,
-        lease_expires_at=None,
-    )
+    return SessionRecord.new(sid or new_session_id(), agent=agent, owner=owner, kind="chat", now=T0)
 
 
 def queued(session_id: SessionId, text: str, now: float = T0) -> QueuedMessageRecord:
@@ -843,10 +821,8 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
 
 
 async def _one_running_session(store: Store) -> SessionId:
-    from parley.runtime.service import new_session_record
-
     sid = new_session_id()
-    record = new_session_record(sid, "demo", "local", "chat", 1.0, None, None)
+    record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=1.0)
     first = QueuedMessageRecord(
         id=new_queued_message_id(),
         session_id=sid,

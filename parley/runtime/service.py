@@ -197,8 +197,14 @@ class SessionService:
                 return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
         now = self._clock()
         session_id = new_session_id()
-        record = new_session_record(
-            session_id, agent.name, owner, session_kind, now, inputs, client_message_id
+        record = SessionRecord.new(
+            session_id,
+            agent=agent.name,
+            owner=owner,
+            kind=session_kind,
+            now=now,
+            inputs=inputs,
+            start_client_message_id=client_message_id,
         )
         queued = None
         if text is not None:
@@ -501,42 +507,6 @@ def render_first_message(message: str | None, inputs: dict[str, Any] | None) -> 
         return message
     block = "Inputs:\n" + json.dumps(inputs, indent=2, ensure_ascii=False)
     return block if message is None else f"{block}\n\n{message}"
-
-
-def new_session_record(
-    session_id: SessionId,
-    agent: str,
-    owner: str,
-    kind: str,
-    now: float,
-    inputs: dict[str, Any] | None,
-    client_message_id: str | None,
-) -> SessionRecord:
-    return SessionRecord(
-        id=session_id,
-        agent=agent,
-        owner=owner,
-        kind=kind,
-        status="idle",
-        phase=None,
-        created_at=now,
-        updated_at=now,
-        turn_count=0,
-        current_turn_id=None,
-        last_turn_id=None,
-        last_error=None,
-        closed_reason=None,
-        input_tokens=0,
-        output_tokens=0,
-        model_calls=0,
-        todos=[],
-        cancel_requested_turn=None,
-        close_requested=False,
-        lease_owner=None,
-        lease_expires_at=None,
-        inputs=inputs,
-        start_client_message_id=client_message_id,
-    )
 
 
 def _ended_reason(session: SessionRecord) -> str:

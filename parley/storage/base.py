@@ -50,6 +50,45 @@ class SessionRecord:
     inputs: dict[str, Any] | None = None
     start_client_message_id: str | None = None
 
+    @classmethod
+    def new(
+        cls,
+        session_id: SessionId,
+        *,
+        agent: str,
+        owner: str,
+        kind: str,
+        now: float,
+        inputs: dict[str, Any] | None = None,
+        start_client_message_id: str | None = None,
+    ) -> SessionRecord:
+        """A session as start_session creates it: idle, no turns, nothing used yet."""
+        return cls(
+            id=session_id,
+            agent=agent,
+            owner=owner,
+            kind=kind,
+            status="idle",
+            phase=None,
+            created_at=now,
+            updated_at=now,
+            turn_count=0,
+            current_turn_id=None,
+            last_turn_id=None,
+            last_error=None,
+            closed_reason=None,
+            input_tokens=0,
+            output_tokens=0,
+            model_calls=0,
+            todos=[],
+            cancel_requested_turn=None,
+            close_requested=False,
+            lease_owner=None,
+            lease_expires_at=None,
+            inputs=inputs,
+            start_client_message_id=start_client_message_id,
+        )
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnRecord:
