@@ -1,0 +1,289 @@
+"""Streamable HTTP as a user meets it: /healthz, DNS-rebinding protection, the exact /mcp path,
+the bind safety check, many concurrent sessions, waiting with progress, and callers that give up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
+
+pytestmark = pytest.mark.anyio
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-http-test", "version": "0"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
+    config = write_config(tmp_path_factory.mktemp("http"))
+    async with ServerProcess(config, name="http", http=True) as server:
+        yield server
+
+
+def _base(server: ServerProcess) -> str:
+    assert server.url is not None
+    return server.url.removesuffix("/mcp")
+
+
+async def _health(server: ServerProcess) -> dict[str, Any]:
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        response = await http.get(_base(server) + "/healthz")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    return dict(response.json())
+
+
+def _assert_clean_log(server: ServerProcess) -> None:
+    log = server.log()
+    assert "already responded" not in log, log
+    assert "Traceback" not in log, log
+
+
+# ------------------------------------------------------------------ /healthz
+
+
+async def test_healthz_reports_ok_with_integer_counts(server: ServerProcess) -> None:
+    health = await _health(server)
+    assert health["status"] == "ok"
+    for key in ("running_turns", "leased_sessions", "downstream_connections"):
+        assert isinstance(health[key], int) and not isinstance(health[key], bool), (key, health)
+        assert health[key] >= 0
+
+
+async def test_healthz_counts_a_running_turn_until_it_ends(server: ServerProcess) -> None:
+    async with server.client() as client:
+        started = await call(client, "start_session", agent="demo", message="/sleep 2\nbusy", wait_seconds=0)
+        assert started["status"] == "running"
+
+        async def counted() -> bool:
+            return int((await _health(server))["running_turns"]) >= 1
+
+        await eventually(counted, "/healthz to count the running turn")
+        done = await call(client, "get_session", session_id=started["session_id"], wait_seconds=10)
+        assert done["last_turn"]["status"] == "answered"
+
+    async def released() -> bool:
+        return int((await _health(server))["running_turns"]) == 0
+
+    await eventually(released, "/healthz to stop counting the finished turn")
+
+
+# ------------------------------------------------------------------ the HTTP surface
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Host": "evil.example"}, {"Origin": "http://evil.example"}],
+    ids=["foreign-host", "foreign-origin"],
+)
+async def test_requests_from_a_foreign_host_or_origin_are_refused_and_the_server_keeps_serving(
+    server: ServerProcess, headers: dict[str, str]
+) -> None:
+    assert server.url is not None
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        refused = await http.post(server.url, json=INITIALIZE, headers={**MCP_HEADERS, **headers})
+    assert 400 <= refused.status_code < 500, (refused.status_code, refused.text)
+    assert (await _health(server))["status"] == "ok"
+    async with server.client() as client:
+        outcome = await call(client, "start_session", agent="demo", message="still here")
+        assert outcome["answer"] == "You said: still here (message 1 of this session)"
+
+
+async def test_initialize_posted_to_exactly_slash_mcp_is_served_without_a_redirect(
+    server: ServerProcess,
+) -> None:
+    assert server.url is not None and server.url.endswith("/mcp")
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S, follow_redirects=False) as http:
+        response = await http.post(server.url, json=INITIALIZE, headers=MCP_HEADERS)
+        assert response.status_code == 200, (response.status_code, response.text)
+        assert "mcp-session-id" in response.headers
+        assert '"serverInfo"' in response.text
+        # End the protocol session this raw request opened.
+        await http.delete(server.url, headers={"mcp-session-id": response.headers["mcp-session-id"]})
+
+
+def test_binding_a_non_loopback_address_without_insecure_bind_is_refused(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PARLEY_DB", None)
+    command = [sys.executable, "-m", "parley", "serve", "--config", str(config), "--http"]
+    result = subprocess.run(
+        [*command, "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=TEST_DEADLINE_S,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert result.returncode != 0
+    assert "--host" in result.stderr and "--insecure-bind" in result.stderr, result.stderr
+    assert "listening on" not in result.stderr
+    assert "serving MCP at" not in result.stderr
+    assert not (tmp_path / "parley.db").exists(), "no server should have started"
+
+
+# ------------------------------------------------------------------ many sessions at once
+
+
+async def test_fifty_concurrent_sessions_each_keep_their_own_history(tmp_path: Path) -> None:
+    # Its own server: a server wedged by this load must not fail the module's other tests too.
+    config = write_config(tmp_path)
+    outcomes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    async def converse(client: Client, n: int) -> None:
+        first = await call(client, "start_session", agent="demo", message=f"first from {n}", wait_seconds=10)
+        second = await call(
+            client,
+            "send_message",
+            session_id=first["session_id"],
+            message=f"second from {n}",
+            wait_seconds=10,
+        )
+        outcomes[n] = (first, second)
+
+    async with ServerProcess(config, name="fifty", http=True) as server:
+        async with server.client() as a, server.client() as b, anyio.create_task_group() as tg:
+            for n in range(50):
+                tg.start_soon(converse, a if n % 2 else b, n)
+        log = server.log()
+
+    assert sorted(outcomes) == list(range(50))
+    assert len({first["session_id"] for first, _ in outcomes.values()}) == 50
+    for n, (first, second) in outcomes.items():
+        assert second["session_id"] == first["session_id"]
+        assert first["answer"] == f"You said: first from {n} (message 1 of this session)", first
+        assert second["answer"] == f"You said: second from {n} (message 2 of this session)", (
+            second,
+            log[-3000:],
+        )
+
+
+# ------------------------------------------------------------------ waiting and progress
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_short_wait_returns_running_and_progress_arrives_while_waiting(
+    server: ServerProcess, mode: str
+) -> None:
+    async with server.client(mode) as client:
+        start = await call(client, "start_session", agent="demo")
+        sid = start["session_id"]
+
+        sent_progress: list[tuple[float, str | None]] = []
+
+        async def on_sent(progress: float, total: float | None, message: str | None) -> None:
+            sent_progress.append((progress, message))
+
+        with anyio.fail_after(TEST_DEADLINE_S):
+            sent = await client.call_tool(
+                "send_message",
+                {"session_id": sid, "message": "/sleep 3\npatient", "wait_seconds": 1},
+                progress_callback=on_sent,
+            )
+        assert not sent.is_error
+        assert sent.structured_content is not None
+        assert sent.structured_content["status"] == "running"
+
+        waited_progress: list[tuple[float, str | None]] = []
+
+        async def on_waited(progress: float, total: float | None, message: str | None) -> None:
+            waited_progress.append((progress, message))
+
+        with anyio.fail_after(TEST_DEADLINE_S):
+            waited = await client.call_tool(
+                "get_session", {"session_id": sid, "wait_seconds": 10}, progress_callback=on_waited
+            )
+        assert not waited.is_error
+        snapshot = waited.structured_content
+        assert snapshot is not None
+        assert snapshot["status"] == "idle"
+        assert snapshot["last_turn"]["status"] == "answered"
+        assert snapshot["last_turn"]["answer"] == "You said: patient (message 1 of this session)"
+
+    for received in (sent_progress, waited_progress):
+        assert received, "a waiting call with a progress callback got no progress notification"
+        values = [p for p, _ in received]
+        assert values == sorted(set(values)), f"progress must strictly increase: {values}"
+    messages = [m or "" for _, m in sent_progress + waited_progress]
+    assert any("turn" in m for m in messages), messages
+
+
+# ------------------------------------------------------------------ callers that give up
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_cancelled_wait_leaves_the_turn_running_to_its_answer(
+    server: ServerProcess, mode: str
+) -> None:
+    async with server.client(mode) as client:
+        start = await call(client, "start_session", agent="demo")
+        sid = start["session_id"]
+        with anyio.move_on_after(0.5) as scope:
+            await client.call_tool(
+                "send_message", {"session_id": sid, "message": "/sleep 2\nabandoned", "wait_seconds": 20}
+            )
+        assert scope.cancelled_caught, "the wait should still have been running when the caller gave up"
+        assert (await call(client, "get_session", session_id=sid))["status"] == "running"
+        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=10)
+        assert snapshot["status"] == "idle"
+        assert snapshot["last_turn"]["answer"] == "You said: abandoned (message 1 of this session)"
+    assert (await _health(server))["status"] == "ok"
+    _assert_clean_log(server)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
+    server: ServerProcess, mode: str
+) -> None:
+    url = server.url
+    assert url is not None
+    async with server.client() as client:
+        sid = (await call(client, "start_session", agent="demo"))["session_id"]
+
+    waiting = anyio.Event()
+
+    async def wait_then_vanish() -> None:
+        async with Client(url, mode=mode) as doomed:
+            waiting.set()
+            await doomed.call_tool(
+                "send_message", {"session_id": sid, "message": "/sleep 2\ndropped", "wait_seconds": 20}
+            )
+
+    db = server.config_path.parent / "parley.db"
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_then_vanish)
+        with anyio.fail_after(TEST_DEADLINE_S):
+            await waiting.wait()
+
+        async def message_taken() -> bool:
+            return db_rows(db, "SELECT COUNT(*) FROM queued_messages WHERE session_id = ?", (sid,)) == [(1,)]
+
+        await eventually(message_taken, "the message to reach the server")
+        tg.cancel_scope.cancel()
+
+    async with server.client() as fresh:
+        assert (await call(fresh, "get_session", session_id=sid))["status"] == "running"
+        snapshot = await call(fresh, "get_session", session_id=sid, wait_seconds=10)
+        assert snapshot["status"] == "idle"
+        assert snapshot["last_turn"]["answer"] == "You said: dropped (message 1 of this session)"
+    assert (await _health(server))["status"] == "ok"
+    _assert_clean_log(server)
