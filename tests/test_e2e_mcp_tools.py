@@ -293,6 +293,8 @@ async def test_two_servers_with_the_same_tool_name_are_both_reachable(world: Wor
 
 
 async def test_a_long_tool_name_is_shortened_stably(world: World) -> None:
+    assert len(LONG_NAME) == 90
+    assert len(LONG_NAME) == 90
     name = exposed_name("fixture", LONG_NAME)
     assert len(name) == 64 and name == exposed_name("fixture", LONG_NAME)
     agents = {a["name"]: a for a in (await call(world.client, "list_agents"))["agents"]}

@@ -29,9 +29,8 @@ TINY_PNG = base64.b64encode(
         "0d0a2db40000000049454e44ae426082"
     )
 ).decode()
-LONG_NAME = (
-    "a_tool_with_a_really_long_name_that_goes_on_and_on_well_past_what_model_apis_accept_xyz"  # 86 chars
-)
+# 90 characters, too long for model APIs (64 at most) even before parley adds the server prefix.
+LONG_NAME = "a_tool_with_a_really_long_name_that_goes_on_and_on_well_past_what_model_apis_accept_" + "x" * 6
 
 
 def _log(ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
