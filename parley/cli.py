@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 import anyio
@@ -128,6 +129,67 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_pending(args: argparse.Namespace) -> int:
+    config = _load(args)
+    from parley.ids import SessionId
+    from parley.storage.sqlite import open_sqlite_store
+
+    async def run() -> int:
+        async with open_sqlite_store(config.db_path) as store:
+            if args.session:
+                interrupts = await store.list_interrupts(SessionId(args.session), pending_only=True)
+            else:
+                interrupts = await store.list_all_pending(args.limit)
+            if not interrupts:
+                print("nothing is waiting for a decision")
+            for i in interrupts:
+                p = i.payload
+                what = (
+                    f"approve {p.get('tool')} ({p.get('effect')}) {json.dumps(p.get('arguments'))}"
+                    if i.kind == "approval"
+                    else f"question: {p.get('question')}"
+                    + (f" [{' | '.join(p['choices'])}]" if p.get("choices") else "")
+                )
+                print(f"{i.session_id}  {i.id}  {what}")
+            return 0
+
+    return anyio.run(run)
+
+
+def _cmd_decide(args: argparse.Namespace) -> int:
+    """`parley approve` and `parley answer`: an operator's decision, picked up by a running server
+    within its poll interval, or at the next start."""
+    config = _load(args)
+    from parley.errors import RequestError
+    from parley.ids import SessionId
+    from parley.runtime.decisions import Decision, Decisions
+    from parley.storage.sqlite import open_sqlite_store
+
+    async def run() -> int:
+        async with open_sqlite_store(config.db_path) as store:
+            session = await store.get_session(SessionId(args.session_id))
+            if session is None:
+                print(f"parley: no session {args.session_id}", file=sys.stderr)
+                return 1
+            decisions = Decisions(store, config.agents, time.time)
+            try:
+                if args.command == "approve":
+                    decision = Decision(args.interrupt_id, not args.reject, args.reason)
+                    _, notes = await decisions.approve(session, [decision], "cli", None)
+                else:
+                    text = None if args.decline else args.answer
+                    _, notes = await decisions.answer(
+                        session, args.interrupt_id, text, args.decline, "cli", None
+                    )
+            except RequestError as exc:
+                print(f"parley: {exc}", file=sys.stderr)
+                return 1
+            print("\n".join(notes) or "recorded; the session resumes")
+            return 0
+
+    return anyio.run(run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
     parser.add_argument("--version", action="version", version=f"parley {__version__}")
@@ -158,6 +220,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--offline", action="store_true", help="do not start or contact MCP servers to check the tool names"
     )
     check.set_defaults(func=_cmd_check)
+
+    pending = sub.add_parser("pending", help="list approvals and questions waiting for a decision")
+    common(pending)
+    pending.add_argument("--session", help="only this session")
+    pending.add_argument("--limit", type=int, default=100)
+    pending.set_defaults(func=_cmd_pending)
+
+    approve = sub.add_parser("approve", help="approve (or --reject) a tool call a session waits on")
+    common(approve)
+    approve.add_argument("session_id")
+    approve.add_argument("interrupt_id")
+    approve.add_argument("--reject", action="store_true", help="reject instead of approving")
+    approve.add_argument("--reason", help="why; the agent reads it")
+    approve.set_defaults(func=_cmd_decide)
+
+    answer = sub.add_parser("answer", help="answer (or --decline) a question a session waits on")
+    common(answer)
+    answer.add_argument("session_id")
+    answer.add_argument("interrupt_id")
+    answer.add_argument("answer", nargs="?", help="the answer text")
+    answer.add_argument("--decline", action="store_true", help="decline to answer")
+    answer.set_defaults(func=_cmd_decide)
 
     sessions = sub.add_parser("sessions", help="read sessions from the database")
     common(sessions)

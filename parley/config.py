@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from parley.errors import ConfigError, ConfigErrors
 
-BUILTIN_TOOLS = ("write_todos",)
+BUILTIN_TOOLS = ("write_todos", "ask_user", "durable_wait")
 KNOWN_PROVIDERS = ("demo",)
 
 # Stable error codes, so scripts and docs can refer to a problem by name.
@@ -146,6 +146,21 @@ class AgentConfig(_Strict):
         default_factory=list, description="MCP servers whose tools it uses."
     )
     mcp_resources: bool = Field(False, description="Offer tools to list/read resources and get prompts.")
+    approver: Literal["caller", "human"] = Field(
+        "caller",
+        description=(
+            "caller: the MCP caller may approve and answer with the tools; human: only a person may "
+            "(elicitation in the client, the parley CLI)."
+        ),
+    )
+    approval_deadline_s: float | None = Field(
+        None, gt=0, description="An approval not decided within this time is rejected (default: no deadline)."
+    )
+    question_deadline_s: float | None = Field(
+        None,
+        gt=0,
+        description="A question not answered within this time is unanswered (default: no deadline).",
+    )
 
     @property
     def resolved_default_kind(self) -> SessionKind:
@@ -177,6 +192,9 @@ class RuntimeConfig(_Strict):
     max_message_chars: int = Field(100_000, ge=1, le=10_000_000, description="Longest message accepted.")
     shutdown_grace_s: float = Field(
         10.0, ge=0, le=3600, description="On shutdown, how long running steps may take to finish."
+    )
+    max_timer_s: float = Field(
+        7 * 86_400, gt=0, description="The longest durable_wait an agent may ask for (default 7 days)."
     )
     progress_interval_s: float = Field(
         5.0,
@@ -213,12 +231,12 @@ DEMO_AGENT = AgentConfig(
     name="demo",
     description=(
         "A keyless, deterministic demo agent. It echoes what you say with the message count, and "
-        "follows directives such as '/tool NAME {json}', '/sleep SECONDS' and, in task sessions, "
-        "'/result {json}' (see the README)."
+        "follows directives such as '/tool NAME {json}', '/sleep SECONDS', '/ask QUESTION | CHOICE', "
+        "'/wait SECONDS' and, in task sessions, '/result {json}' (see the README)."
     ),
     instructions="You are parley's demo agent.",
     model=ModelSpec(provider="demo", name="demo"),
-    tools=["write_todos"],
+    tools=["write_todos", "ask_user", "durable_wait"],
     kinds=["chat", "task"],
     default_kind="chat",
     result={

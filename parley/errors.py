@@ -7,7 +7,10 @@ ParleyError
 │  ├─ UnknownAgent          no agent of that name is configured
 │  ├─ SessionNotFound       unknown, malformed or foreign session id (one answer for all three)
 │  ├─ SessionClosed         the session takes no more messages
-│  └─ SessionLimitReached   the session has used up a session-level limit
+│  ├─ SessionLimitReached   the session has used up a session-level limit
+│  ├─ InterruptNotFound     unknown, malformed or foreign interrupt id
+│  ├─ DecisionConflict      the interrupt was already resolved the other way
+│  └─ HumanApprovalOnly     the agent takes decisions only from a person
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
 ├─ ConfigErrors            every ConfigError found in one load
 ├─ StorageError            the database failed or is from a newer parley
@@ -62,6 +65,30 @@ class SessionLimitReached(RequestError):
     def __init__(self, session_id: str, problem: str) -> None:
         self.session_id = session_id
         super().__init__(f"Session {session_id}: {problem} Start a new session with start_session.")
+
+
+class InterruptNotFound(RequestError):
+    def __init__(self, session_id: str, interrupt_id: str) -> None:
+        super().__init__(
+            f"No interrupt '{interrupt_id}' in session {session_id}. Interrupt ids look like int_ followed "
+            "by 32 hex digits; get_session lists the pending ones under 'pending'."
+        )
+
+
+class DecisionConflict(RequestError):
+    def __init__(self, interrupt_id: str, how: str) -> None:
+        super().__init__(
+            f"Interrupt {interrupt_id} was already resolved: {how}. The first decision stands; nothing was changed."
+        )
+
+
+class HumanApprovalOnly(RequestError):
+    def __init__(self, agent: str, session_id: str) -> None:
+        super().__init__(
+            f"Agent '{agent}' accepts approvals and answers only from a person (approver: human), not from "
+            "the calling client. A person can answer the prompt their MCP client shows (elicitation), or an "
+            f"operator can run 'parley pending' and 'parley approve {session_id} INTERRUPT_ID' on the server."
+        )
 
 
 class ConfigError(ParleyError):

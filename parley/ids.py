@@ -13,6 +13,7 @@ QueuedMessageId = NewType("QueuedMessageId", str)
 
 _SESSION_ID = re.compile(r"ses_[0-9a-f]{32}")
 _QUEUED_ID = re.compile(r"qm_[0-9a-f]{32}")
+_INTERRUPT_ID = re.compile(r"int_[0-9a-f]{32}")
 
 
 def _new(prefix: str) -> str:
@@ -33,6 +34,14 @@ def new_tool_call_id() -> ToolCallId:
 
 def new_queued_message_id() -> QueuedMessageId:
     return QueuedMessageId(_new("qm"))
+
+
+def new_interrupt_id() -> str:
+    return _new("int")
+
+
+def is_interrupt_id(value: str) -> bool:
+    return _INTERRUPT_ID.fullmatch(value) is not None
 
 
 def new_process_id() -> str:

@@ -172,20 +172,32 @@ async def test_effects_and_approval_needs_follow_the_annotations(world: World) -
     )
     before = len(world.calls("fixture"))
     outcome = await _run(world, "worker", message)
-    assert outcome["status"] == "answered"
+    assert outcome["status"] == "waiting_for_input"
     calls = _calls(outcome)
     expected = {
         "fixture__read_thing": ("read", False, "succeeded"),
         "fixture__set_flag": ("idempotent_write", False, "succeeded"),
-        "fixture__wipe": ("idempotent_write", True, "failed"),
-        "fixture__append_note": ("non_idempotent_write", True, "failed"),
-        "fixture__bare": ("unclassified", True, "failed"),
+        "fixture__wipe": ("idempotent_write", True, "pending_approval"),
+        "fixture__append_note": ("non_idempotent_write", True, "pending_approval"),
+        "fixture__bare": ("unclassified", True, "pending_approval"),
     }
     assert {name: (c["effect"], c["requires_approval"], c["status"]) for name, c in calls.items()} == expected
-    assert "approval" in calls["fixture__wipe"]["result"]
+    assert sorted(p["tool"] for p in outcome["pending"]) == [
+        "fixture__append_note",
+        "fixture__bare",
+        "fixture__wipe",
+    ]
     ran = [c["tool"] for c in world.calls("fixture")[before:]]
-    assert sorted(ran) == ["read_thing", "set_flag"], "calls that need approval never reach the server"
-    assert "thing a is fine" in outcome["answer"]
+    assert sorted(ran) == ["read_thing", "set_flag"], (
+        "calls that need approval wait; they do not reach the server"
+    )
+    decisions = [
+        {"interrupt_id": p["id"], "approved": False, "reason": "not today"} for p in outcome["pending"]
+    ]
+    done = await call(world.client, "approve", session_id=outcome["session_id"], decisions=decisions)
+    assert done["status"] == "answered"
+    assert "thing a is fine" in done["answer"] and "A person declined this call: not today" in done["answer"]
+    assert sorted(c["tool"] for c in world.calls("fixture")[before:]) == ["read_thing", "set_flag"]
 
 
 async def test_agent_policy_wins_over_annotations(world: World) -> None:
@@ -196,13 +208,17 @@ async def test_agent_policy_wins_over_annotations(world: World) -> None:
     assert (calls["fixture__bare"]["effect"], calls["fixture__bare"]["requires_approval"]) == ("read", False)
     assert calls["fixture__bare"]["status"] == "succeeded"
     assert calls["fixture__read_thing"]["requires_approval"] is True
-    assert calls["fixture__read_thing"]["status"] == "failed"
+    assert calls["fixture__read_thing"]["status"] == "pending_approval"
 
 
 async def test_untrusted_annotations_make_every_tool_unclassified(world: World) -> None:
     outcome = await _run(world, "untrusted", '/tool untrusted__read_thing {"name": "a"}')
     call_ = _calls(outcome)["untrusted__read_thing"]
-    assert (call_["effect"], call_["requires_approval"]) == ("unclassified", True)
+    assert (call_["effect"], call_["requires_approval"], call_["status"]) == (
+        "unclassified",
+        True,
+        "pending_approval",
+    )
     assert world.calls("untrusted") == []
 
 

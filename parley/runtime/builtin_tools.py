@@ -47,11 +47,50 @@ WRITE_TODOS = ToolSpec(
     input_schema=_WriteTodosArgs.model_json_schema(),
 )
 
+
+class _AskUserArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(
+        min_length=1, max_length=4000, description="The question, as the person will read it."
+    )
+    choices: list[str] | None = Field(
+        None, max_length=50, description="Answers to pick from; without them any text answer is accepted."
+    )
+    allows_free_text: bool = Field(
+        False, description="With choices: also accept an answer that is not one of them."
+    )
+
+
+class _DurableWaitArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    duration_seconds: float = Field(gt=0, description="How long to wait.")
+    reason: str = Field("", max_length=1000, description="Why, shown to whoever looks at the session.")
+
+
+ASK_USER = ToolSpec(
+    name="ask_user",
+    description=(
+        "Ask the person a question and wait for the answer (it may take long; the session waits durably). "
+        "Give choices when the answer is one of a few options."
+    ),
+    input_schema=_AskUserArgs.model_json_schema(),
+)
+DURABLE_WAIT = ToolSpec(
+    name="durable_wait",
+    description="Pause this task for a while (survives restarts); you get a result when the time is up.",
+    input_schema=_DurableWaitArgs.model_json_schema(),
+)
+
 SET_RESULT_NAME = "set_result"
 
-BUILTIN_SPECS: dict[str, ToolSpec] = {WRITE_TODOS.name: WRITE_TODOS}
+BUILTIN_SPECS: dict[str, ToolSpec] = {t.name: t for t in (WRITE_TODOS, ASK_USER, DURABLE_WAIT)}
 # Built-ins change only the session's own state and may be repeated safely.
-BUILTIN_EFFECTS: dict[str, str] = {WRITE_TODOS.name: "idempotent_write", SET_RESULT_NAME: "idempotent_write"}
+BUILTIN_EFFECTS: dict[str, str] = {
+    WRITE_TODOS.name: "idempotent_write",
+    SET_RESULT_NAME: "idempotent_write",
+    ASK_USER.name: "read",
+    DURABLE_WAIT.name: "read",
+}
 RESERVED_NAMES = frozenset({*BUILTIN_SPECS, SET_RESULT_NAME})
 
 
@@ -103,6 +142,33 @@ def _validation_text(tool: str, exc: ValidationError) -> str:
     return f"Invalid arguments for {tool}: " + "; ".join(problems) + ". Fix them and call the tool again."
 
 
+def parse_ask_user(arguments: dict[str, Any]) -> dict[str, Any] | ToolOutcome:
+    """The question payload to store, or the error the model gets."""
+    try:
+        args = _AskUserArgs.model_validate(arguments)
+    except ValidationError as exc:
+        return ToolOutcome(text=_validation_text(ASK_USER.name, exc), is_error=True)
+    choices = [c.strip() for c in args.choices or [] if c.strip()]
+    return {
+        "question": args.question,
+        "choices": choices,
+        "allows_free_text": args.allows_free_text or not choices,
+    }
+
+
+def parse_durable_wait(arguments: dict[str, Any], max_s: float) -> tuple[float, str] | ToolOutcome:
+    try:
+        args = _DurableWaitArgs.model_validate(arguments)
+    except ValidationError as exc:
+        return ToolOutcome(text=_validation_text(DURABLE_WAIT.name, exc), is_error=True)
+    if args.duration_seconds > max_s:
+        return ToolOutcome(
+            text=f"duration_seconds may be at most {max_s:g}; wait in several steps if you must.",
+            is_error=True,
+        )
+    return args.duration_seconds, args.reason
+
+
 def run_write_todos(arguments: dict[str, Any]) -> ToolOutcome:
     try:
         args = _WriteTodosArgs.model_validate(arguments)
@@ -121,6 +187,9 @@ def run_builtin(name: str, arguments: dict[str, Any], context: ToolContext) -> T
         return ToolOutcome(text=f"Unknown tool '{name}'. Tools you can call: {available}.", is_error=True)
     if name == SET_RESULT_NAME:
         return run_set_result(arguments, context.result_schema)
+    if name in (ASK_USER.name, DURABLE_WAIT.name):
+        # The driver handles these (an interrupt, a timer); reaching here means a bug.
+        return ToolOutcome(text=f"Tool '{name}' cannot run directly.", is_error=True)
     if name == WRITE_TODOS.name:
         return run_write_todos(arguments)
     return ToolOutcome(text=f"Tool '{name}' is not implemented.", is_error=True)

@@ -5,6 +5,8 @@ Grammar (one directive per line; other lines are plain text):
   /sleep SECONDS             the model call itself takes this long (0 to 3600)
   /result {json-object}      task sessions: hand in this result (set_result); when it is
                              rejected, the next /result line of the same message is tried
+  /ask QUESTION | CHOICE | CHOICE   ask the person (ask_user); choices are optional
+  /wait SECONDS REASON       pause durably (durable_wait)
 Plain text is answered with "You said: <text> (message <n> of this session)", where n counts
 the user messages in the request. Once tool results follow the message, the answer quotes
 each result. A directive is recognised only at the start of a line; later issues add more
@@ -23,7 +25,7 @@ import anyio
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 
 MAX_SLEEP_S = 3600.0
-KNOWN_DIRECTIVES = ("/tool", "/sleep", "/result")
+KNOWN_DIRECTIVES = ("/tool", "/sleep", "/result", "/ask", "/wait")
 SET_RESULT = "set_result"
 
 
@@ -70,6 +72,31 @@ def _parse(text: str) -> _Parsed:
                 )
                 continue
             parsed.results.append(value)
+        elif word == "/ask":
+            question, *choices = [part.strip() for part in rest.split("|")]
+            if not question:
+                parsed.problems.append(
+                    f"line {lineno}: /ask needs a question, e.g. /ask Deploy now? | yes | no"
+                )
+                continue
+            arguments: dict[str, Any] = {"question": question}
+            if [c for c in choices if c]:
+                arguments["choices"] = [c for c in choices if c]
+            parsed.calls.append(RequestedCall(name="ask_user", arguments=arguments))
+        elif word == "/wait":
+            seconds_text, _, reason = rest.partition(" ")
+            try:
+                seconds = float(seconds_text)
+            except ValueError:
+                parsed.problems.append(
+                    f"line {lineno}: /wait needs a number of seconds, e.g. /wait 60 cool down"
+                )
+                continue
+            parsed.calls.append(
+                RequestedCall(
+                    name="durable_wait", arguments={"duration_seconds": seconds, "reason": reason.strip()}
+                )
+            )
         elif word == "/tool":
             name, _, args_text = rest.partition(" ")
             if not name:

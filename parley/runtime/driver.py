@@ -11,23 +11,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from parley.config import AgentConfig
 from parley.errors import LeaseLost, ModelError
-from parley.ids import SessionId, TurnId, new_tool_call_id, new_turn_id
-from parley.runtime.builtin_tools import SET_RESULT_NAME
+from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, new_turn_id
+from parley.runtime.builtin_tools import SET_RESULT_NAME, ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model import ModelClient, ModelRequest
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import MAX_ATTEMPTS, Toolbox
 from parley.runtime.transcript import assistant_content, to_chat_messages
 from parley.storage.base import (
+    InterruptKind,
+    InterruptRecord,
     MessageRecord,
     ModelStep,
     NewToolCall,
+    Resolution,
     SessionRecord,
     SessionStatus,
     Store,
@@ -44,6 +48,17 @@ PERSIST_GRACE_S = 10.0
 class DriverTimings:
     lease_ttl_s: float
     poll_interval_s: float
+    max_timer_s: float = 7 * 86_400
+
+
+def _is_parked(session: SessionRecord, now: float) -> bool:
+    """Waiting for a person, or for a timer that is not due: nothing to drive now."""
+    not_due = session.wake_at is None or session.wake_at > now
+    if session.status == "waiting_for_input":
+        return not_due
+    return (
+        session.status == "running" and session.phase == "waiting" and session.wake_at is not None and not_due
+    )
 
 
 class _TurnControl:
@@ -133,6 +148,8 @@ class SessionDriver:
                     await self._step(session, session.current_turn_id, control, only_finish=True)
                     self._signals.notify(session_id)
                 return
+            if _is_parked(session, self._clock()):
+                return  # waiting for input or a timer; the scheduler brings it back
             if session.current_turn_id is None:
                 if session.status != "running":
                     return
@@ -261,9 +278,98 @@ class SessionDriver:
     async def _run_tools(
         self, session: SessionRecord, agent: AgentConfig, calls: tuple[ToolCallRecord, ...]
     ) -> None:
+        """Run what can run now; park calls that need a person or a timer, then park the turn
+        if nothing else is left, so the process holds no task for a waiting session."""
+        now = self._clock()
+        runnable: list[ToolCallRecord] = []
+        for call in calls:
+            if call.status == "pending" and call.requires_approval and call.decision != "approved":
+                await self._ask_approval(session, agent, call, now)
+            elif call.status == "pending" and call.source == "builtin" and call.name == "ask_user":
+                await self._ask_question(session, agent, call, now)
+            elif call.status == "pending" and call.source == "builtin" and call.name == "durable_wait":
+                await self._start_timer(session, call, now)
+            elif call.status == "waiting_for_timer":
+                if call.wake_at is not None and call.wake_at <= now:
+                    await self._store.commit_tool_result(
+                        session.id,
+                        self._process_id,
+                        call.id,
+                        "succeeded",
+                        {"text": "The wait is over; carry on.", "is_error": False},
+                        now,
+                    )
+            elif call.status in ("pending", "running"):
+                runnable.append(call)
         async with anyio.create_task_group() as tg:
-            for call in calls:
+            for call in runnable:
                 tg.start_soon(self._run_tool, session, agent, call)
+        await self._expire_deadlines(session, self._clock())
+        await self._store.park_turn(session.id, self._process_id, calls[0].turn_id, self._clock())
+
+    async def _ask_approval(
+        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, now: float
+    ) -> None:
+        payload = {
+            "tool": call.name,
+            "server": call.server,
+            "arguments": call.arguments,
+            "effect": call.effect,
+            "question": f"Allow {call.name} ({call.effect}) with these arguments?",
+        }
+        deadline = now + agent.approval_deadline_s if agent.approval_deadline_s else None
+        await self._raise(session, call, "approval", payload, deadline, now)
+
+    async def _ask_question(
+        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, now: float
+    ) -> None:
+        parsed = parse_ask_user(call.arguments)
+        if isinstance(parsed, ToolOutcome):
+            await self._store.commit_tool_result(
+                session.id, self._process_id, call.id, "failed", {"text": parsed.text, "is_error": True}, now
+            )
+            return
+        deadline = now + agent.question_deadline_s if agent.question_deadline_s else None
+        await self._raise(session, call, "question", parsed, deadline, now)
+
+    async def _raise(
+        self,
+        session: SessionRecord,
+        call: ToolCallRecord,
+        kind: InterruptKind,
+        payload: dict[str, Any],
+        deadline: float | None,
+        now: float,
+    ) -> None:
+        interrupt = InterruptRecord(
+            id=new_interrupt_id(),
+            session_id=session.id,
+            turn_id=call.turn_id,
+            tool_call_id=call.id,
+            kind=kind,
+            status="pending",
+            payload=payload,
+            created_at=now,
+            deadline=deadline,
+        )
+        await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
+
+    async def _start_timer(self, session: SessionRecord, call: ToolCallRecord, now: float) -> None:
+        parsed = parse_durable_wait(call.arguments, self._timings.max_timer_s)
+        if isinstance(parsed, ToolOutcome):
+            await self._store.commit_tool_result(
+                session.id, self._process_id, call.id, "failed", {"text": parsed.text, "is_error": True}, now
+            )
+            return
+        seconds, _reason = parsed
+        await self._store.set_timer(session.id, self._process_id, call.id, now + seconds, now)
+
+    async def _expire_deadlines(self, session: SessionRecord, now: float) -> None:
+        for interrupt in await self._store.list_interrupts(session.id, pending_only=True):
+            if interrupt.deadline is not None and interrupt.deadline <= now:
+                await self._store.resolve_interrupt(
+                    session.id, interrupt.id, Resolution(expired=True), "deadline", now
+                )
 
     async def _run_tool(self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord) -> None:
         if call.status == "running" and call.effect not in ("read", "idempotent_write"):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -33,12 +33,15 @@ from parley.ids import (
     new_session_id,
     new_turn_id,
 )
+from parley.runtime.decisions import Decision, Decisions
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Offer, Toolbox
 from parley.storage.base import (
     EventRecord,
+    InterruptRecord,
     MessageRecord,
     QueuedMessageRecord,
+    Resolution,
     SessionRecord,
     Store,
     ToolCallRecord,
@@ -64,6 +67,8 @@ class TurnOutcome:
     queued_message_id: QueuedMessageId | None = None
     session_status: str | None = None
     result: Any = None
+    pending: list[InterruptRecord] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +78,7 @@ class SessionSnapshot:
     total_messages: int
     queued: list[QueuedMessageRecord]
     last_turn: TurnRecord | None
+    pending: list[InterruptRecord] = field(default_factory=list)
 
 
 class SessionService:
@@ -87,6 +93,7 @@ class SessionService:
         toolbox: Toolbox,
     ) -> None:
         self._toolbox = toolbox
+        self._decisions = Decisions(store, agents, clock)
         self._store = store
         self._agents = agents
         self._signals = signals
@@ -173,6 +180,7 @@ class SessionService:
         inputs: dict[str, Any] | None = None,
         client_message_id: str | None = None,
         on_progress: ProgressFn | None = None,
+        ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
         agent = self._agent(agent_name)
         if message is not None:
@@ -227,7 +235,7 @@ class SessionService:
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
         self._signals.work_available()
-        return await self.wait_for_message(session_id, queued.id, wait_s, on_progress)
+        return await self.wait_for_message(session_id, queued.id, wait_s, on_progress, ask_human)
 
     async def _retry_of_start(
         self,
@@ -259,6 +267,7 @@ class SessionService:
         *,
         client_message_id: str | None = None,
         on_progress: ProgressFn | None = None,
+        ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
         self._check_message(message)
@@ -298,7 +307,7 @@ class SessionService:
                 f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
             )
         self._signals.work_available()
-        return await self.wait_for_message(session.id, queued.id, wait_s, on_progress)
+        return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, ask_human)
 
     async def _retry_of_send(
         self, sent: QueuedMessageRecord, message: str, wait_s: float, on_progress: ProgressFn | None
@@ -337,6 +346,7 @@ class SessionService:
             total_messages=total,
             queued=await self._store.list_queued(session.id),
             last_turn=last_turn,
+            pending=await self._store.list_interrupts(session.id, pending_only=True),
         )
 
     async def list_sessions(
@@ -354,6 +364,48 @@ class SessionService:
                 )
         page = await self._store.list_sessions(owner, status, agent, cursor, limit)
         return page.sessions, page.next_cursor
+
+    async def approve(
+        self,
+        owner: str,
+        session_id: str,
+        decisions: Sequence[Decision],
+        wait_seconds: float | None,
+        *,
+        on_progress: ProgressFn | None = None,
+        ask_human: AskHuman | None = None,
+    ) -> TurnOutcome:
+        session = await self._owned(owner, session_id)
+        wait_s = self._wait_s(wait_seconds)
+        self._decisions.check_caller_may_decide(session)
+        turn_id, notes = await self._decisions.approve(session, decisions, "caller", owner)
+        self._signals.work_available()
+        outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
+        return replace(outcome, notes=notes + outcome.notes)
+
+    async def answer_question(
+        self,
+        owner: str,
+        session_id: str,
+        interrupt_id: str,
+        answer: str | None,
+        decline: bool,
+        wait_seconds: float | None,
+        *,
+        on_progress: ProgressFn | None = None,
+        ask_human: AskHuman | None = None,
+    ) -> TurnOutcome:
+        session = await self._owned(owner, session_id)
+        wait_s = self._wait_s(wait_seconds)
+        self._decisions.check_caller_may_decide(session)
+        turn_id, notes = await self._decisions.answer(session, interrupt_id, answer, decline, "caller", owner)
+        self._signals.work_available()
+        outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
+        return replace(outcome, notes=notes + outcome.notes)
+
+    async def pending(self, owner: str, session_id: str) -> list[InterruptRecord]:
+        session = await self._owned(owner, session_id)
+        return await self._store.list_interrupts(session.id, pending_only=True)
 
     async def cancel_turn(
         self, owner: str, session_id: str, wait_seconds: float | None, on_progress: ProgressFn | None = None
@@ -398,6 +450,7 @@ class SessionService:
         message_id: QueuedMessageId,
         wait_s: float,
         on_progress: ProgressFn | None = None,
+        ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
         """Wait for the turn that consumes this message to rest, at most `wait_s` seconds."""
         deadline = anyio.current_time() + wait_s
@@ -416,7 +469,9 @@ class SessionService:
                 )
             if queued is not None and queued.turn_id is not None:
                 remaining = max(0.0, deadline - anyio.current_time())
-                return await self._wait_turn(session_id, queued.turn_id, remaining, message_id, progress)
+                return await self._wait_turn(
+                    session_id, queued.turn_id, remaining, message_id, progress, ask_human
+                )
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 session = await self._store.get_session(session_id)
@@ -431,10 +486,15 @@ class SessionService:
             await progress.poll()
 
     async def wait_for_turn(
-        self, session_id: SessionId, turn_id: TurnId, wait_s: float, on_progress: ProgressFn | None = None
+        self,
+        session_id: SessionId,
+        turn_id: TurnId,
+        wait_s: float,
+        on_progress: ProgressFn | None = None,
+        ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
         progress = await self._progress(session_id, on_progress)
-        return await self._wait_turn(session_id, turn_id, wait_s, None, progress)
+        return await self._wait_turn(session_id, turn_id, wait_s, None, progress, ask_human)
 
     async def _wait_turn(
         self,
@@ -443,8 +503,10 @@ class SessionService:
         wait_s: float,
         message_id: QueuedMessageId | None,
         progress: _ProgressFeed,
+        ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
         deadline = anyio.current_time() + wait_s
+        asked: set[str] = set()
         while True:
             turn = await self._store.get_turn(turn_id)
             remaining = deadline - anyio.current_time()
@@ -452,6 +514,27 @@ class SessionService:
                 return await self.turn_outcome(turn, message_id)
             if turn is None and remaining <= 0:
                 return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running")
+            session = await self._store.get_session(session_id)
+            if turn is not None and session is not None and _waits_for_input(session, turn_id):
+                pending = [
+                    i for i in await self._store.list_interrupts(session_id, True) if i.turn_id == turn_id
+                ]
+                new = [i for i in pending if i.id not in asked]
+                if ask_human is None or not new:
+                    return await self.turn_outcome(turn, message_id)
+                # Put each new interrupt to the person through the client; an answer resolves it
+                # exactly as approve/answer_question would, and the wait goes on.
+                for interrupt in new:
+                    asked.add(interrupt.id)
+                    resolution = None
+                    with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
+                        resolution = await ask_human(interrupt)
+                    if resolution is not None:
+                        await self._store.resolve_interrupt(
+                            session_id, interrupt.id, resolution, "elicitation", self._clock()
+                        )
+                        self._signals.work_available()
+                continue
             await self._signals.wait_changed(
                 session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)
             )
@@ -480,10 +563,16 @@ class SessionService:
     async def turn_outcome(self, turn: TurnRecord, message_id: QueuedMessageId | None = None) -> TurnOutcome:
         calls = await self._store.list_tool_calls(turn.id)
         session = await self._store.get_session(turn.session_id)
+        status: str = turn.status
+        pending: list[InterruptRecord] = []
+        if turn.status == "running" and session is not None and _waits_for_input(session, turn.id):
+            status = "waiting_for_input"
+            pending = [i for i in await self._store.list_interrupts(session.id, True) if i.turn_id == turn.id]
         return TurnOutcome(
             session_id=turn.session_id,
             turn_id=turn.id,
-            status=turn.status,
+            status=status,
+            pending=pending,
             answer=turn.answer,
             error=turn.error,
             tool_calls=calls,
@@ -497,6 +586,13 @@ class SessionService:
 
 
 ProgressFn = Callable[[float, str], Awaitable[None]]
+# Puts an interrupt to a person through the client (elicitation); None when they dismissed it.
+AskHuman = Callable[[InterruptRecord], Awaitable[Resolution | None]]
+
+
+def _waits_for_input(session: SessionRecord, turn_id: TurnId) -> bool:
+    return session.status == "waiting_for_input" and session.current_turn_id == turn_id
+
 
 _CLIENT_MESSAGE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 

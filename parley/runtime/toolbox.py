@@ -96,13 +96,6 @@ def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
     return ToolContext(enabled=agent.tools, kind=session.kind, result_schema=agent.result_schema)
 
 
-APPROVAL_UNAVAILABLE = (
-    "This call was not run: tool '{tool}' of MCP server '{server}' needs a person's approval ({effect} effect), "
-    "and this parley version has no approvals yet. An operator who decides it is safe can set "
-    "'approval: never' for it in parley.yaml (mcp_servers.{server}.tools.{tool}) or in the agent's file."
-)
-
-
 class Toolbox:
     def __init__(self, sources: McpToolSources | None) -> None:
         self._sources = sources
@@ -240,8 +233,9 @@ class Toolbox:
         server, tool = call.server or "", call.tool or call.name
         if self._sources is None or server not in self._sources.servers:
             return _failed(f"This call was not run: MCP server '{server}' is not configured any more.")
-        if call.requires_approval:
-            return _failed(APPROVAL_UNAVAILABLE.format(tool=tool, server=server, effect=call.effect))
+        if call.requires_approval and call.decision != "approved":
+            # The driver asks for approval first; this guards against running an undecided call.
+            return _failed(f"This call was not run: {call.name} needs a person's approval first.")
         listed = self._sources.cached_tool(server, tool)
         if listed is not None:
             problems = _schema_problems(listed.input_schema, call.arguments)

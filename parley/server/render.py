@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from parley.server.wire import AgentList, CloseResult, SessionList, SessionView, TurnOutcomeView
+from parley.server.wire import AgentList, CloseResult, PendingView, SessionList, SessionView, TurnOutcomeView
 
 
 def _next_steps_after_rest(session_id: str) -> str:
@@ -50,6 +50,9 @@ def render_outcome(o: TurnOutcomeView) -> str:
             lines += ["", o.error]
         if o.session_status not in ("closed", "completed", "failed", None):
             lines += ["", _next_steps_after_rest(sid)]
+    elif o.status == "waiting_for_input":
+        lines += [f"{head}: waiting for input. The turn resumes once these are resolved:"]
+        lines += render_pending(sid, o.pending)
     elif o.status == "idle":
         lines += [
             f"Session {sid} is ready and no turn is running.",
@@ -57,12 +60,33 @@ def render_outcome(o: TurnOutcomeView) -> str:
         ]
     else:
         lines += [f"{head}: {o.status}."]
+    if o.notes:
+        lines += ["", *o.notes]
     if o.tool_calls:
         lines += ["", "Tool calls:"]
         lines += [f"- {c.tool} [{c.status}]: {c.result or ''}".rstrip() for c in o.tool_calls]
     if o.session_status == "closed" and o.status not in ("failed",):
         lines += ["", "The session is now closed."]
     return "\n".join(lines)
+
+
+def render_pending(sid: str, pending: list[PendingView]) -> list[str]:
+    lines = []
+    for p in pending:
+        until = f" (deadline {p.deadline})" if p.deadline else ""
+        if p.kind == "approval":
+            lines += [
+                f"- approval {p.id}{until}: {p.tool} ({p.effect}) with {json.dumps(p.arguments, ensure_ascii=False)}",
+                f'  approve(session_id="{sid}", decisions=[{{"interrupt_id": "{p.id}", "approved": true}}])'
+                " (or approved: false with a reason)",
+            ]
+        else:
+            choices = f" Choices: {', '.join(p.choices)}." if p.choices else ""
+            lines += [
+                f"- question {p.id}{until}: {p.question}{choices}",
+                f'  answer_question(session_id="{sid}", interrupt_id="{p.id}", answer="...") (or decline=true)',
+            ]
+    return lines
 
 
 def render_agents(agents: AgentList) -> str:
@@ -88,6 +112,9 @@ def render_session(v: SessionView) -> str:
         lines.append(f"Last error: {v.last_error}")
     if v.queued_messages:
         lines.append(f"Queued messages: {len(v.queued_messages)}.")
+    if v.pending:
+        lines.append("Waiting for input:")
+        lines += render_pending(v.session_id, v.pending)
     if v.todos:
         lines.append("Plan:")
         lines += [f"  [{t.get('status', 'pending')}] {t.get('content', '')}" for t in v.todos]

@@ -9,10 +9,12 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import RequestError
+from parley.runtime.decisions import Decision
 from parley.runtime.service import ProgressFn, SessionService
+from parley.server.elicitation import ask_human_through
 from parley.server.render import render_agents, render_close, render_outcome, render_session, render_sessions
 from parley.server.wire import (
     AgentList,
@@ -75,6 +77,13 @@ def _progress(ctx: Context) -> ProgressFn:
     return report
 
 
+class DecisionArg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    interrupt_id: str = Field(description="The approval's id (int_...).")
+    approved: bool = Field(description="true runs the call; false does not.")
+    reason: str | None = Field(None, description="Why; the agent reads it.")
+
+
 def _ok(model: BaseModel, text: str) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=text)], structured_content=model.model_dump(mode="json")
@@ -103,6 +112,9 @@ async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> Ca
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
 SENDS = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+DECIDES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 STOPS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
@@ -192,6 +204,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 inputs=inputs,
                 client_message_id=client_message_id,
                 on_progress=_progress(ctx),
+                ask_human=ask_human_through(ctx),
             )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
@@ -218,11 +231,73 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 wait_seconds,
                 client_message_id=client_message_id,
                 on_progress=_progress(ctx),
+                ask_human=ask_human_through(ctx),
             )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
 
         return await _guard("send_message", work)
+
+    @mcp.tool(title="Approve", annotations=DECIDES)
+    async def approve(
+        ctx: Context,
+        session_id: SessionIdArg,
+        decisions: Annotated[
+            list[DecisionArg],
+            Field(
+                min_length=1,
+                description="One decision per pending approval (ids from the outcome's 'pending').",
+            ),
+        ],
+        wait_seconds: WaitArg = None,
+    ) -> Annotated[CallToolResult, TurnOutcomeView]:
+        """Approve or reject tool calls a session is waiting on, then wait for the resumed turn.
+
+        Approved calls run; a rejected call is not run and the agent reads your reason. Repeating a
+        decision that was already made succeeds and changes nothing."""
+
+        async def work() -> CallToolResult:
+            outcome = await service.approve(
+                owner_of(ctx),
+                session_id,
+                [Decision(d.interrupt_id, d.approved, d.reason) for d in decisions],
+                wait_seconds,
+                on_progress=_progress(ctx),
+                ask_human=ask_human_through(ctx),
+            )
+            view = outcome_view(outcome)
+            return _ok(view, render_outcome(view))
+
+        return await _guard("approve", work)
+
+    @mcp.tool(title="Answer question", annotations=DECIDES)
+    async def answer_question(
+        ctx: Context,
+        session_id: SessionIdArg,
+        interrupt_id: Annotated[str, Field(description="The question's id, from the outcome's 'pending'.")],
+        answer: Annotated[
+            str | None, Field(description="The answer (one of the choices, if it has choices).")
+        ] = None,
+        decline: Annotated[bool, Field(description="true to decline to answer.")] = False,
+        wait_seconds: WaitArg = None,
+    ) -> Annotated[CallToolResult, TurnOutcomeView]:
+        """Answer (or decline) a question the agent asked, then wait for the resumed turn."""
+
+        async def work() -> CallToolResult:
+            outcome = await service.answer_question(
+                owner_of(ctx),
+                session_id,
+                interrupt_id,
+                answer,
+                decline,
+                wait_seconds,
+                on_progress=_progress(ctx),
+                ask_human=ask_human_through(ctx),
+            )
+            view = outcome_view(outcome)
+            return _ok(view, render_outcome(view))
+
+        return await _guard("answer_question", work)
 
     @mcp.tool(title="Get session", annotations=READ_ONLY)
     async def get_session(

@@ -12,7 +12,13 @@ from pydantic import BaseModel, Field
 from parley.config import AgentConfig
 from parley.runtime.service import SessionSnapshot, TurnOutcome
 from parley.runtime.toolbox import Offer
-from parley.storage.base import MessageRecord, QueuedMessageRecord, SessionRecord, ToolCallRecord
+from parley.storage.base import (
+    InterruptRecord,
+    MessageRecord,
+    QueuedMessageRecord,
+    SessionRecord,
+    ToolCallRecord,
+)
 
 OutcomeStatus = Literal[
     "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
@@ -40,6 +46,22 @@ class ToolCallView(BaseModel):
     server: str | None = Field(None, description="The MCP server of the tool, if it is one.")
 
 
+class PendingView(BaseModel):
+    id: str = Field(description="Pass as interrupt_id to approve or answer_question.")
+    kind: Literal["approval", "question"]
+    tool_call_id: str | None = None
+    tool: str | None = Field(None, description="Approvals: the tool the agent wants to call.")
+    arguments: dict[str, Any] | None = None
+    effect: str | None = None
+    question: str | None = None
+    choices: list[str] = Field(default_factory=list)
+    allows_free_text: bool = False
+    deadline: str | None = Field(
+        None, description="After this the interrupt resolves by itself (rejected/unanswered)."
+    )
+    created_at: str | None = None
+
+
 class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
@@ -52,7 +74,7 @@ class TurnOutcomeView(BaseModel):
     status: OutcomeStatus
     answer: str | None = None
     result: Any = Field(None, description="A task session's accepted result.")
-    pending: list[dict[str, Any]] = Field(
+    pending: list[PendingView] = Field(
         default_factory=list, description="Approvals and questions to resolve."
     )
     tool_calls: list[ToolCallView] = Field(default_factory=list)
@@ -60,6 +82,7 @@ class TurnOutcomeView(BaseModel):
     error: str | None = None
     session_status: str | None = Field(None, description="The session's status after this call.")
     queued_message_id: str | None = None
+    notes: list[str] = Field(default_factory=list, description="E.g. a decision that was already made.")
 
 
 class AgentView(BaseModel):
@@ -112,7 +135,7 @@ class SessionView(BaseModel):
     turn_count: int
     current_turn_id: str | None
     last_turn: TurnOutcomeView | None = None
-    pending: list[dict[str, Any]] = Field(default_factory=list)
+    pending: list[PendingView] = Field(default_factory=list)
     queued_messages: list[QueuedView] = Field(default_factory=list)
     messages: list[MessageView] = Field(default_factory=list)
     total_messages: int = 0
@@ -182,6 +205,25 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
         result=outcome.result,
         session_status=outcome.session_status,
         queued_message_id=outcome.queued_message_id,
+        pending=[pending_view(i) for i in outcome.pending],
+        notes=list(outcome.notes),
+    )
+
+
+def pending_view(interrupt: InterruptRecord) -> PendingView:
+    p = interrupt.payload
+    return PendingView(
+        id=interrupt.id,
+        kind=interrupt.kind,
+        tool_call_id=interrupt.tool_call_id,
+        tool=p.get("tool"),
+        arguments=p.get("arguments"),
+        effect=p.get("effect"),
+        question=p.get("question"),
+        choices=list(p.get("choices") or []),
+        allows_free_text=bool(p.get("allows_free_text", False)),
+        deadline=iso(interrupt.deadline),
+        created_at=iso(interrupt.created_at),
     )
 
 
@@ -235,6 +277,7 @@ def session_summary(session: SessionRecord) -> SessionSummary:
 def session_view(snapshot: SessionSnapshot, last_turn: TurnOutcome | None) -> SessionView:
     s = snapshot.session
     return SessionView(
+        pending=[pending_view(i) for i in snapshot.pending],
         session_id=s.id,
         agent=s.agent,
         kind=s.kind,

@@ -9,14 +9,28 @@ same step.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 
 SessionStatus = Literal["idle", "running", "waiting_for_input", "completed", "failed", "closed"]
 TurnStatus = Literal["running", "answered", "completed", "failed", "cancelled"]
-ToolCallStatus = Literal["pending", "running", "succeeded", "failed", "cancelled", "outcome_unknown"]
+ToolCallStatus = Literal[
+    "pending",
+    "running",
+    "pending_approval",
+    "awaiting_answer",
+    "waiting_for_timer",
+    "succeeded",
+    "failed",
+    "rejected",
+    "cancelled",
+    "outcome_unknown",
+]
+InterruptKind = Literal["approval", "question"]
+InterruptStatus = Literal["pending", "approved", "rejected", "answered", "declined", "expired", "cancelled"]
+ResolveOutcome = Literal["resolved", "already_resolved", "conflict", "not_found", "wrong_kind", "not_pending"]
 QueuedStatus = Literal["queued", "consumed", "dropped"]
 Role = Literal["user", "assistant", "tool"]
 
@@ -49,6 +63,7 @@ class SessionRecord:
     result: Any = None
     inputs: dict[str, Any] | None = None
     start_client_message_id: str | None = None
+    wake_at: float | None = None
 
     @classmethod
     def new(
@@ -137,10 +152,50 @@ class ToolCallRecord:
     server: str | None = None
     tool: str | None = None
     requires_approval: bool = False
+    wake_at: float | None = None
+    decision: str | None = None
 
     @property
     def is_final(self) -> bool:
         return self.status in FINAL_TOOL_STATUSES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterruptRecord:
+    """A pending approval or question; the turn parks until it is resolved."""
+
+    id: str
+    session_id: SessionId
+    turn_id: TurnId
+    tool_call_id: ToolCallId | None
+    kind: InterruptKind
+    status: InterruptStatus
+    payload: dict[str, Any]
+    created_at: float
+    deadline: float | None = None
+    resolution: dict[str, Any] | None = None
+    resolved_by: str | None = None
+    resolved_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resolution:
+    """A decision on an interrupt: an approval's verdict, or a question's answer."""
+
+    approved: bool | None = None
+    reason: str | None = None
+    answer: str | None = None
+    declined: bool = False
+    expired: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in (None, False)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolveResult:
+    outcome: ResolveOutcome
+    interrupt: InterruptRecord | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,6 +350,41 @@ class Store(Protocol):
     ) -> None:
         """Append an event that changes no state (a warning, a tool's progress)."""
         ...
+
+    # -- interrupts and timers
+    async def raise_interrupt(
+        self, session_id: SessionId, lease: str, interrupt: InterruptRecord, now: float
+    ) -> None:
+        """Store a pending interrupt and put its tool call in pending_approval / awaiting_answer."""
+        ...
+
+    async def set_timer(
+        self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
+    ) -> None: ...
+
+    async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
+        """Park the turn when every unfinished call waits (for input or a timer): the session becomes
+        waiting_for_input (or running, phase waiting, for timers only) with `wake_at` set to the
+        earliest timer or deadline. False, and nothing changed, when some call can run now or
+        every call is final. Deciding in one transaction means a decision that lands meanwhile
+        is never missed."""
+        ...
+
+    async def resolve_interrupt(
+        self,
+        session_id: SessionId,
+        interrupt_id: str,
+        resolution: Resolution,
+        by: str,
+        now: float,
+        owner: str | None = None,
+    ) -> ResolveResult:
+        """Apply a decision; the first to commit wins. `owner` None means an operator (the CLI)."""
+        ...
+
+    async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]: ...
+
+    async def list_all_pending(self, limit: int) -> list[InterruptRecord]: ...
 
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float

@@ -146,4 +146,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE tool_calls ADD COLUMN tool TEXT;
     ALTER TABLE tool_calls ADD COLUMN requires_approval INTEGER NOT NULL DEFAULT 0;
     """,
+    # 4: approvals, questions and durable waits
+    """
+    ALTER TABLE interrupts ADD COLUMN deadline REAL;
+    ALTER TABLE interrupts ADD COLUMN resolution TEXT;
+    ALTER TABLE interrupts ADD COLUMN resolved_by TEXT;
+    CREATE INDEX interrupts_pending ON interrupts(session_id, status);
+    ALTER TABLE tool_calls ADD COLUMN wake_at REAL;
+    ALTER TABLE tool_calls ADD COLUMN decision TEXT;
+    ALTER TABLE sessions ADD COLUMN wake_at REAL;
+    """,
 )

@@ -24,9 +24,12 @@ from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
     EnqueueOutcome,
     EventRecord,
+    InterruptRecord,
     MessageRecord,
     ModelStep,
     QueuedMessageRecord,
+    Resolution,
+    ResolveResult,
     SessionPage,
     SessionRecord,
     SessionStatus,
@@ -44,7 +47,8 @@ BUSY_TIMEOUT_MS = 10_000
 _SESSION_COLUMNS = (
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
-    "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id"
+    "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id, "
+    "wake_at"
 )
 _TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
@@ -53,7 +57,11 @@ _TURN_COLUMNS = (
 _QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id"
 _CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
-    "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval"
+    "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision"
+)
+_INTERRUPT_COLUMNS = (
+    "id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, deadline, resolution, "
+    "resolved_by, resolved_at"
 )
 
 
@@ -87,6 +95,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         result=json.loads(row["result"]) if row["result"] is not None else None,
         inputs=json.loads(row["inputs"]) if row["inputs"] is not None else None,
         start_client_message_id=row["start_client_message_id"],
+        wake_at=row["wake_at"],
     )
 
 
@@ -128,7 +137,52 @@ def _call(row: sqlite3.Row) -> ToolCallRecord:
         server=row["server"],
         tool=row["tool"],
         requires_approval=bool(row["requires_approval"]),
+        wake_at=row["wake_at"],
+        decision=row["decision"],
     )
+
+
+def _interrupt(row: sqlite3.Row) -> InterruptRecord:
+    return InterruptRecord(
+        id=row["id"],
+        session_id=row["session_id"],
+        turn_id=row["turn_id"],
+        tool_call_id=row["tool_call_id"],
+        kind=row["kind"],
+        status=row["status"],
+        payload=json.loads(row["payload"]),
+        created_at=row["created_at"],
+        deadline=row["deadline"],
+        resolution=json.loads(row["resolution"]) if row["resolution"] is not None else None,
+        resolved_by=row["resolved_by"],
+        resolved_at=row["resolved_at"],
+    )
+
+
+def _resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallStatus, str]:
+    """The tool result the model reads, the call's final status, and the interrupt's status."""
+    if kind == "approval":
+        if resolution.expired:
+            return "No one approved this call before its deadline, so it was not run.", "rejected", "expired"
+        reason = f": {resolution.reason}" if resolution.reason else ""
+        return f"A person declined this call{reason}. It was not run.", "rejected", "rejected"
+    if resolution.expired:
+        return "The question was not answered before its deadline.", "succeeded", "expired"
+    if resolution.declined:
+        reason = f" ({resolution.reason})" if resolution.reason else ""
+        return f"The user declined to answer{reason}.", "succeeded", "declined"
+    return f"The user answered: {resolution.answer}", "succeeded", "answered"
+
+
+def _same_decision(existing: dict[str, Any] | None, new: Resolution) -> bool:
+    existing = existing or {}
+    if existing.get("expired"):
+        return False
+    if "approved" in existing or new.approved is not None:
+        return bool(existing.get("approved", False)) == bool(new.approved)
+    if existing.get("declined") or new.declined:
+        return bool(existing.get("declined")) == new.declined
+    return existing.get("answer") == new.answer
 
 
 def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
@@ -367,8 +421,10 @@ class SqliteStore:
                 # it becomes a turn that is cancelled before it starts.
                 return await self._cancel_first_queued(db, session_id, queued_turn_id, row[2] + 1, now)
             turn_id: TurnId = row[0]
+            # A parked turn (waiting for input or a timer) has no driver: wake it so one cancels it.
             await db.execute(
-                "UPDATE sessions SET cancel_requested_turn = ?, updated_at = ? WHERE id = ?",
+                "UPDATE sessions SET cancel_requested_turn = ?, updated_at = ?, wake_at = NULL, "
+                "status = CASE WHEN status = 'waiting_for_input' THEN 'running' ELSE status END WHERE id = ?",
                 (turn_id, now, session_id),
             )
             await self._event(db, session_id, turn_id, "cancel_requested", {}, now)
@@ -415,7 +471,7 @@ class SqliteStore:
                 "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
                 (session_id,),
             )
-            if status != "running":
+            if status not in ("running", "waiting_for_input"):
                 await db.execute(
                     "UPDATE sessions SET status = 'closed', phase = NULL, closed_reason = ?, updated_at = ? "
                     "WHERE id = ?",
@@ -425,7 +481,8 @@ class SqliteStore:
                 return
             await db.execute(
                 "UPDATE sessions SET close_requested = 1, closed_reason = ?, cancel_requested_turn = ?, "
-                "updated_at = ? WHERE id = ?",
+                "updated_at = ?, wake_at = NULL, "
+                "status = CASE WHEN status = 'waiting_for_input' THEN 'running' ELSE status END WHERE id = ?",
                 (reason, turn_id, now, session_id),
             )
             await self._event(db, session_id, turn_id, "close_requested", {"reason": reason}, now)
@@ -435,7 +492,8 @@ class SqliteStore:
     async def try_acquire_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> bool:
         async with self._tx() as db:
             cur = await db.execute(
-                "UPDATE sessions SET lease_owner = ?, lease_expires_at = ? WHERE id = ? AND status = 'running' "
+                "UPDATE sessions SET lease_owner = ?, lease_expires_at = ? WHERE id = ? "
+                "AND status IN ('running', 'waiting_for_input') "
                 "AND (lease_owner IS NULL OR lease_expires_at < ? OR lease_owner = ?)",
                 (owner, now + ttl_s, session_id, now, owner),
             )
@@ -462,9 +520,11 @@ class SqliteStore:
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         rows = await self._fetchall(
-            "SELECT id FROM sessions WHERE status = 'running' AND (lease_owner IS NULL OR lease_expires_at < ?) "
+            "SELECT id FROM sessions WHERE (lease_owner IS NULL OR lease_expires_at < ?) AND ("
+            "(status = 'running' AND (wake_at IS NULL OR wake_at <= ?)) OR "
+            "(status = 'waiting_for_input' AND wake_at IS NOT NULL AND wake_at <= ?)) "
             "ORDER BY updated_at LIMIT ?",
-            (now, limit),
+            (now, now, now, limit),
         )
         return [row[0] for row in rows]
 
@@ -563,7 +623,7 @@ class SqliteStore:
             )
             await db.execute(
                 "UPDATE sessions SET model_calls = model_calls + 1, input_tokens = input_tokens + ?, "
-                "output_tokens = output_tokens + ?, phase = ?, updated_at = ? WHERE id = ?",
+                "output_tokens = output_tokens + ?, phase = ?, updated_at = ?, wake_at = NULL WHERE id = ?",
                 (
                     step.input_tokens,
                     step.output_tokens,
@@ -646,6 +706,187 @@ class SqliteStore:
         async with self._tx() as db:
             await self._event(db, session_id, turn_id, kind, data, now)
 
+    async def raise_interrupt(
+        self, session_id: SessionId, lease: str, interrupt: InterruptRecord, now: float
+    ) -> None:
+        call_status = "pending_approval" if interrupt.kind == "approval" else "awaiting_answer"
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            await db.execute(
+                "INSERT INTO interrupts (id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, "
+                "deadline) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+                (
+                    interrupt.id,
+                    session_id,
+                    interrupt.turn_id,
+                    interrupt.tool_call_id,
+                    interrupt.kind,
+                    _dumps(interrupt.payload),
+                    now,
+                    interrupt.deadline,
+                ),
+            )
+            if interrupt.tool_call_id is not None:
+                await db.execute(
+                    "UPDATE tool_calls SET status = ?, updated_at = ? WHERE id = ?",
+                    (call_status, now, interrupt.tool_call_id),
+                )
+            await self._event(
+                db,
+                session_id,
+                interrupt.turn_id,
+                "interrupt_raised",
+                {"interrupt_id": interrupt.id, "kind": interrupt.kind},
+                now,
+            )
+
+    async def set_timer(
+        self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            await db.execute(
+                "UPDATE tool_calls SET status = 'waiting_for_timer', wake_at = ?, updated_at = ? WHERE id = ?",
+                (wake_at, now, call_id),
+            )
+            await self._event(
+                db, session_id, None, "timer_set", {"call_id": call_id, "wake_at": wake_at}, now
+            )
+
+    async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "SELECT SUM(status IN ('pending', 'running')), "
+                "SUM(status IN ('pending_approval', 'awaiting_answer', 'waiting_for_timer')), "
+                "MIN(CASE WHEN status = 'waiting_for_timer' THEN wake_at END) FROM tool_calls WHERE turn_id = ?",
+                (turn_id,),
+            ) as cur:
+                row = await cur.fetchone()
+            runnable, waiting, next_timer = (row[0] or 0, row[1] or 0, row[2]) if row else (0, 0, None)
+            if runnable or not waiting:
+                return False
+            async with db.execute(
+                "SELECT COUNT(*), MIN(deadline) FROM interrupts WHERE turn_id = ? AND status = 'pending'",
+                (turn_id,),
+            ) as cur:
+                irow = await cur.fetchone()
+            pending, next_deadline = (irow[0], irow[1]) if irow else (0, None)
+            wake_at = min((t for t in (next_timer, next_deadline) if t is not None), default=None)
+            waiting_for_input = pending > 0
+            await db.execute(
+                "UPDATE sessions SET status = ?, phase = ?, wake_at = ?, updated_at = ? WHERE id = ?",
+                (
+                    "waiting_for_input" if waiting_for_input else "running",
+                    None if waiting_for_input else "waiting",
+                    wake_at,
+                    now,
+                    session_id,
+                ),
+            )
+            await self._event(
+                db,
+                session_id,
+                turn_id,
+                "turn_parked",
+                {"waiting_for_input": waiting_for_input, "wake_at": wake_at},
+                now,
+            )
+            return True
+
+    async def resolve_interrupt(
+        self,
+        session_id: SessionId,
+        interrupt_id: str,
+        resolution: Resolution,
+        by: str,
+        now: float,
+        owner: str | None = None,
+    ) -> ResolveResult:
+        async with self._tx() as db:
+            async with db.execute(
+                f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts i WHERE id = ? AND session_id = ? "
+                "AND (? IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.id = i.session_id AND s.owner = ?))",
+                (interrupt_id, session_id, owner, owner),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return ResolveResult(outcome="not_found")
+            interrupt = _interrupt(row)
+            is_approval = resolution.approved is not None
+            if not resolution.expired and is_approval != (interrupt.kind == "approval"):
+                return ResolveResult(outcome="wrong_kind", interrupt=interrupt)
+            if interrupt.status != "pending":
+                if interrupt.status == "cancelled":
+                    return ResolveResult(outcome="not_pending", interrupt=interrupt)
+                same = _same_decision(interrupt.resolution, resolution)
+                return ResolveResult(outcome="already_resolved" if same else "conflict", interrupt=interrupt)
+            text, call_status, interrupt_status = _resolution_text(interrupt.kind, resolution)
+            if interrupt.kind == "approval" and resolution.approved and not resolution.expired:
+                interrupt_status = "approved"
+            await db.execute(
+                "UPDATE interrupts SET status = ?, resolution = ?, resolved_by = ?, resolved_at = ? WHERE id = ?",
+                (interrupt_status, _dumps(resolution.as_dict()), by, now, interrupt_id),
+            )
+            call_id = interrupt.tool_call_id
+            if call_id is not None:
+                if interrupt_status == "approved":
+                    # Ready to run: the driver runs approved calls without asking again.
+                    await db.execute(
+                        "UPDATE tool_calls SET status = 'pending', decision = 'approved', updated_at = ? WHERE id = ?",
+                        (now, call_id),
+                    )
+                else:
+                    async with db.execute("SELECT name FROM tool_calls WHERE id = ?", (call_id,)) as cur:
+                        name_row = await cur.fetchone()
+                    result: dict[str, Any] = {"text": text, "is_error": call_status == "rejected"}
+                    if interrupt.kind == "question":
+                        result["answer"] = resolution.answer
+                        result["declined"] = resolution.declined or resolution.expired
+                    await db.execute(
+                        "UPDATE tool_calls SET status = ?, result = ?, decision = ?, updated_at = ? WHERE id = ?",
+                        (call_status, _dumps(result), interrupt_status, now, call_id),
+                    )
+                    content = {
+                        "tool_call_id": call_id,
+                        "name": name_row[0] if name_row else "",
+                        "status": call_status,
+                    }
+                    await self._message(db, session_id, interrupt.turn_id, "tool", {**content, **result}, now)
+            # Put the turn back in the scheduler's sight: it looks for running sessions without a lease.
+            await db.execute(
+                "UPDATE sessions SET status = 'running', wake_at = NULL, updated_at = ? "
+                "WHERE id = ? AND status = 'waiting_for_input'",
+                (now, session_id),
+            )
+            await self._event(
+                db,
+                session_id,
+                interrupt.turn_id,
+                "interrupt_resolved",
+                {"interrupt_id": interrupt_id, "status": interrupt_status, "by": by},
+                now,
+            )
+            async with db.execute(
+                f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts WHERE id = ?", (interrupt_id,)
+            ) as cur:
+                updated = await cur.fetchone()
+            return ResolveResult(outcome="resolved", interrupt=_interrupt(updated) if updated else interrupt)
+
+    async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
+        sql = f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = ?"
+        if pending_only:
+            sql += " AND status = 'pending'"
+        rows = await self._fetchall(sql + " ORDER BY created_at, id", (session_id,))
+        return [_interrupt(r) for r in rows]
+
+    async def list_all_pending(self, limit: int) -> list[InterruptRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts WHERE status = 'pending' ORDER BY created_at LIMIT ?",
+            (limit,),
+        )
+        return [_interrupt(r) for r in rows]
+
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
     ) -> None:
@@ -670,8 +911,8 @@ class SqliteStore:
         async with self._tx() as db:
             await self._check_lease(db, session_id, lease)
             async with db.execute(
-                "SELECT id FROM tool_calls WHERE turn_id = ? AND status IN ('pending', 'running') ORDER BY step_no, "
-                "call_index",
+                "SELECT id FROM tool_calls WHERE turn_id = ? AND status IN ('pending', 'running', "
+                "'pending_approval', 'awaiting_answer', 'waiting_for_timer') ORDER BY step_no, call_index",
                 (turn_id,),
             ) as cur:
                 unfinished = [r[0] for r in await cur.fetchall()]
@@ -679,6 +920,11 @@ class SqliteStore:
                 await db.execute(
                     "UPDATE tool_calls SET status = 'cancelled', updated_at = ? WHERE id = ?", (now, call_id)
                 )
+            await db.execute(
+                "UPDATE interrupts SET status = 'cancelled', resolved_at = ?, resolved_by = 'turn_end' "
+                "WHERE turn_id = ? AND status = 'pending'",
+                (now, turn_id),
+            )
             result_json = _dumps(result) if result is not None else None
             await db.execute(
                 "UPDATE turns SET status = ?, answer = ?, error = ?, ended_at = ?, result = ? WHERE id = ?",
@@ -692,7 +938,7 @@ class SqliteStore:
             if close_reason is None and srow[0]:
                 close_reason = srow[1] or "closed by the caller"
             await db.execute(
-                "UPDATE sessions SET current_turn_id = NULL, cancel_requested_turn = NULL, phase = NULL, "
+                "UPDATE sessions SET current_turn_id = NULL, cancel_requested_turn = NULL, phase = NULL, wake_at = NULL, "
                 "last_error = CASE WHEN ? IS NULL THEN last_error ELSE ? END, updated_at = ? WHERE id = ?",
                 (error, error, now, session_id),
             )

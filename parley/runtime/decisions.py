@@ -1,0 +1,155 @@
+"""Resolving interrupts: approvals and answers, from the MCP tools, elicitation and the CLI.
+
+Every path goes through `Store.resolve_interrupt`, so the first decision to commit wins;
+repeating it succeeds as "already resolved", contradicting it is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from parley.config import AgentConfig
+from parley.errors import DecisionConflict, HumanApprovalOnly, InterruptNotFound, InvalidArgument
+from parley.ids import SessionId, TurnId, is_interrupt_id
+from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store
+
+MAX_ANSWER_CHARS = 20_000
+MAX_REASON_CHARS = 2_000
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    interrupt_id: str
+    approved: bool
+    reason: str | None = None
+
+
+def describe(interrupt: InterruptRecord) -> str:
+    res = interrupt.resolution or {}
+    if interrupt.status == "approved":
+        return "approved"
+    if interrupt.status in ("rejected", "expired") and interrupt.kind == "approval":
+        return "rejected" + (f" ({res.get('reason')})" if res.get("reason") else "")
+    if interrupt.status == "answered":
+        return f"answered '{res.get('answer')}'"
+    if interrupt.status == "declined":
+        return "declined"
+    if interrupt.status == "expired":
+        return "expired at its deadline"
+    return interrupt.status
+
+
+class Decisions:
+    def __init__(self, store: Store, agents: Mapping[str, AgentConfig], clock: Callable[[], float]) -> None:
+        self._store = store
+        self._agents = agents
+        self._clock = clock
+
+    def check_caller_may_decide(self, session: SessionRecord) -> None:
+        agent = self._agents.get(session.agent)
+        if agent is not None and agent.approver == "human":
+            raise HumanApprovalOnly(agent.name, session.id)
+
+    async def _interrupts(self, session: SessionRecord, ids: Sequence[str]) -> dict[str, InterruptRecord]:
+        known = {i.id: i for i in await self._store.list_interrupts(session.id, pending_only=False)}
+        found = {}
+        for interrupt_id in ids:
+            if not is_interrupt_id(interrupt_id) or interrupt_id not in known:
+                raise InterruptNotFound(session.id, interrupt_id)
+            found[interrupt_id] = known[interrupt_id]
+        return found
+
+    async def approve(
+        self, session: SessionRecord, decisions: Sequence[Decision], by: str, owner: str | None
+    ) -> tuple[TurnId, list[str]]:
+        """Apply approval decisions (all checked before any is applied). Returns the turn they
+        belong to and notes such as 'already resolved'."""
+        if not decisions:
+            raise InvalidArgument("decisions", "give at least one {interrupt_id, approved}")
+        ids = [d.interrupt_id for d in decisions]
+        if len(set(ids)) != len(ids):
+            raise InvalidArgument("decisions", "each interrupt_id may appear once")
+        for d in decisions:
+            if d.reason is not None and len(d.reason) > MAX_REASON_CHARS:
+                raise InvalidArgument("decisions.reason", f"may be at most {MAX_REASON_CHARS} characters")
+        interrupts = await self._interrupts(session, ids)
+        for d in decisions:
+            interrupt = interrupts[d.interrupt_id]
+            if interrupt.kind != "approval":
+                raise InvalidArgument(
+                    "decisions.interrupt_id",
+                    f"{d.interrupt_id} is a question; answer it with answer_question",
+                )
+            self._check_not_contradicted(interrupt, Resolution(approved=d.approved, reason=d.reason))
+        notes = []
+        for d in decisions:
+            result = await self._store.resolve_interrupt(
+                SessionId(session.id),
+                d.interrupt_id,
+                Resolution(approved=d.approved, reason=d.reason),
+                by,
+                self._clock(),
+                owner,
+            )
+            notes += self._note(d.interrupt_id, result.outcome, result.interrupt)
+        return interrupts[ids[0]].turn_id, notes
+
+    async def answer(
+        self,
+        session: SessionRecord,
+        interrupt_id: str,
+        answer: str | None,
+        decline: bool,
+        by: str,
+        owner: str | None,
+    ) -> tuple[TurnId, list[str]]:
+        if decline and answer is not None:
+            raise InvalidArgument("answer", "give an answer or decline=true, not both")
+        if not decline and (answer is None or not answer.strip()):
+            raise InvalidArgument("answer", "must not be empty; give an answer or decline=true")
+        if answer is not None and len(answer) > MAX_ANSWER_CHARS:
+            raise InvalidArgument("answer", f"may be at most {MAX_ANSWER_CHARS} characters")
+        interrupt = (await self._interrupts(session, [interrupt_id]))[interrupt_id]
+        if interrupt.kind != "question":
+            raise InvalidArgument("interrupt_id", f"{interrupt_id} is an approval; decide it with approve")
+        choices = list(interrupt.payload.get("choices") or [])
+        if answer is not None and choices and not interrupt.payload.get("allows_free_text"):
+            match = next((c for c in choices if c.casefold() == answer.strip().casefold()), None)
+            if match is None:
+                raise InvalidArgument("answer", f"must be one of: {', '.join(repr(c) for c in choices)}")
+            answer = match
+        resolution = Resolution(answer=answer, declined=decline)
+        self._check_not_contradicted(interrupt, resolution)
+        result = await self._store.resolve_interrupt(
+            SessionId(session.id), interrupt_id, resolution, by, self._clock(), owner
+        )
+        return interrupt.turn_id, self._note(interrupt_id, result.outcome, result.interrupt)
+
+    @staticmethod
+    def _check_not_contradicted(interrupt: InterruptRecord, resolution: Resolution) -> None:
+        if interrupt.status == "pending":
+            return
+        if interrupt.status == "cancelled":
+            raise InvalidArgument(
+                "interrupt_id", f"{interrupt.id} is no longer pending: its turn ended before a decision"
+            )
+        res = interrupt.resolution or {}
+        if interrupt.kind == "approval":
+            same = not res.get("expired") and bool(res.get("approved", False)) == bool(resolution.approved)
+        elif res.get("declined") or resolution.declined:
+            same = bool(res.get("declined")) == resolution.declined and not res.get("expired")
+        else:
+            same = res.get("answer") == resolution.answer
+        if not same:
+            raise DecisionConflict(interrupt.id, describe(interrupt))
+
+    @staticmethod
+    def _note(interrupt_id: str, outcome: str, interrupt: InterruptRecord | None) -> list[str]:
+        if outcome == "already_resolved" and interrupt is not None:
+            return [f"{interrupt_id} was already resolved ({describe(interrupt)}); nothing changed."]
+        if outcome == "conflict" and interrupt is not None:
+            raise DecisionConflict(interrupt_id, describe(interrupt))
+        if outcome == "not_pending":
+            raise InvalidArgument("interrupt_id", f"{interrupt_id} is no longer pending: its turn ended")
+        return []
