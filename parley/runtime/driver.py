@@ -40,6 +40,10 @@ from parley.storage.base import (
 
 logger = logging.getLogger(__name__)
 
+STEERED = (
+    "Steered: a new message arrived, so the turn stopped after the step in progress; calls that "
+    "had not run and waits of the turn were cancelled."
+)
 # Cleanup after a cancel must reach the database even though the task is being cancelled.
 PERSIST_GRACE_S = 10.0
 
@@ -161,6 +165,11 @@ class SessionDriver:
                 ):
                     self._signals.notify(session_id)
                     return
+                self._signals.notify(session_id)
+                continue
+            if await self._store.steer_pending(session_id):
+                # Steered: end the turn at this step boundary; the next turn takes the steered messages.
+                await self._finish(session, session.current_turn_id, FinishTurn("cancelled", None, STEERED))
                 self._signals.notify(session_id)
                 continue
             await self._step(session, session.current_turn_id, control)

@@ -28,6 +28,7 @@ from parley.ids import (
     QueuedMessageId,
     SessionId,
     TurnId,
+    is_queued_message_id,
     is_session_id,
     new_queued_message_id,
     new_session_id,
@@ -262,14 +263,24 @@ class SessionService:
         self,
         owner: str,
         session_id: str,
-        message: str,
+        message: str | None,
         wait_seconds: float | None,
         *,
         client_message_id: str | None = None,
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
+        steer: bool = False,
+        queued_message_id: str | None = None,
     ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
+        if queued_message_id is not None:
+            return await self._promote(
+                session, queued_message_id, steer, message, wait_seconds, on_progress, ask_human
+            )
+        if message is None:
+            raise InvalidArgument(
+                "message", "is required (unless you promote a queued message with queued_message_id)"
+            )
         self._check_message(message)
         wait_s = self._wait_s(wait_seconds)
         self._check_client_message_id(client_message_id)
@@ -289,6 +300,7 @@ class SessionService:
             turn_id=None,
             created_at=now,
             client_message_id=client_message_id,
+            steer=steer,
         )
         outcome = await self._store.enqueue_message(session.id, owner, queued, max_turns, now)
         if outcome == "not_found":
@@ -308,6 +320,63 @@ class SessionService:
             )
         self._signals.work_available()
         return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, ask_human)
+
+    async def _promote(
+        self,
+        session: SessionRecord,
+        queued_message_id: str,
+        steer: bool,
+        message: str | None,
+        wait_seconds: float | None,
+        on_progress: ProgressFn | None,
+        ask_human: AskHuman | None,
+    ) -> TurnOutcome:
+        if not steer:
+            raise InvalidArgument(
+                "queued_message_id", "goes with steer=true: it promotes a queued message to a steer"
+            )
+        if message is not None:
+            raise InvalidArgument(
+                "message", "leave it out when promoting a queued message; its text is already stored"
+            )
+        wait_s = self._wait_s(wait_seconds)
+        if not is_queued_message_id(queued_message_id):
+            raise InvalidArgument(
+                "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
+            )
+        record = await self._store.promote_to_steer(
+            session.id, session.owner, QueuedMessageId(queued_message_id), self._clock()
+        )
+        if record is None:
+            raise InvalidArgument(
+                "queued_message_id", f"no message {queued_message_id} in session {session.id}"
+            )
+        if record.status == "dropped":
+            raise InvalidArgument("queued_message_id", f"{queued_message_id} was deleted; send it again")
+        self._signals.request_cancel(session.id)
+        self._signals.work_available()
+        return await self.wait_for_message(session.id, record.id, wait_s, on_progress, ask_human)
+
+    async def delete_queued_message(self, owner: str, session_id: str, queued_message_id: str) -> str:
+        session = await self._owned(owner, session_id)
+        if not is_queued_message_id(queued_message_id):
+            raise InvalidArgument(
+                "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
+            )
+        record = await self._store.delete_queued(
+            session.id, owner, QueuedMessageId(queued_message_id), self._clock()
+        )
+        if record is None:
+            raise InvalidArgument(
+                "queued_message_id", f"no message {queued_message_id} in session {session.id}"
+            )
+        if record.status == "consumed":
+            raise InvalidArgument(
+                "queued_message_id",
+                f"{queued_message_id} was already taken into turn {record.turn_id}; cancel_turn stops it",
+            )
+        self._signals.notify(session.id)
+        return "already deleted" if record.status == "dropped" else "deleted"
 
     async def _retry_of_send(
         self, sent: QueuedMessageRecord, message: str, wait_s: float, on_progress: ProgressFn | None
@@ -408,17 +477,32 @@ class SessionService:
         return await self._store.list_interrupts(session.id, pending_only=True)
 
     async def cancel_turn(
-        self, owner: str, session_id: str, wait_seconds: float | None, on_progress: ProgressFn | None = None
+        self,
+        owner: str,
+        session_id: str,
+        wait_seconds: float | None,
+        on_progress: ProgressFn | None = None,
+        turn_id: str | None = None,
     ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
         wait_s = self._wait_s(wait_seconds)
+        if turn_id is not None and turn_id != session.current_turn_id:
+            # A stale cancel (the turn it meant has ended) must not stop a newer turn.
+            old = await self._store.get_turn(TurnId(turn_id))
+            if old is None or old.session_id != session.id:
+                raise InvalidArgument("turn_id", f"no turn {turn_id} in session {session.id}")
+            outcome = await self.turn_outcome(old)
+            return replace(
+                outcome, notes=[f"Turn {turn_id} is not running ({old.status}); nothing was cancelled."]
+            )
         turn_id = await self._store.request_cancel(session.id, owner, self._clock(), new_turn_id())
         if turn_id is None:
             # Nothing runs: cancelling is idempotent, so report how the last turn ended.
             latest = await self._store.get_session(session.id) or session
             last = await self._store.get_turn(latest.last_turn_id) if latest.last_turn_id else None
             if last is not None:
-                return await self.turn_outcome(last)
+                outcome = await self.turn_outcome(last)
+                return replace(outcome, notes=["Nothing was running; this is how the last turn ended."])
             return TurnOutcome(
                 session_id=session.id, turn_id=None, status="idle", session_status=latest.status
             )

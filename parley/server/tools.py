@@ -77,6 +77,12 @@ def _progress(ctx: Context) -> ProgressFn:
     return report
 
 
+class DeleteResult(BaseModel):
+    session_id: str
+    queued_message_id: str
+    status: Literal["deleted", "already deleted"]
+
+
 class DecisionArg(BaseModel):
     model_config = ConfigDict(extra="forbid")
     interrupt_id: str = Field(description="The approval's id (int_...).")
@@ -215,13 +221,28 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
     async def send_message(
         ctx: Context,
         session_id: SessionIdArg,
-        message: MessageArg,
+        message: Annotated[
+            str | None, Field(description="What to say to the agent (leave out only with queued_message_id).")
+        ] = None,
+        steer: Annotated[
+            bool,
+            Field(
+                description=(
+                    "true: stop the running turn after its current step and answer this message next, "
+                    "instead of queueing it behind the turn."
+                )
+            ),
+        ] = False,
+        queued_message_id: Annotated[
+            str | None, Field(description="With steer=true: promote this queued message (from get_session).")
+        ] = None,
         client_message_id: ClientMessageIdArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Send a message to a session and wait for the turn that answers it.
 
-        A message sent while a turn runs is queued and answered in its own turn, in order."""
+        A message sent while a turn runs is queued and answered in its own turn, in order; with
+        steer=true it interrupts the running turn at its next step boundary instead."""
 
         async def work() -> CallToolResult:
             outcome = await service.send_message(
@@ -232,11 +253,30 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 client_message_id=client_message_id,
                 on_progress=_progress(ctx),
                 ask_human=ask_human_through(ctx),
+                steer=steer,
+                queued_message_id=queued_message_id,
             )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
 
         return await _guard("send_message", work)
+
+    @mcp.tool(title="Delete queued message", annotations=STOPS)
+    async def delete_queued_message(
+        ctx: Context,
+        session_id: SessionIdArg,
+        queued_message_id: Annotated[
+            str, Field(description="The message's id, from get_session's queued_messages.")
+        ],
+    ) -> Annotated[CallToolResult, DeleteResult]:
+        """Drop a message that no turn has taken yet. Deleting it again changes nothing."""
+
+        async def work() -> CallToolResult:
+            status = await service.delete_queued_message(owner_of(ctx), session_id, queued_message_id)
+            view = DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status)
+            return _ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
+
+        return await _guard("delete_queued_message", work)
 
     @mcp.tool(title="Approve", annotations=DECIDES)
     async def approve(
@@ -348,13 +388,23 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
 
     @mcp.tool(title="Cancel turn", annotations=STOPS)
     async def cancel_turn(
-        ctx: Context, session_id: SessionIdArg, wait_seconds: WaitArg = None
+        ctx: Context,
+        session_id: SessionIdArg,
+        turn_id: Annotated[
+            str | None,
+            Field(
+                description="Cancel only if this turn is still the running one (a stale cancel does nothing)."
+            ),
+        ] = None,
+        wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Stop the session's running turn now. A tool call that already started finishes and its
         result is kept; queued messages still run. Cancelling when nothing runs changes nothing."""
 
         async def work() -> CallToolResult:
-            outcome = await service.cancel_turn(owner_of(ctx), session_id, wait_seconds, _progress(ctx))
+            outcome = await service.cancel_turn(
+                owner_of(ctx), session_id, wait_seconds, _progress(ctx), turn_id
+            )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
 

@@ -208,6 +208,7 @@ class QueuedMessageRecord:
     turn_id: TurnId | None
     created_at: float
     client_message_id: str | None = None
+    steer: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,6 +292,20 @@ class Store(Protocol):
     async def enqueue_message(
         self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
     ) -> EnqueueOutcome: ...
+
+    async def promote_to_steer(
+        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
+    ) -> QueuedMessageRecord | None:
+        """Mark a queued message as a steer (waking a parked turn); returns it as it was, None if unknown."""
+        ...
+
+    async def delete_queued(
+        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
+    ) -> QueuedMessageRecord | None:
+        """Drop a message no turn has taken yet; returns it as it was, None if unknown."""
+        ...
+
+    async def steer_pending(self, session_id: SessionId) -> bool: ...
 
     async def request_cancel(
         self, session_id: SessionId, owner: str, now: float, queued_turn_id: TurnId

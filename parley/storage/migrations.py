@@ -156,4 +156,8 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE tool_calls ADD COLUMN decision TEXT;
     ALTER TABLE sessions ADD COLUMN wake_at REAL;
     """,
+    # 5: steering
+    """
+    ALTER TABLE queued_messages ADD COLUMN steer INTEGER NOT NULL DEFAULT 0;
+    """,
 )

@@ -54,7 +54,7 @@ _TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
     "model_calls, input_tokens, output_tokens, result"
 )
-_QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id"
+_QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer"
 _CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
     "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision"
@@ -195,6 +195,7 @@ def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
         turn_id=row["turn_id"],
         created_at=row["created_at"],
         client_message_id=row["client_message_id"],
+        steer=bool(row["steer"]),
     )
 
 
@@ -299,14 +300,86 @@ class SqliteStore:
         )
         return seq
 
+    async def _wake_for_steer(
+        self, db: aiosqlite.Connection, session_id: SessionId, message_id: str, now: float
+    ) -> None:
+        # A parked turn has no driver to notice the steer: put it back in the scheduler's sight.
+        await db.execute(
+            "UPDATE sessions SET wake_at = NULL, updated_at = ?, "
+            "status = CASE WHEN status = 'waiting_for_input' THEN 'running' ELSE status END "
+            "WHERE id = ? AND current_turn_id IS NOT NULL",
+            (now, session_id),
+        )
+        await self._event(db, session_id, None, "steer_requested", {"queued_message_id": message_id}, now)
+
+    async def promote_to_steer(
+        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
+    ) -> QueuedMessageRecord | None:
+        async with self._tx() as db:
+            async with db.execute(
+                f"SELECT {_QUEUED_COLUMNS} FROM queued_messages q WHERE id = ? AND session_id = ? "
+                "AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = q.session_id AND s.owner = ?)",
+                (message_id, session_id, owner),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return None
+            record = _queued(row)
+            if record.status == "queued" and not record.steer:
+                await db.execute("UPDATE queued_messages SET steer = 1 WHERE id = ?", (message_id,))
+                await self._wake_for_steer(db, session_id, message_id, now)
+            return record
+
+    async def delete_queued(
+        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
+    ) -> QueuedMessageRecord | None:
+        async with self._tx() as db:
+            async with db.execute(
+                f"SELECT {_QUEUED_COLUMNS} FROM queued_messages q WHERE id = ? AND session_id = ? "
+                "AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = q.session_id AND s.owner = ?)",
+                (message_id, session_id, owner),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                return None
+            record = _queued(row)
+            if record.status == "queued":
+                await db.execute("UPDATE queued_messages SET status = 'dropped' WHERE id = ?", (message_id,))
+                await self._event(
+                    db, session_id, None, "message_deleted", {"queued_message_id": message_id}, now
+                )
+                # A session that only waited for this message has nothing to do any more.
+                await db.execute(
+                    "UPDATE sessions SET status = 'idle', phase = NULL, updated_at = ? WHERE id = ? "
+                    "AND status = 'running' AND current_turn_id IS NULL AND NOT EXISTS "
+                    "(SELECT 1 FROM queued_messages WHERE session_id = ? AND status = 'queued')",
+                    (now, session_id, session_id),
+                )
+            return record
+
+    async def steer_pending(self, session_id: SessionId) -> bool:
+        row = await self._fetchone(
+            "SELECT 1 FROM queued_messages WHERE session_id = ? AND status = 'queued' AND steer = 1 LIMIT 1",
+            (session_id,),
+        )
+        return row is not None
+
     async def _insert_queued(
         self, db: aiosqlite.Connection, message: QueuedMessageRecord, now: float
     ) -> None:
         seq = await self._next_seq(db, message.session_id, "queue_seq")
         await db.execute(
-            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, client_message_id) "
-            "VALUES (?, ?, ?, ?, 'queued', NULL, ?, ?)",
-            (message.id, message.session_id, seq, message.text, now, message.client_message_id),
+            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, client_message_id, "
+            "steer) VALUES (?, ?, ?, ?, 'queued', NULL, ?, ?, ?)",
+            (
+                message.id,
+                message.session_id,
+                seq,
+                message.text,
+                now,
+                message.client_message_id,
+                int(message.steer),
+            ),
         )
         await self._event(
             db, message.session_id, None, "message_queued", {"queued_message_id": message.id}, now
@@ -395,6 +468,8 @@ class SqliteStore:
             if turn_count + queued >= max_turns:
                 return "turn_limit"
             await self._insert_queued(db, message, now)
+            if message.steer:
+                await self._wake_for_steer(db, session_id, message.id, now)
             # An idle session has work now; the scheduler looks for running sessions.
             await db.execute(
                 "UPDATE sessions SET status = 'running', phase = COALESCE(phase, 'queued'), updated_at = ? "
@@ -542,26 +617,35 @@ class SqliteStore:
             assert srow is not None  # the lease check found the row in this transaction
             if srow[0]:
                 return None
+            # Steered messages go first, all of them in one turn; otherwise the oldest message.
             async with db.execute(
-                "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' "
-                "ORDER BY seq LIMIT 1",
+                "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' AND steer = 1 "
+                "ORDER BY seq",
                 (session_id,),
             ) as cur:
-                qrow = await cur.fetchone()
-            if qrow is None:
+                taken = list(await cur.fetchall())
+            if not taken:
+                async with db.execute(
+                    "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' "
+                    "ORDER BY seq LIMIT 1",
+                    (session_id,),
+                ) as cur:
+                    taken = list(await cur.fetchall())
+            if not taken:
                 return None
-            queued_id, text = qrow
+            queued_id = taken[0][0]
             seq = srow[1] + 1
-            await db.execute(
-                "UPDATE queued_messages SET status = 'consumed', turn_id = ? WHERE id = ?",
-                (turn_id, queued_id),
-            )
             await db.execute(
                 "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at) "
                 "VALUES (?, ?, ?, 'running', ?, ?)",
                 (turn_id, session_id, seq, queued_id, now),
             )
-            await self._message(db, session_id, turn_id, "user", {"text": text}, now)
+            for message_id, text in taken:
+                await db.execute(
+                    "UPDATE queued_messages SET status = 'consumed', turn_id = ? WHERE id = ?",
+                    (turn_id, message_id),
+                )
+                await self._message(db, session_id, turn_id, "user", {"text": text}, now)
             await db.execute(
                 "UPDATE sessions SET status = 'running', phase = 'model', current_turn_id = ?, last_turn_id = ?, "
                 "turn_count = ?, updated_at = ? WHERE id = ?",

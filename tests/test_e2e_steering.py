@@ -1,0 +1,116 @@
+"""Turn control: steering, the queue, and cancels that name their turn."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mcp import Client
+
+from tests.support import call, call_error, db_rows, eventually, running_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Served:
+    client: Client
+    db: Path
+
+
+@pytest.fixture(scope="module")
+async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+    directory = tmp_path_factory.mktemp("steer")
+    async with running_server(write_config(directory)) as (_, client):
+        yield Served(client, directory / "parley.db")
+
+
+async def _in_model_call(served: Served, sid: str) -> None:
+    async def check() -> bool:
+        return db_rows(served.db, "SELECT phase FROM sessions WHERE id = ?", (sid,)) == [("model",)]
+
+    await eventually(check, "the turn to be in its model call")
+
+
+async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(served: Served) -> None:
+    first = await call(
+        served.client, "start_session", agent="demo", message="/sleep 1\nslow one", wait_seconds=0
+    )
+    sid = first["session_id"]
+    queued = await call(served.client, "send_message", session_id=sid, message="queued one", wait_seconds=0)
+    await _in_model_call(served, sid)
+    steered = await call(served.client, "send_message", session_id=sid, message="change of plan", steer=True)
+    assert steered["status"] == "answered"
+    assert steered["answer"] == "You said: change of plan (message 2 of this session)"
+    snapshot = await call(served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=20)
+    # The step in progress finished (its answer is kept), the turn ended there, the steer went first.
+    texts = [m["text"] for m in snapshot["messages"]]
+    assert texts[:4] == [
+        "/sleep 1\nslow one",
+        "You said: slow one (message 1 of this session)",
+        "change of plan",
+        "You said: change of plan (message 2 of this session)",
+    ]
+    assert texts[4] == "queued one", "the queued message still runs, after the steer"
+    turns = db_rows(served.db, "SELECT status, error FROM turns WHERE session_id = ? ORDER BY seq", (sid,))
+    assert turns[0][0] == "cancelled" and "Steered" in turns[0][1]
+    assert queued["status"] == "running"
+
+
+async def test_a_queued_message_can_be_deleted_or_promoted_to_a_steer(served: Served) -> None:
+    first = await call(served.client, "start_session", agent="demo", message="/sleep 1\nbusy", wait_seconds=0)
+    sid = first["session_id"]
+    drop = await call(served.client, "send_message", session_id=sid, message="never mind", wait_seconds=0)
+    keep = await call(served.client, "send_message", session_id=sid, message="urgent", wait_seconds=0)
+    snapshot = await call(served.client, "get_session", session_id=sid)
+    ids = {q["message"]: q["id"] for q in snapshot["queued_messages"]}
+    assert ids["never mind"] == drop["queued_message_id"]
+    deleted = await call(
+        served.client, "delete_queued_message", session_id=sid, queued_message_id=ids["never mind"]
+    )
+    assert deleted["status"] == "deleted"
+    again = await call(
+        served.client, "delete_queued_message", session_id=sid, queued_message_id=ids["never mind"]
+    )
+    assert again["status"] == "already deleted"
+    promoted = await call(
+        served.client, "send_message", session_id=sid, steer=True, queued_message_id=keep["queued_message_id"]
+    )
+    assert promoted["answer"] == "You said: urgent (message 2 of this session)"
+    snapshot = await call(served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=20)
+    assert "never mind" not in [m["text"] for m in snapshot["messages"]]
+    text = await call_error(
+        served.client, "delete_queued_message", session_id=sid, queued_message_id=keep["queued_message_id"]
+    )
+    assert "already taken into turn" in text
+
+
+async def test_steering_withdraws_a_pending_question(served: Served) -> None:
+    asked = await call(
+        served.client, "start_session", agent="demo", message="/ask Which colour? | red | blue"
+    )
+    assert asked["status"] == "waiting_for_input"
+    sid, iid = asked["session_id"], asked["pending"][0]["id"]
+    steered = await call(served.client, "send_message", session_id=sid, message="forget it", steer=True)
+    assert steered["answer"] == "You said: forget it (message 2 of this session)"
+    text = await call_error(served.client, "answer_question", session_id=sid, interrupt_id=iid, answer="red")
+    assert "no longer pending" in text
+
+
+async def test_a_cancel_naming_an_older_turn_changes_nothing(served: Served) -> None:
+    first = await call(served.client, "start_session", agent="demo", message="done")
+    sid = first["session_id"]
+    running = await call(
+        served.client, "send_message", session_id=sid, message="/sleep 1\nsecond", wait_seconds=0
+    )
+    stale = await call(served.client, "cancel_turn", session_id=sid, turn_id=first["turn_id"], wait_seconds=0)
+    assert stale["turn_id"] == first["turn_id"] and stale["status"] == "answered"
+    assert any("nothing was cancelled" in n for n in stale["notes"])
+    snapshot = await call(served.client, "get_session", session_id=sid, wait_seconds=20)
+    assert snapshot["last_turn"]["status"] == "answered"
+    assert snapshot["last_turn"]["answer"] == "You said: second (message 2 of this session)"
+    assert running["status"] == "running"
+    again = await call(served.client, "cancel_turn", session_id=sid)
+    assert any("Nothing was running" in n for n in again["notes"])
