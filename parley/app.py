@@ -64,8 +64,15 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     async with open_sqlite_store(config.db_path) as store:
         signals = SessionSignals()
         process_id = new_process_id()
+        runtime = config.runtime
         timings = DriverTimings(
-            lease_ttl_s=config.runtime.lease_ttl_s, poll_interval_s=config.runtime.poll_interval_s
+            lease_ttl_s=runtime.lease_ttl_s,
+            poll_interval_s=runtime.poll_interval_s,
+            max_timer_s=runtime.max_timer_s,
+            max_model_attempts=runtime.max_model_attempts,
+            model_retry_backoff_s=runtime.model_retry_backoff_s,
+            max_concurrent_model_calls=runtime.max_concurrent_model_calls,
+            max_concurrent_tool_calls=runtime.max_concurrent_tool_calls,
         )
         models: dict[str, ModelClient] = {"demo": DemoModelClient()}
         sources = McpToolSources(config.mcp_servers, __version__)

@@ -58,6 +58,14 @@ class AgentLimits(_Strict):
     max_result_nudges: int = Field(
         2, ge=0, le=100, description="Task sessions: reminders to call set_result before the session fails."
     )
+    max_session_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Model tokens (input + output) a session may use; then it closes (task: fails).",
+    )
+    max_session_seconds: float | None = Field(
+        None, gt=0, description="Wall time a session may last from its start; then it closes (task: fails)."
+    )
 
 
 SessionKind = Literal["chat", "task"]
@@ -192,6 +200,18 @@ class RuntimeConfig(_Strict):
     max_message_chars: int = Field(100_000, ge=1, le=10_000_000, description="Longest message accepted.")
     shutdown_grace_s: float = Field(
         10.0, ge=0, le=3600, description="On shutdown, how long running steps may take to finish."
+    )
+    max_model_attempts: int = Field(
+        3, ge=1, le=20, description="Attempts of a model call on transient errors."
+    )
+    model_retry_backoff_s: float = Field(
+        1.0, gt=0, le=600, description="Pause before the second attempt of a model call; doubles after."
+    )
+    max_concurrent_model_calls: int = Field(
+        16, ge=1, le=10_000, description="Model calls in flight per process."
+    )
+    max_concurrent_tool_calls: int = Field(
+        32, ge=1, le=10_000, description="Tool calls in flight per process."
     )
     max_timer_s: float = Field(
         7 * 86_400, gt=0, description="The longest durable_wait an agent may ask for (default 7 days)."

@@ -118,4 +118,12 @@ class LeaseLost(StorageError):
 
 
 class ModelError(ParleyError):
-    """A model call failed; the turn that made it records the message."""
+    """A model call failed; the turn that made it records the message.
+
+    `transient` failures (rate limits, overload, timeouts, broken streams) are retried as
+    attempts of the same step; others (a bad key, a bad request) fail the turn at once."""
+
+    def __init__(self, message: str, *, transient: bool = False, retry_after_s: float | None = None) -> None:
+        self.transient = transient
+        self.retry_after_s = retry_after_s
+        super().__init__(message)

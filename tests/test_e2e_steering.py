@@ -114,3 +114,68 @@ async def test_a_cancel_naming_an_older_turn_changes_nothing(served: Served) -> 
     assert running["status"] == "running"
     again = await call(served.client, "cancel_turn", session_id=sid)
     assert any("Nothing was running" in n for n in again["notes"])
+
+
+@pytest.fixture(scope="module")
+async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+    directory = tmp_path_factory.mktemp("limits")
+    agents = {
+        "frugal": {"limits": {"max_session_tokens": 300}},
+        "frugal_task": {"kinds": ["task"], "limits": {"max_session_tokens": 300}},
+        "brief": {"limits": {"max_session_seconds": 0.5}},
+    }
+    runtime = {"model_retry_backoff_s": 0.05, "max_model_attempts": 3}
+    async with running_server(write_config(directory, agents=agents, runtime=runtime)) as (_, client):
+        yield Served(client, directory / "parley.db")
+
+
+async def test_transient_model_failures_are_retried_as_attempts_of_the_step(limited: Served) -> None:
+    outcome = await call(limited.client, "start_session", agent="demo", message="/fail 2\nthird time lucky")
+    assert outcome["status"] == "answered"
+    assert outcome["answer"] == "You said: third time lucky (message 1 of this session)"
+    retries = db_rows(
+        limited.db,
+        "SELECT COUNT(*) FROM events WHERE session_id = ? AND kind = 'model_retry'",
+        (outcome["session_id"],),
+    )
+    assert retries == [(2,)]
+
+
+async def test_a_model_call_that_keeps_failing_fails_the_turn_and_the_next_message_works(
+    limited: Served,
+) -> None:
+    failed = await call(limited.client, "start_session", agent="demo", message="/fail forever\ndoomed")
+    assert failed["status"] == "failed"
+    assert "gave up after 3 attempts" in failed["error"]
+    sid = failed["session_id"]
+    snapshot = await call(limited.client, "get_session", session_id=sid)
+    assert snapshot["status"] == "idle" and "gave up" in snapshot["last_error"]
+    assert [m["text"] for m in snapshot["messages"]] == ["/fail forever\ndoomed"], "the user message stays"
+    ok = await call(limited.client, "send_message", session_id=sid, message="again")
+    assert ok["answer"] == "You said: again (message 2 of this session)"
+
+
+async def test_a_token_limit_closes_a_chat_session_and_fails_a_task_session(limited: Served) -> None:
+    first = await call(limited.client, "start_session", agent="frugal", message="x" * 1200)
+    assert first["status"] == "answered"
+    sid = first["session_id"]
+    second = await call(limited.client, "send_message", session_id=sid, message="more")
+    assert second["status"] == "failed" and "limit is 300" in second["error"]
+    snapshot = await call(limited.client, "get_session", session_id=sid)
+    assert snapshot["status"] == "closed" and "limit is 300" in snapshot["closed_reason"]
+    text = await call_error(limited.client, "send_message", session_id=sid, message="still?")
+    assert "closed" in text
+
+    task = await call(limited.client, "start_session", agent="frugal_task", message="y" * 1200)
+    assert task["status"] == "failed"
+    assert (await call(limited.client, "get_session", session_id=task["session_id"]))["status"] == "failed"
+
+
+async def test_a_wall_time_limit_closes_the_session_with_its_reason(limited: Served) -> None:
+    first = await call(limited.client, "start_session", agent="brief", message="/sleep 0.6\nslow")
+    sid = first["session_id"]
+    assert first["status"] == "answered", "the limit is checked before a model call, not during one"
+    late = await call(limited.client, "send_message", session_id=sid, message="too late")
+    assert late["status"] == "failed" and "wall-time limit of 0.5s" in late["error"]
+    snapshot = await call(limited.client, "get_session", session_id=sid)
+    assert snapshot["status"] == "closed"

@@ -7,6 +7,8 @@ Grammar (one directive per line; other lines are plain text):
                              rejected, the next /result line of the same message is tried
   /ask QUESTION | CHOICE | CHOICE   ask the person (ask_user); choices are optional
   /wait SECONDS REASON       pause durably (durable_wait)
+  /fail N | /fail forever    the next N model calls for this message fail with a transient error
+                             (counted in this process), so retries and failed turns can be tried
 Plain text is answered with "You said: <text> (message <n> of this session)", where n counts
 the user messages in the request. Once tool results follow the message, the answer quotes
 each result. A directive is recognised only at the start of a line; later issues add more
@@ -15,6 +17,7 @@ directives in the same form.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -22,10 +25,12 @@ from typing import Any
 
 import anyio
 
+from parley.errors import ModelError
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 
 MAX_SLEEP_S = 3600.0
-KNOWN_DIRECTIVES = ("/tool", "/sleep", "/result", "/ask", "/wait")
+KNOWN_DIRECTIVES = ("/tool", "/sleep", "/result", "/ask", "/wait", "/fail")
+FOREVER = -1
 SET_RESULT = "set_result"
 
 
@@ -35,6 +40,7 @@ class _Parsed:
     calls: list[RequestedCall] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
     sleep_s: float = 0.0
+    fail_times: int = 0
     problems: list[str] = field(default_factory=list)
 
 
@@ -72,6 +78,15 @@ def _parse(text: str) -> _Parsed:
                 )
                 continue
             parsed.results.append(value)
+        elif word == "/fail":
+            if rest == "forever":
+                parsed.fail_times = FOREVER
+            elif rest.isdigit():
+                parsed.fail_times = int(rest)
+            else:
+                parsed.problems.append(
+                    f"line {lineno}: /fail takes a number of calls or 'forever', got '{rest}'"
+                )
         elif word == "/ask":
             question, *choices = [part.strip() for part in rest.split("|")]
             if not question:
@@ -144,7 +159,11 @@ def _quote_results(results: list[ChatMessage]) -> str:
 
 
 class DemoModelClient:
-    """A model that needs no key and answers the same request the same way every time."""
+    """A model that needs no key and answers the same request the same way every time
+    (except for /fail, which counts the failures it simulated in this process)."""
+
+    def __init__(self) -> None:
+        self._failures: dict[str, int] = {}
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         user_positions = [i for i, m in enumerate(request.messages) if m.role == "user"]
@@ -154,6 +173,12 @@ class DemoModelClient:
         user = request.messages[last]
         after = request.messages[last + 1 :]
         parsed = _parse(user.text)
+        if parsed.fail_times:
+            key = hashlib.sha256(repr(request.messages[: last + 1]).encode()).hexdigest()
+            done = self._failures.get(key, 0)
+            if parsed.fail_times == FOREVER or done < parsed.fail_times:
+                self._failures[key] = done + 1
+                raise ModelError(f"demo: simulated transient failure number {done + 1}", transient=True)
         first_call_for_message = not after
         if first_call_for_message and parsed.sleep_s > 0:
             await anyio.sleep(parsed.sleep_s)

@@ -53,6 +53,24 @@ class DriverTimings:
     lease_ttl_s: float
     poll_interval_s: float
     max_timer_s: float = 7 * 86_400
+    max_model_attempts: int = 3
+    model_retry_backoff_s: float = 1.0
+    max_concurrent_model_calls: int = 16
+    max_concurrent_tool_calls: int = 32
+
+
+# The longest pause between two attempts of a model call.
+MAX_MODEL_BACKOFF_S = 60.0
+
+
+def _session_limit(agent: AgentConfig, session: SessionRecord, now: float) -> str | None:
+    limits = agent.limits
+    used = session.input_tokens + session.output_tokens
+    if limits.max_session_tokens is not None and used >= limits.max_session_tokens:
+        return f"the session used {used} model tokens, its limit is {limits.max_session_tokens}"
+    if limits.max_session_seconds is not None and now - session.created_at >= limits.max_session_seconds:
+        return f"the session reached its wall-time limit of {limits.max_session_seconds:g}s"
+    return None
 
 
 def _is_parked(session: SessionRecord, now: float) -> bool:
@@ -101,6 +119,9 @@ class SessionDriver:
         self._timings = timings
         self._clock = clock
         self._stopping = False
+        # Process-wide caps: resuming a thousand sessions at start queues work instead of stampeding.
+        self._model_slots = anyio.CapacityLimiter(timings.max_concurrent_model_calls)
+        self._tool_slots = anyio.CapacityLimiter(timings.max_concurrent_tool_calls)
 
     def stop_after_current_step(self) -> None:
         """Shutdown: finish the step in progress, then release the session without starting another."""
@@ -212,6 +233,13 @@ class SessionDriver:
         if isinstance(action, Nudge):
             await self._store.append_nudge(session.id, self._process_id, turn_id, action.text, self._clock())
             return
+        if isinstance(action, CallModel):
+            exceeded = _session_limit(agent, session, self._clock())
+            if exceeded is not None:
+                await self._finish(
+                    session, turn_id, FinishTurn("failed", None, exceeded), limit_reason=exceeded
+                )
+                return
         with anyio.CancelScope() as scope:
             control.turn_id, control.scope = turn_id, scope
             try:
@@ -251,7 +279,7 @@ class SessionDriver:
             options=dict(agent.model.options),
         )
         try:
-            response = await model.complete(request)
+            response = await self._complete(model, request, session.id, turn_id)
         except ModelError as exc:
             await self._finish(session, turn_id, FinishTurn("failed", None, f"The model call failed: {exc}"))
             return
@@ -283,6 +311,34 @@ class SessionDriver:
         )
         # Committed in one transaction: the answer, the calls it asked for, and its usage.
         await self._store.commit_model_step(session.id, self._process_id, step, self._clock())
+
+    async def _complete(
+        self, model: ModelClient, request: ModelRequest, session_id: SessionId, turn_id: TurnId
+    ) -> Any:
+        """One model step: transient failures are retried as attempts of it, with a capped back-off."""
+        attempts = self._timings.max_model_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self._model_slots:
+                    return await model.complete(request)
+            except ModelError as exc:
+                if not exc.transient or attempt == attempts:
+                    if exc.transient:
+                        raise ModelError(f"{exc} (gave up after {attempts} attempts)") from exc
+                    raise
+                pause = exc.retry_after_s or self._timings.model_retry_backoff_s * 2 ** (attempt - 1)
+                pause = min(pause, MAX_MODEL_BACKOFF_S)
+                logger.info(
+                    "session %s: model call attempt %d failed (%s); retrying in %.1fs",
+                    session_id,
+                    attempt,
+                    exc,
+                    pause,
+                )
+                data = {"attempt": attempt, "error": str(exc), "retry_in_s": pause}
+                await self._store.record_event(session_id, turn_id, "model_retry", data, self._clock())
+                await anyio.sleep(pause)
+        raise AssertionError("unreachable")
 
     async def _run_tools(
         self, session: SessionRecord, agent: AgentConfig, calls: tuple[ToolCallRecord, ...]
@@ -424,7 +480,8 @@ class SessionDriver:
         # A started call runs to its end (bounded by its own timeout) even when the turn is
         # cancelled, so its result is kept.
         with anyio.CancelScope(shield=True):
-            run = await self._toolbox.run(call, agent, session, report)
+            async with self._tool_slots:
+                run = await self._toolbox.run(call, agent, session, report)
             await self._store.commit_tool_result(
                 session.id,
                 self._process_id,
@@ -435,11 +492,15 @@ class SessionDriver:
                 todos=run.todos,
             )
 
-    async def _finish(self, session: SessionRecord, turn_id: TurnId, action: FinishTurn) -> None:
+    async def _finish(
+        self, session: SessionRecord, turn_id: TurnId, action: FinishTurn, limit_reason: str | None = None
+    ) -> None:
         agent = self._agents.get(session.agent)
         close_reason = None
         session_status: SessionStatus | None = None
-        if session.kind == "task" and action.status == "completed":
+        if limit_reason is not None and session.kind != "task":
+            close_reason = limit_reason  # a session-level limit closes a chat session
+        elif session.kind == "task" and action.status == "completed":
             session_status = "completed"
         elif session.kind == "task" and action.status == "failed":
             session_status = "failed"  # in a task session a failed turn fails the session
