@@ -21,6 +21,7 @@ from parley.config import ServerConfig
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriverTimings, SessionDriver
+from parley.runtime.faults import FaultPoints
 from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.model import ModelClient
 from parley.runtime.scheduler import Scheduler
@@ -83,6 +84,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             models=models,
             toolbox=toolbox,
             signals=signals,
+            faults=FaultPoints(config.fault),
             process_id=process_id,
             timings=timings,
             clock=clock,

@@ -277,6 +277,8 @@ class ServerConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     config_path: Path | None = None
+    # Test-only (see parley/runtime/faults.py): where to kill the process.
+    fault: str | None = None
     agent_files: dict[str, Path] = field(default_factory=dict)
 
 
@@ -500,6 +502,7 @@ def _load(
         http=file_cfg.http,
         mcp_servers=file_cfg.mcp_servers,
         config_path=config_path,
+        fault=os.environ.get("PARLEY_FAULT") or None,
         agent_files=agent_files,
     )
     return config, errors

@@ -63,9 +63,17 @@ def write_config(
 class ServerProcess:
     """One `parley serve` process. Use as an async context manager; it is killed on exit."""
 
-    def __init__(self, config_path: Path, *, name: str = "server", http: bool = False) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        name: str = "server",
+        http: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.config_path = config_path
         self.http = http
+        self.extra_env = env or {}
         self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
         self._process: Process | None = None
@@ -80,7 +88,7 @@ class ServerProcess:
         return self.process.pid
 
     async def start(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env}
         env.pop("PARLEY_DB", None)
         self._log = self.log_path.open("ab")
         command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]

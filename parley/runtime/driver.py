@@ -20,6 +20,7 @@ from parley.config import AgentConfig
 from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, new_turn_id
 from parley.runtime.builtin_tools import SET_RESULT_NAME, ToolOutcome, parse_ask_user, parse_durable_wait
+from parley.runtime.faults import FaultPoints
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model import ModelClient, ModelRequest
 from parley.runtime.signals import SessionSignals
@@ -106,6 +107,7 @@ class SessionDriver:
         models: Mapping[str, ModelClient],
         toolbox: Toolbox,
         signals: SessionSignals,
+        faults: FaultPoints | None = None,
         process_id: str,
         timings: DriverTimings,
         clock: Callable[[], float],
@@ -114,6 +116,7 @@ class SessionDriver:
         self._agents = agents
         self._models = models
         self._toolbox = toolbox
+        self._faults = faults or FaultPoints(None)
         self._signals = signals
         self._process_id = process_id
         self._timings = timings
@@ -226,6 +229,7 @@ class SessionDriver:
         )
 
         if isinstance(action, FinishTurn):
+            self._faults.hit("turn_finishing", action.answer or "")
             await self._finish(session, turn_id, action)
             return
         if only_finish:
@@ -311,6 +315,7 @@ class SessionDriver:
         )
         # Committed in one transaction: the answer, the calls it asked for, and its usage.
         await self._store.commit_model_step(session.id, self._process_id, step, self._clock())
+        self._faults.hit("model_committed", response.text)
 
     async def _complete(
         self, model: ModelClient, request: ModelRequest, session_id: SessionId, turn_id: TurnId
@@ -418,6 +423,7 @@ class SessionDriver:
             deadline=deadline,
         )
         await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
+        self._faults.hit("interrupt_raised", call.name)
 
     async def _start_timer(self, session: SessionRecord, call: ToolCallRecord, now: float) -> None:
         parsed = parse_durable_wait(call.arguments, self._timings.max_timer_s)
@@ -482,6 +488,7 @@ class SessionDriver:
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
                 run = await self._toolbox.run(call, agent, session, report)
+            self._faults.hit("tool_ran", call.name)
             await self._store.commit_tool_result(
                 session.id,
                 self._process_id,

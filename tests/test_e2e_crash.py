@@ -1,0 +1,131 @@
+"""Crash safety, step by step: the server kills itself (SIGKILL) at a named point of a step
+(the PARLEY_FAULT hook), restarts on the same database, and the documented outcome holds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.support import FAST_RUNTIME, ServerProcess, call, db_rows, running_server
+
+pytestmark = pytest.mark.anyio
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Setup:
+    config: Path
+    db: Path
+    log: Path
+
+    def tool_runs(self, tool: str) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+        return [line for line in lines if line["tool"] == tool]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    log = tmp_path / "fixture.jsonl"
+    fixture = {
+        "command": sys.executable,
+        "args": ["-m", "tests.mcp_servers.fixture_server"],
+        "cwd": str(REPO),
+        "env": {"FIXTURE_LOG": str(log)},
+        "tools": {"append_note": {"approval": "never"}},
+    }
+    # A short lease: the restarted server takes over the killed one's session sooner.
+    runtime = {**FAST_RUNTIME, "lease_ttl_s": 0.3}
+    config = {"storage": {"path": "parley.db"}, "runtime": runtime, "mcp_servers": {"fixture": fixture}}
+    (tmp_path / "parley.yaml").write_text(yaml.safe_dump(config))
+    agents = tmp_path / "configs" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "worker.yaml").write_text(yaml.safe_dump({"name": "worker", "mcp_servers": ["fixture"]}))
+    return Setup(tmp_path / "parley.yaml", tmp_path / "parley.db", log)
+
+
+async def _crash_at(setup: Setup, fault: str, message: str) -> str:
+    """Send `message` to a server armed to die at `fault`; return the session id once it died."""
+    doomed = ServerProcess(setup.config, name="doomed", env={"PARLEY_FAULT": fault})
+    async with doomed as server, server.client() as client:
+        started = await call(client, "start_session", agent="worker", message=message, wait_seconds=0)
+        code = await server.wait_exit()
+    assert code == -9, f"the server should have stopped itself at {fault}:\n{server.log()}"
+    return str(started["session_id"])
+
+
+async def _after_restart(setup: Setup, sid: str) -> dict[str, Any]:
+    async with running_server(setup.config, name="restarted") as (_, client):
+        return await call(client, "get_session", session_id=sid, wait_seconds=20, messages_from=1)
+
+
+async def test_crash_after_the_model_step_runs_the_calls_once_after_restart(setup: Setup) -> None:
+    sid = await _crash_at(setup, "model_committed", '/tool fixture__append_note {"note": "once"}')
+    assert setup.tool_runs("append_note") == [], "the call had not started"
+    snapshot = await _after_restart(setup, sid)
+    assert snapshot["last_turn"]["status"] == "answered"
+    assert snapshot["last_turn"]["tool_calls"][0]["status"] == "succeeded"
+    assert len(setup.tool_runs("append_note")) == 1
+    assert db_rows(setup.db, "SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(2,)]
+
+
+async def test_crash_after_a_non_idempotent_write_ran_is_outcome_unknown_and_never_repeated(
+    setup: Setup,
+) -> None:
+    sid = await _crash_at(setup, "tool_ran:append_note", '/tool fixture__append_note {"note": "maybe"}')
+    assert len(setup.tool_runs("append_note")) == 1
+    snapshot = await _after_restart(setup, sid)
+    call_ = snapshot["last_turn"]["tool_calls"][0]
+    assert call_["status"] == "outcome_unknown"
+    assert "may or may not have taken effect" in call_["result"]
+    assert snapshot["last_turn"]["status"] == "answered"
+    assert len(setup.tool_runs("append_note")) == 1, "a write that may have happened is never repeated"
+
+
+@pytest.mark.parametrize(
+    "tool,arguments", [("read_thing", {"name": "r"}), ("set_flag", {"flag": "f", "value": True})]
+)
+async def test_crash_after_a_read_or_idempotent_call_retries_it_with_the_same_key(
+    setup: Setup, tool: str, arguments: dict[str, Any]
+) -> None:
+    sid = await _crash_at(setup, f"tool_ran:{tool}", f"/tool fixture__{tool} {json.dumps(arguments)}")
+    snapshot = await _after_restart(setup, sid)
+    call_ = snapshot["last_turn"]["tool_calls"][0]
+    assert call_["status"] == "succeeded"
+    runs = setup.tool_runs(tool)
+    assert len(runs) == 2 and runs[0]["key"] == runs[1]["key"], "retried once, with the same idempotency key"
+    results = db_rows(
+        setup.db, "SELECT COUNT(*) FROM messages WHERE session_id = ? AND role = 'tool'", (sid,)
+    )
+    assert results == [(1,)], "one result in the transcript"
+
+
+async def test_crash_after_an_approval_was_raised_keeps_waiting_and_runs_once_when_approved(
+    setup: Setup,
+) -> None:
+    sid = await _crash_at(setup, "interrupt_raised", '/tool fixture__bare {"text": "careful"}')
+    async with running_server(setup.config, name="restarted") as (_, client):
+        waiting = await call(client, "get_session", session_id=sid, wait_seconds=20)
+        assert waiting["status"] == "waiting_for_input"
+        [pending] = waiting["pending"]
+        done = await call(
+            client, "approve", session_id=sid, decisions=[{"interrupt_id": pending["id"], "approved": True}]
+        )
+    assert done["status"] == "answered"
+    assert len(setup.tool_runs("bare")) == 1
+
+
+async def test_crash_before_the_turn_ended_ends_it_once(setup: Setup) -> None:
+    sid = await _crash_at(setup, "turn_finishing", "plain words")
+    snapshot = await _after_restart(setup, sid)
+    assert snapshot["last_turn"]["status"] == "answered"
+    assert [m["role"] for m in snapshot["messages"]] == ["user", "assistant"]
+    assert db_rows(setup.db, "SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(1,)]
