@@ -29,15 +29,22 @@ def describe(interrupt: InterruptRecord) -> str:
     res = interrupt.resolution or {}
     if interrupt.status == "approved":
         return "approved"
-    if interrupt.status in ("rejected", "expired") and interrupt.kind == "approval":
+    if interrupt.status == "expired":
+        return "expired at its deadline"
+    if interrupt.status == "rejected":
         return "rejected" + (f" ({res.get('reason')})" if res.get("reason") else "")
     if interrupt.status == "answered":
         return f"answered '{res.get('answer')}'"
-    if interrupt.status == "declined":
-        return "declined"
-    if interrupt.status == "expired":
-        return "expired at its deadline"
     return interrupt.status
+
+
+def checked_answer(interrupt: InterruptRecord, answer: str) -> str | None:
+    """The answer as stored (a choice in its own spelling), or None when it is not one of the
+    choices of a question that allows no free text."""
+    choices = list(interrupt.payload.get("choices") or [])
+    if not choices or interrupt.payload.get("allows_free_text"):
+        return answer
+    return next((c for c in choices if c.casefold() == answer.strip().casefold()), None)
 
 
 class Decisions:
@@ -113,12 +120,12 @@ class Decisions:
         interrupt = (await self._interrupts(session, [interrupt_id]))[interrupt_id]
         if interrupt.kind != "question":
             raise InvalidArgument("interrupt_id", f"{interrupt_id} is an approval; decide it with approve")
-        choices = list(interrupt.payload.get("choices") or [])
-        if answer is not None and choices and not interrupt.payload.get("allows_free_text"):
-            match = next((c for c in choices if c.casefold() == answer.strip().casefold()), None)
-            if match is None:
+        if answer is not None:
+            checked = checked_answer(interrupt, answer)
+            if checked is None:
+                choices = interrupt.payload.get("choices") or []
                 raise InvalidArgument("answer", f"must be one of: {', '.join(repr(c) for c in choices)}")
-            answer = match
+            answer = checked
         resolution = Resolution(answer=answer, declined=decline)
         self._check_not_contradicted(interrupt, resolution)
         result = await self._store.resolve_interrupt(

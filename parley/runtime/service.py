@@ -34,7 +34,7 @@ from parley.ids import (
     new_session_id,
     new_turn_id,
 )
-from parley.runtime.decisions import Decision, Decisions
+from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Offer, Toolbox
 from parley.storage.base import (
@@ -610,9 +610,11 @@ class SessionService:
                 # exactly as approve/answer_question would, and the wait goes on.
                 for interrupt in new:
                     asked.add(interrupt.id)
-                    resolution = None
-                    with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
-                        resolution = await ask_human(interrupt)
+                    resolution = await self._ask(ask_human, interrupt, deadline)
+                    if resolution is not None and resolution.answer is not None:
+                        # The form's choices are a hint to the client, not a guarantee.
+                        checked = checked_answer(interrupt, resolution.answer)
+                        resolution = replace(resolution, answer=checked) if checked is not None else None
                     if resolution is not None:
                         await self._store.resolve_interrupt(
                             session_id, interrupt.id, resolution, "elicitation", self._clock()
@@ -623,6 +625,31 @@ class SessionService:
                 session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)
             )
             await progress.poll()
+
+    async def _ask(
+        self, ask_human: AskHuman, interrupt: InterruptRecord, deadline: float
+    ) -> Resolution | None:
+        """Put one interrupt to the person until they answer, the caller's wait ends, or the
+        interrupt is resolved some other way (then the prompt is withdrawn)."""
+        result: list[Resolution | None] = [None]
+        with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
+            async with anyio.create_task_group() as tg:
+
+                async def ask() -> None:
+                    result[0] = await ask_human(interrupt)
+                    tg.cancel_scope.cancel()
+
+                async def withdraw_when_resolved() -> None:
+                    while True:
+                        await self._signals.wait_changed(interrupt.session_id, self._runtime.poll_interval_s)
+                        pending = await self._store.list_interrupts(interrupt.session_id, pending_only=True)
+                        if all(p.id != interrupt.id for p in pending):
+                            tg.cancel_scope.cancel()
+                            return
+
+                tg.start_soon(ask)
+                tg.start_soon(withdraw_when_resolved)
+        return result[0]
 
     async def _wait_until_rest(
         self, session_id: SessionId, wait_s: float, on_progress: ProgressFn | None = None

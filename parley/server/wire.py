@@ -97,7 +97,7 @@ class AgentView(BaseModel):
     tools: list[str]
     tools_needing_approval: list[str]
     model: str
-    limits: dict[str, int]
+    limits: dict[str, int | float | None]
     notes: list[str] = Field(
         default_factory=list, description="Tool sources that could not be listed, and why."
     )
