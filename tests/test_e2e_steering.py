@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from mcp import Client
 
 from tests.support import call, call_error, db_rows, eventually, running_server, write_config
 
 pytestmark = pytest.mark.anyio
+
+REPO = str(Path(__file__).resolve().parent.parent)
 
 
 @dataclass
@@ -123,9 +127,22 @@ async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
         "frugal": {"limits": {"max_session_tokens": 300}},
         "frugal_task": {"kinds": ["task"], "limits": {"max_session_tokens": 300}},
         "brief": {"limits": {"max_session_seconds": 0.5}},
+        "short": {"limits": {"max_turns": 2}},
+        "worker": {"mcp_servers": ["fixture"]},
     }
     runtime = {"model_retry_backoff_s": 0.05, "max_model_attempts": 3}
-    async with running_server(write_config(directory, agents=agents, runtime=runtime)) as (_, client):
+    config = write_config(directory, agents=agents, runtime=runtime)
+    settings = yaml.safe_load(config.read_text())
+    settings["mcp_servers"] = {
+        "fixture": {
+            "command": sys.executable,
+            "args": ["-m", "tests.mcp_servers.fixture_server"],
+            "cwd": REPO,
+            "env": {"FIXTURE_LOG": str(directory / "fixture.jsonl")},
+        }
+    }
+    config.write_text(yaml.safe_dump(settings))
+    async with running_server(config) as (_, client):
         yield Served(client, directory / "parley.db")
 
 
@@ -179,3 +196,39 @@ async def test_a_wall_time_limit_closes_the_session_with_its_reason(limited: Ser
     assert late["status"] == "failed" and "wall-time limit of 0.5s" in late["error"]
     snapshot = await call(limited.client, "get_session", session_id=sid)
     assert snapshot["status"] == "closed"
+
+
+async def test_cancel_during_a_tool_call_keeps_its_result_and_the_session_goes_on(limited: Served) -> None:
+    started = await call(
+        limited.client,
+        "start_session",
+        agent="worker",
+        message='/tool fixture__slow_progress {"steps": 8}',
+        wait_seconds=0,
+    )
+    sid = started["session_id"]
+
+    async def tool_running() -> bool:
+        rows = db_rows(limited.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,))
+        return rows == [("running",)]
+
+    await eventually(tool_running, "the tool call to start")
+    cancelled = await call(limited.client, "cancel_turn", session_id=sid)
+    assert cancelled["status"] == "cancelled"
+    [tool_call] = cancelled["tool_calls"]
+    assert tool_call["status"] == "succeeded" and "done after 8 steps" in tool_call["result"], (
+        "a started call finishes"
+    )
+    after = await call(limited.client, "send_message", session_id=sid, message="next")
+    assert after["answer"] == "You said: next (message 2 of this session)"
+
+
+async def test_the_turn_limit_closes_the_session_with_its_reason(limited: Served) -> None:
+    first = await call(limited.client, "start_session", agent="short", message="one")
+    sid = first["session_id"]
+    second = await call(limited.client, "send_message", session_id=sid, message="two")
+    assert second["status"] == "answered" and second["session_status"] == "closed"
+    snapshot = await call(limited.client, "get_session", session_id=sid)
+    assert snapshot["status"] == "closed" and "limit of 2 turns" in snapshot["closed_reason"]
+    text = await call_error(limited.client, "send_message", session_id=sid, message="three")
+    assert "limit of 2 turns" in text
