@@ -8,22 +8,25 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+import httpx2
 import uvicorn
 from anyio.abc import TaskStatus
 
 from parley import __version__
-from parley.config import ServerConfig
+from parley.config import ServerConfig, secret_from_env
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriverTimings, SessionDriver
 from parley.runtime.faults import FaultPoints
 from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.model import ModelClient
+from parley.runtime.providers.anthropic import AnthropicModelClient
+from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
@@ -53,6 +56,28 @@ class App:
         }
 
 
+def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> dict[str, ModelClient]:
+    """One model client per agent (keys and addresses are per agent), looked up by agent name."""
+    demo = DemoModelClient()
+    models: dict[str, ModelClient] = {}
+    for name, agent in config.agents.items():
+        spec = agent.model
+        key = secret_from_env(spec.api_key_env)
+        if spec.api_key_env and key is None:
+            logger.warning(
+                "agent %s: environment variable %s is not set; its model calls will fail",
+                name,
+                spec.api_key_env,
+            )
+        if spec.provider == "anthropic":
+            models[name] = AnthropicModelClient(http, key, spec.base_url)
+        elif spec.provider == "openai":
+            models[name] = OpenAIModelClient(http, key, spec.base_url)
+        else:
+            models[name] = demo
+    return models
+
+
 @asynccontextmanager
 async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     """Open the store and run the scheduler for as long as the context is open.
@@ -62,7 +87,8 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     the unfinished turns at once.
     """
     clock = time.time
-    async with open_sqlite_store(config.db_path) as store:
+    async with AsyncExitStack() as stack:
+        store = await stack.enter_async_context(open_sqlite_store(config.db_path))
         signals = SessionSignals()
         process_id = new_process_id()
         runtime = config.runtime
@@ -75,7 +101,8 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             max_concurrent_model_calls=runtime.max_concurrent_model_calls,
             max_concurrent_tool_calls=runtime.max_concurrent_tool_calls,
         )
-        models: dict[str, ModelClient] = {"demo": DemoModelClient()}
+        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
+        models = build_models(config, http)
         sources = McpToolSources(config.mcp_servers, __version__)
         toolbox = Toolbox(sources)
         driver = SessionDriver(

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from parley.errors import ConfigError, ConfigErrors
 
 BUILTIN_TOOLS = ("write_todos", "ask_user", "durable_wait")
-KNOWN_PROVIDERS = ("demo",)
+KNOWN_PROVIDERS = ("demo", "anthropic", "openai")
 
 # Stable error codes, so scripts and docs can refer to a problem by name.
 E_YAML = "PARLEY-C001"  # the file is not valid YAML or not a mapping
@@ -45,9 +45,19 @@ class _Strict(BaseModel):
 
 
 class ModelSpec(_Strict):
-    provider: str = Field("demo", description="Model provider; this version ships 'demo'.")
+    provider: str = Field(
+        "demo", description="demo, anthropic, or openai (also any OpenAI-compatible server)."
+    )
     name: str = Field("demo", description="The provider's model name.")
-    options: dict[str, Any] = Field(default_factory=dict, description="Provider-specific options.")
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Request fields passed to the provider (max_tokens, temperature...).",
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="Name of the environment variable that holds the API key (the key itself is never stored).",
+    )
+    base_url: str | None = Field(None, description="The provider's API address (OpenAI-compatible servers).")
 
 
 class AgentLimits(_Strict):
@@ -354,6 +364,14 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
                 f"unknown provider '{agent.model.provider}'; use one of: {', '.join(KNOWN_PROVIDERS)}",
             )
         )
+    if agent.model.provider == "anthropic" and not agent.model.api_key_env:
+        problems.append(
+            ConfigError(
+                E_FIELD, file, "model.api_key_env", "anthropic needs the name of the variable holding the key"
+            )
+        )
+    if agent.model.base_url is not None and not agent.model.base_url.startswith(("http://", "https://")):
+        problems.append(ConfigError(E_FIELD, file, "model.base_url", "must start with http:// or https://"))
     problems += _schema_problems(agent.result, file, "result", E_RESULT_SCHEMA)
     problems += _schema_problems(agent.input_schema, file, "input_schema", E_INPUT_SCHEMA)
     if agent.default_kind is not None and agent.default_kind not in agent.kinds:
@@ -506,6 +524,11 @@ def _load(
         agent_files=agent_files,
     )
     return config, errors
+
+
+def secret_from_env(name: str | None) -> str | None:
+    """A credential, read from the environment variable the configuration names."""
+    return os.environ.get(name) if name else None
 
 
 def config_path_from_env(cli_value: str | None) -> Path | None:

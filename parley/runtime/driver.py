@@ -64,6 +64,45 @@ class DriverTimings:
 MAX_MODEL_BACKOFF_S = 60.0
 
 
+# Streamed text reaches waiting callers in pieces of about this age or size.
+TEXT_FLUSH_S = 0.25
+TEXT_FLUSH_CHARS = 400
+
+
+class _TextStream:
+    """Collects a model call's streamed text into `text_delta` events (progress for callers)."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: SessionId,
+        turn_id: TurnId,
+        clock: Callable[[], float],
+        signals: SessionSignals,
+    ) -> None:
+        self._store, self._session_id, self._turn_id = store, session_id, turn_id
+        self._clock, self._signals = clock, signals
+        self._pending: list[str] = []
+        self._last = anyio.current_time()
+
+    async def add(self, text: str) -> None:
+        self._pending.append(text)
+        if (
+            anyio.current_time() - self._last >= TEXT_FLUSH_S
+            or sum(map(len, self._pending)) >= TEXT_FLUSH_CHARS
+        ):
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self._pending:
+            return
+        text, self._pending, self._last = "".join(self._pending), [], anyio.current_time()
+        await self._store.record_event(
+            self._session_id, self._turn_id, "text_delta", {"text": text}, self._clock()
+        )
+        self._signals.notify(self._session_id)
+
+
 def _session_limit(agent: AgentConfig, session: SessionRecord, now: float) -> str | None:
     limits = agent.limits
     used = session.input_tokens + session.output_tokens
@@ -264,7 +303,7 @@ class SessionDriver:
         action: CallModel,
         messages: list[MessageRecord],
     ) -> None:
-        model = self._models[agent.model.provider]
+        model = self._models.get(agent.name) or self._models[agent.model.provider]
         offer = await self._toolbox.offer(agent, session.kind, session.id)
         for warning in offer.warnings:
             logger.warning("session %s: %s", session.id, warning)
@@ -275,15 +314,18 @@ class SessionDriver:
         if not action.offer_tools:
             # The last call a turn may make must answer; a task session may still hand in its result.
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
+        stream = _TextStream(self._store, session.id, turn_id, self._clock, self._signals)
         request = ModelRequest(
             model=agent.model.name,
             instructions=agent.instructions,
             messages=to_chat_messages(messages),
             tools=tools,
             options=dict(agent.model.options),
+            on_text=stream.add,
         )
         try:
             response = await self._complete(model, request, session.id, turn_id)
+            await stream.flush()
         except ModelError as exc:
             await self._finish(session, turn_id, FinishTurn("failed", None, f"The model call failed: {exc}"))
             return
@@ -308,7 +350,7 @@ class SessionDriver:
         step = ModelStep(
             turn_id=turn_id,
             step_no=action.step_no,
-            assistant=assistant_content(response.text, new_calls),
+            assistant=assistant_content(response.text, new_calls, response.provider, response.raw),
             tool_calls=new_calls,
             input_tokens=response.input_tokens,
             output_tokens=response.output_tokens,

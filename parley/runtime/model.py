@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -30,6 +31,10 @@ class ChatMessage:
     is_error: bool = False
     # Tool results: images and audio ({type, mime_type, data}) for models that accept media.
     media: tuple[dict[str, Any], ...] = ()
+    # Assistant messages: the provider's own content (e.g. thinking blocks), replayed verbatim
+    # to the same provider; another provider gets text and tool calls only.
+    provider: str | None = None
+    raw: Any = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +44,8 @@ class ModelRequest:
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    # Streamed text as it arrives (for progress); not part of the request's identity.
+    on_text: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +60,9 @@ class ModelResponse:
     tool_calls: tuple[RequestedCall, ...] = ()
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
+    provider: str | None = None
+    raw: Any = None
 
 
 class ModelClient(Protocol):

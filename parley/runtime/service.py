@@ -781,6 +781,10 @@ def describe_event(event: EventRecord) -> str | None:
         return f"tool {data.get('tool')} finished: {data.get('status')}"
     if event.kind == "turn_ended":
         return f"turn {data.get('status')}"
+    if event.kind == "text_delta":
+        return str(data.get("text") or "")[:PROGRESS_TEXT_CHARS] or None
+    if event.kind == "model_retry":
+        return f"model call attempt {data.get('attempt')} failed; retrying in {data.get('retry_in_s')}s"
     if event.kind == "tool_progress":
         total = data.get("total")
         amount = f"{data.get('progress')}/{total}" if total else f"{data.get('progress')}"

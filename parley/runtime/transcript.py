@@ -9,11 +9,30 @@ from parley.runtime.model import ChatMessage, ModelToolCall, RequestedCall
 from parley.storage.base import MessageRecord, NewToolCall
 
 
-def assistant_content(text: str, calls: Sequence[NewToolCall]) -> dict[str, Any]:
+def assistant_content(
+    text: str, calls: Sequence[NewToolCall], provider: str | None = None, raw: Any = None
+) -> dict[str, Any]:
     content: dict[str, Any] = {"text": text}
     if calls:
         content["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+    if provider is not None and raw is not None:
+        # The provider's own item (thinking blocks...), replayed verbatim to the same provider.
+        content["provider"] = provider
+        content["raw"] = _with_our_call_ids(raw, calls)
     return content
+
+
+def _with_our_call_ids(raw: Any, calls: Sequence[NewToolCall]) -> Any:
+    """Tool results are matched by our call ids, so the replayed tool_use blocks carry them."""
+    if not isinstance(raw, list):
+        return raw
+    ids = iter(c.id for c in calls)
+    out = []
+    for block in raw:
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            block = {**block, "id": next(ids, block.get("id"))}
+        out.append(block)
+    return out
 
 
 def to_chat_messages(records: Sequence[MessageRecord]) -> tuple[ChatMessage, ...]:
@@ -29,7 +48,13 @@ def to_chat_messages(records: Sequence[MessageRecord]) -> tuple[ChatMessage, ...
                 for c in record.content.get("tool_calls", [])
             )
             out.append(
-                ChatMessage(role="assistant", text=str(record.content.get("text", "")), tool_calls=calls)
+                ChatMessage(
+                    role="assistant",
+                    text=str(record.content.get("text", "")),
+                    tool_calls=calls,
+                    provider=record.content.get("provider"),
+                    raw=record.content.get("raw"),
+                )
             )
             for call in calls:
                 result = results.get(call.id)

@@ -1,0 +1,164 @@
+"""Anthropic Messages API, streamed. One call per model step."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+
+from parley.errors import ModelError
+from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
+from parley.runtime.providers.http import object_schema, raise_for_status, sse_events, transport_error
+
+PROVIDER = "anthropic"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+
+def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    if message.provider == PROVIDER and isinstance(message.raw, list):
+        return list(message.raw)  # verbatim, thinking blocks and signatures included
+    blocks: list[dict[str, Any]] = []
+    if message.text:
+        blocks.append({"type": "text", "text": message.text})
+    blocks += [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in message.tool_calls
+    ]
+    return blocks
+
+
+def _tool_result(message: ChatMessage) -> dict[str, Any]:
+    content: list[dict[str, Any]] = [{"type": "text", "text": message.text or "(no output)"}]
+    for item in message.media:
+        if item.get("type") == "image":
+            content.append(
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": item["mime_type"], "data": item["data"]},
+                }
+            )
+    return {
+        "type": "tool_result",
+        "tool_use_id": message.tool_call_id,
+        "content": content,
+        "is_error": message.is_error,
+    }
+
+
+def build_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
+    """Alternating user/assistant messages; tool results and a following user text share one user turn."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "assistant":
+            blocks = _assistant_blocks(message)
+            out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(no text)"}]})
+            continue
+        block = _tool_result(message) if message.role == "tool" else {"type": "text", "text": message.text}
+        if out and out[-1]["role"] == "user":
+            out[-1]["content"].append(block)
+        else:
+            out.append({"role": "user", "content": [block]})
+    return out
+
+
+class AnthropicModelClient:
+    def __init__(self, http: httpx2.AsyncClient, api_key: str | None, base_url: str | None = None) -> None:
+        self._http = http
+        self._api_key = api_key
+        self._base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        options = dict(request.options)
+        body: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": int(options.pop("max_tokens", DEFAULT_MAX_TOKENS)),
+            "messages": build_messages(request.messages),
+            "stream": True,
+            **options,
+        }
+        if request.instructions:
+            body["system"] = request.instructions
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": object_schema(t.input_schema)}
+                for t in request.tools
+            ]
+        headers = {"anthropic-version": API_VERSION, "content-type": "application/json"}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        try:
+            async with self._http.stream(
+                "POST", f"{self._base_url}/v1/messages", json=body, headers=headers
+            ) as response:
+                await raise_for_status(PROVIDER, response)
+                return await self._read(response, request)
+        except ModelError:
+            raise
+        except (httpx2.TransportError, httpx2.StreamError) as exc:
+            raise transport_error(PROVIDER, exc) from exc
+
+    async def _read(self, response: httpx2.Response, request: ModelRequest) -> ModelResponse:
+        blocks: dict[int, dict[str, Any]] = {}
+        partial_json: dict[int, list[str]] = {}
+        usage = {"input": 0, "output": 0, "cached": 0}
+        stopped = False
+        async for event, data in sse_events(response):
+            payload = json.loads(data)
+            kind = payload.get("type", event)
+            if kind == "message_start":
+                u = payload.get("message", {}).get("usage", {})
+                usage["input"] = int(u.get("input_tokens", 0))
+                usage["cached"] = int(u.get("cache_read_input_tokens", 0) or 0)
+                usage["output"] = int(u.get("output_tokens", 0))
+            elif kind == "content_block_start":
+                blocks[payload["index"]] = dict(payload["content_block"])
+            elif kind == "content_block_delta":
+                block, delta = blocks[payload["index"]], payload["delta"]
+                if delta["type"] == "text_delta":
+                    block["text"] = block.get("text", "") + delta["text"]
+                    if request.on_text is not None:
+                        await request.on_text(delta["text"])
+                elif delta["type"] == "input_json_delta":
+                    partial_json.setdefault(payload["index"], []).append(delta["partial_json"])
+                elif delta["type"] == "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                elif delta["type"] == "signature_delta":
+                    block["signature"] = block.get("signature", "") + delta["signature"]
+            elif kind == "message_delta":
+                usage["output"] = int(payload.get("usage", {}).get("output_tokens", usage["output"]))
+            elif kind == "message_stop":
+                stopped = True
+            elif kind == "error":
+                error = payload.get("error", {})
+                transient = error.get("type") in ("overloaded_error", "api_error", "rate_limit_error")
+                raise ModelError(
+                    f"{PROVIDER} stream error: {error.get('message', error)}", transient=transient
+                )
+        if not stopped:
+            raise ModelError(f"{PROVIDER}: the stream ended before the message was complete", transient=True)
+        for index, pieces in partial_json.items():
+            text = "".join(pieces)
+            try:
+                blocks[index]["input"] = json.loads(text) if text else {}
+            except json.JSONDecodeError as exc:
+                raise ModelError(
+                    f"{PROVIDER}: a tool call's arguments were not valid JSON", transient=True
+                ) from exc
+        ordered = [blocks[i] for i in sorted(blocks)]
+        text = "".join(b.get("text", "") for b in ordered if b.get("type") == "text")
+        calls = tuple(
+            RequestedCall(name=b["name"], arguments=dict(b.get("input") or {}))
+            for b in ordered
+            if b.get("type") == "tool_use"
+        )
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            input_tokens=usage["input"],
+            output_tokens=usage["output"],
+            cached_tokens=usage["cached"],
+            provider=PROVIDER,
+            raw=ordered,
+        )

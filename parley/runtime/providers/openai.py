@@ -1,0 +1,154 @@
+"""OpenAI Chat Completions, streamed; also any OpenAI-compatible server via base_url
+(vLLM, Ollama, llama.cpp, LM Studio). One call per model step."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+
+from parley.errors import ModelError
+from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
+from parley.runtime.providers.http import object_schema, raise_for_status, sse_events, transport_error
+
+PROVIDER = "openai"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def build_messages(instructions: str, messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
+    for message in messages:
+        if message.role == "user":
+            out.append({"role": "user", "content": message.text})
+        elif message.role == "assistant":
+            item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                item["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                    }
+                    for c in message.tool_calls
+                ]
+            if (
+                message.provider == PROVIDER
+                and isinstance(message.raw, dict)
+                and message.raw.get("reasoning_content")
+            ):
+                item["reasoning_content"] = message.raw["reasoning_content"]
+            out.append(item)
+        else:
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message.tool_call_id,
+                    "content": message.text or "(no output)",
+                }
+            )
+    return out
+
+
+class OpenAIModelClient:
+    def __init__(self, http: httpx2.AsyncClient, api_key: str | None, base_url: str | None = None) -> None:
+        self._http = http
+        self._api_key = api_key
+        self._base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": build_messages(request.instructions, request.messages),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            **request.options,
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": object_schema(t.input_schema),
+                    },
+                }
+                for t in request.tools
+            ]
+        headers = {"content-type": "application/json"}
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        try:
+            async with self._http.stream(
+                "POST", f"{self._base_url}/chat/completions", json=body, headers=headers
+            ) as response:
+                await raise_for_status(PROVIDER, response)
+                return await self._read(response, request)
+        except ModelError:
+            raise
+        except (httpx2.TransportError, httpx2.StreamError) as exc:
+            raise transport_error(PROVIDER, exc) from exc
+
+    async def _read(self, response: httpx2.Response, request: ModelRequest) -> ModelResponse:
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: dict[str, Any] = {}
+        done = False
+        async for _event, data in sse_events(response):
+            if data == "[DONE]":
+                done = True
+                break
+            chunk = json.loads(data)
+            if chunk.get("error"):
+                raise ModelError(
+                    f"{PROVIDER} stream error: {chunk['error'].get('message', chunk['error'])}",
+                    transient=True,
+                )
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    text.append(delta["content"])
+                    if request.on_text is not None:
+                        await request.on_text(delta["content"])
+                if delta.get("reasoning_content"):
+                    reasoning.append(delta["reasoning_content"])
+                for piece in delta.get("tool_calls") or []:
+                    call = calls.setdefault(
+                        int(piece.get("index", 0)), {"id": None, "name": "", "arguments": []}
+                    )
+                    if piece.get("id"):
+                        call["id"] = piece["id"]
+                    function = piece.get("function") or {}
+                    if function.get("name"):
+                        call["name"] += function["name"]
+                    if function.get("arguments"):
+                        call["arguments"].append(function["arguments"])
+        if not done:
+            raise ModelError(f"{PROVIDER}: the stream ended before [DONE]", transient=True)
+        requested = []
+        for index in sorted(calls):
+            call = calls[index]
+            raw_args = "".join(call["arguments"])
+            try:
+                arguments = json.loads(raw_args) if raw_args else {}
+            except json.JSONDecodeError as exc:
+                raise ModelError(
+                    f"{PROVIDER}: the arguments of {call['name']} were not valid JSON", transient=True
+                ) from exc
+            requested.append(
+                RequestedCall(name=call["name"], arguments=arguments if isinstance(arguments, dict) else {})
+            )
+        details = usage.get("prompt_tokens_details") or {}
+        return ModelResponse(
+            text="".join(text),
+            tool_calls=tuple(requested),
+            input_tokens=int(usage.get("prompt_tokens", 0)),
+            output_tokens=int(usage.get("completion_tokens", 0)),
+            cached_tokens=int(details.get("cached_tokens", 0) or 0),
+            provider=PROVIDER,
+            raw={"reasoning_content": "".join(reasoning)} if reasoning else None,
+        )
