@@ -1,0 +1,294 @@
+"""Fake model providers for tests: the Anthropic Messages and OpenAI Chat Completions wire
+formats over real HTTP (server-sent events), served by uvicorn on 127.0.0.1 inside the test.
+
+The fake decides from the newest user text, by keyword:
+  "two tools"  -> two parallel write_todos calls     "chunky" -> one call, arguments in many pieces
+  "think"      -> a thinking block, then text          "429" / "500" / "cut" -> that failure once, then text
+  "401"        -> always refused                       anything else -> "echo: <text>" in three pieces
+After tool results it answers "done: <the results>". Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Recorded:
+    provider: str
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass
+class FakeProviders:
+    requests: list[Recorded] = field(default_factory=list)
+    failed_once: set[str] = field(default_factory=set)
+    port: int = 0
+
+    @property
+    def anthropic_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/messages", self.anthropic, methods=["POST"]),
+                Route("/v1/chat/completions", self.openai, methods=["POST"]),
+            ]
+        )
+
+    # ------------------------------------------------------------------ shared decisions
+
+    def _failure(self, text: str) -> Response | str | None:
+        for trigger in ("429", "500", "cut"):
+            if trigger in text and text not in self.failed_once:
+                self.failed_once.add(text)
+                if trigger == "429":
+                    return JSONResponse(
+                        {"error": {"type": "rate_limit_error", "message": "slow down"}},
+                        status_code=429,
+                        headers={"retry-after": "0.1"},
+                    )
+                if trigger == "500":
+                    return JSONResponse({"error": {"type": "api_error", "message": "boom"}}, status_code=500)
+                return "cut"
+        if "401" in text:
+            return JSONResponse(
+                {"error": {"type": "authentication_error", "message": "invalid x-api-key"}}, 401
+            )
+        return None
+
+    # ------------------------------------------------------------------ anthropic
+
+    async def anthropic(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(Recorded("anthropic", body, dict(request.headers)))
+        last = body["messages"][-1]["content"]
+        results = [b for b in last if b.get("type") == "tool_result"]
+        texts = [b["text"] for b in last if b.get("type") == "text"]
+        text = texts[-1] if texts else ""
+        if results:
+            answer = "done: " + "; ".join(r["content"][0]["text"] for r in results)
+            return _sse(_anthropic_text(answer))
+        failure = self._failure(text)
+        if isinstance(failure, Response):
+            return failure
+        if failure == "cut":
+            return _sse(list(_anthropic_text("this will be cut"))[:3])
+        if "two tools" in text:
+            return _sse(
+                _anthropic_tools(
+                    [
+                        ("write_todos", {"todos": [{"content": "a"}]}),
+                        ("write_todos", {"todos": [{"content": "b"}]}),
+                    ]
+                )
+            )
+        if "chunky" in text:
+            return _sse(
+                _anthropic_tools([("write_todos", {"todos": [{"content": "piece by piece"}]})], chunk=7)
+            )
+        if "think" in text:
+            return _sse(_anthropic_text("thought about it", thinking="let me think"))
+        return _sse(_anthropic_text(f"echo: {text}"))
+
+    # ------------------------------------------------------------------ openai
+
+    async def openai(self, request: Request) -> Response:
+        body = await request.json()
+        self.requests.append(Recorded("openai", body, dict(request.headers)))
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            tail = []
+            for m in reversed(messages):
+                if m["role"] != "tool":
+                    break
+                tail.insert(0, m["content"])
+            return _sse(_openai_text("done: " + "; ".join(tail)), done=True)
+        text = messages[-1]["content"]
+        failure = self._failure(text)
+        if isinstance(failure, Response):
+            return failure
+        if failure == "cut":
+            return _sse(list(_openai_text("this will be cut"))[:2], done=False)
+        if "two tools" in text:
+            calls = [
+                ("write_todos", {"todos": [{"content": "a"}]}),
+                ("write_todos", {"todos": [{"content": "b"}]}),
+            ]
+            return _sse(_openai_tools(calls), done=True)
+        if "chunky" in text:
+            return _sse(
+                _openai_tools([("write_todos", {"todos": [{"content": "piece by piece"}]})], chunk=5),
+                done=True,
+            )
+        return _sse(_openai_text(f"echo: {text}"), done=True)
+
+
+def _sse(events: Any, done: bool = False) -> StreamingResponse:
+    async def stream() -> AsyncIterator[bytes]:
+        for event in events:
+            name, data = event
+            prefix = f"event: {name}\n" if name else ""
+            yield f"{prefix}data: {json.dumps(data)}\n\n".encode()
+        if done:
+            yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(stream(), media_type="text/event-stream")
+
+
+def _pieces(text: str, n: int = 3) -> list[str]:
+    size = max(1, -(-len(text) // n))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _anthropic_text(text: str, thinking: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {"usage": {"input_tokens": 50, "output_tokens": 1, "cache_read_input_tokens": 10}},
+        },
+    )
+    index = 0
+    if thinking:
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "thinking", "thinking": ""},
+            },
+        )
+        yield (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": thinking},
+            },
+        )
+        yield (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "signature_delta", "signature": "sig-123"},
+            },
+        )
+        yield "content_block_stop", {"type": "content_block_stop", "index": 0}
+        index = 1
+    yield (
+        "content_block_start",
+        {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+    )
+    for piece in _pieces(text):
+        yield (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+        )
+    yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield (
+        "message_delta",
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 12}},
+    )
+    yield "message_stop", {"type": "message_stop"}
+
+
+def _anthropic_tools(
+    calls: list[tuple[str, dict[str, Any]]], chunk: int = 1000
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    yield (
+        "message_start",
+        {"type": "message_start", "message": {"usage": {"input_tokens": 60, "output_tokens": 1}}},
+    )
+    for i, (name, args) in enumerate(calls):
+        block = {"type": "tool_use", "id": f"toolu_{i}", "name": name, "input": {}}
+        yield "content_block_start", {"type": "content_block_start", "index": i, "content_block": block}
+        encoded = json.dumps(args)
+        for start in range(0, len(encoded), chunk):
+            delta = {"type": "input_json_delta", "partial_json": encoded[start : start + chunk]}
+            yield "content_block_delta", {"type": "content_block_delta", "index": i, "delta": delta}
+        yield "content_block_stop", {"type": "content_block_stop", "index": i}
+    yield (
+        "message_delta",
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}},
+    )
+    yield "message_stop", {"type": "message_stop"}
+
+
+def _openai_text(text: str) -> Iterator[tuple[None, dict[str, Any]]]:
+    for piece in _pieces(text):
+        yield None, {"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+    yield None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    yield (
+        None,
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 40,
+                "completion_tokens": 9,
+                "prompt_tokens_details": {"cached_tokens": 5},
+            },
+        },
+    )
+
+
+def _openai_tools(
+    calls: list[tuple[str, dict[str, Any]]], chunk: int = 1000
+) -> Iterator[tuple[None, dict[str, Any]]]:
+    for i, (name, args) in enumerate(calls):
+        first = {
+            "index": i,
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
+        yield None, {"choices": [{"index": 0, "delta": {"tool_calls": [first]}}]}
+        encoded = json.dumps(args)
+        for start in range(0, len(encoded), chunk):
+            piece = {"index": i, "function": {"arguments": encoded[start : start + chunk]}}
+            yield None, {"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]}
+    yield None, {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}
+    yield None, {"choices": [], "usage": {"prompt_tokens": 45, "completion_tokens": 15}}
+
+
+@asynccontextmanager
+async def serving_fake_providers() -> AsyncIterator[FakeProviders]:
+    fake = FakeProviders()
+    server = uvicorn.Server(
+        uvicorn.Config(fake.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    )
+    server.capture_signals = _no_signals  # type: ignore[method-assign]
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(30):
+            while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
+                await anyio.sleep(0.02)
+        fake.port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield fake
+        finally:
+            server.should_exit = True
+
+
+@contextmanager
+def _no_signals() -> Iterator[None]:
+    # The test process keeps its own signal handling.
+    yield

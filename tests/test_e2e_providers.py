@@ -1,0 +1,150 @@
+"""Real model providers against fakes that speak their wire formats over HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from tests.fake_providers import FakeProviders, serving_fake_providers
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, write_config
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "sk-test-d0-not-leak-4f2a9c"
+
+
+@dataclass
+class World:
+    client: Client
+    fake: FakeProviders
+    server: ServerProcess
+    db: Path
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    directory = tmp_path_factory.mktemp("providers")
+    async with serving_fake_providers() as fake:
+        model = {"api_key_env": "FAKE_PROVIDER_KEY", "options": {"max_tokens": 256}}
+        agents = {
+            "claude": {
+                "model": {
+                    "provider": "anthropic",
+                    "name": "claude-test",
+                    "base_url": fake.anthropic_url,
+                    **model,
+                },
+                "tools": ["write_todos"],
+            },
+            "gpt": {
+                "model": {"provider": "openai", "name": "gpt-test", "base_url": fake.openai_url, **model},
+                "tools": ["write_todos"],
+            },
+        }
+        config = write_config(directory, agents=agents, runtime={"model_retry_backoff_s": 0.05})
+        async with (
+            ServerProcess(config, env={"FAKE_PROVIDER_KEY": SECRET}) as server,
+            server.client() as client,
+        ):
+            yield World(client, fake, server, directory / "parley.db")
+
+
+AGENTS = ["claude", "gpt"]
+
+
+def _requests(world: World, agent: str) -> list[dict[str, Any]]:
+    provider = "anthropic" if agent == "claude" else "openai"
+    return [r.body for r in world.fake.requests if r.provider == provider]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+async def test_a_streamed_text_turn_answers_and_records_usage(world: World, agent: str) -> None:
+    outcome = await call(world.client, "start_session", agent=agent, message="hello there")
+    assert outcome["status"] == "answered"
+    assert outcome["answer"] == "echo: hello there"
+    assert outcome["usage"]["input_tokens"] > 0 and outcome["usage"]["output_tokens"] > 0
+    body = _requests(world, agent)[-1]
+    assert body["model"] == {"claude": "claude-test", "gpt": "gpt-test"}[agent]
+    assert body["stream"] is True
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+async def test_two_parallel_tool_calls_and_chunked_arguments(world: World, agent: str) -> None:
+    both = await call(world.client, "start_session", agent=agent, message="two tools please")
+    assert [c["status"] for c in both["tool_calls"]] == ["succeeded", "succeeded"]
+    assert both["answer"].startswith("done: Plan saved")
+    chunky = await call(world.client, "start_session", agent=agent, message="chunky arguments")
+    [tool_call] = chunky["tool_calls"]
+    assert tool_call["arguments"] == {"todos": [{"content": "piece by piece"}]}
+    snapshot = await call(world.client, "get_session", session_id=chunky["session_id"])
+    assert snapshot["todos"] == [{"content": "piece by piece", "status": "pending"}]
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("failure", ["429", "500", "cut"])
+async def test_transient_failures_are_retried_and_the_turn_answers(
+    world: World, agent: str, failure: str
+) -> None:
+    before = len(_requests(world, agent))
+    message = f"{failure} {agent} once"
+    outcome = await call(world.client, "start_session", agent=agent, message=message)
+    assert outcome["status"] == "answered" and outcome["answer"] == f"echo: {message}"
+    assert len(_requests(world, agent)) - before == 2, "one failed attempt, one retry"
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+async def test_a_rejected_key_fails_the_turn_at_once_with_the_providers_message(
+    world: World, agent: str
+) -> None:
+    before = len(_requests(world, agent))
+    outcome = await call(world.client, "start_session", agent=agent, message="401 please")
+    assert outcome["status"] == "failed"
+    assert "HTTP 401" in outcome["error"] and "invalid x-api-key" in outcome["error"]
+    assert "api_key_env" in outcome["error"]
+    assert len(_requests(world, agent)) - before == 1, "not retried"
+
+
+async def test_thinking_blocks_are_replayed_unchanged_to_the_same_provider(world: World) -> None:
+    first = await call(world.client, "start_session", agent="claude", message="think first")
+    assert first["answer"] == "thought about it"
+    await call(world.client, "send_message", session_id=first["session_id"], message="and now?")
+    replayed = _requests(world, "claude")[-1]["messages"][1]
+    assert replayed["role"] == "assistant"
+    assert replayed["content"][0] == {"type": "thinking", "thinking": "let me think", "signature": "sig-123"}
+
+
+async def test_streamed_text_reaches_a_waiting_caller_as_progress(world: World) -> None:
+    messages: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message or "")
+
+    with anyio.fail_after(TEST_DEADLINE_S):
+        result = await world.client.call_tool(
+            "start_session", {"agent": "gpt", "message": "stream to me"}, progress_callback=on_progress
+        )
+    assert (
+        result.structured_content is not None and result.structured_content["answer"] == "echo: stream to me"
+    )
+    assert any("stream to me" in m for m in messages), messages
+
+
+async def test_the_api_key_is_sent_but_never_stored_logged_or_returned(world: World) -> None:
+    await call(world.client, "start_session", agent="claude", message="key check")
+    await call(world.client, "start_session", agent="gpt", message="401 key check")
+    headers = [r.headers for r in world.fake.requests]
+    assert any(h.get("x-api-key") == SECRET for h in headers)
+    assert any(h.get("authorization") == f"Bearer {SECRET}" for h in headers)
+    for path in world.db.parent.glob("parley.db*"):
+        assert SECRET.encode() not in path.read_bytes(), f"the key is in {path.name}"
+    assert SECRET not in world.server.log()
+    tables = ["sessions", "messages", "events", "tool_calls", "turns"]
+    for table in tables:
+        rows = db_rows(world.db, f"SELECT * FROM {table}")
+        assert SECRET not in repr(rows)
