@@ -51,7 +51,7 @@ class App:
         return {
             "process_id": self.process_id,
             "running_turns": len(self.scheduler.driving),
-            "leased_sessions": len(self.scheduler.driving),
+            "leased_sessions": await self.store.count_leases(self.process_id, time.time()),
             "downstream_connections": self.sources.open_connections(),
         }
 

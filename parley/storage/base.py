@@ -330,6 +330,10 @@ class Store(Protocol):
 
     async def release_lease(self, session_id: SessionId, owner: str) -> None: ...
 
+    async def count_leases(self, owner: str, now: float) -> int:
+        """Sessions whose lease `owner` holds now (for health reports)."""
+        ...
+
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         """Running sessions whose lease is free or expired."""
         ...

@@ -593,6 +593,12 @@ class SqliteStore:
                 (session_id, owner),
             )
 
+    async def count_leases(self, owner: str, now: float) -> int:
+        row = await self._fetchone(
+            "SELECT COUNT(*) FROM sessions WHERE lease_owner = ? AND lease_expires_at >= ?", (owner, now)
+        )
+        return int(row[0]) if row is not None else 0
+
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         rows = await self._fetchall(
             "SELECT id FROM sessions WHERE (lease_owner IS NULL OR lease_expires_at < ?) AND ("
