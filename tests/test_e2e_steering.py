@@ -232,3 +232,43 @@ async def test_the_turn_limit_closes_the_session_with_its_reason(limited: Served
     assert snapshot["status"] == "closed" and "limit of 2 turns" in snapshot["closed_reason"]
     text = await call_error(limited.client, "send_message", session_id=sid, message="three")
     assert "limit of 2 turns" in text
+
+
+async def test_steering_while_a_slow_tool_runs_keeps_its_result(limited: Served) -> None:
+    started = await call(
+        limited.client,
+        "start_session",
+        agent="worker",
+        message='/tool fixture__slow_progress {"steps": 6}',
+        wait_seconds=0,
+    )
+    sid = started["session_id"]
+
+    async def tool_running() -> bool:
+        return db_rows(limited.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,)) == [
+            ("running",)
+        ]
+
+    await eventually(tool_running, "the tool call to start")
+    steered = await call(limited.client, "send_message", session_id=sid, message="new direction", steer=True)
+    assert steered["answer"] == "You said: new direction (message 2 of this session)"
+    calls = db_rows(limited.db, "SELECT status, result FROM tool_calls WHERE session_id = ?", (sid,))
+    assert calls[0][0] == "succeeded" and "done after 6 steps" in calls[0][1], "the started tool finished"
+
+
+async def test_steering_while_an_approval_is_pending_withdraws_it(limited: Served) -> None:
+    parked = await call(
+        limited.client, "start_session", agent="worker", message='/tool fixture__bare {"text": "x"}'
+    )
+    assert parked["status"] == "waiting_for_input"
+    sid, iid = parked["session_id"], parked["pending"][0]["id"]
+    steered = await call(limited.client, "send_message", session_id=sid, message="skip that", steer=True)
+    assert steered["status"] == "answered"
+    text = await call_error(
+        limited.client, "approve", session_id=sid, decisions=[{"interrupt_id": iid, "approved": True}]
+    )
+    assert "no longer pending" in text
+    statuses = db_rows(
+        limited.db, "SELECT status FROM tool_calls WHERE session_id = ? AND tool = 'bare'", (sid,)
+    )
+    assert statuses == [("cancelled",)]
