@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import RequestError
 from parley.runtime.decisions import Decision
-from parley.runtime.service import ProgressFn, SessionService
+from parley.runtime.progress import ProgressFn
+from parley.runtime.service import SessionService
 from parley.server.elicitation import ask_human_through
 from parley.server.render import render_agents, render_close, render_outcome, render_session, render_sessions
 from parley.server.wire import (

@@ -1,0 +1,91 @@
+"""Progress for a waiting caller: the session's events, turned into short messages."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from parley.ids import SessionId
+from parley.storage.base import EventRecord, Store
+
+# Receives (an increasing progress value, a short message).
+ProgressFn = Callable[[float, str], Awaitable[None]]
+PROGRESS_TEXT_CHARS = 300
+
+
+class ProgressFeed:
+    """Turns the session's events into progress notifications for one waiting caller."""
+
+    def __init__(
+        self, store: Store, session_id: SessionId, emit: ProgressFn | None, interval_s: float
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._emit_fn = emit
+        self._interval_s = interval_s
+        self._after_seq = 0
+        self._count = 0
+        self._last_emit = anyio.current_time()
+
+    async def start(self) -> None:
+        if self._emit_fn is not None:
+            self._after_seq = await self._store.latest_event_seq(self._session_id)
+
+    async def poll(self) -> None:
+        if self._emit_fn is None:
+            return
+        for event in await self._store.list_events(self._session_id, self._after_seq, 100):
+            self._after_seq = event.seq
+            text = describe_event(event)
+            if text:
+                await self._emit(text)
+        if anyio.current_time() - self._last_emit >= self._interval_s:
+            await self._emit("still working")
+
+    async def _emit(self, text: str) -> None:
+        assert self._emit_fn is not None
+        self._count += 1
+        self._last_emit = anyio.current_time()
+        try:
+            await self._emit_fn(float(self._count), text)
+        except Exception:
+            # A caller that went away cannot take progress; its wait ends on its own.
+            self._emit_fn = None
+
+
+PROGRESS_TEXT_CHARS = 300
+
+
+def describe_event(event: EventRecord) -> str | None:
+    data = event.data
+    if event.kind == "turn_started":
+        return "turn started"
+    if event.kind == "model_step":
+        text = str(data.get("text") or "")[:PROGRESS_TEXT_CHARS]
+        calls = int(data.get("tool_calls") or 0)
+        return text + (f" (calling {calls} tool(s))" if calls else "") if text or calls else None
+    if event.kind == "tool_started":
+        return f"tool {data.get('tool')} started"
+    if event.kind == "tool_finished":
+        return f"tool {data.get('tool')} finished: {data.get('status')}"
+    if event.kind == "turn_ended":
+        return f"turn {data.get('status')}"
+    if event.kind == "text_delta":
+        return str(data.get("text") or "")[:PROGRESS_TEXT_CHARS] or None
+    if event.kind == "model_retry":
+        return f"model call attempt {data.get('attempt')} failed; retrying in {data.get('retry_in_s')}s"
+    if event.kind == "tool_progress":
+        total = data.get("total")
+        amount = f"{data.get('progress')}/{total}" if total else f"{data.get('progress')}"
+        message = str(data.get("message") or "")[:PROGRESS_TEXT_CHARS]
+        return (
+            f"tool {data.get('tool')}: {message} ({amount})"
+            if message
+            else f"tool {data.get('tool')}: {amount}"
+        )
+    if event.kind == "tool_source_warning":
+        return str(data.get("text") or "")[:PROGRESS_TEXT_CHARS]
+    if event.kind == "nudged":
+        return "reminded the agent to hand in its result"
+    return None
