@@ -18,7 +18,7 @@ import uvicorn
 from anyio.abc import TaskStatus
 
 from parley import __version__
-from parley.config import ServerConfig, secret_from_env
+from parley.config import ModelSpec, ServerConfig, secret_from_env
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriverTimings, SessionDriver
@@ -59,22 +59,22 @@ class App:
 def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> dict[str, ModelClient]:
     """One model client per agent (keys and addresses are per agent), looked up by agent name."""
     demo = DemoModelClient()
-    models: dict[str, ModelClient] = {}
-    for name, agent in config.agents.items():
-        spec = agent.model
+
+    def client(owner: str, spec: ModelSpec) -> ModelClient:
         key = secret_from_env(spec.api_key_env)
         if spec.api_key_env and key is None:
             logger.warning(
-                "agent %s: environment variable %s is not set; its model calls will fail",
-                name,
-                spec.api_key_env,
+                "%s: environment variable %s is not set; its model calls will fail", owner, spec.api_key_env
             )
         if spec.provider == "anthropic":
-            models[name] = AnthropicModelClient(http, key, spec.base_url)
-        elif spec.provider == "openai":
-            models[name] = OpenAIModelClient(http, key, spec.base_url)
-        else:
-            models[name] = demo
+            return AnthropicModelClient(http, key, spec.base_url)
+        if spec.provider == "openai":
+            return OpenAIModelClient(http, key, spec.base_url)
+        return demo
+
+    models = {name: client(f"agent {name}", agent.model) for name, agent in config.agents.items()}
+    # Models a caller may pick by name in session settings.
+    models |= {f"catalog:{name}": client(f"model {name}", spec) for name, spec in config.models.items()}
     return models
 
 
@@ -112,6 +112,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             toolbox=toolbox,
             signals=signals,
             faults=FaultPoints(config.fault),
+            catalog=config.models,
             process_id=process_id,
             timings=timings,
             clock=clock,
@@ -126,6 +127,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             runtime=config.runtime,
             clock=clock,
             toolbox=toolbox,
+            model_names=sorted(config.models),
         )
         async with anyio.create_task_group() as tg:
             await tg.start(sources.run)

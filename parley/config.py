@@ -245,6 +245,9 @@ class ServerConfigFile(_Strict):
     runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
     http: HttpConfig = Field(default_factory=lambda: HttpConfig())
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    models: dict[str, ModelSpec] = Field(
+        default_factory=dict, description="Models a caller may choose by name in session settings."
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -286,6 +289,7 @@ class ServerConfig:
     runtime: RuntimeConfig
     http: HttpConfig = field(default_factory=HttpConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    models: dict[str, ModelSpec] = field(default_factory=dict)
     config_path: Path | None = None
     # Test-only (see parley/runtime/faults.py): where to kill the process.
     fault: str | None = None
@@ -519,6 +523,7 @@ def _load(
         runtime=file_cfg.runtime,
         http=file_cfg.http,
         mcp_servers=file_cfg.mcp_servers,
+        models=file_cfg.models,
         config_path=config_path,
         fault=os.environ.get("PARLEY_FAULT") or None,
         agent_files=agent_files,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,10 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
+import yaml
 from mcp import Client
 
 from tests.fake_providers import FakeProviders, serving_fake_providers
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, write_config
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, call_error, db_rows, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -48,6 +50,17 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             },
         }
         config = write_config(directory, agents=agents, runtime={"model_retry_backoff_s": 0.05})
+        settings = yaml.safe_load(config.read_text())
+        settings["models"] = {
+            "careful": {
+                "provider": "anthropic",
+                "name": "claude-careful",
+                "base_url": fake.anthropic_url,
+                **model,
+            },
+            "quick": {"provider": "openai", "name": "gpt-quick", "base_url": fake.openai_url, **model},
+        }
+        config.write_text(yaml.safe_dump(settings))
         async with (
             ServerProcess(config, env={"FAKE_PROVIDER_KEY": SECRET}) as server,
             server.client() as client,
@@ -148,3 +161,39 @@ async def test_the_api_key_is_sent_but_never_stored_logged_or_returned(world: Wo
     for table in tables:
         rows = db_rows(world.db, f"SELECT * FROM {table}")
         assert SECRET not in repr(rows)
+
+
+async def test_settings_switch_the_model_from_the_next_turn_and_a_running_turn_keeps_its_own(
+    world: World,
+) -> None:
+    agents = await call(world.client, "list_agents")
+    assert agents["models"] == ["careful", "quick"]
+    first = await call(
+        world.client, "start_session", agent="gpt", message="429 before the switch", wait_seconds=0
+    )
+    sid = first["session_id"]
+    switched = await call(
+        world.client,
+        "send_message",
+        session_id=sid,
+        message="after the switch",
+        settings={"model": "careful"},
+    )
+    assert switched["answer"] == "echo: after the switch"
+    before = [r.body["model"] for r in world.fake.requests if "before the switch" in json.dumps(r.body)]
+    assert before[:2] == ["gpt-test", "gpt-test"], "the running turn, retry included, kept its model"
+    after = [r for r in world.fake.requests if "after the switch" in json.dumps(r.body)]
+    assert after[0].provider == "anthropic" and after[0].body["model"] == "claude-careful"
+    again = await call(world.client, "send_message", session_id=sid, message="still switched")
+    assert again["status"] == "answered"
+    assert world.fake.requests[-1].body["model"] == "claude-careful", "settings stay until changed"
+    snapshot = await call(world.client, "get_session", session_id=sid)
+    assert snapshot["settings"] == {"model": "careful"}
+    text = await call_error(
+        world.client, "send_message", session_id=sid, message="x", settings={"model": "gpt-9"}
+    )
+    assert "'settings.model'" in text and "careful, quick" in text
+    text = await call_error(
+        world.client, "send_message", session_id=sid, message="x", settings={"base_url": "http://evil"}
+    )
+    assert "'settings'" in text and "base_url" in text

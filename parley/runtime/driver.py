@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from parley.config import AgentConfig
+from parley.config import AgentConfig, ModelSpec
 from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, new_turn_id
 from parley.runtime.builtin_tools import SET_RESULT_NAME, ToolOutcome, parse_ask_user, parse_durable_wait
@@ -37,6 +37,7 @@ from parley.storage.base import (
     SessionStatus,
     Store,
     ToolCallRecord,
+    TurnRecord,
 )
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class SessionDriver:
         toolbox: Toolbox,
         signals: SessionSignals,
         faults: FaultPoints | None = None,
+        catalog: Mapping[str, ModelSpec] | None = None,
         process_id: str,
         timings: DriverTimings,
         clock: Callable[[], float],
@@ -156,6 +158,7 @@ class SessionDriver:
         self._models = models
         self._toolbox = toolbox
         self._faults = faults or FaultPoints(None)
+        self._catalog = dict(catalog or {})
         self._signals = signals
         self._process_id = process_id
         self._timings = timings
@@ -287,7 +290,7 @@ class SessionDriver:
             control.turn_id, control.scope = turn_id, scope
             try:
                 if isinstance(action, CallModel):
-                    await self._call_model(session, agent, turn_id, action, messages)
+                    await self._call_model(session, agent, turn, action, messages)
                 elif isinstance(action, RunTools):
                     await self._run_tools(session, agent, action.calls)
             finally:
@@ -299,11 +302,16 @@ class SessionDriver:
         self,
         session: SessionRecord,
         agent: AgentConfig,
-        turn_id: TurnId,
+        turn: TurnRecord,
         action: CallModel,
         messages: list[MessageRecord],
     ) -> None:
-        model = self._models.get(agent.name) or self._models[agent.model.provider]
+        turn_id = turn.id
+        # The turn's own copy of the settings decides the model, also after a restart.
+        chosen = turn.settings.get("model")
+        model = self._models.get(f"catalog:{chosen}") if chosen else None
+        model = model or self._models.get(agent.name) or self._models[agent.model.provider]
+        model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
         offer = await self._toolbox.offer(agent, session.kind, session.id)
         for warning in offer.warnings:
             logger.warning("session %s: %s", session.id, warning)
@@ -316,11 +324,11 @@ class SessionDriver:
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
         stream = _TextStream(self._store, session.id, turn_id, self._clock, self._signals)
         request = ModelRequest(
-            model=agent.model.name,
+            model=model_spec.name,
             instructions=agent.instructions,
             messages=to_chat_messages(messages),
             tools=tools,
-            options=dict(agent.model.options),
+            options=dict(model_spec.options),
             on_text=stream.add,
         )
         try:

@@ -49,6 +49,7 @@ from parley.storage.base import (
     TurnRecord,
 )
 
+MAX_SETTINGS_CHARS = 4096
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
 MAX_MESSAGES_PAGE = 200
 DEFAULT_MESSAGES_PAGE = 50
@@ -92,8 +93,10 @@ class SessionService:
         runtime: RuntimeConfig,
         clock: Callable[[], float],
         toolbox: Toolbox,
+        model_names: Sequence[str] = (),
     ) -> None:
         self._toolbox = toolbox
+        self._model_names = list(model_names)
         self._decisions = Decisions(store, agents, clock)
         self._store = store
         self._agents = agents
@@ -102,6 +105,10 @@ class SessionService:
         self._clock = clock
 
     # ------------------------------------------------------------------ validation helpers
+
+    @property
+    def model_names(self) -> list[str]:
+        return list(self._model_names)
 
     def agents(self) -> list[AgentConfig]:
         return sorted(self._agents.values(), key=lambda a: a.name)
@@ -129,6 +136,25 @@ class SessionService:
                 "message", f"is {len(message)} characters long; the limit is {limit}. Shorten it or split it."
             )
         return message
+
+    def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Settings a caller may change: which of the configured models to use (never a URL or a key)."""
+        if settings is None:
+            return None
+        unknown = sorted(set(settings) - {"model"})
+        if unknown:
+            raise InvalidArgument(
+                "settings", f"unknown setting(s) {', '.join(unknown)}; the settings are: model"
+            )
+        if len(json.dumps(settings)) > MAX_SETTINGS_CHARS:
+            raise InvalidArgument("settings", f"must be at most {MAX_SETTINGS_CHARS} characters as JSON")
+        model = settings.get("model")
+        if model is not None and model not in self._model_names:
+            names = ", ".join(self._model_names) or "none are configured (parley.yaml models:)"
+            raise InvalidArgument(
+                "settings.model", f"'{model}' is not a model of this server; choose one of: {names}"
+            )
+        return dict(settings)
 
     def _wait_s(self, wait_seconds: float | None) -> float:
         if wait_seconds is None:
@@ -182,8 +208,10 @@ class SessionService:
         client_message_id: str | None = None,
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
         agent = self._agent(agent_name)
+        settings = self._check_settings(settings)
         if message is not None:
             self._check_message(message)
         wait_s = self._wait_s(wait_seconds)
@@ -214,6 +242,7 @@ class SessionService:
             now=now,
             inputs=inputs,
             start_client_message_id=client_message_id,
+            settings=settings,
         )
         queued = None
         if text is not None:
@@ -271,8 +300,10 @@ class SessionService:
         ask_human: AskHuman | None = None,
         steer: bool = False,
         queued_message_id: str | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
+        settings = self._check_settings(settings)
         if queued_message_id is not None:
             return await self._promote(
                 session, queued_message_id, steer, message, wait_seconds, on_progress, ask_human
@@ -301,6 +332,7 @@ class SessionService:
             created_at=now,
             client_message_id=client_message_id,
             steer=steer,
+            settings=settings,
         )
         outcome = await self._store.enqueue_message(session.id, owner, queued, max_turns, now)
         if outcome == "not_found":

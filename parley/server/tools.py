@@ -65,6 +65,16 @@ ClientMessageIdArg = Annotated[
     ),
 ]
 
+SettingsArg = Annotated[
+    dict[str, Any] | None,
+    Field(
+        description=(
+            'Session settings from this message\'s turn on, e.g. {"model": "<name>"}: one of the models '
+            "this server offers (see list_agents). A running turn keeps its settings."
+        )
+    ),
+]
+
 # Principal of every stdio caller; HTTP callers get theirs from authentication.
 LOCAL_PRINCIPAL = "local"
 
@@ -167,7 +177,10 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         """List the agents you can start sessions with: name, description, tools and limits."""
 
         async def work() -> CallToolResult:
-            view = AgentList(agents=[agent_view(a, offer) for a, offer in await service.describe_agents()])
+            view = AgentList(
+                agents=[agent_view(a, offer) for a, offer in await service.describe_agents()],
+                models=service.model_names,
+            )
             return _ok(view, render_agents(view))
 
         return await _guard("list_agents", work)
@@ -193,6 +206,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
             Field(description="Inputs checked against the agent's input_schema (list_agents)."),
         ] = None,
         client_message_id: ClientMessageIdArg = None,
+        settings: SettingsArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Start a session with an agent and, given a message or inputs, wait for its first turn.
@@ -212,6 +226,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 client_message_id=client_message_id,
                 on_progress=_progress(ctx),
                 ask_human=ask_human_through(ctx),
+                settings=settings,
             )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))
@@ -238,6 +253,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
             str | None, Field(description="With steer=true: promote this queued message (from get_session).")
         ] = None,
         client_message_id: ClientMessageIdArg = None,
+        settings: SettingsArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Send a message to a session and wait for the turn that answers it.
@@ -256,6 +272,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 ask_human=ask_human_through(ctx),
                 steer=steer,
                 queued_message_id=queued_message_id,
+                settings=settings,
             )
             view = outcome_view(outcome)
             return _ok(view, render_outcome(view))

@@ -105,6 +105,9 @@ class AgentView(BaseModel):
 
 class AgentList(BaseModel):
     agents: list[AgentView]
+    models: list[str] = Field(
+        default_factory=list, description='Models a session may switch to: settings={"model": ...}.'
+    )
 
 
 class MessageView(BaseModel):
@@ -145,6 +148,7 @@ class SessionView(BaseModel):
     closed_reason: str | None = None
     result: Any = Field(None, description="A task session's accepted result.")
     inputs: dict[str, Any] | None = None
+    settings: dict[str, Any] = Field(default_factory=dict, description="The settings of the latest turn.")
 
 
 class SessionSummary(BaseModel):
@@ -297,4 +301,5 @@ def session_view(snapshot: SessionSnapshot, last_turn: TurnOutcome | None) -> Se
         closed_reason=s.closed_reason if s.status == "closed" else None,
         result=s.result,
         inputs=s.inputs,
+        settings=s.settings,
     )

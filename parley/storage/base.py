@@ -9,7 +9,7 @@ same step.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
@@ -64,6 +64,7 @@ class SessionRecord:
     inputs: dict[str, Any] | None = None
     start_client_message_id: str | None = None
     wake_at: float | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def new(
@@ -76,6 +77,7 @@ class SessionRecord:
         now: float,
         inputs: dict[str, Any] | None = None,
         start_client_message_id: str | None = None,
+        settings: dict[str, Any] | None = None,
     ) -> SessionRecord:
         """A session as start_session creates it: idle, no turns, nothing used yet."""
         return cls(
@@ -102,6 +104,7 @@ class SessionRecord:
             lease_expires_at=None,
             inputs=inputs,
             start_client_message_id=start_client_message_id,
+            settings=dict(settings or {}),
         )
 
 
@@ -120,6 +123,7 @@ class TurnRecord:
     input_tokens: int
     output_tokens: int
     result: Any = None
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -209,6 +213,7 @@ class QueuedMessageRecord:
     created_at: float
     client_message_id: str | None = None
     steer: bool = False
+    settings: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

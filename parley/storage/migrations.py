@@ -160,4 +160,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE queued_messages ADD COLUMN steer INTEGER NOT NULL DEFAULT 0;
     """,
+    # 6: session settings (they apply from the turn of the message that carries them)
+    """
+    ALTER TABLE queued_messages ADD COLUMN settings TEXT;
+    ALTER TABLE turns ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+    ALTER TABLE sessions ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+    """,
 )

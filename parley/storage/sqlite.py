@@ -48,13 +48,13 @@ _SESSION_COLUMNS = (
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
     "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id, "
-    "wake_at"
+    "wake_at, settings"
 )
 _TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-    "model_calls, input_tokens, output_tokens, result"
+    "model_calls, input_tokens, output_tokens, result, settings"
 )
-_QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer"
+_QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
 _CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
     "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision"
@@ -96,6 +96,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         inputs=json.loads(row["inputs"]) if row["inputs"] is not None else None,
         start_client_message_id=row["start_client_message_id"],
         wake_at=row["wake_at"],
+        settings=json.loads(row["settings"]),
     )
 
 
@@ -114,6 +115,7 @@ def _turn(row: sqlite3.Row) -> TurnRecord:
         input_tokens=row["input_tokens"],
         output_tokens=row["output_tokens"],
         result=json.loads(row["result"]) if row["result"] is not None else None,
+        settings=json.loads(row["settings"]),
     )
 
 
@@ -196,6 +198,7 @@ def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
         created_at=row["created_at"],
         client_message_id=row["client_message_id"],
         steer=bool(row["steer"]),
+        settings=json.loads(row["settings"]) if row["settings"] is not None else None,
     )
 
 
@@ -370,7 +373,7 @@ class SqliteStore:
         seq = await self._next_seq(db, message.session_id, "queue_seq")
         await db.execute(
             "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, client_message_id, "
-            "steer) VALUES (?, ?, ?, ?, 'queued', NULL, ?, ?, ?)",
+            "steer, settings) VALUES (?, ?, ?, ?, 'queued', NULL, ?, ?, ?, ?)",
             (
                 message.id,
                 message.session_id,
@@ -379,6 +382,7 @@ class SqliteStore:
                 now,
                 message.client_message_id,
                 int(message.steer),
+                _dumps(message.settings) if message.settings is not None else None,
             ),
         )
         await self._event(
@@ -396,7 +400,7 @@ class SqliteStore:
             try:
                 await db.execute(
                     "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
-                    "start_client_message_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "start_client_message_id, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session.id,
                         session.agent,
@@ -408,6 +412,7 @@ class SqliteStore:
                         now,
                         _dumps(session.inputs) if session.inputs is not None else None,
                         session.start_client_message_id,
+                        _dumps(session.settings),
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -625,14 +630,14 @@ class SqliteStore:
                 return None
             # Steered messages go first, all of them in one turn; otherwise the oldest message.
             async with db.execute(
-                "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' AND steer = 1 "
-                "ORDER BY seq",
+                "SELECT id, text, settings FROM queued_messages WHERE session_id = ? AND status = 'queued' "
+                "AND steer = 1 ORDER BY seq",
                 (session_id,),
             ) as cur:
                 taken = list(await cur.fetchall())
             if not taken:
                 async with db.execute(
-                    "SELECT id, text FROM queued_messages WHERE session_id = ? AND status = 'queued' "
+                    "SELECT id, text, settings FROM queued_messages WHERE session_id = ? AND status = 'queued' "
                     "ORDER BY seq LIMIT 1",
                     (session_id,),
                 ) as cur:
@@ -641,12 +646,21 @@ class SqliteStore:
                 return None
             queued_id = taken[0][0]
             seq = srow[1] + 1
+            # A message's settings apply from its turn on; the turn keeps a copy, so a restart or
+            # a later change never alters a turn that has started.
+            async with db.execute("SELECT settings FROM sessions WHERE id = ?", (session_id,)) as cur:
+                settings_row = await cur.fetchone()
+            settings = json.loads(settings_row[0]) if settings_row else {}
+            for taken_row in taken:
+                if taken_row[2] is not None:
+                    settings.update(json.loads(taken_row[2]))
             await db.execute(
-                "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at) "
-                "VALUES (?, ?, ?, 'running', ?, ?)",
-                (turn_id, session_id, seq, queued_id, now),
+                "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at, settings) "
+                "VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                (turn_id, session_id, seq, queued_id, now, _dumps(settings)),
             )
-            for message_id, text in taken:
+            await db.execute("UPDATE sessions SET settings = ? WHERE id = ?", (_dumps(settings), session_id))
+            for message_id, text, _ in taken:
                 await db.execute(
                     "UPDATE queued_messages SET status = 'consumed', turn_id = ? WHERE id = ?",
                     (turn_id, message_id),
