@@ -149,6 +149,19 @@ class AgentServerRef(_Strict):
         return {"server": value} if isinstance(value, str) else value
 
 
+class CompactionConfig(_Strict):
+    """Summarize the older part of a long conversation before a model call would overflow."""
+
+    enabled: bool = Field(False, description="Compaction is off unless turned on.")
+    context_window: int | None = Field(
+        None, ge=100, description="The model's context window in tokens (default: known models' table)."
+    )
+    trigger_ratio: float = Field(0.85, gt=0, le=1, description="Compact when the prompt exceeds this share.")
+    retained_ratio: float = Field(
+        0.3, gt=0, lt=1, description="Keep roughly this share of recent messages verbatim."
+    )
+
+
 class AgentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
@@ -171,6 +184,7 @@ class AgentConfig(_Strict):
             "(elicitation in the client, the parley CLI)."
         ),
     )
+    compaction: CompactionConfig = Field(default_factory=lambda: CompactionConfig())
     approval_deadline_s: float | None = Field(
         None, gt=0, description="An approval not decided within this time is rejected (default: no deadline)."
     )

@@ -123,7 +123,16 @@ class ModelError(ParleyError):
     `transient` failures (rate limits, overload, timeouts, broken streams) are retried as
     attempts of the same step; others (a bad key, a bad request) fail the turn at once."""
 
-    def __init__(self, message: str, *, transient: bool = False, retry_after_s: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        retry_after_s: float | None = None,
+        context_length: bool = False,
+    ) -> None:
         self.transient = transient
         self.retry_after_s = retry_after_s
+        # The prompt was too long for the model: compaction can help.
+        self.context_length = context_length
         super().__init__(message)

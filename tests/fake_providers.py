@@ -122,6 +122,16 @@ class FakeProviders:
                 tail.insert(0, m["content"])
             return _sse(_openai_text("done: " + "; ".join(tail)), done=True)
         text = messages[-1]["content"]
+        compacted = any(str(m.get("content") or "").startswith("[Summary") for m in messages)
+        if "too long" in text and not compacted:
+            error = {
+                "error": {
+                    "type": "invalid_request_error",
+                    "code": "context_length_exceeded",
+                    "message": "This model's maximum context length is 300 tokens",
+                }
+            }
+            return JSONResponse(error, status_code=400)
         failure = self._failure(text)
         if isinstance(failure, Response):
             return failure

@@ -49,6 +49,8 @@ def setup(tmp_path: Path) -> Setup:
     agents = tmp_path / "configs" / "agents"
     agents.mkdir(parents=True)
     (agents / "worker.yaml").write_text(yaml.safe_dump({"name": "worker", "mcp_servers": ["fixture"]}))
+    squeezed = {"name": "squeezed", "compaction": {"enabled": True, "context_window": 200}}
+    (agents / "squeezed.yaml").write_text(yaml.safe_dump(squeezed))
     return Setup(tmp_path / "parley.yaml", tmp_path / "parley.db", log)
 
 
@@ -129,3 +131,21 @@ async def test_crash_before_the_turn_ended_ends_it_once(setup: Setup) -> None:
     assert snapshot["last_turn"]["status"] == "answered"
     assert [m["role"] for m in snapshot["messages"]] == ["user", "assistant"]
     assert db_rows(setup.db, "SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(1,)]
+
+
+async def test_crash_during_compaction_repeats_only_the_summary(setup: Setup) -> None:
+    long_text = "a fairly long message that fills the small context window " * 6
+    async with running_server(setup.config, name="first") as (_, client):
+        first = await call(client, "start_session", agent="squeezed", message=long_text)
+    sid = first["session_id"]
+    doomed = ServerProcess(setup.config, name="doomed", env={"PARLEY_FAULT": "compacting"})
+    async with doomed as server, server.client() as client:
+        await call(client, "send_message", session_id=sid, message="and one more", wait_seconds=0)
+        assert await server.wait_exit() == -9
+    assert db_rows(setup.db, "SELECT COUNT(*) FROM summaries WHERE session_id = ?", (sid,)) == [(0,)]
+    snapshot = await _after_restart(setup, sid)
+    assert snapshot["last_turn"]["status"] == "answered"
+    assert db_rows(setup.db, "SELECT COUNT(*) FROM summaries WHERE session_id = ?", (sid,)) == [(1,)]
+    steps = db_rows(setup.db, "SELECT turn_id, step_no FROM steps WHERE session_id = ?", (sid,))
+    assert len(steps) == 2 and len(set(steps)) == 2, "one model step per turn; only the summary was redone"
+    assert snapshot["total_messages"] == 4

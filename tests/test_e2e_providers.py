@@ -48,6 +48,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 "model": {"provider": "openai", "name": "gpt-test", "base_url": fake.openai_url, **model},
                 "tools": ["write_todos"],
             },
+            "compact": COMPACT_AGENT(fake),
         }
         config = write_config(directory, agents=agents, runtime={"model_retry_backoff_s": 0.05})
         settings = yaml.safe_load(config.read_text())
@@ -69,6 +70,19 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
 
 
 AGENTS = ["claude", "gpt"]
+
+
+def COMPACT_AGENT(fake: FakeProviders) -> dict[str, Any]:
+    return {
+        "model": {
+            "provider": "openai",
+            "name": "gpt-small",
+            "base_url": fake.openai_url,
+            "api_key_env": "FAKE_PROVIDER_KEY",
+        },
+        "tools": ["write_todos"],
+        "compaction": {"enabled": True, "context_window": 300, "trigger_ratio": 0.85, "retained_ratio": 0.3},
+    }
 
 
 def _requests(world: World, agent: str) -> list[dict[str, Any]]:
@@ -197,3 +211,47 @@ async def test_settings_switch_the_model_from_the_next_turn_and_a_running_turn_k
         world.client, "send_message", session_id=sid, message="x", settings={"base_url": "http://evil"}
     )
     assert "'settings'" in text and "base_url" in text
+
+
+def _prompt_texts(body: dict[str, Any]) -> list[str]:
+    return [m.get("content") or "" for m in body["messages"] if m["role"] == "user"]
+
+
+async def test_a_long_conversation_compacts_more_than_once_and_keeps_recent_messages_verbatim(
+    world: World,
+) -> None:
+    words = [f"message {i}: " + "lorem ipsum dolor sit amet " * 14 for i in range(5)]
+    sid = (await call(world.client, "start_session", agent="compact"))["session_id"]
+    for text in words:
+        outcome = await call(world.client, "send_message", session_id=sid, message=text)
+        assert outcome["status"] == "answered"
+    summaries = db_rows(
+        world.db, "SELECT upto_seq FROM summaries WHERE session_id = ? ORDER BY upto_seq", (sid,)
+    )
+    assert len(summaries) >= 2, "compacted more than once"
+    for (upto,) in summaries:
+        following = db_rows(
+            world.db, "SELECT role FROM messages WHERE session_id = ? AND seq = ?", (sid, upto + 1)
+        )
+        assert following == [("user",)], "a summary ends before a user message: no call loses its result"
+    last = [r.body for r in world.fake.requests if r.body["model"] == "gpt-small"][-1]
+    texts = _prompt_texts(last)
+    assert texts[0].startswith("[Summary of the earlier conversation]")
+    assert texts[-1] == words[-1], "the newest exchange is verbatim"
+    assert words[0] not in texts, "the oldest message is only in the summary"
+    snapshot = await call(world.client, "get_session", session_id=sid, messages_from=1)
+    assert snapshot["total_messages"] == 10, "the transcript itself is whole"
+    events = db_rows(
+        world.db, "SELECT COUNT(*) FROM events WHERE session_id = ? AND kind = 'compacted'", (sid,)
+    )
+    assert events[0][0] == len(summaries)
+
+
+async def test_a_context_length_rejection_compacts_and_retries_once(world: World) -> None:
+    long_start = "first words here, " * 30
+    sid = (await call(world.client, "start_session", agent="gpt", message=long_start))["session_id"]
+    outcome = await call(world.client, "send_message", session_id=sid, message="too long now")
+    assert outcome["status"] == "answered"
+    bodies = [r.body for r in world.fake.requests if "too long now" in json.dumps(r.body)]
+    assert len(bodies) >= 2, "rejected once, then sent again"
+    assert _prompt_texts(bodies[-1])[0].startswith("[Summary of the earlier conversation]")

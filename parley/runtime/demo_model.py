@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from parley.errors import ModelError
+from parley.runtime.compaction import COMPACTION_INSTRUCTION
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 
 MAX_SLEEP_S = 3600.0
@@ -158,6 +159,16 @@ def _quote_results(results: list[ChatMessage]) -> str:
     return "Tool results:\n" + "\n".join(lines)
 
 
+def _summarize(request: ModelRequest) -> str:
+    """A compaction summary: the user's words, shortened, oldest first (deterministic)."""
+    said = []
+    for message in request.messages[:-1]:  # the last one is the request to summarize
+        if message.role == "user":
+            text = " ".join(message.text.split())
+            said.append(text[:60] + ("..." if len(text) > 60 else ""))
+    return "Earlier the user said: " + " | ".join(said)
+
+
 class DemoModelClient:
     """A model that needs no key and answers the same request the same way every time
     (except for /fail, which counts the failures it simulated in this process)."""
@@ -166,6 +177,8 @@ class DemoModelClient:
         self._failures: dict[str, int] = {}
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        if request.instructions == COMPACTION_INSTRUCTION:
+            return self._respond(request, _summarize(request))
         user_positions = [i for i, m in enumerate(request.messages) if m.role == "user"]
         if not user_positions:
             return self._respond(request, "There is no message to answer yet.")

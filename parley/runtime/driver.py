@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -19,10 +19,11 @@ from anyio.abc import TaskGroup
 from parley.config import AgentConfig, ModelSpec
 from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, new_turn_id
+from parley.runtime import compaction
 from parley.runtime.builtin_tools import SET_RESULT_NAME, ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.faults import FaultPoints
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
-from parley.runtime.model import ModelClient, ModelRequest
+from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import MAX_ATTEMPTS, Toolbox
 from parley.runtime.transcript import assistant_content, to_chat_messages
@@ -104,6 +105,102 @@ class _TextStream:
         self._signals.notify(self._session_id)
 
 
+# Summaries that failed or did not help within one turn before compaction stops trying for it.
+MAX_COMPACTION_FAILURES = 2
+
+
+class _ModelView:
+    """What the model is shown for one call: the latest summary plus the messages after it,
+    compacting first when the prompt would overflow the context window."""
+
+    def __init__(
+        self,
+        driver: SessionDriver,
+        session: SessionRecord,
+        agent: AgentConfig,
+        turn: TurnRecord,
+        model: ModelClient,
+        spec: ModelSpec,
+        tools: tuple[ToolSpec, ...],
+    ) -> None:
+        self._driver, self._session, self._agent, self._turn = driver, session, agent, turn
+        self._model, self._spec, self._tools = model, spec, tools
+
+    async def messages(self, records: list[MessageRecord], force: bool = False) -> tuple[ChatMessage, ...]:
+        store = self._driver._store
+        summary = await store.latest_summary(self._session.id)
+        chat = self._assemble(records, summary)
+        config = self._agent.compaction
+        window = compaction.context_window(self._spec.name, config)
+        failures = self._driver._compaction_failures.get(self._turn.id, 0)
+        prompt = compaction.estimate_tokens(chat, self._agent.instructions, self._tools)
+        if force and window is None:
+            window = prompt  # the provider refused this prompt: aim well below it
+        if not (config.enabled or force) or window is None or failures >= MAX_COMPACTION_FAILURES:
+            return chat
+        visible = [r for r in records if summary is None or r.seq > summary[0]]
+        turn_start = min((r.seq for r in records if r.turn_id == self._turn.id), default=records[-1].seq)
+        plan = compaction.plan(visible, prompt, window, config, turn_start, force=force)
+        if plan is None:
+            return chat
+        new_summary = await self._summarize(plan, summary)
+        if new_summary is None:
+            self._driver._compaction_failures[self._turn.id] = failures + 1
+            return chat
+        self._driver._faults.hit("compacting", self._session.id)
+        await store.save_summary(
+            self._session.id,
+            self._driver._process_id,
+            self._turn.id,
+            plan.upto_seq,
+            new_summary,
+            self._driver._clock(),
+        )
+        return self._assemble(records, (plan.upto_seq, new_summary))
+
+    @staticmethod
+    def _assemble(records: list[MessageRecord], summary: tuple[int, str] | None) -> tuple[ChatMessage, ...]:
+        if summary is None:
+            return to_chat_messages(records)
+        rest = to_chat_messages([r for r in records if r.seq > summary[0]])
+        return (compaction.summary_message(summary[1]), *rest)
+
+    async def _summarize(
+        self, plan: compaction.CompactionPlan, previous: tuple[int, str] | None
+    ) -> str | None:
+        earlier = (compaction.summary_message(previous[1]),) if previous is not None else ()
+        request = ModelRequest(
+            model=self._spec.name,
+            instructions=compaction.COMPACTION_INSTRUCTION,
+            messages=(
+                *earlier,
+                *to_chat_messages(plan.prefix),
+                ChatMessage(role="user", text=compaction.SUMMARY_REQUEST),
+            ),
+            tools=(),
+            options=dict(self._spec.options),
+        )
+        session_id, turn_id, now = self._session.id, self._turn.id, self._driver._clock()
+        try:
+            response = await self._driver._complete(self._model, request, session_id, turn_id)
+        except ModelError as exc:
+            await self._driver._store.record_event(
+                session_id, turn_id, "compaction_failed", {"error": str(exc)}, now
+            )
+            return None
+        prefix_tokens = compaction.estimate_tokens(to_chat_messages(plan.prefix))
+        if not compaction.is_helpful(response.text, prefix_tokens):
+            await self._driver._store.record_event(
+                session_id,
+                turn_id,
+                "compaction_failed",
+                {"error": "the summary was empty or not shorter"},
+                now,
+            )
+            return None
+        return response.text
+
+
 def _session_limit(agent: AgentConfig, session: SessionRecord, now: float) -> str | None:
     limits = agent.limits
     used = session.input_tokens + session.output_tokens
@@ -159,6 +256,7 @@ class SessionDriver:
         self._toolbox = toolbox
         self._faults = faults or FaultPoints(None)
         self._catalog = dict(catalog or {})
+        self._compaction_failures: dict[TurnId, int] = {}
         self._signals = signals
         self._process_id = process_id
         self._timings = timings
@@ -323,16 +421,25 @@ class SessionDriver:
             # The last call a turn may make must answer; a task session may still hand in its result.
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
         stream = _TextStream(self._store, session.id, turn_id, self._clock, self._signals)
-        request = ModelRequest(
-            model=model_spec.name,
-            instructions=agent.instructions,
-            messages=to_chat_messages(messages),
-            tools=tools,
-            options=dict(model_spec.options),
-            on_text=stream.add,
-        )
+        view = _ModelView(self, session, agent, turn, model, model_spec, tools)
         try:
-            response = await self._complete(model, request, session.id, turn_id)
+            chat = await view.messages(messages)
+            request = ModelRequest(
+                model=model_spec.name,
+                instructions=agent.instructions,
+                messages=chat,
+                tools=tools,
+                options=dict(model_spec.options),
+                on_text=stream.add,
+            )
+            try:
+                response = await self._complete(model, request, session.id, turn_id)
+            except ModelError as exc:
+                if not exc.context_length:
+                    raise
+                # The provider says the prompt is too long: compact now and try once more.
+                chat = await view.messages(messages, force=True)
+                response = await self._complete(model, replace(request, messages=chat), session.id, turn_id)
             await stream.flush()
         except ModelError as exc:
             await self._finish(session, turn_id, FinishTurn("failed", None, f"The model call failed: {exc}"))
@@ -369,7 +476,7 @@ class SessionDriver:
 
     async def _complete(
         self, model: ModelClient, request: ModelRequest, session_id: SessionId, turn_id: TurnId
-    ) -> Any:
+    ) -> ModelResponse:
         """One model step: transient failures are retried as attempts of it, with a capped back-off."""
         attempts = self._timings.max_model_attempts
         for attempt in range(1, attempts + 1):

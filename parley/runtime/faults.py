@@ -7,7 +7,8 @@ so the crash tests need no timing.
 
 Points: model_committed (a model step is committed, its tool calls not started),
 tool_ran (a tool call returned, its result not committed), interrupt_raised (an approval or
-question is stored), turn_finishing (the turn's last step is committed, the turn not ended).
+question is stored), turn_finishing (the turn's last step is committed, the turn not ended),
+compacting (a summary was made, not stored).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import signal
 
 logger = logging.getLogger(__name__)
 
-POINTS = ("model_committed", "tool_ran", "interrupt_raised", "turn_finishing")
+POINTS = ("model_committed", "tool_ran", "interrupt_raised", "turn_finishing", "compacting")
 
 
 class FaultPoints:

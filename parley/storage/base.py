@@ -410,6 +410,16 @@ class Store(Protocol):
 
     async def list_all_pending(self, limit: int) -> list[InterruptRecord]: ...
 
+    async def save_summary(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
+    ) -> None:
+        """Store a compaction summary of the messages up to `upto_seq` (the transcript stays whole)."""
+        ...
+
+    async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
+        """(upto_seq, text) of the newest summary."""
+        ...
+
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
     ) -> None:

@@ -166,4 +166,15 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE sessions ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
     """,
+    # 7: compaction summaries (the transcript itself is never shortened)
+    """
+    CREATE TABLE summaries (
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        upto_seq INTEGER NOT NULL,
+        turn_id TEXT,
+        text TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, upto_seq)
+    );
+    """,
 )

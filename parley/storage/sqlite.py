@@ -991,6 +991,26 @@ class SqliteStore:
         )
         return [_interrupt(r) for r in rows]
 
+    async def save_summary(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            await db.execute(
+                "INSERT OR REPLACE INTO summaries (session_id, upto_seq, turn_id, text, created_at) VALUES (?, ?, ?, ?, ?)",
+                (session_id, upto_seq, turn_id, text, now),
+            )
+            await self._event(
+                db, session_id, turn_id, "compacted", {"upto_seq": upto_seq, "chars": len(text)}, now
+            )
+
+    async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
+        row = await self._fetchone(
+            "SELECT upto_seq, text FROM summaries WHERE session_id = ? ORDER BY upto_seq DESC LIMIT 1",
+            (session_id,),
+        )
+        return (int(row[0]), str(row[1])) if row is not None else None
+
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
     ) -> None:

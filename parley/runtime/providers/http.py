@@ -42,6 +42,11 @@ async def raise_for_status(provider: str, response: httpx2.Response) -> None:
     except ValueError:
         pass
     transient = response.status_code in TRANSIENT_STATUSES
+    lowered = message.lower()
+    context_length = response.status_code in (400, 413) and any(
+        marker in lowered
+        for marker in ("prompt is too long", "context_length", "maximum context length", "too many tokens")
+    )
     hint = ""
     if response.status_code in (401, 403):
         hint = " Check the API key named by the agent's model.api_key_env."
@@ -49,6 +54,7 @@ async def raise_for_status(provider: str, response: httpx2.Response) -> None:
         f"{provider} answered HTTP {response.status_code}: {message}.{hint}",
         transient=transient,
         retry_after_s=retry_after_s(response) if transient else None,
+        context_length=context_length,
     )
 
 
