@@ -144,6 +144,16 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         logger.info("parley %s stopped", process_id)
 
 
+def _state_keys(config: ServerConfig) -> list[str] | None:
+    raw = secret_from_env(config.http.request_state_keys_env)
+    if config.http.request_state_keys_env and not raw:
+        logger.warning(
+            "%s is not set; input-required rounds use a key of this process only",
+            config.http.request_state_keys_env,
+        )
+    return [k.strip() for k in raw.split(",") if k.strip()] if raw else None
+
+
 async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
@@ -156,7 +166,7 @@ async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None])
 async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
     """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
     async with running_app(config) as app:
-        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__)
+        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__, _state_keys(config))
         async with anyio.create_task_group() as tg:
             await tg.start(_on_signal, tg.cancel_scope.cancel)
             if ready_hint:
@@ -176,7 +186,7 @@ async def serve_http(
 ) -> None:
     check_bind(host, insecure_bind)
     async with running_app(config) as app:
-        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__)
+        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__, _state_keys(config))
         starlette_app = build_http_app(server, host, app.health)
         uv = QuietUvicorn(
             uvicorn.Config(

@@ -249,6 +249,13 @@ class RuntimeConfig(_Strict):
 
 
 class HttpConfig(_Strict):
+    request_state_keys_env: str | None = Field(
+        None,
+        description=(
+            "Environment variable with comma-separated secret keys that seal the state of input-required "
+            "rounds, so several parley processes accept each other's retries (default: a key per process)."
+        ),
+    )
     host: str = Field("127.0.0.1", description="Address to bind; non-loopback needs --insecure-bind for now.")
     port: int = Field(8765, ge=0, le=65535, description="TCP port (0 picks a free one).")
 

@@ -504,6 +504,31 @@ class SessionService:
         outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
         return replace(outcome, notes=notes + outcome.notes)
 
+    async def resume_with_answers(
+        self,
+        owner: str,
+        session_id: str,
+        turn_id: str,
+        answers: Sequence[tuple[InterruptRecord, Resolution]],
+        wait_seconds: float | None,
+        on_progress: ProgressFn | None = None,
+    ) -> TurnOutcome:
+        """The retry of a call that returned an input-required result: apply the person's answers
+        (the message was queued by the first call and is not queued again), then keep waiting."""
+        session = await self._owned(owner, session_id)
+        wait_s = self._wait_s(wait_seconds)
+        for interrupt, resolution in answers:
+            if resolution.answer is not None:
+                checked = checked_answer(interrupt, resolution.answer)
+                if checked is None:
+                    continue  # not one of the choices: it stays pending and is asked again
+                resolution = replace(resolution, answer=checked)
+            await self._store.resolve_interrupt(
+                session.id, interrupt.id, resolution, "elicitation", self._clock()
+            )
+        self._signals.work_available()
+        return await self.wait_for_turn(session.id, TurnId(turn_id), wait_s, on_progress)
+
     async def pending(self, owner: str, session_id: str) -> list[InterruptRecord]:
         session = await self._owned(owner, session_id)
         return await self._store.list_interrupts(session.id, pending_only=True)

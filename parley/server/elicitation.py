@@ -7,11 +7,13 @@ an input-required result or a task instead (later); any client can always use th
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.types import ElicitResult
+from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from parley.runtime.service import AskHuman
 from parley.storage.base import InterruptRecord, Resolution
@@ -94,3 +96,57 @@ def ask_human_through(ctx: Context) -> AskHuman | None:
         return resolution_from(interrupt, result)
 
     return ask
+
+
+# ---------------------------------------------------------------------- MRTR (2026-07-28)
+
+
+def can_ask_by_input_required(ctx: Context) -> bool:
+    """A 2026-07-28 client that declared elicitation: interrupts go out as an input-required
+    result, and the client retries the same call with the answers."""
+    session = ctx.request_context.session
+    caps = session.client_capabilities
+    return (
+        ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and caps is not None and caps.elicitation is not None
+    )
+
+
+def input_key(interrupt: InterruptRecord) -> str:
+    return f"{interrupt.kind}:{interrupt.id}"
+
+
+def input_required(pending: list[InterruptRecord], state: dict[str, Any]) -> InputRequiredResult:
+    requests: dict[str, Any] = {}
+    for interrupt in pending:
+        message, schema = (
+            approval_form(interrupt) if interrupt.kind == "approval" else question_form(interrupt)
+        )
+        requests[input_key(interrupt)] = ElicitRequest(
+            params=ElicitRequestFormParams(message=message, requested_schema=schema)
+        )
+    return InputRequiredResult(input_requests=requests, request_state=json.dumps(state))
+
+
+def answers_from(ctx: Context, pending: list[InterruptRecord]) -> list[tuple[InterruptRecord, Resolution]]:
+    """The retried call's answers, matched to interrupts that are still pending."""
+    responses = ctx.input_responses or {}
+    answered = []
+    for interrupt in pending:
+        response = responses.get(input_key(interrupt))
+        if isinstance(response, ElicitResult):
+            resolution = resolution_from(interrupt, response)
+            if resolution is not None:
+                answered.append((interrupt, resolution))
+    return answered
+
+
+def retry_state(ctx: Context) -> dict[str, Any] | None:
+    """The state we sent with an input-required result (sealed and checked by the SDK)."""
+    raw = ctx.request_state
+    if not raw:
+        return None
+    try:
+        state = json.loads(raw)
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) else None

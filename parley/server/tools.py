@@ -5,17 +5,23 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import RequestError
 from parley.runtime.decisions import Decision
 from parley.runtime.progress import ProgressFn
-from parley.runtime.service import SessionService
-from parley.server.elicitation import ask_human_through
+from parley.runtime.service import SessionService, TurnOutcome
+from parley.server.elicitation import (
+    answers_from,
+    ask_human_through,
+    can_ask_by_input_required,
+    input_required,
+    retry_state,
+)
 from parley.server.render import render_agents, render_close, render_outcome, render_session, render_sessions
 from parley.server.wire import (
     AgentList,
@@ -81,6 +87,40 @@ LOCAL_PRINCIPAL = "local"
 OwnerOf = Callable[[Context], str]
 
 
+def _outcome_or_ask(ctx: Context, outcome: TurnOutcome, asked: list[str]) -> CallToolResult:
+    """The turn outcome, or, for a 2026-07-28 client that can show forms, an input-required result
+    asking for the interrupts it was not asked about yet in this call."""
+    fresh = [i for i in outcome.pending if i.id not in asked]
+    if outcome.status == "waiting_for_input" and fresh and can_ask_by_input_required(ctx):
+        state = {
+            "session_id": outcome.session_id,
+            "turn_id": outcome.turn_id,
+            "asked": [*asked, *(i.id for i in fresh)],
+        }
+        return cast(CallToolResult, input_required(outcome.pending, state))
+    view = outcome_view(outcome)
+    return _ok(view, render_outcome(view))
+
+
+async def _resumed(
+    service: SessionService, ctx: Context, owner: str, wait_seconds: float | None
+) -> tuple[TurnOutcome | None, list[str]]:
+    """On the retry of an input-required round: apply the answers and wait again."""
+    state = retry_state(ctx) if can_ask_by_input_required(ctx) else None
+    if not state or not state.get("turn_id"):
+        return None, []
+    pending = await service.pending(owner, str(state["session_id"]))
+    outcome = await service.resume_with_answers(
+        owner,
+        str(state["session_id"]),
+        str(state["turn_id"]),
+        answers_from(ctx, pending),
+        wait_seconds,
+        _progress(ctx),
+    )
+    return outcome, [str(i) for i in state.get("asked", [])]
+
+
 def _progress(ctx: Context) -> ProgressFn:
     async def report(progress: float, message: str) -> None:
         await ctx.report_progress(progress, None, message)
@@ -112,7 +152,10 @@ def _error(text: str) -> CallToolResult:
 
 
 async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
-    """The one place where our errors become tool results."""
+    """The one place where our errors become tool results.
+
+    (`work` may also return an InputRequiredResult for a 2026-07-28 client: the SDK passes it
+    through to the wire; it is typed as a CallToolResult here so the tools keep their output schema.)"""
     try:
         return await work()
     except RequestError as exc:
@@ -169,8 +212,13 @@ def _argument_errors(tool: str, exc: ValidationError) -> str:
     return f"Invalid arguments for {tool}: " + "; ".join(problems) + ". Fix them and call again."
 
 
-def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -> MCPServer[Any]:
-    mcp = ParleyMCPServer("parley", version=version, instructions=SERVER_INSTRUCTIONS)
+def build_mcp_server(
+    service: SessionService, owner_of: OwnerOf, version: str, request_state_keys: list[str] | None = None
+) -> MCPServer[Any]:
+    security = RequestStateSecurity(keys=request_state_keys) if request_state_keys else None
+    mcp = ParleyMCPServer(
+        "parley", version=version, instructions=SERVER_INSTRUCTIONS, request_state_security=security
+    )
 
     @mcp.tool(title="List agents", annotations=READ_ONLY)
     async def list_agents() -> Annotated[CallToolResult, AgentList]:
@@ -216,6 +264,9 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         'failed'/'cancelled'. Keep the session_id to continue with send_message."""
 
         async def work() -> CallToolResult:
+            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
+            if resumed is not None:
+                return _outcome_or_ask(ctx, resumed, asked)
             outcome = await service.start_session(
                 owner_of(ctx),
                 agent,
@@ -228,8 +279,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 ask_human=ask_human_through(ctx),
                 settings=settings,
             )
-            view = outcome_view(outcome)
-            return _ok(view, render_outcome(view))
+            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("start_session", work)
 
@@ -262,6 +312,9 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         steer=true it interrupts the running turn at its next step boundary instead."""
 
         async def work() -> CallToolResult:
+            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
+            if resumed is not None:
+                return _outcome_or_ask(ctx, resumed, asked)
             outcome = await service.send_message(
                 owner_of(ctx),
                 session_id,
@@ -274,8 +327,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 queued_message_id=queued_message_id,
                 settings=settings,
             )
-            view = outcome_view(outcome)
-            return _ok(view, render_outcome(view))
+            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("send_message", work)
 
@@ -315,6 +367,9 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         decision that was already made succeeds and changes nothing."""
 
         async def work() -> CallToolResult:
+            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
+            if resumed is not None:
+                return _outcome_or_ask(ctx, resumed, asked)
             outcome = await service.approve(
                 owner_of(ctx),
                 session_id,
@@ -323,8 +378,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 on_progress=_progress(ctx),
                 ask_human=ask_human_through(ctx),
             )
-            view = outcome_view(outcome)
-            return _ok(view, render_outcome(view))
+            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("approve", work)
 
@@ -342,6 +396,9 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
         """Answer (or decline) a question the agent asked, then wait for the resumed turn."""
 
         async def work() -> CallToolResult:
+            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
+            if resumed is not None:
+                return _outcome_or_ask(ctx, resumed, asked)
             outcome = await service.answer_question(
                 owner_of(ctx),
                 session_id,
@@ -352,8 +409,7 @@ def build_mcp_server(service: SessionService, owner_of: OwnerOf, version: str) -
                 on_progress=_progress(ctx),
                 ask_human=ask_human_through(ctx),
             )
-            view = outcome_view(outcome)
-            return _ok(view, render_outcome(view))
+            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("answer_question", work)
 
