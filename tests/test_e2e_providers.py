@@ -96,6 +96,9 @@ async def test_a_streamed_text_turn_answers_and_records_usage(world: World, agen
     assert outcome["status"] == "answered"
     assert outcome["answer"] == "echo: hello there"
     assert outcome["usage"]["input_tokens"] > 0 and outcome["usage"]["output_tokens"] > 0
+    assert outcome["usage"]["cached_tokens"] == {"claude": 10, "gpt": 5}[agent]
+    snapshot = await call(world.client, "get_session", session_id=outcome["session_id"])
+    assert snapshot["usage"]["cached_tokens"] == outcome["usage"]["cached_tokens"]
     body = _requests(world, agent)[-1]
     assert body["model"] == {"claude": "claude-test", "gpt": "gpt-test"}[agent]
     assert body["stream"] is True

@@ -469,6 +469,7 @@ class SessionDriver:
             tool_calls=new_calls,
             input_tokens=response.input_tokens,
             output_tokens=response.output_tokens,
+            cached_tokens=response.cached_tokens,
         )
         # Committed in one transaction: the answer, the calls it asked for, and its usage.
         await self._store.commit_model_step(session.id, self._process_id, step, self._clock())

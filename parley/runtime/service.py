@@ -65,6 +65,7 @@ class TurnOutcome:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0
     model_calls: int = 0
     queued_message_id: QueuedMessageId | None = None
     session_status: str | None = None
@@ -746,6 +747,7 @@ class SessionService:
             tool_calls=calls,
             input_tokens=turn.input_tokens,
             output_tokens=turn.output_tokens,
+            cached_tokens=turn.cached_tokens,
             model_calls=turn.model_calls,
             queued_message_id=message_id or turn.queued_message_id,
             session_status=session.status if session else None,

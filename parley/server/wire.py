@@ -65,6 +65,7 @@ class PendingView(BaseModel):
 class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = Field(0, description="Prompt tokens the provider served from its cache.")
     model_calls: int = 0
 
 
@@ -203,6 +204,7 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
         usage=Usage(
             input_tokens=outcome.input_tokens,
             output_tokens=outcome.output_tokens,
+            cached_tokens=outcome.cached_tokens,
             model_calls=outcome.model_calls,
         ),
         error=outcome.error,
@@ -296,7 +298,12 @@ def session_view(snapshot: SessionSnapshot, last_turn: TurnOutcome | None) -> Se
         messages=[message_view(m) for m in snapshot.messages],
         total_messages=snapshot.total_messages,
         todos=s.todos,
-        usage=Usage(input_tokens=s.input_tokens, output_tokens=s.output_tokens, model_calls=s.model_calls),
+        usage=Usage(
+            input_tokens=s.input_tokens,
+            output_tokens=s.output_tokens,
+            cached_tokens=s.cached_tokens,
+            model_calls=s.model_calls,
+        ),
         last_error=s.last_error,
         closed_reason=s.closed_reason if s.status == "closed" else None,
         result=s.result,

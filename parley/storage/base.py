@@ -65,6 +65,7 @@ class SessionRecord:
     start_client_message_id: str | None = None
     wake_at: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
+    cached_tokens: int = 0
 
     @classmethod
     def new(
@@ -124,6 +125,7 @@ class TurnRecord:
     output_tokens: int
     result: Any = None
     settings: dict[str, Any] = field(default_factory=dict)
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -261,6 +263,7 @@ class ModelStep:
     tool_calls: Sequence[NewToolCall]
     input_tokens: int
     output_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

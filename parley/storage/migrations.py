@@ -177,4 +177,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session_id, upto_seq)
     );
     """,
+    # 8: cached prompt tokens, per call and summed
+    """
+    ALTER TABLE steps ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE turns ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE sessions ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
+    """,
 )

@@ -48,11 +48,11 @@ _SESSION_COLUMNS = (
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
     "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id, "
-    "wake_at, settings"
+    "wake_at, settings, cached_tokens"
 )
 _TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-    "model_calls, input_tokens, output_tokens, result, settings"
+    "model_calls, input_tokens, output_tokens, result, settings, cached_tokens"
 )
 _QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
 _CALL_COLUMNS = (
@@ -97,6 +97,7 @@ def _session(row: sqlite3.Row) -> SessionRecord:
         start_client_message_id=row["start_client_message_id"],
         wake_at=row["wake_at"],
         settings=json.loads(row["settings"]),
+        cached_tokens=row["cached_tokens"],
     )
 
 
@@ -116,6 +117,7 @@ def _turn(row: sqlite3.Row) -> TurnRecord:
         output_tokens=row["output_tokens"],
         result=json.loads(row["result"]) if row["result"] is not None else None,
         settings=json.loads(row["settings"]),
+        cached_tokens=row["cached_tokens"],
     )
 
 
@@ -683,7 +685,7 @@ class SqliteStore:
             try:
                 await db.execute(
                     "INSERT INTO steps (session_id, turn_id, step_no, kind, process_id, input_tokens, "
-                    "output_tokens, created_at) VALUES (?, ?, ?, 'model', ?, ?, ?, ?)",
+                    "output_tokens, created_at, cached_tokens) VALUES (?, ?, ?, 'model', ?, ?, ?, ?, ?)",
                     (
                         session_id,
                         step.turn_id,
@@ -692,6 +694,7 @@ class SqliteStore:
                         step.input_tokens,
                         step.output_tokens,
                         now,
+                        step.cached_tokens,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
@@ -722,15 +725,17 @@ class SqliteStore:
                 )
             await db.execute(
                 "UPDATE turns SET model_calls = model_calls + 1, input_tokens = input_tokens + ?, "
-                "output_tokens = output_tokens + ? WHERE id = ?",
-                (step.input_tokens, step.output_tokens, step.turn_id),
+                "output_tokens = output_tokens + ?, cached_tokens = cached_tokens + ? WHERE id = ?",
+                (step.input_tokens, step.output_tokens, step.cached_tokens, step.turn_id),
             )
             await db.execute(
                 "UPDATE sessions SET model_calls = model_calls + 1, input_tokens = input_tokens + ?, "
-                "output_tokens = output_tokens + ?, phase = ?, updated_at = ?, wake_at = NULL WHERE id = ?",
+                "output_tokens = output_tokens + ?, cached_tokens = cached_tokens + ?, phase = ?, updated_at = ?, "
+                "wake_at = NULL WHERE id = ?",
                 (
                     step.input_tokens,
                     step.output_tokens,
+                    step.cached_tokens,
                     "tools" if step.tool_calls else "model",
                     now,
                     session_id,
