@@ -83,6 +83,18 @@ class FakeProviders:
         results = [b for b in last if b.get("type") == "tool_result"]
         texts = [b["text"] for b in last if b.get("type") == "text"]
         text = texts[-1] if texts else ""
+        if not body.get("stream", True):
+            if results:
+                return _collapse_anthropic(
+                    _anthropic_text("done: " + "; ".join(r["content"][0]["text"] for r in results))
+                )
+            if "two tools" in text:
+                calls = [
+                    ("write_todos", {"todos": [{"content": "a"}]}),
+                    ("write_todos", {"todos": [{"content": "b"}]}),
+                ]
+                return _collapse_anthropic(_anthropic_tools(calls))
+            return _collapse_anthropic(_anthropic_text(f"plain: {text}"))
         if results:
             answer = "done: " + "; ".join(r["content"][0]["text"] for r in results)
             return _sse(_anthropic_text(answer))
@@ -114,6 +126,16 @@ class FakeProviders:
         body = await request.json()
         self.requests.append(Recorded("openai", body, dict(request.headers)))
         messages = body["messages"]
+        if not body.get("stream", True):
+            if messages[-1]["role"] == "tool":
+                return _collapse_openai(_openai_text("done: " + messages[-1]["content"]))
+            if "two tools" in messages[-1]["content"]:
+                calls = [
+                    ("write_todos", {"todos": [{"content": "a"}]}),
+                    ("write_todos", {"todos": [{"content": "b"}]}),
+                ]
+                return _collapse_openai(_openai_tools(calls))
+            return _collapse_openai(_openai_text(f"plain: {messages[-1]['content']}"))
         if messages[-1]["role"] == "tool":
             tail = []
             for m in reversed(messages):
@@ -149,6 +171,54 @@ class FakeProviders:
                 done=True,
             )
         return _sse(_openai_text(f"echo: {text}"), done=True)
+
+
+def _collapse_anthropic(events: Any) -> JSONResponse:
+    """The same answer as one JSON message, for a request with stream: false."""
+    blocks: dict[int, dict[str, Any]] = {}
+    usage: dict[str, Any] = {}
+    for _name, data in events:
+        if data["type"] == "message_start":
+            usage.update(data["message"]["usage"])
+        elif data["type"] == "content_block_start":
+            blocks[data["index"]] = dict(data["content_block"])
+        elif data["type"] == "content_block_delta":
+            delta, block = data["delta"], blocks[data["index"]]
+            if delta["type"] == "text_delta":
+                block["text"] = block.get("text", "") + delta["text"]
+            elif delta["type"] == "input_json_delta":
+                block["_json"] = block.get("_json", "") + delta["partial_json"]
+        elif data["type"] == "message_delta":
+            usage.update(data["usage"])
+    content = []
+    for i in sorted(blocks):
+        block = blocks[i]
+        if "_json" in block:
+            block["input"] = json.loads(block.pop("_json"))
+        content.append(block)
+    return JSONResponse({"type": "message", "role": "assistant", "content": content, "usage": usage})
+
+
+def _collapse_openai(events: Any) -> JSONResponse:
+    text, calls, usage = "", {}, {}
+    for _name, data in events:
+        usage = data.get("usage") or usage
+        for choice in data.get("choices") or []:
+            delta = choice.get("delta") or {}
+            text += delta.get("content") or ""
+            for piece in delta.get("tool_calls") or []:
+                call = calls.setdefault(
+                    piece["index"],
+                    {"id": piece.get("id"), "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                call["function"]["name"] += (piece.get("function") or {}).get("name") or ""
+                call["function"]["arguments"] += (piece.get("function") or {}).get("arguments") or ""
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return JSONResponse(
+        {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}], "usage": usage}
+    )
 
 
 def _sse(events: Any, done: bool = False) -> StreamingResponse:

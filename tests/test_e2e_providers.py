@@ -49,6 +49,26 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 "tools": ["write_todos"],
             },
             "compact": COMPACT_AGENT(fake),
+            "claude_plain": {
+                "model": {
+                    "provider": "anthropic",
+                    "name": "claude-plain",
+                    "base_url": fake.anthropic_url,
+                    "api_key_env": "FAKE_PROVIDER_KEY",
+                    "options": {"stream": False},
+                },
+                "tools": ["write_todos"],
+            },
+            "gpt_plain": {
+                "model": {
+                    "provider": "openai",
+                    "name": "gpt-plain",
+                    "base_url": fake.openai_url,
+                    "api_key_env": "FAKE_PROVIDER_KEY",
+                    "options": {"stream": False},
+                },
+                "tools": ["write_todos"],
+            },
         }
         config = write_config(directory, agents=agents, runtime={"model_retry_backoff_s": 0.05})
         settings = yaml.safe_load(config.read_text())
@@ -258,3 +278,13 @@ async def test_a_context_length_rejection_compacts_and_retries_once(world: World
     bodies = [r.body for r in world.fake.requests if "too long now" in json.dumps(r.body)]
     assert len(bodies) >= 2, "rejected once, then sent again"
     assert _prompt_texts(bodies[-1])[0].startswith("[Summary of the earlier conversation]")
+
+
+@pytest.mark.parametrize("agent", ["claude_plain", "gpt_plain"])
+async def test_responses_that_are_not_streamed_work_the_same(world: World, agent: str) -> None:
+    text = await call(world.client, "start_session", agent=agent, message="no stream")
+    assert text["answer"] == "plain: no stream"
+    tools = await call(world.client, "start_session", agent=agent, message="two tools, plainly")
+    assert [c["status"] for c in tools["tool_calls"]] == ["succeeded", "succeeded"]
+    assert tools["answer"].startswith("done: Plan saved")
+    assert world.fake.requests[-1].body["stream"] is False

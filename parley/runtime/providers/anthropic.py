@@ -63,6 +63,25 @@ def build_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def _from_message(message: dict[str, Any]) -> ModelResponse:
+    """A response that was not streamed (options: {stream: false})."""
+    blocks = list(message.get("content") or [])
+    usage = message.get("usage") or {}
+    return ModelResponse(
+        text="".join(b.get("text", "") for b in blocks if b.get("type") == "text"),
+        tool_calls=tuple(
+            RequestedCall(name=b["name"], arguments=dict(b.get("input") or {}))
+            for b in blocks
+            if b.get("type") == "tool_use"
+        ),
+        input_tokens=int(usage.get("input_tokens", 0)),
+        output_tokens=int(usage.get("output_tokens", 0)),
+        cached_tokens=int(usage.get("cache_read_input_tokens", 0) or 0),
+        provider=PROVIDER,
+        raw=blocks,
+    )
+
+
 class AnthropicModelClient:
     def __init__(self, http: httpx2.AsyncClient, api_key: str | None, base_url: str | None = None) -> None:
         self._http = http
@@ -71,11 +90,12 @@ class AnthropicModelClient:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         options = dict(request.options)
+        stream = bool(options.pop("stream", True))
         body: dict[str, Any] = {
             "model": request.model,
             "max_tokens": int(options.pop("max_tokens", DEFAULT_MAX_TOKENS)),
             "messages": build_messages(request.messages),
-            "stream": True,
+            "stream": stream,
             **options,
         }
         if request.instructions:
@@ -93,6 +113,8 @@ class AnthropicModelClient:
                 "POST", f"{self._base_url}/v1/messages", json=body, headers=headers
             ) as response:
                 await raise_for_status(PROVIDER, response)
+                if not stream:
+                    return _from_message(json.loads(await response.aread()))
                 return await self._read(response, request)
         except ModelError:
             raise

@@ -50,6 +50,37 @@ def build_messages(instructions: str, messages: tuple[ChatMessage, ...]) -> list
     return out
 
 
+def _from_completion(completion: dict[str, Any]) -> ModelResponse:
+    """A response that was not streamed (options: {stream: false})."""
+    message = (completion.get("choices") or [{}])[0].get("message") or {}
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except json.JSONDecodeError as exc:
+            raise ModelError(
+                f"{PROVIDER}: the arguments of {function.get('name')} were not valid JSON", transient=True
+            ) from exc
+        calls.append(
+            RequestedCall(
+                name=function.get("name", ""), arguments=arguments if isinstance(arguments, dict) else {}
+            )
+        )
+    usage = completion.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    reasoning = message.get("reasoning_content")
+    return ModelResponse(
+        text=message.get("content") or "",
+        tool_calls=tuple(calls),
+        input_tokens=int(usage.get("prompt_tokens", 0)),
+        output_tokens=int(usage.get("completion_tokens", 0)),
+        cached_tokens=int(details.get("cached_tokens", 0) or 0),
+        provider=PROVIDER,
+        raw={"reasoning_content": reasoning} if reasoning else None,
+    )
+
+
 class OpenAIModelClient:
     def __init__(self, http: httpx2.AsyncClient, api_key: str | None, base_url: str | None = None) -> None:
         self._http = http
@@ -57,12 +88,14 @@ class OpenAIModelClient:
         self._base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        options = dict(request.options)
+        stream = bool(options.pop("stream", True))
         body: dict[str, Any] = {
             "model": request.model,
             "messages": build_messages(request.instructions, request.messages),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            **request.options,
+            "stream": stream,
+            **({"stream_options": {"include_usage": True}} if stream else {}),
+            **options,
         }
         if request.tools:
             body["tools"] = [
@@ -84,6 +117,8 @@ class OpenAIModelClient:
                 "POST", f"{self._base_url}/chat/completions", json=body, headers=headers
             ) as response:
                 await raise_for_status(PROVIDER, response)
+                if not stream:
+                    return _from_completion(json.loads(await response.aread()))
                 return await self._read(response, request)
         except ModelError:
             raise
