@@ -78,6 +78,16 @@ class AgentLimits(_Strict):
     )
 
 
+# Limits a caller may lower for one session through settings (the agent's values are ceilings).
+OVERRIDABLE_LIMITS = ("max_model_calls_per_turn", "max_turns", "max_session_tokens", "max_session_seconds")
+
+
+def effective_limits(limits: AgentLimits, settings: dict[str, Any]) -> AgentLimits:
+    """The agent's limits with a session's (validated, never higher) overrides applied."""
+    overrides = {k: v for k, v in (settings.get("limits") or {}).items() if k in OVERRIDABLE_LIMITS}
+    return limits.model_copy(update=overrides) if overrides else limits
+
+
 SessionKind = Literal["chat", "task"]
 
 

@@ -272,3 +272,22 @@ async def test_steering_while_an_approval_is_pending_withdraws_it(limited: Serve
         limited.db, "SELECT status FROM tool_calls WHERE session_id = ? AND tool = 'bare'", (sid,)
     )
     assert statuses == [("cancelled",)]
+
+
+async def test_settings_can_lower_a_sessions_limits_but_not_raise_them(limited: Served) -> None:
+    first = await call(
+        limited.client, "start_session", agent="demo", message="one", settings={"limits": {"max_turns": 2}}
+    )
+    sid = first["session_id"]
+    second = await call(limited.client, "send_message", session_id=sid, message="two")
+    assert second["session_status"] == "closed"
+    snapshot = await call(limited.client, "get_session", session_id=sid)
+    assert "limit of 2 turns" in snapshot["closed_reason"]
+    text = await call_error(
+        limited.client, "start_session", agent="demo", message="x", settings={"limits": {"max_turns": 5000}}
+    )
+    assert "'settings.limits.max_turns'" in text and "at most 1000" in text
+    text = await call_error(
+        limited.client, "start_session", agent="demo", message="x", settings={"limits": {"temperature": 1}}
+    )
+    assert "'settings.limits.temperature'" in text

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from parley.config import AgentConfig, ModelSpec
+from parley.config import AgentConfig, AgentLimits, ModelSpec, effective_limits
 from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, new_turn_id
 from parley.runtime import compaction
@@ -201,8 +201,7 @@ class _ModelView:
         return response.text
 
 
-def _session_limit(agent: AgentConfig, session: SessionRecord, now: float) -> str | None:
-    limits = agent.limits
+def _session_limit(limits: AgentLimits, session: SessionRecord, now: float) -> str | None:
     used = session.input_tokens + session.output_tokens
     if limits.max_session_tokens is not None and used >= limits.max_session_tokens:
         return f"the session used {used} model tokens, its limit is {limits.max_session_tokens}"
@@ -359,13 +358,14 @@ class SessionDriver:
         messages = await self._store.list_messages(session.id, None, None)
         turn_messages = [m for m in messages if m.turn_id == turn_id]
         calls = await self._store.list_tool_calls(turn_id)
+        limits = effective_limits(agent.limits, turn.settings)
         action = next_action(
             turn,
             calls,
             turn_messages,
-            agent.limits.max_model_calls_per_turn,
+            limits.max_model_calls_per_turn,
             kind=session.kind,
-            max_nudges=agent.limits.max_result_nudges,
+            max_nudges=limits.max_result_nudges,
         )
 
         if isinstance(action, FinishTurn):
@@ -378,7 +378,7 @@ class SessionDriver:
             await self._store.append_nudge(session.id, self._process_id, turn_id, action.text, self._clock())
             return
         if isinstance(action, CallModel):
-            exceeded = _session_limit(agent, session, self._clock())
+            exceeded = _session_limit(limits, session, self._clock())
             if exceeded is not None:
                 await self._finish(
                     session, turn_id, FinishTurn("failed", None, exceeded), limit_reason=exceeded
@@ -669,8 +669,10 @@ class SessionDriver:
             session_status = "completed"
         elif session.kind == "task" and action.status == "failed":
             session_status = "failed"  # in a task session a failed turn fails the session
-        elif agent is not None and session.turn_count >= agent.limits.max_turns:
-            close_reason = f"reached the limit of {agent.limits.max_turns} turns per session"
+        elif agent is not None and session.turn_count >= (
+            max_turns := effective_limits(agent.limits, session.settings).max_turns
+        ):
+            close_reason = f"reached the limit of {max_turns} turns per session"
         with anyio.CancelScope(shield=True):
             await self._store.finish_turn(
                 session.id,

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from jsonschema import Draft202012Validator
 
-from parley.config import AgentConfig, RuntimeConfig
+from parley.config import OVERRIDABLE_LIMITS, AgentConfig, RuntimeConfig, effective_limits
 from parley.errors import (
     InvalidArgument,
     SessionClosed,
@@ -138,15 +138,35 @@ class SessionService:
             )
         return message
 
-    def _check_settings(self, settings: dict[str, Any] | None) -> dict[str, Any] | None:
-        """Settings a caller may change: which of the configured models to use (never a URL or a key)."""
+    def _check_settings(
+        self, settings: dict[str, Any] | None, agent: AgentConfig | None
+    ) -> dict[str, Any] | None:
+        """Settings a caller may change: which of the configured models to use (never a URL or a
+        key), and lower limits for this session (the agent's limits are the ceilings)."""
         if settings is None:
             return None
-        unknown = sorted(set(settings) - {"model"})
+        unknown = sorted(set(settings) - {"model", "limits"})
         if unknown:
             raise InvalidArgument(
-                "settings", f"unknown setting(s) {', '.join(unknown)}; the settings are: model"
+                "settings", f"unknown setting(s) {', '.join(unknown)}; the settings are: model, limits"
             )
+        limits = settings.get("limits")
+        if limits is not None:
+            if not isinstance(limits, dict):
+                raise InvalidArgument("settings.limits", 'must be an object such as {"max_turns": 10}')
+            for name, value in limits.items():
+                if name not in OVERRIDABLE_LIMITS:
+                    raise InvalidArgument(
+                        f"settings.limits.{name}",
+                        f"is not a limit you can set; these are: {', '.join(OVERRIDABLE_LIMITS)}",
+                    )
+                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                    raise InvalidArgument(f"settings.limits.{name}", "must be a positive number")
+                ceiling = getattr(agent.limits, name) if agent is not None else None
+                if ceiling is not None and value > ceiling:
+                    raise InvalidArgument(
+                        f"settings.limits.{name}", f"may be at most {ceiling:g}, the agent's own limit"
+                    )
         if len(json.dumps(settings)) > MAX_SETTINGS_CHARS:
             raise InvalidArgument("settings", f"must be at most {MAX_SETTINGS_CHARS} characters as JSON")
         model = settings.get("model")
@@ -212,7 +232,7 @@ class SessionService:
         settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
         agent = self._agent(agent_name)
-        settings = self._check_settings(settings)
+        settings = self._check_settings(settings, agent)
         if message is not None:
             self._check_message(message)
         wait_s = self._wait_s(wait_seconds)
@@ -304,7 +324,7 @@ class SessionService:
         settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
         session = await self._owned(owner, session_id)
-        settings = self._check_settings(settings)
+        settings = self._check_settings(settings, self._agents.get(session.agent))
         if queued_message_id is not None:
             return await self._promote(
                 session, queued_message_id, steer, message, wait_seconds, on_progress, ask_human
@@ -321,7 +341,8 @@ class SessionService:
             if sent is not None:
                 return await self._retry_of_send(sent, message, wait_s, on_progress)
         agent = self._agents.get(session.agent)
-        max_turns = agent.limits.max_turns if agent is not None else session.turn_count
+        limits = effective_limits(agent.limits, {**session.settings, **(settings or {})}) if agent else None
+        max_turns = limits.max_turns if limits is not None else session.turn_count
         now = self._clock()
         queued = QueuedMessageRecord(
             id=new_queued_message_id(),
