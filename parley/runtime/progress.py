@@ -86,6 +86,10 @@ def describe_event(event: EventRecord) -> str | None:
         )
     if event.kind == "tool_source_warning":
         return str(data.get("text") or "")[:PROGRESS_TEXT_CHARS]
+    if event.kind == "compacted":
+        return "summarized the earlier conversation to fit the model's context"
+    if event.kind == "compaction_failed":
+        return "could not summarize the earlier conversation; continuing without"
     if event.kind == "nudged":
         return "reminded the agent to hand in its result"
     return None
