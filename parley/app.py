@@ -100,6 +100,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             model_retry_backoff_s=runtime.model_retry_backoff_s,
             max_concurrent_model_calls=runtime.max_concurrent_model_calls,
             max_concurrent_tool_calls=runtime.max_concurrent_tool_calls,
+            max_driven_sessions=runtime.max_driven_sessions,
         )
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
         models = build_models(config, http)

@@ -247,6 +247,12 @@ class RuntimeConfig(_Strict):
     max_concurrent_tool_calls: int = Field(
         32, ge=1, le=10_000, description="Tool calls in flight per process."
     )
+    max_driven_sessions: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="Sessions one process drives (and leases) at once; others wait unleased.",
+    )
     max_timer_s: float = Field(
         7 * 86_400, gt=0, description="The longest durable_wait an agent may ask for (default 7 days)."
     )

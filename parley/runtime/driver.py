@@ -60,6 +60,7 @@ class DriverTimings:
     model_retry_backoff_s: float = 1.0
     max_concurrent_model_calls: int = 16
     max_concurrent_tool_calls: int = 32
+    max_driven_sessions: int = 64
 
 
 # The longest pause between two attempts of a model call.
@@ -289,17 +290,29 @@ class SessionDriver:
             self._signals.notify(session_id)
 
     async def _keep_lease(self, session_id: SessionId, control: _TurnControl, tg: TaskGroup) -> None:
-        interval = min(self._timings.poll_interval_s, self._timings.lease_ttl_s / 3)
+        """Watch for cancel requests every poll interval (a read), and renew the lease (a write,
+        with an fsync) only every third of its time to live: renewing hundreds of leases every
+        poll interval would queue the very writes that keep them alive."""
+        ttl = self._timings.lease_ttl_s
+        renew_every = ttl / 3
+        interval = min(self._timings.poll_interval_s, renew_every)
+        renewed_at = anyio.current_time()
         while True:
             with anyio.move_on_after(interval):
                 await self._signals.cancel_requested(session_id)
-            try:
-                session = await self._store.renew_lease(
-                    session_id, self._process_id, self._clock(), self._timings.lease_ttl_s
-                )
-            except LeaseLost:
-                tg.cancel_scope.cancel()
-                raise
+            if anyio.current_time() - renewed_at >= renew_every:
+                try:
+                    session = await self._store.renew_lease(session_id, self._process_id, self._clock(), ttl)
+                except LeaseLost:
+                    tg.cancel_scope.cancel()
+                    raise
+                renewed_at = anyio.current_time()
+            else:
+                found = await self._store.get_session(session_id)
+                if found is None or found.lease_owner != self._process_id:
+                    tg.cancel_scope.cancel()
+                    raise LeaseLost(session_id)
+                session = found
             if session.cancel_requested_turn is not None:
                 control.cancel(session.cancel_requested_turn)
 

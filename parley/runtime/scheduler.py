@@ -83,6 +83,11 @@ class Scheduler:
         for session_id in await self._store.sessions_needing_work(now, SCAN_BATCH):
             if session_id in self._driving or self._draining:
                 continue
+            if len(self._driving) >= self._timings.max_driven_sessions:
+                # Take no more than this process can move: the rest stay free for other processes
+                # (and for this one's next scan) instead of holding leases while they queue.
+                break
+            now = self._clock()
             retry = self._retry_at.get(session_id)
             if retry is not None and retry[0] > now:
                 continue
