@@ -182,8 +182,8 @@ class FakeOpenAI:
             yield _sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
             usage = {"prompt_tokens": 40, "completion_tokens": len(pieces), "total_tokens": 40 + len(pieces)}
             yield _sse({"choices": [], "usage": usage})
-            yield b"data: [DONE]\n\n"
             record.done_at = time.monotonic()
+            yield b"data: [DONE]\n\n"
 
         return StreamingResponse(stream(), media_type="text/event-stream")
 
@@ -392,6 +392,7 @@ def analyse_turn(
         "turn_s": answered_at - called_at,
         "request_after_s": stream.received_at - called_at,
         "stream_s": stream.done_at - stream.first_delta_at,
+        "answer_after_done_s": answered_at - stream.done_at,
         # None when no text arrived through progress at all.
         "first_text_latency_s": text_times[0] - stream.first_delta_at if text_times else None,
         "last_text_lag_s": text_times[-1] - stream.last_delta_at if text_times else None,
@@ -508,6 +509,7 @@ def summarise(
         "turn_ms": summary([t["turn_s"] * 1000 for t in turns]),
         "request_after_ms": summary([t["request_after_s"] * 1000 for t in turns]),
         "stream_ms": summary([t["stream_s"] * 1000 for t in turns]),
+        "answer_after_done_ms": summary([t["answer_after_done_s"] * 1000 for t in turns]),
         "first_text_latency_ms": summary(first) if first else None,
         "first_text_chars": summary([t["first_text_chars"] for t in turns], 0),
         "last_text_lag_ms": summary(last) if last else None,
@@ -647,7 +649,8 @@ def print_scenario(r: dict[str, Any]) -> None:
     print(f"      turn time (call -> answer)        {_range(r['turn_ms'], ' ms')}")
     print(
         f"      call -> request at the fake       {_range(r['request_after_ms'], ' ms')}\n"
-        f"      stream at the fake (first delta -> [DONE])  {_range(r['stream_ms'], ' ms')}"
+        f"      stream at the fake (first delta -> [DONE])  {_range(r['stream_ms'], ' ms')}\n"
+        f"      [DONE] at the fake -> answer at the caller  {_range(r['answer_after_done_ms'], ' ms')}"
     )
     print(
         f"      other progress lines {r['status_lines']}   repeats of the text per turn"

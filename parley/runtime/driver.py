@@ -86,7 +86,9 @@ class _TextStream:
         self._store, self._session_id, self._turn_id = store, session_id, turn_id
         self._clock, self._signals = clock, signals
         self._pending: list[str] = []
-        self._last = anyio.current_time()
+        # The first piece goes out at once (a caller waits for the first sign of an answer);
+        # later ones are batched.
+        self._last = float("-inf")
 
     async def add(self, text: str) -> None:
         self._pending.append(text)

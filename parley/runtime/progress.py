@@ -12,6 +12,7 @@ from parley.storage.base import EventRecord, Store
 # Receives (an increasing progress value, a short message).
 ProgressFn = Callable[[float, str], Awaitable[None]]
 PROGRESS_TEXT_CHARS = 300
+STREAMED_TEXT_CHARS = 4000
 
 
 class ProgressFeed:
@@ -55,6 +56,7 @@ class ProgressFeed:
 
 
 PROGRESS_TEXT_CHARS = 300
+STREAMED_TEXT_CHARS = 4000
 
 
 def describe_event(event: EventRecord) -> str | None:
@@ -72,7 +74,8 @@ def describe_event(event: EventRecord) -> str | None:
     if event.kind == "turn_ended":
         return f"turn {data.get('status')}"
     if event.kind == "text_delta":
-        return str(data.get("text") or "")[:PROGRESS_TEXT_CHARS] or None
+        # Streamed text passes whole (the driver batches it in pieces of about 400 characters).
+        return str(data.get("text") or "")[:STREAMED_TEXT_CHARS] or None
     if event.kind == "model_retry":
         return f"model call attempt {data.get('attempt')} failed; retrying in {data.get('retry_in_s')}s"
     if event.kind == "tool_progress":

@@ -674,6 +674,7 @@ class SessionService:
             turn = await self._store.get_turn(turn_id)
             remaining = deadline - anyio.current_time()
             if turn is not None and (turn.status in RESTING_TURN or remaining <= 0):
+                await progress.poll()  # what happened last (the end of a streamed text) still goes out
                 return await self.turn_outcome(turn, message_id)
             if turn is None and remaining <= 0:
                 return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running")
