@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import anyio
 
@@ -28,6 +29,7 @@ class ProgressFeed:
         self._after_seq = 0
         self._count = 0
         self._last_emit = anyio.current_time()
+        self._streamed = False
 
     async def start(self) -> None:
         if self._emit_fn is not None:
@@ -38,6 +40,12 @@ class ProgressFeed:
             return
         for event in await self._store.list_events(self._session_id, self._after_seq, 100):
             self._after_seq = event.seq
+            if event.kind == "text_delta":
+                self._streamed = True
+            elif event.kind == "model_step" and self._streamed:
+                # The text already went out piece by piece while it streamed: do not repeat it.
+                self._streamed = False
+                event = replace(event, data={**event.data, "text": ""})
             text = describe_event(event)
             if text:
                 await self._emit(text)
@@ -53,10 +61,6 @@ class ProgressFeed:
         except Exception:
             # A caller that went away cannot take progress; its wait ends on its own.
             self._emit_fn = None
-
-
-PROGRESS_TEXT_CHARS = 300
-STREAMED_TEXT_CHARS = 4000
 
 
 def describe_event(event: EventRecord) -> str | None:
