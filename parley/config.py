@@ -264,6 +264,45 @@ class RuntimeConfig(_Strict):
     )
 
 
+class TasksConfig(_Strict):
+    """MCP tasks (turns a client follows by task id instead of a blocking call)."""
+
+    default_ttl_s: float = Field(
+        7 * 86_400, gt=0, description="How long a task is kept after it was created, when the client asks no TTL."
+    )
+    max_ttl_s: float = Field(
+        30 * 86_400, gt=0, description="The longest TTL a client may ask for; longer requests are lowered."
+    )
+    poll_interval_s: float = Field(
+        1.0, gt=0, le=3600, description="The polling interval suggested to clients (pollInterval)."
+    )
+    list_page_size: int = Field(50, ge=1, le=1000, description="Tasks per page of tasks/list.")
+    purge_interval_s: float = Field(
+        60.0, gt=0, le=86_400, description="How often expired tasks are deleted."
+    )
+    status_poll_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "For status notifications: how often a task changed by another process is looked at "
+            "(changes made by this process are sent at once)."
+        ),
+    )
+    max_watched: int = Field(
+        1000,
+        ge=0,
+        le=1_000_000,
+        description="Tasks per process whose status changes are pushed to their client; more are only polled.",
+    )
+
+    @model_validator(mode="after")
+    def _ttls(self) -> TasksConfig:
+        if self.default_ttl_s > self.max_ttl_s:
+            raise ValueError("tasks: default_ttl_s must not exceed max_ttl_s")
+        return self
+
+
 class HttpConfig(_Strict):
     request_state_keys_env: str | None = Field(
         None,
@@ -281,6 +320,7 @@ class ServerConfigFile(_Strict):
     agents_dir: str = Field("configs/agents", description="Folder of agent YAML files, next to parley.yaml.")
     runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
     http: HttpConfig = Field(default_factory=lambda: HttpConfig())
+    tasks: TasksConfig = Field(default_factory=lambda: TasksConfig())
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     models: dict[str, ModelSpec] = Field(
         default_factory=dict, description="Models a caller may choose by name in session settings."
@@ -325,6 +365,7 @@ class ServerConfig:
     agents: dict[str, AgentConfig]
     runtime: RuntimeConfig
     http: HttpConfig = field(default_factory=HttpConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     models: dict[str, ModelSpec] = field(default_factory=dict)
     config_path: Path | None = None
@@ -559,6 +600,7 @@ def _load(
         agents=agents,
         runtime=file_cfg.runtime,
         http=file_cfg.http,
+        tasks=file_cfg.tasks,
         mcp_servers=file_cfg.mcp_servers,
         models=file_cfg.models,
         config_path=config_path,

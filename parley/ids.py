@@ -14,6 +14,7 @@ QueuedMessageId = NewType("QueuedMessageId", str)
 _SESSION_ID = re.compile(r"ses_[0-9a-f]{32}")
 _QUEUED_ID = re.compile(r"qm_[0-9a-f]{32}")
 _INTERRUPT_ID = re.compile(r"int_[0-9a-f]{32}")
+_TASK_ID = re.compile(r"task_[0-9a-f]{32}")
 
 
 def _new(prefix: str) -> str:
@@ -42,6 +43,14 @@ def new_interrupt_id() -> str:
 
 def is_interrupt_id(value: str) -> bool:
     return _INTERRUPT_ID.fullmatch(value) is not None
+
+
+def new_task_id() -> str:
+    return _new("task")
+
+
+def is_task_id(value: str) -> bool:
+    return _TASK_ID.fullmatch(value) is not None
 
 
 def new_process_id() -> str:

@@ -274,6 +274,43 @@ class SessionPage:
 
 EnqueueOutcome = Literal["queued", "not_found", "closed", "turn_limit", "duplicate"]
 
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+TERMINAL_TASK_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRecord:
+    """An MCP task: the handle a client holds on the turn its call started (or resumed).
+
+    Its status is derived from the turn while the task is open; `result` is the wire result,
+    stored once the task ends so that later reads neither change nor need the turn."""
+
+    id: str
+    owner: str
+    generation: str
+    tool: str
+    session_id: SessionId | None
+    queued_message_id: QueuedMessageId | None
+    turn_id: TurnId | None
+    status: TaskStatus
+    status_message: str | None
+    result: dict[str, Any] | None
+    ttl_ms: int | None
+    poll_interval_ms: int
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_TASK_STATUSES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskPage:
+    tasks: list[TaskRecord]
+    next_cursor: str | None
+
 
 class Store(Protocol):
     """Durable state of every session. All methods are safe to call from many tasks at once."""
@@ -477,3 +514,32 @@ class Store(Protocol):
     async def list_steps(self, session_id: SessionId) -> list[StepRecord]: ...
 
     async def list_events(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]: ...
+
+    # -- MCP tasks
+    async def create_task(self, task: TaskRecord) -> None: ...
+
+    async def get_task(self, task_id: str, now: float) -> TaskRecord | None:
+        """The task, or None when there is none or it has expired."""
+        ...
+
+    async def update_task(
+        self,
+        task_id: str,
+        *,
+        status: TaskStatus,
+        status_message: str | None,
+        turn_id: TurnId | None,
+        result: dict[str, Any] | None,
+        now: float,
+    ) -> TaskRecord | None:
+        """Record a new state of an open task. An ended task is never changed: the first end
+        wins, and the record as stored is returned."""
+        ...
+
+    async def list_tasks(self, owner: str, cursor: str | None, limit: int, now: float) -> TaskPage:
+        """The owner's live tasks, oldest first, a page at a time."""
+        ...
+
+    async def purge_tasks(self, now: float) -> int:
+        """Delete expired tasks; return how many."""
+        ...

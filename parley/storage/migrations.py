@@ -183,4 +183,26 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE sessions ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;
     """,
+    # 9: MCP tasks: a client's durable handle on the turn one of its calls started or resumed
+    """
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        generation TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        session_id TEXT,
+        queued_message_id TEXT,
+        turn_id TEXT,
+        status TEXT NOT NULL,
+        status_message TEXT,
+        result TEXT,
+        ttl_ms INTEGER,
+        poll_interval_ms INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        expires_at REAL
+    );
+    CREATE INDEX tasks_by_owner ON tasks(owner, created_at, id);
+    CREATE INDEX tasks_by_expiry ON tasks(expires_at);
+    """,
 )

@@ -8,7 +8,6 @@ write lock up front so a transaction never fails half way on a lock upgrade, and
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 from collections.abc import AsyncIterator
@@ -40,6 +39,8 @@ from parley.storage.base import (
     TurnStatus,
 )
 from parley.storage.migrations import MIGRATIONS
+from parley.storage.sqlite_plumbing import dumps
+from parley.storage.sqlite_tasks import SqliteTasks
 
 # How long a write waits for another process's transaction before failing.
 BUSY_TIMEOUT_MS = 10_000
@@ -65,8 +66,7 @@ _INTERRUPT_COLUMNS = (
 )
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+_dumps = dumps
 
 
 def _session(row: sqlite3.Row) -> SessionRecord:
@@ -204,57 +204,8 @@ def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
     )
 
 
-class SqliteStore:
+class SqliteStore(SqliteTasks):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
-
-    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
-        self._db = db
-        self.path = path
-        # One connection serves every task of the process; transactions must not interleave.
-        self._lock = anyio.Lock()
-
-    # ------------------------------------------------------------------ plumbing
-
-    @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
-            try:
-                await self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise StorageError(f"cannot start a transaction on {self.path}: {exc}") from exc
-            except BaseException:
-                # Cancelled while waiting: the BEGIN still runs in aiosqlite's thread. Without this
-                # ROLLBACK (queued behind it on that thread) the connection would keep the write
-                # lock, and every process would find the database locked.
-                with anyio.CancelScope(shield=True):
-                    await self._rollback_quietly()
-                raise
-            try:
-                yield self._db
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._db.execute("ROLLBACK")
-                raise
-            else:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await self._db.execute("COMMIT")
-                    except sqlite3.Error as exc:
-                        await self._db.execute("ROLLBACK")
-                        raise StorageError(f"cannot commit to {self.path}: {exc}") from exc
-
-    async def _rollback_quietly(self) -> None:
-        # An error here means the BEGIN had not happened: there is no transaction to end.
-        with contextlib.suppress(sqlite3.OperationalError):
-            await self._db.execute("ROLLBACK")
-
-    async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        async with self._lock, self._db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
-
-    async def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        async with self._lock, self._db.execute(sql, params) as cur:
-            return await cur.fetchone()
 
     @staticmethod
     async def _check_lease(db: aiosqlite.Connection, session_id: SessionId, lease: str) -> None:
