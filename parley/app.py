@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 import httpx2
 import uvicorn
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
+from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
@@ -30,8 +31,10 @@ from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
+from parley.runtime.tasks import TaskService
 from parley.runtime.toolbox import Toolbox
 from parley.server.http import QuietUvicorn, build_http_app, check_bind
+from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
 from parley.storage.sqlite import SqliteStore, open_sqlite_store
@@ -46,6 +49,7 @@ class App:
     store: SqliteStore
     process_id: str
     sources: McpToolSources
+    tasks: TaskService
 
     async def health(self) -> dict[str, Any]:
         return {
@@ -130,13 +134,27 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             toolbox=toolbox,
             model_names=sorted(config.models),
         )
+        tasks = TaskService(
+            store=store,
+            service=service,
+            signals=signals,
+            clock=clock,
+            settings=config.tasks,
+            render=lambda outcome: as_wire(outcome_result(outcome)),
+        )
         async with anyio.create_task_group() as tg:
             await tg.start(sources.run)
             await tg.start(scheduler.run)
+            await tg.start(tasks.run_purge)
             logger.info("parley %s started as %s on %s", __version__, process_id, config.db_path)
             try:
                 yield App(
-                    service=service, scheduler=scheduler, store=store, process_id=process_id, sources=sources
+                    service=service,
+                    scheduler=scheduler,
+                    store=store,
+                    process_id=process_id,
+                    sources=sources,
+                    tasks=tasks,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
@@ -155,6 +173,17 @@ def _state_keys(config: ServerConfig) -> list[str] | None:
     return [k.strip() for k in raw.split(",") if k.strip()] if raw else None
 
 
+def _mcp_server(config: ServerConfig, app: App, watchers: TaskGroup) -> MCPServer[Any]:
+    return build_mcp_server(
+        app.service,
+        lambda ctx: LOCAL_PRINCIPAL,
+        __version__,
+        _state_keys(config),
+        tasks=app.tasks,
+        watchers=watchers,
+    )
+
+
 async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
@@ -166,16 +195,15 @@ async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None])
 
 async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
     """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
-    async with running_app(config) as app:
-        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__, _state_keys(config))
-        async with anyio.create_task_group() as tg:
-            await tg.start(_on_signal, tg.cancel_scope.cancel)
-            if ready_hint:
-                sys.stderr.write(ready_hint)
-                sys.stderr.flush()
-            await run_stdio(server)
-            logger.info("stdin closed; shutting down")
-            tg.cancel_scope.cancel()
+    async with running_app(config) as app, anyio.create_task_group() as tg:
+        server = _mcp_server(config, app, tg)
+        await tg.start(_on_signal, tg.cancel_scope.cancel)
+        if ready_hint:
+            sys.stderr.write(ready_hint)
+            sys.stderr.flush()
+        await run_stdio(server)
+        logger.info("stdin closed; shutting down")
+        tg.cancel_scope.cancel()
 
 
 async def serve_http(
@@ -186,8 +214,8 @@ async def serve_http(
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
 ) -> None:
     check_bind(host, insecure_bind)
-    async with running_app(config) as app:
-        server = build_mcp_server(app.service, lambda ctx: LOCAL_PRINCIPAL, __version__, _state_keys(config))
+    async with running_app(config) as app, anyio.create_task_group() as tg:
+        server = _mcp_server(config, app, tg)
         starlette_app = build_http_app(server, host, app.health)
         uv = QuietUvicorn(
             uvicorn.Config(
@@ -204,11 +232,10 @@ async def serve_http(
         def stop() -> None:
             uv.should_exit = True
 
-        async with anyio.create_task_group() as tg:
-            await tg.start(_on_signal, stop)
-            tg.start_soon(_announce, uv, on_listening)
-            await uv.serve()
-            tg.cancel_scope.cancel()
+        await tg.start(_on_signal, stop)
+        tg.start_soon(_announce, uv, on_listening)
+        await uv.serve()
+        tg.cancel_scope.cancel()
 
 
 async def _announce(uv: uvicorn.Server, on_listening: Callable[[str, int], Awaitable[None]] | None) -> None:

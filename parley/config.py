@@ -268,7 +268,9 @@ class TasksConfig(_Strict):
     """MCP tasks (turns a client follows by task id instead of a blocking call)."""
 
     default_ttl_s: float = Field(
-        7 * 86_400, gt=0, description="How long a task is kept after it was created, when the client asks no TTL."
+        7 * 86_400,
+        gt=0,
+        description="How long a task is kept after it was created, when the client asks no TTL.",
     )
     max_ttl_s: float = Field(
         30 * 86_400, gt=0, description="The longest TTL a client may ask for; longer requests are lowered."
@@ -277,9 +279,7 @@ class TasksConfig(_Strict):
         1.0, gt=0, le=3600, description="The polling interval suggested to clients (pollInterval)."
     )
     list_page_size: int = Field(50, ge=1, le=1000, description="Tasks per page of tasks/list.")
-    purge_interval_s: float = Field(
-        60.0, gt=0, le=86_400, description="How often expired tasks are deleted."
-    )
+    purge_interval_s: float = Field(60.0, gt=0, le=86_400, description="How often expired tasks are deleted.")
     status_poll_s: float = Field(
         5.0,
         gt=0,

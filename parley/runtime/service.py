@@ -108,6 +108,10 @@ class SessionService:
     # ------------------------------------------------------------------ validation helpers
 
     @property
+    def poll_interval_s(self) -> float:
+        return self._runtime.poll_interval_s
+
+    @property
     def model_names(self) -> list[str]:
         return list(self._model_names)
 
@@ -539,17 +543,39 @@ class SessionService:
         (the message was queued by the first call and is not queued again), then keep waiting."""
         session = await self._owned(owner, session_id)
         wait_s = self._wait_s(wait_seconds)
-        for interrupt, resolution in answers:
-            if resolution.answer is not None:
-                checked = checked_answer(interrupt, resolution.answer)
-                if checked is None:
-                    continue  # not one of the choices: it stays pending and is asked again
-                resolution = replace(resolution, answer=checked)
-            await self._store.resolve_interrupt(
-                session.id, interrupt.id, resolution, "elicitation", self._clock()
-            )
-        self._signals.work_available()
+        await self.apply_answers(owner, session.id, answers)
         return await self.wait_for_turn(session.id, TurnId(turn_id), wait_s, on_progress)
+
+    async def apply_answers(
+        self, owner: str, session_id: str, answers: Sequence[tuple[InterruptRecord, Resolution]]
+    ) -> None:
+        """Resolve interrupts with what a person answered through the client (a form, an
+        input-required round, a task's input). An answer outside the choices leaves its
+        interrupt pending, to be asked again; an interrupt resolved meanwhile stays as it is."""
+        session = await self._owned(owner, session_id)
+        for interrupt, resolution in answers:
+            await self._resolve_by_person(session.id, interrupt, resolution)
+
+    async def _resolve_by_person(
+        self, session_id: SessionId, interrupt: InterruptRecord, resolution: Resolution
+    ) -> None:
+        if resolution.answer is not None:
+            # The form's choices are a hint to the client, not a guarantee.
+            checked = checked_answer(interrupt, resolution.answer)
+            if checked is None:
+                return
+            resolution = replace(resolution, answer=checked)
+        await self._store.resolve_interrupt(
+            session_id, interrupt.id, resolution, "elicitation", self._clock()
+        )
+        self._signals.work_available()
+
+    async def put_to_person(self, ask_human: AskHuman, interrupt: InterruptRecord, deadline: float) -> None:
+        """Ask the person behind the client about one interrupt (withdrawn if it is resolved some
+        other way first, or at `deadline` on anyio's clock) and apply what they answer."""
+        resolution = await self._ask(ask_human, interrupt, deadline)
+        if resolution is not None:
+            await self._resolve_by_person(interrupt.session_id, interrupt, resolution)
 
     async def pending(self, owner: str, session_id: str) -> list[InterruptRecord]:
         session = await self._owned(owner, session_id)
@@ -690,16 +716,7 @@ class SessionService:
                 # exactly as approve/answer_question would, and the wait goes on.
                 for interrupt in new:
                     asked.add(interrupt.id)
-                    resolution = await self._ask(ask_human, interrupt, deadline)
-                    if resolution is not None and resolution.answer is not None:
-                        # The form's choices are a hint to the client, not a guarantee.
-                        checked = checked_answer(interrupt, resolution.answer)
-                        resolution = replace(resolution, answer=checked) if checked is not None else None
-                    if resolution is not None:
-                        await self._store.resolve_interrupt(
-                            session_id, interrupt.id, resolution, "elicitation", self._clock()
-                        )
-                        self._signals.work_available()
+                    await self.put_to_person(ask_human, interrupt, deadline)
                 continue
             await self._signals.wait_changed(
                 session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)

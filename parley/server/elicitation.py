@@ -1,19 +1,24 @@
 """Putting a pending approval or question to the person behind the MCP client (form elicitation).
 
-Only during a blocking call of a 2025-11-25-or-older client that declared elicitation and has a
-back channel (stdio, stateful streamable HTTP). A 2026-07-28 client gets the interrupt through
-an input-required result or a task instead (later); any client can always use the tools.
+During a blocking call (or a 2025-11-25 task's tasks/result) of a 2025-11-25-or-older client that
+declared elicitation and has a back channel (stdio, stateful streamable HTTP). A 2026-07-28 client
+gets the interrupt through an input-required result or its task's input requests; any client can
+always use the tools.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.mcpserver import Context
-from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult
+from mcp.server.session import ServerSession
+from mcp.shared.message import ServerMessageMetadata
+from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, RequestId
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from parley.runtime.service import AskHuman
 from parley.storage.base import InterruptRecord, Resolution
@@ -21,10 +26,24 @@ from parley.storage.base import InterruptRecord, Resolution
 logger = logging.getLogger(__name__)
 
 
-def _can_elicit(ctx: Context) -> bool:
-    session = ctx.request_context.session
+# Set (by the task gateway) on the inner run of a call that becomes a task: that run only
+# starts the work; the person is asked through the task, not through this call.
+CREATING_TASK_META = "dev.parley/creating-task"
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+
+
+def creating_task(ctx: Context) -> bool:
+    meta = ctx.request_context.meta
+    return bool(meta and meta.get(CREATING_TASK_META))
+
+
+def can_elicit(session: ServerSession) -> bool:
     caps = session.client_capabilities
     return bool(session.can_send_request and caps is not None and caps.elicitation is not None)
+
+
+def _can_elicit(ctx: Context) -> bool:
+    return can_elicit(ctx.request_context.session) and not creating_task(ctx)
 
 
 def approval_form(interrupt: InterruptRecord) -> tuple[str, dict[str, Any]]:
@@ -80,15 +99,23 @@ def ask_human_through(ctx: Context) -> AskHuman | None:
     """An AskHuman for this request, or None when the client cannot be asked now."""
     if not _can_elicit(ctx):
         return None
-    session = ctx.request_context.session
-    request_id = ctx.request_context.request_id
+    return asking(ctx.request_context.session, ctx.request_context.request_id)
+
+
+def asking(session: ServerSession, request_id: RequestId | None, task_id: str | None = None) -> AskHuman:
+    """Ask through form elicitation on the stream of request `request_id`; with `task_id`, the
+    elicitation names the task it belongs to (a 2025-11-25 task's tasks/result)."""
 
     async def ask(interrupt: InterruptRecord) -> Resolution | None:
-        message, schema = (
-            approval_form(interrupt) if interrupt.kind == "approval" else question_form(interrupt)
+        message, schema = form(interrupt)
+        meta = {RELATED_TASK_META: {"taskId": task_id}} if task_id else None
+        request = ElicitRequest(
+            params=ElicitRequestFormParams(message=message, requested_schema=schema, _meta=meta)
         )
         try:
-            result = await session.elicit_form(message, schema, related_request_id=request_id)
+            result = await session.send_request(
+                request, ElicitResult, metadata=ServerMessageMetadata(related_request_id=request_id)
+            )
         except Exception as exc:
             # The client refused or broke off; the interrupt stays pending for the tools.
             logger.info("elicitation for %s failed: %s", interrupt.id, type(exc).__name__)
@@ -107,7 +134,10 @@ def can_ask_by_input_required(ctx: Context) -> bool:
     session = ctx.request_context.session
     caps = session.client_capabilities
     return (
-        ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and caps is not None and caps.elicitation is not None
+        ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        and caps is not None
+        and caps.elicitation is not None
+        and not creating_task(ctx)
     )
 
 
@@ -115,24 +145,42 @@ def input_key(interrupt: InterruptRecord) -> str:
     return f"{interrupt.kind}:{interrupt.id}"
 
 
-def input_required(pending: list[InterruptRecord], state: dict[str, Any]) -> InputRequiredResult:
-    requests: dict[str, Any] = {}
+def form(interrupt: InterruptRecord) -> tuple[str, dict[str, Any]]:
+    return approval_form(interrupt) if interrupt.kind == "approval" else question_form(interrupt)
+
+
+def input_requests(pending: list[InterruptRecord]) -> dict[str, ElicitRequest]:
+    """One form per interrupt, keyed by the interrupt (so a key is never reused for another)."""
+    requests = {}
     for interrupt in pending:
-        message, schema = (
-            approval_form(interrupt) if interrupt.kind == "approval" else question_form(interrupt)
-        )
+        message, schema = form(interrupt)
         requests[input_key(interrupt)] = ElicitRequest(
             params=ElicitRequestFormParams(message=message, requested_schema=schema)
         )
-    return InputRequiredResult(input_requests=requests, request_state=json.dumps(state))
+    return requests
+
+
+def input_required(pending: list[InterruptRecord], state: dict[str, Any]) -> InputRequiredResult:
+    return InputRequiredResult(input_requests=dict(input_requests(pending)), request_state=json.dumps(state))
 
 
 def answers_from(ctx: Context, pending: list[InterruptRecord]) -> list[tuple[InterruptRecord, Resolution]]:
     """The retried call's answers, matched to interrupts that are still pending."""
-    responses = ctx.input_responses or {}
+    return match_answers(ctx.input_responses or {}, pending)
+
+
+def match_answers(
+    responses: Mapping[str, Any], pending: list[InterruptRecord]
+) -> list[tuple[InterruptRecord, Resolution]]:
+    """Answers keyed as input_requests keyed them; unknown keys and malformed answers are ignored."""
     answered = []
     for interrupt in pending:
         response = responses.get(input_key(interrupt))
+        if isinstance(response, Mapping):
+            try:
+                response = ElicitResult.model_validate(response)
+            except ValidationError:
+                continue
         if isinstance(response, ElicitResult):
             resolution = resolution_from(interrupt, response)
             if resolution is not None:

@@ -7,14 +7,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, cast
 
+from anyio.abc import TaskGroup
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import RequestError
 from parley.runtime.decisions import Decision
 from parley.runtime.progress import ProgressFn
 from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.tasks import TaskService
 from parley.server.elicitation import (
     answers_from,
     ask_human_through,
@@ -22,7 +24,9 @@ from parley.server.elicitation import (
     input_required,
     retry_state,
 )
-from parley.server.render import render_agents, render_close, render_outcome, render_session, render_sessions
+from parley.server.render import render_agents, render_close, render_session, render_sessions
+from parley.server.results import error, ok, outcome_result
+from parley.server.tasks import TaskGateway
 from parley.server.wire import (
     AgentList,
     CloseResult,
@@ -30,7 +34,6 @@ from parley.server.wire import (
     SessionView,
     TurnOutcomeView,
     agent_view,
-    outcome_view,
     session_summary,
     session_view,
 )
@@ -98,8 +101,7 @@ def _outcome_or_ask(ctx: Context, outcome: TurnOutcome, asked: list[str]) -> Cal
             "asked": [*asked, *(i.id for i in fresh)],
         }
         return cast(CallToolResult, input_required(outcome.pending, state))
-    view = outcome_view(outcome)
-    return _ok(view, render_outcome(view))
+    return outcome_result(outcome)
 
 
 async def _resumed(
@@ -141,16 +143,6 @@ class DecisionArg(BaseModel):
     reason: str | None = Field(None, description="Why; the agent reads it.")
 
 
-def _ok(model: BaseModel, text: str) -> CallToolResult:
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)], structured_content=model.model_dump(mode="json")
-    )
-
-
-def _error(text: str) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-
-
 async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
     """The one place where our errors become tool results.
 
@@ -160,11 +152,11 @@ async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> Ca
         return await work()
     except RequestError as exc:
         logger.info("tool %s refused: %s", tool, type(exc).__name__)
-        return _error(str(exc))
+        return error(str(exc))
     except Exception:
         ref = uuid.uuid4().hex[:8]
         logger.exception("tool %s failed (ref %s)", tool, ref)
-        return _error(
+        return error(
             f"parley hit an internal error (ref {ref}); nothing was changed by this call. Try again."
         )
 
@@ -193,14 +185,14 @@ class ParleyMCPServer(MCPServer[Any]):
             known = set(tool.parameters.get("properties", {}))
             unknown = sorted(set(arguments) - known)
             if unknown:
-                return _error(
+                return error(
                     f"Unknown argument(s) {', '.join(repr(u) for u in unknown)} for {name}; "
                     f"its arguments are: {', '.join(sorted(known)) or 'none'}."
                 )
             try:
                 tool.fn_metadata.validate_arguments(arguments)
             except ValidationError as exc:
-                return _error(_argument_errors(name, exc))
+                return error(_argument_errors(name, exc))
         return await super().call_tool(name, arguments, context)
 
 
@@ -213,11 +205,25 @@ def _argument_errors(tool: str, exc: ValidationError) -> str:
 
 
 def build_mcp_server(
-    service: SessionService, owner_of: OwnerOf, version: str, request_state_keys: list[str] | None = None
+    service: SessionService,
+    owner_of: OwnerOf,
+    version: str,
+    request_state_keys: list[str] | None = None,
+    *,
+    tasks: TaskService,
+    watchers: TaskGroup | None = None,
 ) -> MCPServer[Any]:
+    """The MCP server. `watchers` runs the status notifications of 2025-11-25 tasks; it must
+    outlive every connection."""
     security = RequestStateSecurity(keys=request_state_keys) if request_state_keys else None
+    gateway = TaskGateway(tasks, owner_of, watchers)
     mcp = ParleyMCPServer(
-        "parley", version=version, instructions=SERVER_INSTRUCTIONS, request_state_security=security
+        "parley",
+        version=version,
+        instructions=SERVER_INSTRUCTIONS,
+        request_state_security=security,
+        extensions=[gateway],
+        middleware=[gateway.middleware],
     )
 
     @mcp.tool(title="List agents", annotations=READ_ONLY)
@@ -229,7 +235,7 @@ def build_mcp_server(
                 agents=[agent_view(a, offer) for a, offer in await service.describe_agents()],
                 models=service.model_names,
             )
-            return _ok(view, render_agents(view))
+            return ok(view, render_agents(view))
 
         return await _guard("list_agents", work)
 
@@ -344,7 +350,7 @@ def build_mcp_server(
         async def work() -> CallToolResult:
             status = await service.delete_queued_message(owner_of(ctx), session_id, queued_message_id)
             view = DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status)
-            return _ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
+            return ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
 
         return await _guard("delete_queued_message", work)
 
@@ -437,7 +443,7 @@ def build_mcp_server(
             )
             last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
             view = session_view(snapshot, last)
-            return _ok(view, render_session(view))
+            return ok(view, render_session(view))
 
         return await _guard("get_session", work)
 
@@ -456,7 +462,7 @@ def build_mcp_server(
         async def work() -> CallToolResult:
             sessions, next_cursor = await service.list_sessions(owner_of(ctx), status, agent, cursor, limit)
             view = SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=next_cursor)
-            return _ok(view, render_sessions(view))
+            return ok(view, render_sessions(view))
 
         return await _guard("list_sessions", work)
 
@@ -479,8 +485,7 @@ def build_mcp_server(
             outcome = await service.cancel_turn(
                 owner_of(ctx), session_id, wait_seconds, _progress(ctx), turn_id
             )
-            view = outcome_view(outcome)
-            return _ok(view, render_outcome(view))
+            return outcome_result(outcome)
 
         return await _guard("cancel_turn", work)
 
@@ -496,7 +501,7 @@ def build_mcp_server(
             view = CloseResult(
                 session_id=session.id, status=session.status, closed_reason=session.closed_reason
             )
-            return _ok(view, render_close(view))
+            return ok(view, render_close(view))
 
         return await _guard("close_session", work)
 
