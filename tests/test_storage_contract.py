@@ -32,6 +32,7 @@ from parley.storage.base import (
     QueuedMessageRecord,
     SessionRecord,
     Store,
+    TaskRecord,
     TurnRecord,
 )
 from parley.storage.migrations import MIGRATIONS
@@ -834,3 +835,74 @@ async def _one_running_session(store: Store) -> SessionId:
     )
     assert await store.create_session(record, first, 1.0)
     return sid
+
+
+# ---------------------------------------------------------------------------- MCP tasks
+
+
+def _task(task_id: str, *, owner: str = "local", created_at: float = T0, ttl_s: float = 60.0) -> TaskRecord:
+    return TaskRecord(
+        id=task_id,
+        owner=owner,
+        generation="2025-11-25",
+        tool="send_message",
+        session_id=None,
+        queued_message_id=None,
+        turn_id=None,
+        status="working",
+        status_message=None,
+        result=None,
+        ttl_ms=int(ttl_s * 1000),
+        poll_interval_ms=1000,
+        created_at=created_at,
+        updated_at=created_at,
+        expires_at=created_at + ttl_s,
+    )
+
+
+async def test_a_task_changes_while_open_and_its_first_end_is_final(store: Store) -> None:
+    await store.create_task(_task("task_a"))
+    working = await store.update_task(
+        "task_a",
+        status="input_required",
+        status_message="waits",
+        turn_id=TurnId("turn_1"),
+        result=None,
+        now=T0 + 1,
+    )
+    assert working is not None and working.status == "input_required" and working.turn_id == "turn_1"
+    done = await store.update_task(
+        "task_a", status="completed", status_message="done", turn_id=None, result={"content": []}, now=T0 + 2
+    )
+    assert done is not None and done.status == "completed" and done.result == {"content": []}
+    assert done.turn_id == "turn_1" and done.updated_at == T0 + 2
+    later = await store.update_task(
+        "task_a", status="cancelled", status_message="too late", turn_id=None, result=None, now=T0 + 3
+    )
+    assert later == done
+    assert await store.get_task("task_a", T0 + 3) == done
+
+
+async def test_an_expired_task_is_gone_and_purged(store: Store) -> None:
+    await store.create_task(_task("task_old", ttl_s=10))
+    await store.create_task(_task("task_new", ttl_s=100))
+    assert await store.get_task("task_old", T0 + 5) is not None
+    assert await store.get_task("task_old", T0 + 10) is None
+    assert await store.purge_tasks(T0 + 50) == 1
+    assert await store.get_task("task_new", T0 + 50) is not None
+    assert [t.id for t in (await store.list_tasks("local", None, 10, T0 + 50)).tasks] == ["task_new"]
+
+
+async def test_list_tasks_pages_through_the_owners_live_tasks_once_oldest_first(store: Store) -> None:
+    for i in range(7):
+        await store.create_task(_task(f"task_{i}", created_at=T0 + (i // 2)))
+    await store.create_task(_task("task_other", owner="someone else"))
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = await store.list_tasks("local", cursor, 3, T0 + 5)
+        seen += [t.id for t in page.tasks]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == [f"task_{i}" for i in range(7)]
