@@ -130,7 +130,9 @@ class _Validator(Protocol):
 
 @functools.cache
 def _document(file_name: str) -> dict[str, Any]:
+    """A vendored schema file, parsed and checked once against the metaschema of its draft."""
     document: dict[str, Any] = json.loads((SCHEMA_DIR / file_name).read_text(encoding="utf-8"))
+    validators.validator_for(document).check_schema(document)
     return document
 
 
@@ -166,7 +168,6 @@ def _validator(generation: str, name: str) -> _Validator:
         schema = {k: v for k, v in document.items() if k in ("$schema", "$id", key)}
         schema["$ref"] = f"#/{key}/{name}"
         cls = validators.validator_for(document)  # the draft the file declares in `$schema`
-        cls.check_schema(schema)
         validator: _Validator = cls(schema)
         return validator
     raise AssertionError(

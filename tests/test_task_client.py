@@ -4,12 +4,16 @@ generations end to end against a tiny fixture server (tests/mcp_servers/task_ech
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+import uvicorn
 from mcp import MCPError, StdioServerParameters
 
+from tests.support import eventually
 from tests.task_client import (
     LEGACY,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -194,11 +198,33 @@ async def test_poll_until_returns_the_first_match_and_reports_the_last_task_on_t
         await poll_until(get, lambda t: False, deadline=0.05, interval_s=0.001)
 
 
-# --- End to end against tests/mcp_servers/task_echo_server.py over stdio ---
+# --- End to end against tests/mcp_servers/task_echo_server.py: a subprocess on stdio, in-process on HTTP ---
 
 SERVER = StdioServerParameters(
     command=sys.executable, args=["-m", "tests.mcp_servers.task_echo_server"], cwd=REPO
 )
+
+
+@pytest.fixture(params=["stdio", "http"])
+async def target(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """What `task_client` connects to: the server's stdio parameters, or the URL of it served over HTTP."""
+    if request.param == "stdio":
+        yield SERVER
+        return
+    from tests.mcp_servers.task_echo_server import build
+
+    app = build().streamable_http_app(streamable_http_path="/mcp")  # stateful, SSE: legacy back channel works
+    web = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    async with anyio.create_task_group() as group:
+        group.start_soon(web.serve)
+
+        async def started() -> bool:
+            return web.started
+
+        await eventually(started, "the HTTP fixture server to start")
+        port = web.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}/mcp"
+        web.should_exit = True
 
 
 async def _error_code(call: Any) -> int:
@@ -207,11 +233,11 @@ async def _error_code(call: Any) -> int:
     return failure.value.error.code
 
 
-async def test_legacy_task_with_elicitation_on_tasks_result() -> None:
+async def test_legacy_task_with_elicitation_on_tasks_result(target: Any) -> None:
     recorder = TaskRecorder(
         expect_related_task=True, answers=[{"action": "accept", "content": {"answer": "Ada"}}]
     )
-    async with task_client(SERVER, mode="legacy", recorder=recorder) as (client, _):
+    async with task_client(target, mode="legacy", recorder=recorder) as (client, _):
         assert client.protocol_version == LEGACY
         created = await create_task(client, "ask", {"question": "Your name?"}, ttl_ms=30_000)
         assert created["_meta"]["io.modelcontextprotocol/model-immediate-response"] == "started"
@@ -245,9 +271,9 @@ async def test_legacy_task_with_elicitation_on_tasks_result() -> None:
         assert await _error_code(get_task(client, "task-unknown")) == -32602
 
 
-async def test_legacy_cancel_and_a_declined_question() -> None:
+async def test_legacy_cancel_and_a_declined_question(target: Any) -> None:
     recorder = TaskRecorder(expect_related_task=True)  # default answer: decline
-    async with task_client(SERVER, mode="legacy", recorder=recorder) as (client, _):
+    async with task_client(target, mode="legacy", recorder=recorder) as (client, _):
         first = await call_tool_as_task(client, "ask", {"question": "Stop?"})
         assert first["ttl"] == 60_000
         cancelled = await cancel_task(client, first["taskId"])
@@ -262,8 +288,8 @@ async def test_legacy_cancel_and_a_declined_question() -> None:
         assert await _error_code(call_tool_as_task(client, "echo", {"text": "x"})) == -32601
 
 
-async def test_modern_task_with_input_requests_and_tasks_update() -> None:
-    async with task_client(SERVER) as (client, recorder):
+async def test_modern_task_with_input_requests_and_tasks_update(target: Any) -> None:
+    async with task_client(target) as (client, recorder):
         assert client.protocol_version == MODERN
         plain = await call_tool_modern(client, "echo", {"text": "hi"})
         assert plain["content"][0]["text"] == "hi"
@@ -296,9 +322,9 @@ async def test_modern_task_with_input_requests_and_tasks_update() -> None:
         assert "extensions" not in undeclared["io.modelcontextprotocol/clientCapabilities"]
 
 
-async def test_modern_client_call_tool_resolves_a_task_through_the_extension_claim() -> None:
+async def test_modern_client_call_tool_resolves_a_task_through_the_extension_claim(target: Any) -> None:
     recorder = TaskRecorder(answers=[{"action": "accept", "content": {"answer": "Hopper"}}])
-    async with task_client(SERVER, recorder=recorder) as (client, _):
+    async with task_client(target, recorder=recorder) as (client, _):
         result = await client.call_tool("ask", {"question": "Surname?"})
         assert result.content[0].text == "answer: Hopper"  # type: ignore[union-attr]
         [(key, params)] = recorder.asked
@@ -309,8 +335,8 @@ async def test_modern_client_call_tool_resolves_a_task_through_the_extension_cla
         assert (await get_task_modern(client, handle["taskId"]))["status"] == "cancelled"
 
 
-async def test_a_client_without_the_extension_gets_no_task_and_minus_32021() -> None:
-    async with task_client(SERVER, declare_tasks=False) as (client, recorder):
+async def test_a_client_without_the_extension_gets_no_task_and_minus_32021(target: Any) -> None:
+    async with task_client(target, declare_tasks=False) as (client, recorder):
         assert client.protocol_version == MODERN
         assert await _error_code(call_tool_modern(client, "ask", {"question": "?"})) == -32021
         assert await _error_code(get_task_modern(client, "task-any")) == -32021

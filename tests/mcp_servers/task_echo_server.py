@@ -114,7 +114,8 @@ class Store:
         task.changed = anyio.Event()
         if task.era == "legacy" and task.session is not None:
             params = types.TaskStatusNotificationParams.model_validate(task.legacy_view())
-            await task.session.send_notification(types.TaskStatusNotification(params=params))
+            # The SDK's ServerNotification union leaves out the task types (types-only); it sends it as is.
+            await task.session.send_notification(types.TaskStatusNotification(params=params))  # type: ignore[arg-type]
 
     async def run(self, task: Task) -> None:
         await anyio.sleep(0.05)
@@ -210,7 +211,7 @@ class Tasks(Extension):
                     params=types.ElicitRequestFormParams(
                         message=task.question,
                         requested_schema=QUESTION_SCHEMA,
-                        _meta={RELATED: {"taskId": task.task_id}},  # type: ignore[typeddict-unknown-key]
+                        _meta={RELATED: {"taskId": task.task_id}},
                     )
                 )
                 metadata = ServerMessageMetadata(related_request_id=ctx.request_id)
