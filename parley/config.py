@@ -133,6 +133,34 @@ class McpServerConfig(_Strict):
     tools: dict[str, ToolPolicy] = Field(
         default_factory=dict, description="Policies by the server's tool name."
     )
+    call_as_task: Literal["when_required", "when_offered"] = Field(
+        "when_required",
+        description=(
+            "Call a tool as an MCP task when the server requires it (when_required), or whenever the "
+            "server offers it (when_offered)."
+        ),
+    )
+    task_ttl_s: float = Field(
+        86_400.0, gt=0, le=30 * 86_400, description="The TTL parley asks for a downstream task."
+    )
+    task_poll_min_s: float = Field(
+        0.5, gt=0, le=3600, description="The shortest pause between two polls of a downstream task."
+    )
+    task_poll_max_s: float = Field(
+        60.0, gt=0, le=86_400, description="Polls back off (x1.5 each time) up to this pause."
+    )
+    task_poll_failures: int = Field(
+        5, ge=1, le=1000, description="Failed polls in a row before a downstream task counts as lost."
+    )
+    input_wait_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description=(
+            "How long a question the server asks during an open call waits for the user before parley "
+            "answers 'cancel' for them."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

@@ -21,10 +21,13 @@ from parley.errors import LeaseLost, ModelError
 from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, new_turn_id
 from parley.runtime import compaction
 from parley.runtime.builtin_tools import SET_RESULT_NAME, ToolOutcome, parse_ask_user, parse_durable_wait
+from parley.runtime.downstream_questions import DownstreamQuestions
 from parley.runtime.faults import FaultPoints
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
+from parley.runtime.mcp.connection import Asker
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.signals import SessionSignals
+from parley.runtime.tool_run import ToolRun
 from parley.runtime.toolbox import MAX_ATTEMPTS, Toolbox
 from parley.runtime.transcript import assistant_content, to_chat_messages
 from parley.storage.base import (
@@ -65,6 +68,8 @@ class DriverTimings:
 
 # The longest pause between two attempts of a model call.
 MAX_MODEL_BACKOFF_S = 60.0
+# How long an ending turn waits for the servers to take the cancels of its downstream tasks.
+REMOTE_CANCEL_S = 5.0
 
 
 # Streamed text reaches waiting callers in pieces of about this age or size.
@@ -267,6 +272,13 @@ class SessionDriver:
         # Process-wide caps: resuming a thousand sessions at start queues work instead of stampeding.
         self._model_slots = anyio.CapacityLimiter(timings.max_concurrent_model_calls)
         self._tool_slots = anyio.CapacityLimiter(timings.max_concurrent_tool_calls)
+        self._questions = DownstreamQuestions(
+            store=store,
+            signals=signals,
+            clock=clock,
+            process_id=process_id,
+            poll_interval_s=timings.poll_interval_s,
+        )
 
     def stop_after_current_step(self) -> None:
         """Shutdown: finish the step in progress, then release the session without starting another."""
@@ -525,6 +537,7 @@ class SessionDriver:
         if nothing else is left, so the process holds no task for a waiting session."""
         now = self._clock()
         runnable: list[ToolCallRecord] = []
+        polls: list[ToolCallRecord] = []
         for call in calls:
             if call.status == "pending" and call.requires_approval and call.decision != "approved":
                 await self._ask_approval(session, agent, call, now)
@@ -542,11 +555,16 @@ class SessionDriver:
                         {"text": "The wait is over; carry on.", "is_error": False},
                         now,
                     )
+            elif call.status == "waiting_for_task":
+                if call.wake_at is None or call.wake_at <= now:
+                    polls.append(call)
             elif call.status in ("pending", "running"):
                 runnable.append(call)
         async with anyio.create_task_group() as tg:
             for call in runnable:
                 tg.start_soon(self._run_tool, session, agent, call)
+            for call in polls:
+                tg.start_soon(self._poll_remote, session, call)
         await self._expire_deadlines(session, self._clock())
         await self._store.park_turn(session.id, self._process_id, calls[0].turn_id, self._clock())
 
@@ -660,22 +678,60 @@ class SessionDriver:
         # cancelled, so its result is kept.
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
-                run = await self._toolbox.run(call, agent, session, report)
+                run = await self._toolbox.run(call, agent, session, report, self._asker(session, call))
             self._faults.hit("tool_ran", call.name)
-            await self._store.commit_tool_result(
+            await self._commit_run(session, call, run)
+
+    async def _poll_remote(self, session: SessionRecord, call: ToolCallRecord) -> None:
+        """One look at the downstream task of a waiting call (see runtime/mcp/task_calls.py)."""
+        with anyio.CancelScope(shield=True):
+            async with self._tool_slots:
+                run = await self._toolbox.poll_remote(call, session, self._asker(session, call))
+            await self._commit_run(session, call, run)
+
+    async def _commit_run(self, session: SessionRecord, call: ToolCallRecord, run: ToolRun) -> None:
+        if run.waits:
+            assert run.remote is not None
+            await self._store.wait_remote(
                 session.id,
                 self._process_id,
                 call.id,
-                run.status,  # type: ignore[arg-type]
-                run.result,
+                "waiting_for_task",
+                run.remote,
+                run.wake_at,
                 self._clock(),
-                todos=run.todos,
             )
+            return
+        await self._store.commit_tool_result(
+            session.id,
+            self._process_id,
+            call.id,
+            run.status,  # type: ignore[arg-type]
+            run.result,
+            self._clock(),
+            todos=run.todos,
+        )
+
+    async def _cancel_remote_tasks(self, session: SessionRecord, turn_id: TurnId) -> None:
+        """Ask the servers to cancel the downstream tasks the ending turn still waits on (best
+        effort, bounded: the turn ends either way)."""
+        waiting = [c for c in await self._store.list_tool_calls(turn_id) if c.status == "waiting_for_task"]
+        if not waiting:
+            return
+        with anyio.move_on_after(REMOTE_CANCEL_S, shield=True):
+            async with anyio.create_task_group() as tg:
+                for call in waiting:
+                    tg.start_soon(self._toolbox.cancel_remote, call, session)
+
+    def _asker(self, session: SessionRecord, call: ToolCallRecord) -> Asker:
+        return self._questions.asker(session, call, self._toolbox.input_wait_s(call.server))
 
     async def _finish(
         self, session: SessionRecord, turn_id: TurnId, action: FinishTurn, limit_reason: str | None = None
     ) -> None:
         agent = self._agents.get(session.agent)
+        if action.status in ("cancelled", "failed"):
+            await self._cancel_remote_tasks(session, turn_id)
         close_reason = None
         session_status: SessionStatus | None = None
         if limit_reason is not None and session.kind != "task":

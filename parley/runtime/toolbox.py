@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from parley.runtime.builtin_tools import (
     ToolOutcome,
     run_builtin,
 )
+from parley.runtime.mcp.connection import Asker
 from parley.runtime.mcp.effects import classify
 from parley.runtime.mcp.naming import assign_names
 from parley.runtime.mcp.results import convert_result
@@ -31,7 +33,10 @@ from parley.runtime.mcp.sources import (
     McpToolSources,
     ToolSourceUnavailable,
 )
+from parley.runtime.mcp.task_calls import TaskCalls
 from parley.runtime.model import ToolSpec
+from parley.runtime.tool_run import ToolRun, by_effect
+from parley.runtime.tool_run import failed as _failed
 from parley.storage.base import SessionRecord, ToolCallRecord
 
 logger = logging.getLogger(__name__)
@@ -71,19 +76,6 @@ class Offer:
         return Binding(name=name, source="unknown", effect="unclassified", server=server)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolRun:
-    """How one call ended: a final status and the stored result."""
-
-    status: str  # succeeded | failed | outcome_unknown
-    result: dict[str, Any]
-    todos: list[dict[str, Any]] | None = None
-
-
-def _failed(text: str) -> ToolRun:
-    return ToolRun(status="failed", result={"text": text, "is_error": True})
-
-
 def _from_builtin(outcome: ToolOutcome) -> ToolRun:
     return ToolRun(
         status=outcome.status,
@@ -99,6 +91,7 @@ def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
 class Toolbox:
     def __init__(self, sources: McpToolSources | None) -> None:
         self._sources = sources
+        self._task_calls = TaskCalls(sources, time.time) if sources is not None else None
 
     # ------------------------------------------------------------------ offering
 
@@ -210,9 +203,12 @@ class Toolbox:
         agent: AgentConfig,
         session: SessionRecord,
         on_progress: ToolProgress | None = None,
+        on_input: Asker | None = None,
     ) -> ToolRun:
+        """Run one call. An MCP tool's questions during the call go to `on_input`; a tool that
+        runs as a downstream task comes back waiting (see poll_remote)."""
         if call.source == "mcp":
-            return await self._run_mcp(call, session, on_progress)
+            return await self._run_mcp(call, session, on_progress, on_input)
         if call.source == "resources":
             return await self._run_resources(call, agent, session)
         if call.source == "unknown" and call.server is not None:
@@ -227,8 +223,32 @@ class Toolbox:
         if self._sources is not None:
             self._sources.release_session(session_id)
 
+    async def poll_remote(
+        self, call: ToolCallRecord, session: SessionRecord, on_input: Asker | None = None
+    ) -> ToolRun:
+        """Look once at the downstream task of a waiting call."""
+        if self._task_calls is None or (call.server or "") not in self._task_calls.servers:
+            return by_effect(
+                call.effect,
+                f"Its downstream task was lost: MCP server '{call.server}' is not configured any more.",
+            )
+        return await self._task_calls.poll(call, session.id, on_input)
+
+    def input_wait_s(self, server: str | None) -> float:
+        """How long a server's question during an open call may wait for the user."""
+        cfg = self._sources.servers.get(server or "") if self._sources is not None else None
+        return cfg.input_wait_s if cfg is not None else 300.0
+
+    async def cancel_remote(self, call: ToolCallRecord, session: SessionRecord) -> None:
+        if self._task_calls is not None:
+            await self._task_calls.cancel(call, session.id)
+
     async def _run_mcp(
-        self, call: ToolCallRecord, session: SessionRecord, on_progress: ToolProgress | None
+        self,
+        call: ToolCallRecord,
+        session: SessionRecord,
+        on_progress: ToolProgress | None,
+        on_input: Asker | None,
     ) -> ToolRun:
         server, tool = call.server or "", call.tool or call.name
         if self._sources is None or server not in self._sources.servers:
@@ -243,6 +263,10 @@ class Toolbox:
                 return _failed(
                     f"Invalid arguments for {call.name}: {problems}. The call was not sent; fix the arguments and call again."
                 )
+        if listed is None:
+            listed = await self._listed(server, tool, session.id)
+        if self._task_calls is not None and self._task_calls.wants_task(server, listed):
+            return await self._task_calls.start(call, session.id)
         cfg = self._sources.servers[server]
         retryable = call.effect in ("read", "idempotent_write")
         attempts = MAX_ATTEMPTS if retryable else 1
@@ -256,6 +280,7 @@ class Toolbox:
                     session_id=session.id,
                     idempotency_key=call.idempotency_key,
                     on_progress=on_progress,
+                    on_input=on_input,
                 )
             except CallNotSent as exc:
                 last_problem = exc.reason
@@ -284,6 +309,15 @@ class Toolbox:
             stored = convert_result(result, cfg.max_result_chars)
             return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
         return _failed(f"The call failed: {last_problem}.")  # unreachable: the loop always returns
+
+    async def _listed(self, server: str, tool: str, session_id: str) -> Tool | None:
+        """The tool as its server lists it (after a restart the listing may not be cached yet)."""
+        assert self._sources is not None
+        try:
+            await self._sources.list_tools(server, session_id)
+        except ToolSourceUnavailable:
+            return None
+        return self._sources.cached_tool(server, tool)
 
     async def _run_resources(
         self, call: ToolCallRecord, agent: AgentConfig, session: SessionRecord

@@ -22,6 +22,7 @@ ToolCallStatus = Literal[
     "pending_approval",
     "awaiting_answer",
     "waiting_for_timer",
+    "waiting_for_task",
     "succeeded",
     "failed",
     "rejected",
@@ -160,6 +161,9 @@ class ToolCallRecord:
     requires_approval: bool = False
     wake_at: float | None = None
     decision: str | None = None
+    # Where the call stands at its MCP server: the downstream task it polls, or the input the
+    # server asked for and the state to send back with the answers (see runtime/mcp/remote.py).
+    remote: dict[str, Any] | None = None
 
     @property
     def is_final(self) -> bool:
@@ -420,6 +424,20 @@ class Store(Protocol):
         self, session_id: SessionId, lease: str, interrupt: InterruptRecord, now: float
     ) -> None:
         """Store a pending interrupt and put its tool call in pending_approval / awaiting_answer."""
+        ...
+
+    async def wait_remote(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        remote: dict[str, Any],
+        wake_at: float | None,
+        now: float,
+    ) -> None:
+        """Store where a call stands at its MCP server (a task to poll at `wake_at`, or input it
+        waits for) with the call's new non-final status."""
         ...
 
     async def set_timer(

@@ -205,4 +205,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_by_owner ON tasks(owner, created_at, id);
     CREATE INDEX tasks_by_expiry ON tasks(expires_at);
     """,
+    # 10: a tool call's state at its MCP server: a downstream task it polls, input it was asked for
+    """
+    ALTER TABLE tool_calls ADD COLUMN remote TEXT;
+    """,
 )

@@ -58,7 +58,8 @@ _TURN_COLUMNS = (
 _QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
 _CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
-    "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision"
+    "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision, "
+    "remote"
 )
 _INTERRUPT_COLUMNS = (
     "id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, deadline, resolution, "
@@ -143,6 +144,7 @@ def _call(row: sqlite3.Row) -> ToolCallRecord:
         requires_approval=bool(row["requires_approval"]),
         wake_at=row["wake_at"],
         decision=row["decision"],
+        remote=json.loads(row["remote"]) if row["remote"] else None,
     )
 
 
@@ -176,6 +178,11 @@ def _resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallSt
         reason = f" ({resolution.reason})" if resolution.reason else ""
         return f"The user declined to answer{reason}.", "succeeded", "declined"
     return f"The user answered: {resolution.answer}", "succeeded", "answered"
+
+
+def _asked_in_place(interrupt: InterruptRecord) -> bool:
+    """A question a downstream server asked during an open call (see runtime/downstream_questions.py)."""
+    return interrupt.kind == "question" and bool(interrupt.payload.get("downstream"))
 
 
 def _same_decision(existing: dict[str, Any] | None, new: Resolution) -> bool:
@@ -741,6 +748,12 @@ class SqliteStore(SqliteTasks):
             if row is None:
                 raise StorageError(f"tool call {call_id} is not stored")
             turn_id, name = row
+            # A question the call's server asked while it ran is moot once the call has ended.
+            await db.execute(
+                "UPDATE interrupts SET status = 'cancelled', resolved_at = ?, resolved_by = 'call_ended' "
+                "WHERE tool_call_id = ? AND status = 'pending'",
+                (now, call_id),
+            )
             await self._message(
                 db,
                 session_id,
@@ -786,7 +799,14 @@ class SqliteStore(SqliteTasks):
                     interrupt.deadline,
                 ),
             )
-            if interrupt.tool_call_id is not None:
+            if _asked_in_place(interrupt):
+                # The call stays open at its server while the user is asked; the session shows it.
+                await db.execute(
+                    "UPDATE sessions SET status = 'waiting_for_input', phase = NULL, updated_at = ? "
+                    "WHERE id = ? AND status = 'running'",
+                    (now, session_id),
+                )
+            elif interrupt.tool_call_id is not None:
                 await db.execute(
                     "UPDATE tool_calls SET status = ?, updated_at = ? WHERE id = ?",
                     (call_status, now, interrupt.tool_call_id),
@@ -799,6 +819,32 @@ class SqliteStore(SqliteTasks):
                 {"interrupt_id": interrupt.id, "kind": interrupt.kind},
                 now,
             )
+
+    async def wait_remote(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        remote: dict[str, Any],
+        wake_at: float | None,
+        now: float,
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "UPDATE tool_calls SET status = ?, remote = ?, wake_at = ?, updated_at = ? WHERE id = ? "
+                "RETURNING turn_id, name",
+                (status, _dumps(remote), wake_at, now, call_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                raise StorageError(f"tool call {call_id} is not stored")
+            data = {"call_id": call_id, "tool": row[1], "status": status, "wake_at": wake_at}
+            if remote.get("task_id"):
+                data["task_id"] = remote["task_id"]
+                data["task_status"] = remote.get("task_status")
+            await self._event(db, session_id, row[0], "tool_remote", data, now)
 
     async def set_timer(
         self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
@@ -818,8 +864,9 @@ class SqliteStore(SqliteTasks):
             await self._check_lease(db, session_id, lease)
             async with db.execute(
                 "SELECT SUM(status IN ('pending', 'running')), "
-                "SUM(status IN ('pending_approval', 'awaiting_answer', 'waiting_for_timer')), "
-                "MIN(CASE WHEN status = 'waiting_for_timer' THEN wake_at END) FROM tool_calls WHERE turn_id = ?",
+                "SUM(status IN ('pending_approval', 'awaiting_answer', 'waiting_for_timer', 'waiting_for_task')), "
+                "MIN(CASE WHEN status IN ('waiting_for_timer', 'waiting_for_task') THEN wake_at END) "
+                "FROM tool_calls WHERE turn_id = ?",
                 (turn_id,),
             ) as cur:
                 row = await cur.fetchone()
@@ -888,7 +935,7 @@ class SqliteStore(SqliteTasks):
                 "UPDATE interrupts SET status = ?, resolution = ?, resolved_by = ?, resolved_at = ? WHERE id = ?",
                 (interrupt_status, _dumps(resolution.as_dict()), by, now, interrupt_id),
             )
-            call_id = interrupt.tool_call_id
+            call_id = interrupt.tool_call_id if not _asked_in_place(interrupt) else None
             if call_id is not None:
                 if interrupt_status == "approved":
                     # Ready to run: the driver runs approved calls without asking again.
@@ -991,14 +1038,21 @@ class SqliteStore(SqliteTasks):
         async with self._tx() as db:
             await self._check_lease(db, session_id, lease)
             async with db.execute(
-                "SELECT id FROM tool_calls WHERE turn_id = ? AND status IN ('pending', 'running', "
-                "'pending_approval', 'awaiting_answer', 'waiting_for_timer') ORDER BY step_no, call_index",
+                "SELECT id, status, effect FROM tool_calls WHERE turn_id = ? AND status IN ('pending', 'running', "
+                "'pending_approval', 'awaiting_answer', 'waiting_for_timer', 'waiting_for_task') "
+                "ORDER BY step_no, call_index",
                 (turn_id,),
             ) as cur:
-                unfinished = [r[0] for r in await cur.fetchall()]
-            for call_id in unfinished:
+                unfinished = list(await cur.fetchall())
+            for call_id, call_status, effect in unfinished:
+                # A downstream task was under way: unless it only read, it may have had its effect.
+                ended = (
+                    "outcome_unknown"
+                    if call_status == "waiting_for_task" and effect != "read"
+                    else "cancelled"
+                )
                 await db.execute(
-                    "UPDATE tool_calls SET status = 'cancelled', updated_at = ? WHERE id = ?", (now, call_id)
+                    "UPDATE tool_calls SET status = ?, updated_at = ? WHERE id = ?", (ended, now, call_id)
                 )
             await db.execute(
                 "UPDATE interrupts SET status = 'cancelled', resolved_at = ?, resolved_by = 'turn_end' "

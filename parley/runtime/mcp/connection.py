@@ -7,11 +7,13 @@ the server goes away. Calls from any task then share the client.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import sys
-from contextlib import AsyncExitStack
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +22,16 @@ import httpx2
 from anyio.abc import TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import Implementation
+from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult, Implementation
 
 from parley.config import McpServerConfig
 
 logger = logging.getLogger(__name__)
+
+
+# Answers a question the server asks during a call (form elicitation) on behalf of the user.
+Asker = Callable[[ElicitRequestFormParams], Awaitable[ElicitResult]]
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 
 class McpConnection:
@@ -35,6 +42,38 @@ class McpConnection:
         self.client: Client | None = None
         self._stop = anyio.Event()
         self.last_used = anyio.current_time()
+        self._askers: dict[int, tuple[str | None, Asker]] = {}
+        self._next_asker = itertools.count()
+
+    @contextmanager
+    def asking(self, asker: Asker, task_id: str | None = None) -> Iterator[None]:
+        """While open, questions of this call (or of downstream task `task_id`) go to `asker`."""
+        token = next(self._next_asker)
+        self._askers[token] = (task_id, asker)
+        try:
+            yield
+        finally:
+            del self._askers[token]
+
+    async def _on_elicit(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+        """Route a server's question to the call it belongs to.
+
+        A question about a task names the task; any other question belongs to the call in flight
+        on this connection. The protocol does not say which call a question is about, so with
+        several calls in flight (or none) it cannot be put to anybody and is answered 'cancel'."""
+        meta = params.meta or {}
+        related = meta.get(RELATED_TASK_META)
+        task_id = related.get("taskId") if isinstance(related, dict) else None
+        askers = [a for t, a in self._askers.values() if t == task_id]
+        if not isinstance(params, ElicitRequestFormParams) or len(askers) != 1:
+            logger.warning(
+                "MCP server %s asked a question parley cannot route (%s; %d call(s) waiting); answered cancel",
+                self.server,
+                "not a form" if not isinstance(params, ElicitRequestFormParams) else f"task {task_id}",
+                len(askers),
+            )
+            return ElicitResult(action="cancel")
+        return await askers[0](params)
 
     @property
     def alive(self) -> bool:
@@ -66,7 +105,12 @@ class McpConnection:
                     target = streamable_http_client(cfg.url, http_client=http)
                 client = await stack.enter_async_context(
                     Client(
-                        target, mode="auto", client_info=Implementation(name="parley", version=self._version)
+                        target,
+                        mode="auto",
+                        client_info=Implementation(name="parley", version=self._version),
+                        # Questions go to the user; sampling is not offered, so servers cannot spend
+                        # the agent's model budget.
+                        elicitation_callback=self._on_elicit,
                     )
                 )
                 self.client = client

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
-from mcp import MCPError
+from mcp import Client, MCPError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import CallToolResult, Tool
 
 from parley.config import McpServerConfig
-from parley.runtime.mcp.connection import McpConnection, _describe
+from parley.runtime.mcp import remote
+from parley.runtime.mcp.connection import Asker, McpConnection, _describe
+from parley.runtime.mcp.remote import RemoteTask
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ MAX_BACKOFF_S = 300.0
 _TRANSPORT_CODES = frozenset({-32000, -32001})
 
 ProgressCallback = ProgressFnT
+T = TypeVar("T")
 
 
 class ToolSourceUnavailable(Exception):
@@ -51,6 +55,10 @@ class CallMaybeSent(Exception):
 
 class CallRefused(Exception):
     """The server answered with a JSON-RPC error (unknown tool, bad params...): it did not run the tool."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(slots=True)
@@ -230,14 +238,86 @@ class McpToolSources:
         session_id: str,
         idempotency_key: str,
         on_progress: ProgressCallback | None = None,
+        on_input: Asker | None = None,
     ) -> CallToolResult:
-        """Call a tool by its server's own name.
+        """Call a tool by its server's own name. A question the server asks during the call goes
+        to `on_input` (without one, it is answered 'cancel').
 
         Raises:
             CallNotSent: the server could not be reached; the tool did not run.
             CallRefused: the server answered with a protocol error; the tool did not run.
             CallMaybeSent: the connection broke or the call timed out; it may have run.
         """
+
+        async def call(connection: McpConnection, client: Client) -> CallToolResult:
+            with connection.asking(on_input) if on_input is not None else nullcontext():
+                return await client.call_tool(
+                    tool,
+                    arguments,
+                    progress_callback=on_progress,
+                    meta={IDEMPOTENCY_META_KEY: idempotency_key},  # type: ignore[arg-type]
+                )
+
+        return await self._guarded(server, session_id, call)
+
+    async def start_task(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        session_id: str,
+        idempotency_key: str,
+    ) -> RemoteTask:
+        """Call a tool as a 2025-11-25 task; the server answers at once with the task. Raises as
+        `call_tool` does."""
+        cfg = self._servers.get(server)
+        ttl_ms = int((cfg.task_ttl_s if cfg else 3600) * 1000)
+
+        async def start(connection: McpConnection, client: Client) -> RemoteTask:
+            if not remote.speaks_core_tasks(client):
+                raise CallRefused(
+                    f"{server} does not take tool calls as tasks (protocol {client.protocol_version})"
+                )
+            meta = {IDEMPOTENCY_META_KEY: idempotency_key}
+            timeout = cfg.call_timeout_s if cfg else 60.0
+            try:
+                return await remote.start_task(client, tool, arguments, ttl_ms, meta, timeout)
+            except ValueError as exc:
+                # It answered, but not with a task: it may have run the tool there and then.
+                raise CallMaybeSent(f"{server}: {exc}") from exc
+
+        return await self._guarded(server, session_id, start)
+
+    async def get_task(self, server: str, session_id: str, task_id: str) -> RemoteTask:
+        async def get(connection: McpConnection, client: Client) -> RemoteTask:
+            return await remote.get_task(client, task_id, self._servers[server].call_timeout_s)
+
+        return await self._guarded(server, session_id, get)
+
+    async def task_result(
+        self, server: str, session_id: str, task_id: str, on_input: Asker | None = None
+    ) -> CallToolResult:
+        """The result of a downstream task (blocks while it runs); the server's questions about the
+        task go to `on_input`."""
+
+        async def result(connection: McpConnection, client: Client) -> CallToolResult:
+            with connection.asking(on_input, task_id) if on_input is not None else nullcontext():
+                return await remote.task_result(client, task_id, self._servers[server].call_timeout_s)
+
+        return await self._guarded(server, session_id, result)
+
+    async def cancel_task(self, server: str, session_id: str, task_id: str) -> None:
+        async def cancel(connection: McpConnection, client: Client) -> None:
+            await remote.cancel_task(client, task_id, self._servers[server].call_timeout_s)
+
+        await self._guarded(server, session_id, cancel)
+
+    async def _guarded(
+        self, server: str, session_id: str, work: Callable[[McpConnection, Client], Awaitable[T]]
+    ) -> T:
+        """Run one request on the server's connection, bounded by call_timeout_s, with its
+        failures sorted by whether the request may have reached the server."""
         if server not in self._servers:
             raise CallNotSent(server, "not configured in parley.yaml any more")
         cfg = self._servers[server]
@@ -247,12 +327,7 @@ class McpToolSources:
             raise CallNotSent(server, "the connection closed before the call")
         try:
             with anyio.fail_after(cfg.call_timeout_s):
-                result = await client.call_tool(
-                    tool,
-                    arguments,
-                    progress_callback=on_progress,
-                    meta={IDEMPOTENCY_META_KEY: idempotency_key},  # type: ignore[arg-type]
-                )
+                result = await work(connection, client)
         except TimeoutError as exc:
             connection.close()  # a late answer must not be mistaken for the next call's
             raise CallMaybeSent(f"no answer from {server} within {cfg.call_timeout_s:g}s") from exc
@@ -262,7 +337,7 @@ class McpToolSources:
                 raise CallMaybeSent(
                     f"the connection to {server} broke during the call: {exc.error.message}"
                 ) from exc
-            raise CallRefused(f"{server} refused the call: {exc.error.message}") from exc
+            raise CallRefused(f"{server} refused the call: {exc.error.message}", exc.error.code) from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
             connection.close()
             raise CallMaybeSent(

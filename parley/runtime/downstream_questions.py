@@ -1,0 +1,169 @@
+"""A question a downstream MCP server asks during a tool call, put to the user as our own question.
+
+The server asks with form elicitation while the call (or its task's `tasks/result`) is open. The
+question becomes a `question` interrupt that belongs to the tool call; the session shows
+`waiting_for_input` and the user answers it like any question (answer_question, elicitation or
+task input upstream, the CLI). The answer goes back to the server as the form's content, a
+decline as a decline; when nobody answers within the server's `input_wait_s`, the server is told
+`cancel` and the question is closed as expired.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from mcp.types import ElicitRequestFormParams, ElicitResult
+
+from parley.ids import new_interrupt_id
+from parley.runtime.mcp.connection import Asker
+from parley.runtime.signals import SessionSignals
+from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store, ToolCallRecord
+
+MAX_QUESTION_CHARS = 4000
+MAX_CHOICES = 100
+
+
+def question_payload(params: ElicitRequestFormParams, call: ToolCallRecord) -> dict[str, Any]:
+    """What the user sees: the server's message, and the choices if the form has one field with
+    fixed values. A form with several fields is answered with a JSON object of them."""
+    schema = dict(params.requested_schema or {})
+    fields = dict(schema.get("properties") or {})
+    question = str(params.message)[:MAX_QUESTION_CHARS]
+    choices: list[str] = []
+    free_text = True
+    if len(fields) == 1:
+        field = next(iter(fields.values()))
+        choices, labels = _choices(field)
+        free_text = not choices
+        if labels:
+            question += "\n" + "\n".join(f"- {c}: {label}" for c, label in zip(choices, labels, strict=True))
+    elif fields:
+        question += "\nAnswer with a JSON object with the fields: " + ", ".join(
+            f"{name} ({field.get('type', 'any')})" for name, field in fields.items()
+        )
+    return {
+        "question": question,
+        "choices": choices[:MAX_CHOICES],
+        "allows_free_text": free_text,
+        "downstream": {"server": call.server, "tool": call.tool or call.name, "form": schema},
+        "tool": call.name,
+    }
+
+
+def _choices(field: dict[str, Any]) -> tuple[list[str], list[str]]:
+    if isinstance(field.get("enum"), list):
+        names = field.get("enumNames")
+        labels = (
+            [str(n) for n in names] if isinstance(names, list) and len(names) == len(field["enum"]) else []
+        )
+        return [str(v) for v in field["enum"]], labels
+    for key in ("oneOf", "anyOf"):
+        options = field.get(key)
+        if (
+            isinstance(options, list)
+            and options
+            and all(isinstance(o, dict) and "const" in o for o in options)
+        ):
+            return [str(o["const"]) for o in options], [str(o.get("title", o["const"])) for o in options]
+    if field.get("type") == "boolean":
+        return ["true", "false"], []
+    return [], []
+
+
+def elicit_result(interrupt: InterruptRecord) -> ElicitResult:
+    """The server's answer, from how the user resolved the question."""
+    resolution = interrupt.resolution or {}
+    if interrupt.status == "declined" or resolution.get("declined"):
+        return ElicitResult(action="decline")
+    answer = resolution.get("answer")
+    if interrupt.status != "answered" or not isinstance(answer, str):
+        return ElicitResult(action="cancel")
+    form = (interrupt.payload.get("downstream") or {}).get("form") or {}
+    fields = dict(form.get("properties") or {})
+    if len(fields) == 1:
+        ((name, field),) = fields.items()
+        return ElicitResult(action="accept", content={name: _typed(answer, field)})
+    try:
+        content = json.loads(answer)
+    except ValueError:
+        content = None
+    if isinstance(content, dict):
+        return ElicitResult(action="accept", content=content)
+    # Not what the form asks for: better to decline than to send something malformed.
+    return ElicitResult(action="decline")
+
+
+def _typed(answer: str, field: dict[str, Any]) -> Any:
+    kind = field.get("type")
+    try:
+        if kind == "boolean":
+            return answer.strip().lower() in ("true", "yes", "y", "1")
+        if kind == "integer":
+            return int(answer.strip())
+        if kind == "number":
+            return float(answer.strip())
+        if kind == "array":
+            value = json.loads(answer)
+            return value if isinstance(value, list) else [answer]
+    except ValueError:
+        return answer
+    return answer
+
+
+class DownstreamQuestions:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        signals: SessionSignals,
+        clock: Callable[[], float],
+        process_id: str,
+        poll_interval_s: float,
+    ) -> None:
+        self._store = store
+        self._signals = signals
+        self._clock = clock
+        self._process_id = process_id
+        self._poll_interval_s = poll_interval_s
+
+    def asker(self, session: SessionRecord, call: ToolCallRecord, wait_s: float) -> Asker:
+        async def ask(params: ElicitRequestFormParams) -> ElicitResult:
+            now = self._clock()
+            interrupt = InterruptRecord(
+                id=new_interrupt_id(),
+                session_id=session.id,
+                turn_id=call.turn_id,
+                tool_call_id=call.id,
+                kind="question",
+                status="pending",
+                payload=question_payload(params, call),
+                created_at=now,
+                deadline=now + wait_s,
+            )
+            await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
+            self._signals.notify(session.id)
+            with anyio.move_on_after(wait_s):
+                while True:
+                    current = await self._current(interrupt)
+                    if current is not None and current.status != "pending":
+                        return elicit_result(current)
+                    await self._signals.wait_changed(session.id, self._poll_interval_s)
+            with anyio.CancelScope(shield=True):
+                outcome = await self._store.resolve_interrupt(
+                    session.id, interrupt.id, Resolution(expired=True), "deadline", self._clock()
+                )
+                self._signals.notify(session.id)
+            if outcome.outcome in ("already_resolved", "conflict") and outcome.interrupt is not None:
+                return elicit_result(outcome.interrupt)  # answered at the last moment
+            return ElicitResult(action="cancel")
+
+        return ask
+
+    async def _current(self, interrupt: InterruptRecord) -> InterruptRecord | None:
+        for found in await self._store.list_interrupts(interrupt.session_id, pending_only=False):
+            if found.id == interrupt.id:
+                return found
+        return None

@@ -1,0 +1,109 @@
+"""Calling a downstream tool as an MCP task (2025-11-25 core tasks), on an open SDK client.
+
+The SDK ships the task types but no client for them: its typed `tools/call` rejects a task
+answer, so the task-augmented call goes out below the typed layer (the same stamping of
+headers the typed path does, then the raw send). `tasks/*` go through the typed path; the SDK
+does not validate their results, so they come back as sent.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from mcp import Client
+from mcp.shared.dispatcher import CallOptions
+from mcp.types import (
+    CallToolResult,
+    CancelTaskRequest,
+    CancelTaskRequestParams,
+    GetTaskPayloadRequest,
+    GetTaskPayloadRequestParams,
+    GetTaskRequest,
+    GetTaskRequestParams,
+)
+from pydantic import RootModel
+
+CORE_TASKS_VERSION = "2025-11-25"
+RELATED_TASK_META = "io.modelcontextprotocol/related-task"
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+
+
+class _Raw(RootModel[dict[str, Any]]):
+    """A result kept as the dict it arrived as."""
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTask:
+    task_id: str
+    status: str
+    status_message: str | None
+    poll_interval_s: float | None
+    ttl_ms: int | None
+
+    @classmethod
+    def from_wire(cls, task: dict[str, Any]) -> RemoteTask:
+        interval = task.get("pollInterval")
+        return cls(
+            task_id=str(task["taskId"]),
+            status=str(task.get("status")),
+            status_message=task.get("statusMessage"),
+            poll_interval_s=interval / 1000 if isinstance(interval, int | float) and interval > 0 else None,
+            ttl_ms=task.get("ttl") if isinstance(task.get("ttl"), int) else None,
+        )
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+
+def speaks_core_tasks(client: Client) -> bool:
+    """Whether the server can take task-augmented tool calls in the 2025-11-25 way."""
+    caps = client.server_capabilities
+    tasks = getattr(caps, "tasks", None) if caps is not None else None
+    requests = getattr(tasks, "requests", None)
+    tools = getattr(requests, "tools", None)
+    return client.protocol_version == CORE_TASKS_VERSION and getattr(tools, "call", None) is not None
+
+
+async def start_task(
+    client: Client, tool: str, arguments: dict[str, Any], ttl_ms: int, meta: dict[str, Any], timeout_s: float
+) -> RemoteTask:
+    """`tools/call` with `task`; the server answers at once with the task it created."""
+    session = client.session
+    data: dict[str, Any] = {
+        "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": copy.deepcopy(arguments),
+            "task": {"ttl": ttl_ms},
+            "_meta": meta,
+        },
+    }
+    opts: CallOptions = {"timeout": timeout_s}
+    # Private SDK API (2.3): what send_request would add (version headers), then the raw send.
+    session._stamp(data, opts)
+    raw = await session._dispatcher.send_raw_request("tools/call", data["params"], opts)
+    task = raw.get("task") if isinstance(raw, dict) else None
+    if not isinstance(task, dict) or not task.get("taskId"):
+        raise ValueError(f"the server answered a task-augmented call without a task: {str(raw)[:300]}")
+    return RemoteTask.from_wire(task)
+
+
+async def get_task(client: Client, task_id: str, timeout_s: float) -> RemoteTask:
+    request = GetTaskRequest(params=GetTaskRequestParams(task_id=task_id))
+    raw = await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)
+    return RemoteTask.from_wire(raw.root)
+
+
+async def task_result(client: Client, task_id: str, timeout_s: float) -> CallToolResult:
+    """`tasks/result`: blocks until the task ends (the server may ask for input meanwhile)."""
+    request = GetTaskPayloadRequest(params=GetTaskPayloadRequestParams(task_id=task_id))
+    raw = await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)
+    return CallToolResult.model_validate(raw.root)
+
+
+async def cancel_task(client: Client, task_id: str, timeout_s: float) -> None:
+    request = CancelTaskRequest(params=CancelTaskRequestParams(task_id=task_id))
+    await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)
