@@ -133,6 +133,13 @@ class McpServerConfig(_Strict):
     tools: dict[str, ToolPolicy] = Field(
         default_factory=dict, description="Policies by the server's tool name."
     )
+    protocol: Literal["auto", "legacy"] = Field(
+        "auto",
+        description=(
+            "auto: the newest protocol both sides speak (2026-07-28 where offered); legacy: always the "
+            "initialize handshake (2025-11-25 and older)."
+        ),
+    )
     call_as_task: Literal["when_required", "when_offered"] = Field(
         "when_required",
         description=(
@@ -170,6 +177,8 @@ class McpServerConfig(_Strict):
             )
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("'url' must start with http:// or https://")
+        if self.task_poll_min_s > self.task_poll_max_s:
+            raise ValueError("'task_poll_min_s' must not exceed 'task_poll_max_s'")
         return self
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
-from mcp.types import ElicitRequestFormParams, ElicitResult
+from mcp.types import ElicitRequestFormParams, ElicitResult, InputResponses
 
 from parley.ids import new_interrupt_id
 from parley.runtime.mcp.connection import Asker
@@ -161,6 +161,42 @@ class DownstreamQuestions:
             return ElicitResult(action="cancel")
 
         return ask
+
+    def retry_questions(
+        self, session: SessionRecord, call: ToolCallRecord, forms: dict[str, Any], wait_s: float
+    ) -> list[InterruptRecord]:
+        """Questions for what a server asked in an input-required result; their answers go back
+        with the retried call (an unanswered one as 'cancel' once `wait_s` has passed)."""
+        now = self._clock()
+        questions = []
+        for key, form in forms.items():
+            payload = question_payload(ElicitRequestFormParams.model_validate(form), call)
+            payload["downstream"] |= {"mode": "retry", "key": key}
+            questions.append(
+                InterruptRecord(
+                    id=new_interrupt_id(),
+                    session_id=session.id,
+                    turn_id=call.turn_id,
+                    tool_call_id=call.id,
+                    kind="question",
+                    status="pending",
+                    payload=payload,
+                    created_at=now,
+                    deadline=now + wait_s,
+                )
+            )
+        return questions
+
+    async def answers(self, call: ToolCallRecord) -> InputResponses:
+        """The answers to the call's latest round of questions, keyed as the server asked."""
+        found: InputResponses = {}
+        for interrupt in await self._store.list_interrupts(call.session_id, pending_only=False):
+            downstream = interrupt.payload.get("downstream") or {}
+            if interrupt.tool_call_id == call.id and downstream.get("mode") == "retry":
+                # Later rounds reuse keys: the newest question of a key wins.
+                found[str(downstream.get("key"))] = elicit_result(interrupt)
+        keys = set((call.remote or {}).get("forms") or {})
+        return {key: result for key, result in found.items() if key in keys}
 
     async def _current(self, interrupt: InterruptRecord) -> InterruptRecord | None:
         for found in await self._store.list_interrupts(interrupt.session_id, pending_only=False):

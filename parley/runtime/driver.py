@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
+from mcp.types import InputResponses
 
 from parley.config import AgentConfig, AgentLimits, ModelSpec, effective_limits
 from parley.errors import LeaseLost, ModelError
@@ -678,7 +679,9 @@ class SessionDriver:
         # cancelled, so its result is kept.
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
-                run = await self._toolbox.run(call, agent, session, report, self._asker(session, call))
+                run = await self._toolbox.run(
+                    call, agent, session, report, self._asker(session, call), await self._answers(call)
+                )
             self._faults.hit("tool_ran", call.name)
             await self._commit_run(session, call, run)
 
@@ -690,6 +693,14 @@ class SessionDriver:
             await self._commit_run(session, call, run)
 
     async def _commit_run(self, session: SessionRecord, call: ToolCallRecord, run: ToolRun) -> None:
+        if run.status == "awaiting_answer":
+            assert run.remote is not None
+            wait_s = self._toolbox.input_wait_s(call.server)
+            questions = self._questions.retry_questions(session, call, run.remote["forms"], wait_s)
+            await self._store.ask_remote(
+                session.id, self._process_id, call.id, run.remote, questions, self._clock()
+            )
+            return
         if run.waits:
             assert run.remote is not None
             await self._store.wait_remote(
@@ -722,6 +733,12 @@ class SessionDriver:
             async with anyio.create_task_group() as tg:
                 for call in waiting:
                     tg.start_soon(self._toolbox.cancel_remote, call, session)
+
+    async def _answers(self, call: ToolCallRecord) -> InputResponses | None:
+        """What the user answered to the questions the call's server asked, to send back."""
+        if not call.remote or call.remote.get("kind") != "input":
+            return None
+        return await self._questions.answers(call)
 
     def _asker(self, session: SessionRecord, call: ToolCallRecord) -> Asker:
         return self._questions.asker(session, call, self._toolbox.input_wait_s(call.server))

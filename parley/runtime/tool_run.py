@@ -8,8 +8,9 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolRun:
-    # succeeded | failed | outcome_unknown (final), or waiting_for_task: `remote` says which
-    # downstream task to poll, at `wake_at`.
+    # succeeded | failed | outcome_unknown (final); waiting_for_task: `remote` says which
+    # downstream task to poll, at `wake_at`; awaiting_answer: `remote` holds the server's
+    # questions and the state to send back with the answers.
     status: str
     result: dict[str, Any]
     todos: list[dict[str, Any]] | None = None

@@ -12,7 +12,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import Tool
+from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult, InputResponses, Tool
 
 from parley.config import AgentConfig
 from parley.runtime.builtin_tools import (
@@ -76,12 +76,44 @@ class Offer:
         return Binding(name=name, source="unknown", effect="unclassified", server=server)
 
 
+# Rounds of questions one call may ask before it is given up.
+MAX_INPUT_ROUNDS = 10
+
+
 def _from_builtin(outcome: ToolOutcome) -> ToolRun:
     return ToolRun(
         status=outcome.status,
         result={"text": outcome.text, "is_error": outcome.is_error},
         todos=outcome.todos,
     )
+
+
+def _input_asked(
+    call: ToolCallRecord, server: str, result: InputRequiredResult, rounds: int
+) -> ToolRun | None:
+    """The call waits for the answers to what its server asked (form questions, put to the user),
+    or None when the server sent only state to echo. Other requests parley does not serve."""
+    if rounds > MAX_INPUT_ROUNDS:
+        return by_effect(
+            call.effect, f"{server} kept asking for input ({rounds - 1} rounds); the call was given up."
+        )
+    forms: dict[str, Any] = {}
+    other: list[str] = []
+    for key, request in (result.input_requests or {}).items():
+        params = getattr(request, "params", None)
+        if isinstance(request, ElicitRequest) and isinstance(params, ElicitRequestFormParams):
+            forms[key] = params.model_dump(by_alias=True, mode="json", exclude_none=True)
+        else:
+            other.append(getattr(request, "method", type(request).__name__))
+    if other:
+        return by_effect(
+            call.effect,
+            f"{server} asked for {', '.join(sorted(set(other)))} to finish the call, which parley does not provide.",
+        )
+    if not forms:
+        return None
+    remote = {"kind": "input", "request_state": result.request_state, "forms": forms, "rounds": rounds}
+    return ToolRun(status="awaiting_answer", result={}, remote=remote)
 
 
 def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
@@ -204,11 +236,13 @@ class Toolbox:
         session: SessionRecord,
         on_progress: ToolProgress | None = None,
         on_input: Asker | None = None,
+        input_responses: InputResponses | None = None,
     ) -> ToolRun:
         """Run one call. An MCP tool's questions during the call go to `on_input`; a tool that
-        runs as a downstream task comes back waiting (see poll_remote)."""
+        runs as a downstream task comes back waiting (see poll_remote), one whose server asks for
+        input first comes back awaiting the answers, which a later run sends as `input_responses`."""
         if call.source == "mcp":
-            return await self._run_mcp(call, session, on_progress, on_input)
+            return await self._run_mcp(call, session, on_progress, on_input, input_responses)
         if call.source == "resources":
             return await self._run_resources(call, agent, session)
         if call.source == "unknown" and call.server is not None:
@@ -249,6 +283,7 @@ class Toolbox:
         session: SessionRecord,
         on_progress: ToolProgress | None,
         on_input: Asker | None,
+        input_responses: InputResponses | None,
     ) -> ToolRun:
         server, tool = call.server or "", call.tool or call.name
         if self._sources is None or server not in self._sources.servers:
@@ -265,13 +300,18 @@ class Toolbox:
                 )
         if listed is None:
             listed = await self._listed(server, tool, session.id)
-        if self._task_calls is not None and self._task_calls.wants_task(server, listed):
+        asked = call.remote if call.remote and call.remote.get("kind") == "input" else None
+        if asked is None and self._task_calls is not None and self._task_calls.wants_task(server, listed):
             return await self._task_calls.start(call, session.id)
         cfg = self._sources.servers[server]
         retryable = call.effect in ("read", "idempotent_write")
         attempts = MAX_ATTEMPTS if retryable else 1
         last_problem = ""
-        for attempt in range(1, attempts + 1):
+        request_state = asked.get("request_state") if asked else None
+        rounds = int(asked.get("rounds", 0)) if asked else 0
+        attempt = 0
+        while attempt < attempts:
+            attempt += 1
             try:
                 result = await self._sources.call_tool(
                     server,
@@ -281,6 +321,8 @@ class Toolbox:
                     idempotency_key=call.idempotency_key,
                     on_progress=on_progress,
                     on_input=on_input,
+                    input_responses=input_responses,
+                    request_state=request_state,
                 )
             except CallNotSent as exc:
                 last_problem = exc.reason
@@ -306,9 +348,17 @@ class Toolbox:
                         "is_error": True,
                     },
                 )
+            if isinstance(result, InputRequiredResult):
+                rounds += 1
+                asking = _input_asked(call, server, result, rounds)
+                if asking is not None:
+                    return asking
+                # Only state to echo (no question): the server wants the call again at once.
+                input_responses, request_state, attempt = None, result.request_state, attempt - 1
+                continue
             stored = convert_result(result, cfg.max_result_chars)
             return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
-        return _failed(f"The call failed: {last_problem}.")  # unreachable: the loop always returns
+        return _failed(f"The call failed: {last_problem}.")
 
     async def _listed(self, server: str, tool: str, session_id: str) -> Tool | None:
         """The tool as its server lists it (after a restart the listing may not be cached yet)."""

@@ -440,6 +440,19 @@ class Store(Protocol):
         waits for) with the call's new non-final status."""
         ...
 
+    async def ask_remote(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        remote: dict[str, Any],
+        questions: Sequence[InterruptRecord],
+        now: float,
+    ) -> None:
+        """In one commit: the call waits for answers (`awaiting_answer`) to what its server asked,
+        with the state to send back stored in `remote`, and the questions are raised."""
+        ...
+
     async def set_timer(
         self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
     ) -> None: ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -180,9 +180,14 @@ def _resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallSt
     return f"The user answered: {resolution.answer}", "succeeded", "answered"
 
 
-def _asked_in_place(interrupt: InterruptRecord) -> bool:
-    """A question a downstream server asked during an open call (see runtime/downstream_questions.py)."""
+def _asked_of_server(interrupt: InterruptRecord) -> bool:
+    """A question a downstream server asked about one of its calls (runtime/downstream_questions.py)."""
     return interrupt.kind == "question" and bool(interrupt.payload.get("downstream"))
+
+
+def _asked_in_place(interrupt: InterruptRecord) -> bool:
+    """...asked while the call is still open at the server (rather than to be sent with a retry)."""
+    return _asked_of_server(interrupt) and interrupt.payload["downstream"].get("mode") != "retry"
 
 
 def _same_decision(existing: dict[str, Any] | None, new: Resolution) -> bool:
@@ -785,20 +790,7 @@ class SqliteStore(SqliteTasks):
         call_status = "pending_approval" if interrupt.kind == "approval" else "awaiting_answer"
         async with self._tx() as db:
             await self._check_lease(db, session_id, lease)
-            await db.execute(
-                "INSERT INTO interrupts (id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, "
-                "deadline) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                (
-                    interrupt.id,
-                    session_id,
-                    interrupt.turn_id,
-                    interrupt.tool_call_id,
-                    interrupt.kind,
-                    _dumps(interrupt.payload),
-                    now,
-                    interrupt.deadline,
-                ),
-            )
+            await self._insert_interrupt(db, session_id, interrupt, now)
             if _asked_in_place(interrupt):
                 # The call stays open at its server while the user is asked; the session shows it.
                 await db.execute(
@@ -819,6 +811,54 @@ class SqliteStore(SqliteTasks):
                 {"interrupt_id": interrupt.id, "kind": interrupt.kind},
                 now,
             )
+
+    async def _insert_interrupt(
+        self, db: aiosqlite.Connection, session_id: SessionId, interrupt: InterruptRecord, now: float
+    ) -> None:
+        await db.execute(
+            "INSERT INTO interrupts (id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, "
+            "deadline) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
+            (
+                interrupt.id,
+                session_id,
+                interrupt.turn_id,
+                interrupt.tool_call_id,
+                interrupt.kind,
+                _dumps(interrupt.payload),
+                now,
+                interrupt.deadline,
+            ),
+        )
+
+    async def ask_remote(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        remote: dict[str, Any],
+        questions: Sequence[InterruptRecord],
+        now: float,
+    ) -> None:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            async with db.execute(
+                "UPDATE tool_calls SET status = 'awaiting_answer', remote = ?, wake_at = NULL, updated_at = ? "
+                "WHERE id = ? RETURNING turn_id",
+                (_dumps(remote), now, call_id),
+            ) as cur:
+                row = await cur.fetchone()
+            if row is None:
+                raise StorageError(f"tool call {call_id} is not stored")
+            for question in questions:
+                await self._insert_interrupt(db, session_id, question, now)
+                await self._event(
+                    db,
+                    session_id,
+                    question.turn_id,
+                    "interrupt_raised",
+                    {"interrupt_id": question.id, "kind": question.kind},
+                    now,
+                )
 
     async def wait_remote(
         self,
@@ -935,7 +975,16 @@ class SqliteStore(SqliteTasks):
                 "UPDATE interrupts SET status = ?, resolution = ?, resolved_by = ?, resolved_at = ? WHERE id = ?",
                 (interrupt_status, _dumps(resolution.as_dict()), by, now, interrupt_id),
             )
-            call_id = interrupt.tool_call_id if not _asked_in_place(interrupt) else None
+            call_id = interrupt.tool_call_id if not _asked_of_server(interrupt) else None
+            if _asked_of_server(interrupt) and not _asked_in_place(interrupt):
+                # Answered what a server asked: once nothing else of the call is pending, the call
+                # is ready to go back to its server with the answers.
+                await db.execute(
+                    "UPDATE tool_calls SET status = 'pending', updated_at = ? WHERE id = ? "
+                    "AND status = 'awaiting_answer' AND NOT EXISTS (SELECT 1 FROM interrupts "
+                    "WHERE tool_call_id = ? AND status = 'pending')",
+                    (now, interrupt.tool_call_id, interrupt.tool_call_id),
+                )
             if call_id is not None:
                 if interrupt_status == "approved":
                     # Ready to run: the driver runs approved calls without asking again.

@@ -14,11 +14,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import anyio
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.types import ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel
 
 IDEMPOTENCY_META_KEY = "dev.parley/idempotency-key"
 # A 1x1 PNG.
@@ -41,6 +42,14 @@ def _log(ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
     record = {"tool": tool, "arguments": arguments, "key": meta.get(IDEMPOTENCY_META_KEY), "pid": os.getpid()}
     with Path(path).open("a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
+
+
+class Colour(BaseModel):
+    colour: Literal["red", "green", "blue"]
+
+
+async def ask_colour(item: str) -> Elicit[Colour]:
+    return Elicit(f"Which colour for the {item}?", Colour)
 
 
 def build(args: argparse.Namespace) -> MCPServer[Any]:
@@ -137,6 +146,16 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
     @server.prompt(description="Greet someone")
     def greet(person: str) -> str:
         return f"Say hello to {person}."
+
+    @server.tool(annotations=non_idempotent, structured_output=False)
+    async def paint(
+        item: str, choice: Annotated[ElicitationResult[Colour], Resolve(ask_colour)], ctx: Context
+    ) -> str:
+        """Paint an item; asks which colour (elicitation on 2025-11-25, input-required on 2026-07-28)."""
+        _log(ctx, "paint", {"item": item, "answer": choice.model_dump(mode="json")})
+        if isinstance(choice, AcceptedElicitation):
+            return f"painted the {item} {choice.data.colour}"
+        return f"did not paint the {item}: the user chose {choice.action}"
 
     if args.hang_list:
         original = server.list_tools

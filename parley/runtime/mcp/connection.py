@@ -106,7 +106,7 @@ class McpConnection:
                 client = await stack.enter_async_context(
                     Client(
                         target,
-                        mode="auto",
+                        mode=cfg.protocol,
                         client_info=Implementation(name="parley", version=self._version),
                         # Questions go to the user; sampling is not offered, so servers cannot spend
                         # the agent's model budget.

@@ -12,13 +12,13 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, MCPError
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import CallToolResult, Tool
+from mcp.types import CallToolResult, InputRequiredResult, InputResponses, RequestParamsMeta, Tool
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp import remote
@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 # The request _meta key that carries a call's idempotency key (the same on every retry of one call).
 IDEMPOTENCY_META_KEY = "dev.parley/idempotency-key"
 MAX_BACKOFF_S = 300.0
+HEADER_MISMATCH = -32020
 # Connection-level JSON-RPC codes: the transport failed, not the tool.
 _TRANSPORT_CODES = frozenset({-32000, -32001})
 
@@ -239,9 +240,13 @@ class McpToolSources:
         idempotency_key: str,
         on_progress: ProgressCallback | None = None,
         on_input: Asker | None = None,
-    ) -> CallToolResult:
-        """Call a tool by its server's own name. A question the server asks during the call goes
-        to `on_input` (without one, it is answered 'cancel').
+        input_responses: InputResponses | None = None,
+        request_state: str | None = None,
+    ) -> CallToolResult | InputRequiredResult:
+        """Call a tool by its server's own name. A question the server asks during the call (a
+        2025-11-25 elicitation) goes to `on_input` (without one, it is answered 'cancel'); a
+        2026-07-28 server's input-required result is returned, to be answered later with
+        `input_responses` and `request_state`.
 
         Raises:
             CallNotSent: the server could not be reached; the tool did not run.
@@ -249,14 +254,32 @@ class McpToolSources:
             CallMaybeSent: the connection broke or the call timed out; it may have run.
         """
 
-        async def call(connection: McpConnection, client: Client) -> CallToolResult:
+        async def send(client: Client) -> CallToolResult | InputRequiredResult:
+            result = await client.session.call_tool(
+                tool,
+                arguments,
+                progress_callback=on_progress,
+                meta=cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: idempotency_key}),
+                input_responses=input_responses,
+                request_state=request_state,
+                allow_input_required=True,
+            )
+            if isinstance(result, CallToolResult | InputRequiredResult):
+                return result
+            raise CallRefused(
+                f"{server} answered the call with a result parley does not know: {result!r}"[:300]
+            )
+
+        async def call(connection: McpConnection, client: Client) -> CallToolResult | InputRequiredResult:
             with connection.asking(on_input) if on_input is not None else nullcontext():
-                return await client.call_tool(
-                    tool,
-                    arguments,
-                    progress_callback=on_progress,
-                    meta={IDEMPOTENCY_META_KEY: idempotency_key},  # type: ignore[arg-type]
-                )
+                try:
+                    return await send(client)
+                except MCPError as exc:
+                    if exc.error.code != HEADER_MISMATCH:
+                        raise
+                    # Our listing of the tool is stale (2026-07-28 HTTP): list again, send once more.
+                    await client.list_tools(cache_mode="bypass")
+                    return await send(client)
 
         return await self._guarded(server, session_id, call)
 
