@@ -736,7 +736,7 @@ class SessionDriver:
 
     async def _answers(self, call: ToolCallRecord) -> InputResponses | None:
         """What the user answered to the questions the call's server asked, to send back."""
-        if not call.remote or call.remote.get("kind") != "input":
+        if not call.remote or not call.remote.get("forms"):
             return None
         return await self._questions.answers(call)
 

@@ -25,6 +25,7 @@ from parley.runtime.builtin_tools import (
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.mcp.effects import classify
 from parley.runtime.mcp.naming import assign_names
+from parley.runtime.mcp.remote import TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import (
     CallMaybeSent,
@@ -301,6 +302,9 @@ class Toolbox:
         if listed is None:
             listed = await self._listed(server, tool, session.id)
         asked = call.remote if call.remote and call.remote.get("kind") == "input" else None
+        if call.remote and call.remote.get("kind") == "task" and self._task_calls is not None:
+            # The answers to a 2026-07-28 task's input requests go to the task, not to a new call.
+            return await self._task_calls.send_answers(call, session.id, input_responses or {})
         if asked is None and self._task_calls is not None and self._task_calls.wants_task(server, listed):
             return await self._task_calls.start(call, session.id)
         cfg = self._sources.servers[server]
@@ -348,6 +352,9 @@ class Toolbox:
                         "is_error": True,
                     },
                 )
+            if isinstance(result, TaskHandle):
+                assert self._task_calls is not None
+                return self._task_calls.adopt(call, result)
             if isinstance(result, InputRequiredResult):
                 rounds += 1
                 asking = _input_asked(call, server, result, rounds)

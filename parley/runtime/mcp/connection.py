@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult, Implementation
 
 from parley.config import McpServerConfig
+from parley.runtime.mcp.remote import TasksClientExtension
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class McpConnection:
                         # Questions go to the user; sampling is not offered, so servers cannot spend
                         # the agent's model budget.
                         elicitation_callback=self._on_elicit,
+                        # 2026-07-28 servers may answer a call with a task, which parley polls.
+                        extensions=[TasksClientExtension()],
                     )
                 )
                 self.client = client

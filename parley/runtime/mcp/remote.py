@@ -1,4 +1,5 @@
-"""Calling a downstream tool as an MCP task (2025-11-25 core tasks), on an open SDK client.
+"""Calling a downstream tool as an MCP task, on an open SDK client: 2025-11-25 core tasks (the
+client asks for a task) and the 2026-07-28 extension (the server decides; parley declares it).
 
 The SDK ships the task types but no client for them: its typed `tools/call` rejects a task
 answer, so the task-augmented call goes out below the typed layer (the same stamping of
@@ -9,10 +10,12 @@ does not validate their results, so they come back as sent.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from mcp import Client
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.dispatcher import CallOptions
 from mcp.types import (
     CallToolResult,
@@ -22,8 +25,11 @@ from mcp.types import (
     GetTaskPayloadRequestParams,
     GetTaskRequest,
     GetTaskRequestParams,
+    Request,
+    RequestParams,
+    Result,
 )
-from pydantic import RootModel
+from pydantic import ConfigDict, RootModel
 
 CORE_TASKS_VERSION = "2025-11-25"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
@@ -106,4 +112,93 @@ async def task_result(client: Client, task_id: str, timeout_s: float) -> CallToo
 
 async def cancel_task(client: Client, task_id: str, timeout_s: float) -> None:
     request = CancelTaskRequest(params=CancelTaskRequestParams(task_id=task_id))
+    await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)
+
+
+# ---------------------------------------------------------------------- 2026-07-28 extension
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+class TaskHandle(Result):
+    """A 2026-07-28 server's answer to a tool call that it runs as a task (`resultType: "task"`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+    poll_interval_ms: int | None = None
+    ttl_ms: int | None = None
+
+    def as_remote_task(self) -> RemoteTask:
+        interval = self.poll_interval_ms
+        return RemoteTask(
+            task_id=self.task_id,
+            status=self.status,
+            status_message=self.status_message,
+            poll_interval_s=interval / 1000 if interval else None,
+            ttl_ms=self.ttl_ms,
+        )
+
+
+async def _not_resolved_here(handle: TaskHandle, context: ClaimContext) -> CallToolResult:
+    # parley never lets the SDK poll a task in memory: it stores the handle and polls on timers.
+    raise RuntimeError("downstream tasks are polled by parley's driver, not inside the call")
+
+
+class TasksClientExtension(ClientExtension):
+    """Declares the tasks extension to 2026-07-28 servers and accepts their task handles."""
+
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=TaskHandle, resolve=_not_resolved_here)]
+
+
+class _TaskIdParams(RequestParams):
+    task_id: str
+
+
+class _UpdateParams(RequestParams):
+    task_id: str
+    input_responses: dict[str, Any]
+
+
+class _GetTask(Request[_TaskIdParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    params: _TaskIdParams
+    name_param = "taskId"  # Mcp-Name: <taskId>, so a load balancer finds the replica with the task
+
+
+class _UpdateTask(Request[_UpdateParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    params: _UpdateParams
+    name_param = "taskId"
+
+
+class _CancelTask(Request[_TaskIdParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: _TaskIdParams
+    name_param = "taskId"
+
+
+async def get_task_modern(client: Client, task_id: str, timeout_s: float) -> dict[str, Any]:
+    """The task with its status-specific fields: `inputRequests`, `result` or `error`."""
+    raw = await client.session.send_request(
+        _GetTask(params=_TaskIdParams(task_id=task_id)), _Raw, request_read_timeout_seconds=timeout_s
+    )
+    if not raw.root.get("taskId") or not raw.root.get("status"):
+        raise ValueError(f"tasks/get answered without a task: {str(raw.root)[:300]}")
+    return raw.root
+
+
+async def update_task_modern(client: Client, task_id: str, answers: dict[str, Any], timeout_s: float) -> None:
+    request = _UpdateTask(params=_UpdateParams(task_id=task_id, input_responses=answers))
+    await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)
+
+
+async def cancel_task_modern(client: Client, task_id: str, timeout_s: float) -> None:
+    request = _CancelTask(params=_TaskIdParams(task_id=task_id))
     await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)

@@ -23,7 +23,7 @@ from mcp.types import CallToolResult, InputRequiredResult, InputResponses, Reque
 from parley.config import McpServerConfig
 from parley.runtime.mcp import remote
 from parley.runtime.mcp.connection import Asker, McpConnection, _describe
-from parley.runtime.mcp.remote import RemoteTask
+from parley.runtime.mcp.remote import RemoteTask, TaskHandle
 
 logger = logging.getLogger(__name__)
 
@@ -242,11 +242,12 @@ class McpToolSources:
         on_input: Asker | None = None,
         input_responses: InputResponses | None = None,
         request_state: str | None = None,
-    ) -> CallToolResult | InputRequiredResult:
+    ) -> CallToolResult | InputRequiredResult | TaskHandle:
         """Call a tool by its server's own name. A question the server asks during the call (a
         2025-11-25 elicitation) goes to `on_input` (without one, it is answered 'cancel'); a
         2026-07-28 server's input-required result is returned, to be answered later with
-        `input_responses` and `request_state`.
+        `input_responses` and `request_state`, and so is its task handle when it runs the call
+        as a task.
 
         Raises:
             CallNotSent: the server could not be reached; the tool did not run.
@@ -254,7 +255,7 @@ class McpToolSources:
             CallMaybeSent: the connection broke or the call timed out; it may have run.
         """
 
-        async def send(client: Client) -> CallToolResult | InputRequiredResult:
+        async def send(client: Client) -> CallToolResult | InputRequiredResult | TaskHandle:
             result = await client.session.call_tool(
                 tool,
                 arguments,
@@ -263,14 +264,17 @@ class McpToolSources:
                 input_responses=input_responses,
                 request_state=request_state,
                 allow_input_required=True,
+                allow_claimed=True,
             )
-            if isinstance(result, CallToolResult | InputRequiredResult):
+            if isinstance(result, CallToolResult | InputRequiredResult | TaskHandle):
                 return result
             raise CallRefused(
                 f"{server} answered the call with a result parley does not know: {result!r}"[:300]
             )
 
-        async def call(connection: McpConnection, client: Client) -> CallToolResult | InputRequiredResult:
+        async def call(
+            connection: McpConnection, client: Client
+        ) -> CallToolResult | InputRequiredResult | TaskHandle:
             with connection.asking(on_input) if on_input is not None else nullcontext():
                 try:
                     return await send(client)
@@ -330,11 +334,34 @@ class McpToolSources:
 
         return await self._guarded(server, session_id, result)
 
-    async def cancel_task(self, server: str, session_id: str, task_id: str) -> None:
+    async def cancel_task(self, server: str, session_id: str, task_id: str, generation: str) -> None:
         async def cancel(connection: McpConnection, client: Client) -> None:
-            await remote.cancel_task(client, task_id, self._servers[server].call_timeout_s)
+            timeout = self._servers[server].call_timeout_s
+            if generation == remote.CORE_TASKS_VERSION:
+                await remote.cancel_task(client, task_id, timeout)
+            else:
+                await remote.cancel_task_modern(client, task_id, timeout)
 
         await self._guarded(server, session_id, cancel)
+
+    async def get_task_modern(self, server: str, session_id: str, task_id: str) -> dict[str, Any]:
+        """A 2026-07-28 task with its input requests, result or error inlined."""
+
+        async def get(connection: McpConnection, client: Client) -> dict[str, Any]:
+            try:
+                return await remote.get_task_modern(client, task_id, self._servers[server].call_timeout_s)
+            except ValueError as exc:
+                raise CallRefused(f"{server}: {exc}") from exc
+
+        return await self._guarded(server, session_id, get)
+
+    async def update_task(self, server: str, session_id: str, task_id: str, answers: dict[str, Any]) -> None:
+        """Send the user's answers to a 2026-07-28 task's input requests."""
+
+        async def update(connection: McpConnection, client: Client) -> None:
+            await remote.update_task_modern(client, task_id, answers, self._servers[server].call_timeout_s)
+
+        await self._guarded(server, session_id, update)
 
     async def _guarded(
         self, server: str, session_id: str, work: Callable[[McpConnection, Client], Awaitable[T]]

@@ -15,11 +15,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mcp.types import Tool
+from mcp.types import CallToolResult, InputResponses, Tool
+from pydantic import ValidationError
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp.connection import Asker
-from parley.runtime.mcp.remote import CORE_TASKS_VERSION, RemoteTask
+from parley.runtime.mcp.remote import CORE_TASKS_VERSION, TASKS_EXTENSION, RemoteTask, TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import CallMaybeSent, CallNotSent, CallRefused, McpToolSources
 from parley.runtime.tool_run import ToolRun, by_effect, failed
@@ -61,19 +62,33 @@ class TaskCalls:
             return failed(str(exc))
         except CallMaybeSent as exc:
             return by_effect(call.effect, f"Starting the task failed: {exc}.")
-        remote = {
-            "kind": "task",
-            "generation": CORE_TASKS_VERSION,
-            "task_id": task.task_id,
-            "polls": 0,
-            "failures": 0,
-            "server_interval_s": task.poll_interval_s,
-        }
-        return self._wait(call, remote, task)
+        return self._wait(call, _task_remote(CORE_TASKS_VERSION, task), task)
+
+    def adopt(self, call: ToolCallRecord, handle: TaskHandle) -> ToolRun:
+        """A 2026-07-28 server chose to run the call as a task: wait for it like for our own."""
+        task = handle.as_remote_task()
+        return self._wait(call, _task_remote(TASKS_EXTENSION, task), task)
+
+    async def send_answers(self, call: ToolCallRecord, session_id: str, answers: InputResponses) -> ToolRun:
+        """Send the user's answers to a 2026-07-28 task's input requests, then keep polling."""
+        remote = {k: v for k, v in (call.remote or {}).items() if k != "forms"}
+        task_id = str(remote.get("task_id"))
+        wire = {k: v.model_dump(by_alias=True, mode="json", exclude_none=True) for k, v in answers.items()}
+        try:
+            await self._sources.update_task(call.server or "", session_id, task_id, wire)
+        except CallRefused as exc:
+            return self._lost(call, task_id, f"it did not take the answers ({exc})")
+        except (CallNotSent, CallMaybeSent) as exc:
+            # Still asked on the next poll if the answers did not arrive; then asked again.
+            return self._unreachable(call, remote, str(exc))
+        remote["polls"] = 0  # fresh progress is likely: poll at the short interval again
+        return ToolRun(status="waiting_for_task", result={}, remote=remote, wake_at=self._clock())
 
     async def poll(self, call: ToolCallRecord, session_id: str, on_input: Asker | None) -> ToolRun:
         """Look at the task once; fetch its result when it has ended or needs input."""
         remote = dict(call.remote or {})
+        if remote.get("generation") == TASKS_EXTENSION:
+            return await self._poll_modern(call, session_id, remote)
         server, task_id = call.server or "", str(remote.get("task_id"))
         try:
             task = await self._sources.get_task(server, session_id, task_id)
@@ -99,13 +114,65 @@ class TaskCalls:
         stored = convert_result(result, cfg.max_result_chars if cfg else 20_000)
         return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
 
+    async def _poll_modern(self, call: ToolCallRecord, session_id: str, remote: dict[str, Any]) -> ToolRun:
+        server, task_id = call.server or "", str(remote.get("task_id"))
+        try:
+            task = await self._sources.get_task_modern(server, session_id, task_id)
+        except CallRefused as exc:
+            return self._lost(call, task_id, f"the server no longer knows it ({exc})")
+        except (CallNotSent, CallMaybeSent) as exc:
+            return self._unreachable(call, remote, str(exc))
+        status = str(task.get("status"))
+        handle = RemoteTask(
+            task_id=task_id,
+            status=status,
+            status_message=task.get("statusMessage"),
+            poll_interval_s=(task["pollIntervalMs"] / 1000)
+            if isinstance(task.get("pollIntervalMs"), int)
+            else None,
+            ttl_ms=task.get("ttlMs") if isinstance(task.get("ttlMs"), int) else None,
+        )
+        if status == "completed":
+            cfg = self._sources.servers.get(server)
+            try:
+                result = CallToolResult.model_validate(task.get("result") or {})
+            except ValidationError:
+                return by_effect(call.effect, f"Task {task_id} ended with a result parley cannot read.")
+            stored = convert_result(result, cfg.max_result_chars if cfg else 20_000)
+            return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
+        if status == "failed":
+            error = task.get("error") or {}
+            return failed(
+                f"Task {task_id} failed at {server}: {error.get('message') or handle.status_message or 'no reason given'}."
+            )
+        if status == "cancelled":
+            return by_effect(
+                call.effect,
+                f"The server cancelled task {task_id} ({handle.status_message or 'no reason given'}).",
+            )
+        if status == "input_required":
+            asked = set(remote.get("asked") or [])
+            fresh = {k: v for k, v in (task.get("inputRequests") or {}).items() if k not in asked}
+            forms, other = _forms(fresh)
+            if other:
+                return by_effect(
+                    call.effect,
+                    f"{server} asked for {', '.join(sorted(other))} to go on with task {task_id}, which parley does not provide.",
+                )
+            if forms:
+                remote = {**remote, "asked": sorted(asked | set(forms)), "forms": forms}
+                return ToolRun(status="awaiting_answer", result={}, remote=remote)
+        return self._wait(call, remote, handle)
+
     async def cancel(self, call: ToolCallRecord, session_id: str) -> None:
         """Ask the server to cancel the task (best effort: the turn ends either way)."""
-        task_id = (call.remote or {}).get("task_id")
+        remote = call.remote or {}
+        task_id = remote.get("task_id")
         if not task_id or not call.server:
             return
         try:
-            await self._sources.cancel_task(call.server, session_id, str(task_id))
+            generation = str(remote.get("generation") or CORE_TASKS_VERSION)
+            await self._sources.cancel_task(call.server, session_id, str(task_id), generation)
         except Exception as exc:
             logger.info("could not cancel downstream task %s of call %s: %s", task_id, call.id, exc)
 
@@ -151,3 +218,33 @@ class TaskCalls:
     @staticmethod
     def _lost(call: ToolCallRecord, task_id: str, why: str) -> ToolRun:
         return by_effect(call.effect, f"The downstream task {task_id} of {call.name} was lost: {why}.")
+
+
+def _task_remote(generation: str, task: RemoteTask) -> dict[str, Any]:
+    return {
+        "kind": "task",
+        "generation": generation,
+        "task_id": task.task_id,
+        "polls": 0,
+        "failures": 0,
+        "server_interval_s": task.poll_interval_s,
+    }
+
+
+def _forms(requests: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """Form elicitations among a task's input requests (the only kind parley answers), and the
+    methods of the others."""
+    forms: dict[str, Any] = {}
+    other: set[str] = set()
+    for key, request in requests.items():
+        params = request.get("params") if isinstance(request, dict) else None
+        if (
+            isinstance(request, dict)
+            and request.get("method") == "elicitation/create"
+            and isinstance(params, dict)
+            and params.get("mode", "form") == "form"
+        ):
+            forms[key] = params
+        else:
+            other.add(str(request.get("method")) if isinstance(request, dict) else "an unknown request")
+    return forms, other
