@@ -1,0 +1,147 @@
+"""One parley using another parley's agents as tools: the downstream side of 2026-07-28 tasks.
+
+The outer server ("boss") connects to an inner `parley serve` over stdio, declares the tasks
+extension, and so gets a task handle for `sub__start_session`. It polls the inner task on stored
+timers, turns the inner task's input requests into questions of its own session, and sends the
+answers with tasks/update; cancelling the outer turn sends tasks/cancel to the inner server.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from mcp import Client
+
+from tests.support import ServerProcess, call, db_rows, eventually, write_config
+
+pytestmark = pytest.mark.anyio
+
+REPO = str(Path(__file__).resolve().parent.parent)
+
+
+@dataclass
+class Served:
+    server: ServerProcess
+    db: Path
+    sub_db: Path
+
+
+@pytest.fixture(scope="module")
+async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
+    directory = tmp_path_factory.mktemp("subagent")
+    sub_config = write_config(directory / "sub", agents={"asker": {"tools": ["ask_user"]}})
+    config = write_config(
+        directory,
+        agents={
+            "boss": {
+                "mcp_servers": [
+                    {
+                        "server": "sub",
+                        "include": ["start_session"],
+                        "tools": {"start_session": {"approval": "never"}},
+                    }
+                ]
+            }
+        },
+    )
+    settings = yaml.safe_load(config.read_text())
+    settings["mcp_servers"] = {
+        "sub": {
+            "command": sys.executable,
+            "args": ["-m", "parley", "serve", "--config", str(sub_config)],
+            "cwd": REPO,
+            "task_poll_min_s": 0.1,
+            "task_poll_max_s": 0.5,
+        }
+    }
+    config.write_text(yaml.safe_dump(settings))
+    async with ServerProcess(config) as server:
+        yield Served(server, directory / "parley.db", directory / "sub" / "parley.db")
+
+
+def _delegate(message: str) -> str:
+    arguments = {"agent": "asker", "message": message}
+    return "/tool sub__start_session " + json.dumps(arguments)
+
+
+async def _start(client: Client, message: str) -> dict[str, Any]:
+    return await call(client, "start_session", agent="boss", message=_delegate(message), wait_seconds=20)
+
+
+def _remote_of(db: Path, session_id: str) -> list[tuple[Any, ...]]:
+    return db_rows(db, "SELECT status, remote FROM tool_calls WHERE session_id = ?", (session_id,))
+
+
+async def test_a_sub_agents_question_is_answered_in_the_outer_session(served: Served) -> None:
+    async with Client(served.server.transport(), mode="legacy") as client:
+        out = await _start(client, "/ask Which colour? | red | blue")
+        assert out["status"] == "waiting_for_input", out
+        (question,) = out["pending"]
+        assert question["question"] == "Which colour?" and question["choices"] == ["red", "blue"]
+        assert question["tool"] == "sub__start_session"
+        # The outer call waits on the inner task, stored on the call.
+        ((status, remote),) = _remote_of(served.db, out["session_id"])
+        assert status == "awaiting_answer" and json.loads(remote)["task_id"].startswith("task_")
+        out = await call(
+            client,
+            "answer_question",
+            session_id=out["session_id"],
+            interrupt_id=question["id"],
+            answer="blue",
+            wait_seconds=20,
+        )
+    assert out["status"] == "answered", out
+    assert "The user answered: blue" in out["answer"]
+    assert [(c["tool"], c["status"]) for c in out["tool_calls"]] == [("sub__start_session", "succeeded")]
+    # The inner server ran one session, whose task ended with the outer user's answer.
+    assert db_rows(served.sub_db, "SELECT status FROM tasks") == [("completed",)]
+
+
+async def test_a_decline_reaches_the_sub_agent_as_a_decline(served: Served) -> None:
+    async with Client(served.server.transport(), mode="legacy") as client:
+        out = await _start(client, "/ask Ship it? | yes | no")
+        assert out["status"] == "waiting_for_input", out
+        out = await call(
+            client,
+            "answer_question",
+            session_id=out["session_id"],
+            interrupt_id=out["pending"][0]["id"],
+            decline=True,
+            wait_seconds=20,
+        )
+    assert out["status"] == "answered", out
+    assert "declined" in out["answer"].lower()
+
+
+async def test_cancelling_the_outer_turn_cancels_the_inner_task(served: Served) -> None:
+    async with Client(served.server.transport(), mode="legacy") as client:
+        out = await call(
+            client, "start_session", agent="boss", message=_delegate("/sleep 60"), wait_seconds=0
+        )
+        session_id = out["session_id"]
+
+        async def polling() -> bool:
+            rows = _remote_of(served.db, session_id)
+            return bool(rows) and rows[0][0] == "waiting_for_task"
+
+        await eventually(polling, "the outer call waits on the inner task")
+        cancelled = await call(client, "cancel_turn", session_id=session_id, wait_seconds=20)
+    assert cancelled["status"] == "cancelled", cancelled
+    # The inner task was cancelled, and with it the inner turn.
+    inner = db_rows(served.sub_db, "SELECT status, turn_id FROM tasks ORDER BY created_at DESC LIMIT 1")
+    assert inner and inner[0][0] == "cancelled", inner
+
+    async def inner_turn_cancelled() -> bool:
+        rows = db_rows(served.sub_db, "SELECT status FROM turns WHERE id = ?", (inner[0][1],))
+        return rows == [("cancelled",)]
+
+    await eventually(inner_turn_cancelled, "the inner turn is cancelled")
+    ((status, _remote),) = _remote_of(served.db, session_id)
+    assert status == "outcome_unknown"  # a started session may have done something before the cancel
