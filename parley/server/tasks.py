@@ -28,6 +28,7 @@ from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver.server import require_client_extension
 from mcp.types import (
     INVALID_PARAMS,
+    METHOD_NOT_FOUND,
     RequestParams,
     TaskStatusNotification,
     TaskStatusNotificationParams,
@@ -145,8 +146,20 @@ class TaskGateway(Extension):
     async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method == "tools/call" and ctx.request_id is not None:
             params = dict(ctx.params or {})
+            core_task_asked = ctx.protocol_version == CORE_TASKS_VERSION and params.get("task") is not None
+            if core_task_asked and params.get("name") not in TASK_TOOLS:
+                # Its execution.taskSupport is "forbidden": the spec's answer is method-not-found.
+                raise MCPError(
+                    code=METHOD_NOT_FOUND,
+                    message=f"{params.get('name')} does not run as a task; call it without 'task' "
+                    f"(these can: {', '.join(sorted(TASK_TOOLS))})",
+                )
             if params.get("name") in TASK_TOOLS and isinstance(params.get("arguments", {}), Mapping):
-                if ctx.protocol_version == CORE_TASKS_VERSION and isinstance(params.get("task"), Mapping):
+                if core_task_asked:
+                    if not isinstance(params.get("task"), Mapping):
+                        raise MCPError(
+                            code=INVALID_PARAMS, message="'task' must be an object such as {\"ttl\": 60000}"
+                        )
                     return await self._create_core(ctx, call_next, params)
                 modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
                 # A retry of an input-required round finishes as a plain call.
@@ -189,10 +202,14 @@ class TaskGateway(Extension):
     ) -> dict[str, Any]:
         owner = self._owner_of(ctx)
         requested = params["task"].get("ttl")
-        try:
-            ttl_ms = self._tasks.ttl_ms(requested if isinstance(requested, int) else None)
-        except InvalidArgument as exc:
-            raise _invalid(exc) from None
+        if requested is not None and (
+            isinstance(requested, bool) or not isinstance(requested, int) or requested < 1
+        ):
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message="'task.ttl' must be a whole number of milliseconds, 1 or more (or left out for the default)",
+            )
+        ttl_ms = self._tasks.ttl_ms(requested)
         tool = str(params["name"])
         result = await self._start(ctx, call_next, params)
         structured = result.get("structuredContent")
