@@ -123,6 +123,21 @@ async def _resumed(
     return outcome, [str(i) for i in state.get("asked", [])]
 
 
+async def _turn_result(
+    service: SessionService,
+    ctx: Context,
+    owner: str,
+    wait_seconds: float | None,
+    start: Callable[[], Awaitable[TurnOutcome]],
+) -> CallToolResult:
+    """The outcome of a call that starts or resumes a turn. The retry of an input-required round
+    applies the answers instead of doing `start` again (which would send the message twice)."""
+    resumed, asked = await _resumed(service, ctx, owner, wait_seconds)
+    if resumed is not None:
+        return _outcome_or_ask(ctx, resumed, asked)
+    return _outcome_or_ask(ctx, await start(), [])
+
+
 def _progress(ctx: Context) -> ProgressFn:
     async def report(progress: float, message: str) -> None:
         await ctx.report_progress(progress, None, message)
@@ -270,22 +285,24 @@ def build_mcp_server(
         'failed'/'cancelled'. Keep the session_id to continue with send_message."""
 
         async def work() -> CallToolResult:
-            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
-            if resumed is not None:
-                return _outcome_or_ask(ctx, resumed, asked)
-            outcome = await service.start_session(
+            return await _turn_result(
+                service,
+                ctx,
                 owner_of(ctx),
-                agent,
-                message,
                 wait_seconds,
-                kind=kind,
-                inputs=inputs,
-                client_message_id=client_message_id,
-                on_progress=_progress(ctx),
-                ask_human=ask_human_through(ctx),
-                settings=settings,
+                lambda: service.start_session(
+                    owner_of(ctx),
+                    agent,
+                    message,
+                    wait_seconds,
+                    kind=kind,
+                    inputs=inputs,
+                    client_message_id=client_message_id,
+                    on_progress=_progress(ctx),
+                    ask_human=ask_human_through(ctx),
+                    settings=settings,
+                ),
             )
-            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("start_session", work)
 
@@ -318,22 +335,24 @@ def build_mcp_server(
         steer=true it interrupts the running turn at its next step boundary instead."""
 
         async def work() -> CallToolResult:
-            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
-            if resumed is not None:
-                return _outcome_or_ask(ctx, resumed, asked)
-            outcome = await service.send_message(
+            return await _turn_result(
+                service,
+                ctx,
                 owner_of(ctx),
-                session_id,
-                message,
                 wait_seconds,
-                client_message_id=client_message_id,
-                on_progress=_progress(ctx),
-                ask_human=ask_human_through(ctx),
-                steer=steer,
-                queued_message_id=queued_message_id,
-                settings=settings,
+                lambda: service.send_message(
+                    owner_of(ctx),
+                    session_id,
+                    message,
+                    wait_seconds,
+                    client_message_id=client_message_id,
+                    on_progress=_progress(ctx),
+                    ask_human=ask_human_through(ctx),
+                    steer=steer,
+                    queued_message_id=queued_message_id,
+                    settings=settings,
+                ),
             )
-            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("send_message", work)
 
@@ -373,18 +392,20 @@ def build_mcp_server(
         decision that was already made succeeds and changes nothing."""
 
         async def work() -> CallToolResult:
-            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
-            if resumed is not None:
-                return _outcome_or_ask(ctx, resumed, asked)
-            outcome = await service.approve(
+            return await _turn_result(
+                service,
+                ctx,
                 owner_of(ctx),
-                session_id,
-                [Decision(d.interrupt_id, d.approved, d.reason) for d in decisions],
                 wait_seconds,
-                on_progress=_progress(ctx),
-                ask_human=ask_human_through(ctx),
+                lambda: service.approve(
+                    owner_of(ctx),
+                    session_id,
+                    [Decision(d.interrupt_id, d.approved, d.reason) for d in decisions],
+                    wait_seconds,
+                    on_progress=_progress(ctx),
+                    ask_human=ask_human_through(ctx),
+                ),
             )
-            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("approve", work)
 
@@ -402,20 +423,22 @@ def build_mcp_server(
         """Answer (or decline) a question the agent asked, then wait for the resumed turn."""
 
         async def work() -> CallToolResult:
-            resumed, asked = await _resumed(service, ctx, owner_of(ctx), wait_seconds)
-            if resumed is not None:
-                return _outcome_or_ask(ctx, resumed, asked)
-            outcome = await service.answer_question(
+            return await _turn_result(
+                service,
+                ctx,
                 owner_of(ctx),
-                session_id,
-                interrupt_id,
-                answer,
-                decline,
                 wait_seconds,
-                on_progress=_progress(ctx),
-                ask_human=ask_human_through(ctx),
+                lambda: service.answer_question(
+                    owner_of(ctx),
+                    session_id,
+                    interrupt_id,
+                    answer,
+                    decline,
+                    wait_seconds,
+                    on_progress=_progress(ctx),
+                    ask_human=ask_human_through(ctx),
+                ),
             )
-            return _outcome_or_ask(ctx, outcome, [])
 
         return await _guard("answer_question", work)
 
