@@ -284,15 +284,9 @@ class SqliteStore(SqliteTasks):
         self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
     ) -> QueuedMessageRecord | None:
         async with self._tx() as db:
-            async with db.execute(
-                f"SELECT {_QUEUED_COLUMNS} FROM queued_messages q WHERE id = ? AND session_id = ? "
-                "AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = q.session_id AND s.owner = ?)",
-                (message_id, session_id, owner),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is None:
+            record = await self._owned_queued(db, session_id, owner, message_id)
+            if record is None:
                 return None
-            record = _queued(row)
             if record.status == "queued" and not record.steer:
                 await db.execute("UPDATE queued_messages SET steer = 1 WHERE id = ?", (message_id,))
                 await self._wake_for_steer(db, session_id, message_id, now)
@@ -302,15 +296,9 @@ class SqliteStore(SqliteTasks):
         self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
     ) -> QueuedMessageRecord | None:
         async with self._tx() as db:
-            async with db.execute(
-                f"SELECT {_QUEUED_COLUMNS} FROM queued_messages q WHERE id = ? AND session_id = ? "
-                "AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = q.session_id AND s.owner = ?)",
-                (message_id, session_id, owner),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is None:
+            record = await self._owned_queued(db, session_id, owner, message_id)
+            if record is None:
                 return None
-            record = _queued(row)
             if record.status == "queued":
                 await db.execute("UPDATE queued_messages SET status = 'dropped' WHERE id = ?", (message_id,))
                 await self._event(
@@ -324,6 +312,19 @@ class SqliteStore(SqliteTasks):
                     (now, session_id, session_id),
                 )
             return record
+
+    @staticmethod
+    async def _owned_queued(
+        db: aiosqlite.Connection, session_id: SessionId, owner: str, message_id: QueuedMessageId
+    ) -> QueuedMessageRecord | None:
+        """The queued message, if it is in this session and the session is the owner's."""
+        async with db.execute(
+            f"SELECT {_QUEUED_COLUMNS} FROM queued_messages q WHERE id = ? AND session_id = ? "
+            "AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = q.session_id AND s.owner = ?)",
+            (message_id, session_id, owner),
+        ) as cur:
+            row = await cur.fetchone()
+        return _queued(row) if row is not None else None
 
     async def steer_pending(self, session_id: SessionId) -> bool:
         row = await self._fetchone(
