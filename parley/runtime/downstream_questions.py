@@ -48,7 +48,12 @@ def question_payload(params: ElicitRequestFormParams, call: ToolCallRecord) -> d
         "question": question,
         "choices": choices[:MAX_CHOICES],
         "allows_free_text": free_text,
-        "downstream": {"server": call.server, "tool": call.tool or call.name, "form": schema},
+        "downstream": {
+            "server": call.server,
+            "tool": call.tool or call.name,
+            "form": schema,
+            "mode": "in_place",
+        },
         "tool": call.name,
     }
 
@@ -129,7 +134,12 @@ class DownstreamQuestions:
         self._process_id = process_id
         self._poll_interval_s = poll_interval_s
 
-    def asker(self, session: SessionRecord, call: ToolCallRecord, wait_s: float) -> Asker:
+    def asker(
+        self, session: SessionRecord, call: ToolCallRecord, wait_s: float, cancelled: Callable[[], bool]
+    ) -> Asker:
+        """Asks the user in place; gives up (answering 'cancel') at `wait_s`, or at once when
+        `cancelled()` says the turn is being cancelled or the process is stopping."""
+
         async def ask(params: ElicitRequestFormParams) -> ElicitResult:
             now = self._clock()
             interrupt = InterruptRecord(
@@ -146,11 +156,14 @@ class DownstreamQuestions:
             await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
             self._signals.notify(session.id)
             with anyio.move_on_after(wait_s):
-                while True:
+                while not cancelled():
                     current = await self._current(interrupt)
                     if current is not None and current.status != "pending":
                         return elicit_result(current)
                     await self._signals.wait_changed(session.id, self._poll_interval_s)
+            if cancelled():
+                # The turn ends (or the process stops): the question ends with the call.
+                return ElicitResult(action="cancel")
             with anyio.CancelScope(shield=True):
                 outcome = await self._store.resolve_interrupt(
                     session.id, interrupt.id, Resolution(expired=True), "deadline", self._clock()

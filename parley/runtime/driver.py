@@ -235,8 +235,12 @@ class _TurnControl:
     def __init__(self) -> None:
         self.turn_id: TurnId | None = None
         self.scope: anyio.CancelScope | None = None
+        # Turns whose cancel was requested: work shielded from the scope (a tool call waiting on
+        # its server's question) looks here to give up its wait.
+        self.cancelled: set[TurnId] = set()
 
     def cancel(self, turn_id: TurnId) -> None:
+        self.cancelled.add(turn_id)
         if self.turn_id == turn_id and self.scope is not None:
             self.scope.cancel()
 
@@ -291,6 +295,9 @@ class SessionDriver:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
+                # A question a server asked during a call that was open in a process that stopped
+                # can never reach that call: drop it, so the session does not wait for it.
+                await self._store.drop_questions_in_place(session_id, self._process_id, self._clock())
                 await self._work(session_id, control)
                 tg.cancel_scope.cancel()
         except* LeaseLost:
@@ -418,7 +425,7 @@ class SessionDriver:
                 if isinstance(action, CallModel):
                     await self._call_model(session, agent, turn, action, messages)
                 elif isinstance(action, RunTools):
-                    await self._run_tools(session, agent, action.calls)
+                    await self._run_tools(session, agent, action.calls, control)
             finally:
                 control.turn_id, control.scope = None, None
         if scope.cancelled_caught:
@@ -532,7 +539,11 @@ class SessionDriver:
         raise AssertionError("unreachable")
 
     async def _run_tools(
-        self, session: SessionRecord, agent: AgentConfig, calls: tuple[ToolCallRecord, ...]
+        self,
+        session: SessionRecord,
+        agent: AgentConfig,
+        calls: tuple[ToolCallRecord, ...],
+        control: _TurnControl,
     ) -> None:
         """Run what can run now; park calls that need a person or a timer, then park the turn
         if nothing else is left, so the process holds no task for a waiting session."""
@@ -563,9 +574,9 @@ class SessionDriver:
                 runnable.append(call)
         async with anyio.create_task_group() as tg:
             for call in runnable:
-                tg.start_soon(self._run_tool, session, agent, call)
+                tg.start_soon(self._run_tool, session, agent, call, control)
             for call in polls:
-                tg.start_soon(self._poll_remote, session, call)
+                tg.start_soon(self._poll_remote, session, call, control)
         await self._expire_deadlines(session, self._clock())
         await self._store.park_turn(session.id, self._process_id, calls[0].turn_id, self._clock())
 
@@ -634,7 +645,9 @@ class SessionDriver:
                     session.id, interrupt.id, Resolution(expired=True), "deadline", now
                 )
 
-    async def _run_tool(self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord) -> None:
+    async def _run_tool(
+        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, control: _TurnControl
+    ) -> None:
         if call.status == "running" and call.effect not in ("read", "idempotent_write"):
             # It may have had its effect before the crash; never repeat a write that may have happened.
             await self._store.commit_tool_result(
@@ -680,16 +693,21 @@ class SessionDriver:
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
                 run = await self._toolbox.run(
-                    call, agent, session, report, self._asker(session, call), await self._answers(call)
+                    call,
+                    agent,
+                    session,
+                    report,
+                    self._asker(session, call, control),
+                    await self._answers(call),
                 )
             self._faults.hit("tool_ran", call.name)
             await self._commit_run(session, call, run)
 
-    async def _poll_remote(self, session: SessionRecord, call: ToolCallRecord) -> None:
+    async def _poll_remote(self, session: SessionRecord, call: ToolCallRecord, control: _TurnControl) -> None:
         """One look at the downstream task of a waiting call (see runtime/mcp/task_calls.py)."""
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
-                run = await self._toolbox.poll_remote(call, session, self._asker(session, call))
+                run = await self._toolbox.poll_remote(call, session, self._asker(session, call, control))
             await self._commit_run(session, call, run)
 
     async def _commit_run(self, session: SessionRecord, call: ToolCallRecord, run: ToolRun) -> None:
@@ -740,8 +758,13 @@ class SessionDriver:
             return None
         return await self._questions.answers(call)
 
-    def _asker(self, session: SessionRecord, call: ToolCallRecord) -> Asker:
-        return self._questions.asker(session, call, self._toolbox.input_wait_s(call.server))
+    def _asker(self, session: SessionRecord, call: ToolCallRecord, control: _TurnControl) -> Asker:
+        return self._questions.asker(
+            session,
+            call,
+            self._toolbox.input_wait_s(call.server),
+            cancelled=lambda: call.turn_id in control.cancelled or self._stopping,
+        )
 
     async def _finish(
         self, session: SessionRecord, turn_id: TurnId, action: FinishTurn, limit_reason: str | None = None

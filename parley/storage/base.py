@@ -453,6 +453,11 @@ class Store(Protocol):
         with the state to send back stored in `remote`, and the questions are raised."""
         ...
 
+    async def drop_questions_in_place(self, session_id: SessionId, lease: str, now: float) -> int:
+        """Cancel the questions servers asked during calls that are no longer open (their process
+        stopped): taking over a session, nothing of the previous holder is in flight any more."""
+        ...
+
     async def set_timer(
         self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
     ) -> None: ...

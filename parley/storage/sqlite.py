@@ -574,7 +574,10 @@ class SqliteStore(SqliteTasks):
         rows = await self._fetchall(
             "SELECT id FROM sessions WHERE (lease_owner IS NULL OR lease_expires_at < ?) AND ("
             "(status = 'running' AND (wake_at IS NULL OR wake_at <= ?)) OR "
-            "(status = 'waiting_for_input' AND wake_at IS NOT NULL AND wake_at <= ?)) "
+            "(status = 'waiting_for_input' AND wake_at IS NOT NULL AND wake_at <= ?) OR "
+            # Waiting with a lapsed lease: a server asked a question during a call whose process
+            # died (a parked session holds no lease); the new holder drops the question.
+            "(status = 'waiting_for_input' AND lease_owner IS NOT NULL)) "
             "ORDER BY updated_at LIMIT ?",
             (now, now, now, limit),
         )
@@ -760,6 +763,7 @@ class SqliteStore(SqliteTasks):
                 "WHERE tool_call_id = ? AND status = 'pending'",
                 (now, call_id),
             )
+            await self._unless_waiting(db, session_id, now)
             await self._message(
                 db,
                 session_id,
@@ -812,6 +816,30 @@ class SqliteStore(SqliteTasks):
                 {"interrupt_id": interrupt.id, "kind": interrupt.kind},
                 now,
             )
+
+    @staticmethod
+    async def _unless_waiting(db: aiosqlite.Connection, session_id: SessionId, now: float) -> None:
+        """A session shown waiting for input with nothing pending any more is running again."""
+        await db.execute(
+            "UPDATE sessions SET status = 'running', updated_at = ? WHERE id = ? AND status = 'waiting_for_input' "
+            "AND NOT EXISTS (SELECT 1 FROM interrupts WHERE session_id = ? AND status = 'pending')",
+            (now, session_id, session_id),
+        )
+
+    async def drop_questions_in_place(self, session_id: SessionId, lease: str, now: float) -> int:
+        async with self._tx() as db:
+            await self._check_lease(db, session_id, lease)
+            cur = await db.execute(
+                "UPDATE interrupts SET status = 'cancelled', resolved_at = ?, resolved_by = 'call_interrupted' "
+                "WHERE session_id = ? AND status = 'pending' AND kind = 'question' "
+                "AND json_extract(payload, '$.downstream.mode') = 'in_place'",
+                (now, session_id),
+            )
+            dropped = cur.rowcount
+            if dropped:
+                await self._unless_waiting(db, session_id, now)
+                await self._event(db, session_id, None, "questions_dropped", {"count": dropped}, now)
+            return dropped
 
     async def _insert_interrupt(
         self, db: aiosqlite.Connection, session_id: SessionId, interrupt: InterruptRecord, now: float

@@ -1,0 +1,88 @@
+"""MCP servers from the npm registry, installed once into the repository's test cache.
+
+`everything_bin` is a session-scoped fixture: the first test that needs server-everything runs
+`npm install` (bounded by NPM_INSTALL_TIMEOUT_S) into .test-cache/npm; later sessions reuse it.
+Without `node` and `npm` on PATH the fixture fails (CI has both), with a message saying so.
+
+Import the fixtures into a test module (`from tests.npm_servers import everything_bin`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+NPM_CACHE = REPO / ".test-cache" / "npm"
+EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
+EVERYTHING_VERSION = "2026.8.31"
+NPM_INSTALL_TIMEOUT_S = float(os.environ.get("PARLEY_NPM_INSTALL_TIMEOUT", "300"))
+# Preloaded into server-everything's HTTP mode: its app.listen(PORT) binds every interface.
+LOOPBACK_SHIM = Path(__file__).resolve().parent / "mcp_servers" / "loopback.cjs"
+# Preloaded into server-everything to make its tasks outlive their MCP session (restart tests).
+DURABLE_TASKS_SHIM = Path(__file__).resolve().parent / "mcp_servers" / "durable_tasks.mjs"
+
+
+def _installed_version(prefix: Path, package: str) -> str | None:
+    manifest = prefix / "node_modules" / package / "package.json"
+    try:
+        return str(json.loads(manifest.read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def npm_install(package: str, version: str, prefix: Path = NPM_CACHE) -> Path:
+    """Install `package@version` under `prefix` unless it is there already; return node_modules/.bin."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(
+            f"{' and '.join(missing)} not found on PATH: the tests of npm MCP servers need Node.js "
+            f"and npm (to install {package}@{version} into {prefix})",
+            pytrace=False,
+        )
+    prefix.mkdir(parents=True, exist_ok=True)
+    # One install at a time into a prefix (two test runs may start together).
+    with (prefix / ".install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _installed_version(prefix, package) != version:
+            _run_npm(prefix, package, version)
+    return prefix / "node_modules" / ".bin"
+
+
+def _run_npm(prefix: Path, package: str, version: str) -> None:
+    command = ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), f"{package}@{version}"]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=NPM_INSTALL_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`{' '.join(command)}` took longer than {NPM_INSTALL_TIMEOUT_S:g}s", pytrace=False)
+    if done.returncode != 0 or _installed_version(prefix, package) != version:
+        pytest.fail(
+            f"`{' '.join(command)}` failed ({done.returncode}):\n{done.stdout}\n{done.stderr}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def everything_bin() -> Path:
+    """The server-everything executable (`<bin> stdio` or `<bin> streamableHttp`)."""
+    path = npm_install(EVERYTHING_PACKAGE, EVERYTHING_VERSION) / "mcp-server-everything"
+    assert path.exists(), f"{path} is missing after installing {EVERYTHING_PACKAGE}"
+    return path
+
+
+def everything_sdk_module(binary: Path, module: str) -> Path:
+    """A module of the TypeScript SDK that server-everything runs on (next to it in node_modules)."""
+    package = binary.resolve().parents[1]  # .../@modelcontextprotocol/server-everything (dist/index.js)
+    path = package.parent / "sdk" / module
+    if not path.exists():  # npm may have nested the SDK under the server's own node_modules
+        path = package / "node_modules" / "@modelcontextprotocol" / "sdk" / module
+    assert path.exists(), f"the TypeScript SDK module {module} is not where server-everything can load it"
+    return path
