@@ -57,6 +57,7 @@ class App:
             "running_turns": len(self.scheduler.driving),
             "leased_sessions": await self.store.count_leases(self.process_id, time.time()),
             "downstream_connections": self.sources.open_connections(),
+            "downstream_requests": self.sources.requests_in_flight(),
         }
 
 

@@ -540,9 +540,14 @@ async def test_between_polls_no_turn_runs_and_no_lease_is_held_while_ten_tasks_r
         after = waiting()
         seen.append({**health, "waiting": (before, after)})
         assert before, f"the tasks ended before parley was seen at rest: {seen}"
-        return before == after == 10 and health["running_turns"] == 0 and health["leased_sessions"] == 0
+        return (
+            before == after == 10
+            and health["running_turns"] == 0
+            and health["leased_sessions"] == 0
+            and health["downstream_requests"] == 0
+        )
 
-    await eventually(at_rest, "parley to hold no turn and no lease while ten tasks wait")
+    await eventually(at_rest, "parley to hold no turn, no lease and no request while ten tasks wait")
     assert seen[-1]["downstream_connections"] >= 1
     for sid in session_ids:
         ended = await _ended(world, sid)

@@ -85,10 +85,15 @@ class McpToolSources:
         self._slots: dict[tuple[str, str | None], _Slot] = {}
         self._listings: dict[str, _Listing] = {}
         self._tg: TaskGroup | None = None
+        self._in_flight = 0
 
     @property
     def servers(self) -> Mapping[str, McpServerConfig]:
         return self._servers
+
+    def requests_in_flight(self) -> int:
+        """Requests to MCP servers that have been sent and not answered yet."""
+        return self._in_flight
 
     def open_connections(self) -> int:
         return sum(
@@ -375,6 +380,7 @@ class McpToolSources:
         client = connection.client
         if client is None:
             raise CallNotSent(server, "the connection closed before the call")
+        self._in_flight += 1
         try:
             with anyio.fail_after(cfg.call_timeout_s):
                 result = await work(connection, client)
@@ -393,6 +399,8 @@ class McpToolSources:
             raise CallMaybeSent(
                 f"the connection to {server} broke during the call: {_describe(exc)}"
             ) from exc
+        finally:
+            self._in_flight -= 1
         connection.touch()
         return result
 
