@@ -230,11 +230,21 @@ class TaskService:
     async def follow(
         self, owner: str, task_id: str, on_change: Callable[[TaskRecord], Awaitable[None]]
     ) -> None:
-        """Call `on_change` with each new state of the task until it ends. Changes made in this
-        process are seen at once, those of other processes within `status_poll_s`."""
+        """Call `on_change` with each new state of the task until it ends or expires. Changes made
+        in this process are seen at once, those of other processes within `status_poll_s`."""
         last = (await self.get(owner, task_id)).task
-        while not last.is_terminal and last.session_id is not None:
+        if last.session_id is None:
+            return
+        seen = await self._store.latest_event_seq(last.session_id)
+        while not last.is_terminal:
             await self._signals.wait_changed(last.session_id, self._settings.status_poll_s)
+            if last.expires_at is not None and self._clock() >= last.expires_at:
+                return
+            # Every change of a session writes an event: one cheap read says whether to look again.
+            seq = await self._store.latest_event_seq(last.session_id)
+            if seq == seen:
+                continue
+            seen = seq
             try:
                 task = (await self.get(owner, task_id)).task
             except TaskNotFound:

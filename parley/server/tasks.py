@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import anyio
 from anyio.abc import TaskGroup
 from mcp import MCPError
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -259,6 +260,7 @@ class TaskGateway(Extension):
         if self._watchers is None or task.is_terminal or self._watched >= self._tasks.settings.max_watched:
             return
         session = ctx.session
+        scopes = _watch_scopes(session)
 
         async def push(changed: TaskRecord) -> None:
             notification = TaskStatusNotification(
@@ -269,13 +271,16 @@ class TaskGateway(Extension):
 
         async def watch() -> None:
             self._watched += 1
-            try:
-                await self._tasks.follow(owner, task.id, push)
-            except Exception as exc:
-                # The connection is gone, or the task expired: the client polls (or not) from here.
-                logger.debug("no more status notifications for %s: %s", task.id, type(exc).__name__)
-            finally:
-                self._watched -= 1
+            with anyio.CancelScope() as scope:
+                scopes.add(scope)
+                try:
+                    await self._tasks.follow(owner, task.id, push)
+                except Exception as exc:
+                    # The connection broke, or the task expired: the client polls (or not) from here.
+                    logger.debug("no more status notifications for %s: %s", task.id, type(exc).__name__)
+                finally:
+                    scopes.discard(scope)
+                    self._watched -= 1
 
         self._watchers.start_soon(watch)
 
@@ -349,6 +354,29 @@ class TaskGateway(Extension):
         except TaskNotFound as exc:
             raise _invalid(exc) from None
         return {"resultType": "complete"}
+
+
+_WATCH_SCOPES = "dev.parley/task-watchers"
+
+
+def _watch_scopes(session: Any) -> set[anyio.CancelScope]:
+    """The cancel scopes of the watchers pushing to this connection, cancelled when it closes:
+    a watcher must not outlive its client (nor hold a max_watched slot for it)."""
+    # SDK 2.3 keeps the connection (with its per-connection state and teardown) private.
+    connection = getattr(session, "_connection", None)
+    if connection is None:
+        return set()
+    scopes: set[anyio.CancelScope] | None = connection.state.get(_WATCH_SCOPES)
+    if scopes is None:
+        scopes = set()
+        connection.state[_WATCH_SCOPES] = scopes
+
+        def stop_all() -> None:
+            for scope in list(scopes):
+                scope.cancel()
+
+        connection.exit_stack.callback(stop_all)
+    return scopes
 
 
 def _outcome_of(structured: Mapping[str, Any]) -> TurnOutcome:
