@@ -25,147 +25,47 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import platform
-import resource
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
-import yaml
-from anyio.abc import Process
+from _common import (
+    HOST,
+    add_limit_options,
+    base_config,
+    call,
+    cpu_seconds,
+    healthz,
+    http_server,
+    latency_summary,
+    loadavg_1m,
+    memory_kib,
+    mib,
+    own_cpu_seconds,
+    parse_level_list,
+    percentile,
+    require_linux,
+    run_and_report,
+    run_figures,
+    server_log_excerpt,
+    sigterm_line,
+    stop_server,
+    wait_for_url,
+    write_config_files,
+)
 from mcp import Client
 
 AGENT = "demo"
-HOST = "127.0.0.1"
 # The demo agent's per-agent limit (limits.max_turns) is 1000 turns per session.
 MAX_TURNS = 1000
 MAX_LEVEL = 256
-STARTUP_TIMEOUT_S = 60.0
-# SIGTERM drains for up to runtime.shutdown_grace_s (default 10 s); give it a margin.
-STOP_TIMEOUT_S = 30.0
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (no interpolation): the smallest value with >= p% at or below it."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def latency_summary(values_ms: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(percentile(values_ms, 50), 2),
-        "p95_ms": round(percentile(values_ms, 95), 2),
-        "max_ms": round(max(values_ms), 2),
-    }
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces; split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_seconds() -> float:
-    """CPU time of this benchmark process (all its threads): the clients' side of the work."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    """VmRSS (resident now) and VmHWM (peak resident) of a process, in KiB, from /proc/<pid>/status."""
-    found: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(value.split()[0])  # "  123456 kB"
-    return {"rss_kib": found["VmRSS"], "hwm_kib": found["VmHWM"]}
-
-
-def mib(kib: int) -> float:
-    return round(kib / 1024, 1)
 
 
 def write_config(directory: Path) -> Path:
     """parley.yaml with a fresh database and the default runtime settings (nothing overridden)."""
-    config = {"storage": {"path": "parley.db"}, "runtime": {}}
-    path = directory / "parley.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-async def start_server(directory: Path, config: Path, log: Path) -> Process:
-    """Spawn the server ourselves so its pid is known; stdout and stderr go to a log file."""
-    command = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    command += ["--http", "--host", HOST, "--port", "0", "--log-level", "INFO"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PARLEY_DB", None)  # the database is the one in parley.yaml
-    env.pop("PARLEY_CONFIG", None)
-    with log.open("ab") as sink:
-        return await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, cwd=directory, env=env
-        )
-
-
-async def wait_for_url(process: Process, log: Path) -> str:
-    """The URL from the server's "listening on http://HOST:PORT/mcp" log line."""
-    with anyio.fail_after(STARTUP_TIMEOUT_S):
-        while True:
-            for line in (await anyio.Path(log).read_text(errors="replace")).splitlines():
-                if "listening on http://" in line:
-                    url = line.split("listening on ", 1)[1].strip()
-                    if urlsplit(url).hostname != HOST:
-                        raise RuntimeError(f"the server listens on {url}, not on {HOST}")
-                    return url
-            if process.returncode is not None:
-                raise RuntimeError(f"the server exited during start-up with code {process.returncode}")
-            await anyio.sleep(0.02)
-
-
-async def healthz(url: str) -> dict[str, Any]:
-    """GET /healthz next to /mcp (loopback only, checked in wait_for_url)."""
-    health_url = url.removesuffix("/mcp") + "/healthz"
-
-    def get() -> dict[str, Any]:
-        with urllib.request.urlopen(health_url, timeout=10) as response:
-            return dict(json.load(response))
-
-    return await anyio.to_thread.run_sync(get)
-
-
-async def stop_server(process: Process) -> tuple[int, float, bool]:
-    """SIGTERM, then wait; SIGKILL only if it does not exit in time. (exit code, seconds, killed)."""
-    started = time.perf_counter()
-    process.send_signal(signal.SIGTERM)
-    killed = False
-    with anyio.move_on_after(STOP_TIMEOUT_S):
-        await process.wait()
-    if process.returncode is None:
-        killed = True
-        process.kill()
-        await process.wait()
-    assert process.returncode is not None
-    return process.returncode, time.perf_counter() - started, killed
-
-
-async def call(client: Client, timeout_s: float, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    if result.is_error or result.structured_content is None:
-        raise RuntimeError(f"{tool} failed: {text}")
-    return dict(result.structured_content)
+    return write_config_files(directory, base_config())
 
 
 def check_new_session(outcome: dict[str, Any]) -> str:
@@ -279,10 +179,9 @@ async def run(
 ) -> dict[str, Any]:
     config = write_config(workdir)
     log = workdir / "server.log"
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     started = time.perf_counter()
-    process = await start_server(workdir, config, log)
-    try:
+    async with http_server(workdir, config, log) as process:
         url = await wait_for_url(process, log)
         startup_s = time.perf_counter() - started
         idle_health = await healthz(url)
@@ -294,12 +193,7 @@ async def run(
             results.append(await measure_level(url, process.pid, level, turns, call_timeout_s))
         after_memory = memory_kib(process.pid)  # every client has disconnected
 
-        exit_code, stop_s, killed = await stop_server(process)
-    finally:
-        if process.returncode is None:  # failure or deadline: do not leave the server behind
-            with anyio.CancelScope(shield=True):
-                process.kill()
-                await process.wait()
+        stopped = await stop_server(process)
 
     return {
         "agent": AGENT,
@@ -311,15 +205,8 @@ async def run(
         "levels": results,
         "after_clients_rss_mib": mib(after_memory["rss_kib"]),
         "peak_rss_mib": mib(after_memory["hwm_kib"]),
-        "exit_code": exit_code,
-        "stop_s": round(stop_s, 3),
-        "killed_after_sigterm": killed,
-        "total_wall_s": round(time.perf_counter() - started, 3),
-        # 1-minute load average: on a shared machine, other work competes for the same cores.
-        "loadavg_1m_before": round(load_before, 2),
-        "loadavg_1m_after": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "nproc": len(os.sched_getaffinity(0)),
+        **stopped,
+        **run_figures(started, load_before),
     }
 
 
@@ -351,38 +238,14 @@ def report(r: dict[str, Any]) -> None:
         f"  server RSS after the clients left {r['after_clients_rss_mib']:.1f} MiB,"
         f" peak {r['peak_rss_mib']:.1f} MiB"
     )
-    killed = " (killed: no exit after SIGTERM)" if r["killed_after_sigterm"] else ""
-    print(f"  SIGTERM -> exit code {r['exit_code']} after {r['stop_s']:.3f} s{killed}")
+    print(f"  {sigterm_line(r)}")
     print(f"  total wall time {r['total_wall_s']:.3f} s   machine nproc {r['nproc']}, Python {r['python']}")
     print(f"  1-minute load average before {r['loadavg_1m_before']}, after {r['loadavg_1m_after']}")
     print(json.dumps(r, sort_keys=True))
 
 
-def server_log_excerpt(log: Path) -> str:
-    """The server's first logged error (often the cause) and the end of its log."""
-    if not log.exists():
-        return "(no server log)"
-    text = log.read_text(errors="replace")
-    first = text.find(" ERROR ")
-    head = "" if first < 0 else f"--- server log (first error) ---\n{text[first : first + 3000]}\n"
-    return f"{head}--- server log (tail) ---\n{text[-3000:]}"
-
-
-def describe(exc: BaseException) -> str:
-    """The leaf errors of an exception group (a failed caller task), else the error itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(inner) for inner in exc.exceptions)
-    return repr(exc)
-
-
 def parse_levels(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not levels or not all(1 <= level <= MAX_LEVEL for level in levels):
-        raise argparse.ArgumentTypeError(f"levels must be 1..{MAX_LEVEL}, e.g. 1,8,32")
-    return levels
+    return parse_level_list(text, MAX_LEVEL)
 
 
 def main() -> int:
@@ -392,40 +255,20 @@ def main() -> int:
     )
     parser.add_argument("--turns", type=int, default=30, help=f"turns per session (1..{MAX_TURNS})")
     parser.add_argument("--setup-calls", type=int, default=50, help="start_session calls for setup time")
-    parser.add_argument("--deadline", type=float, default=600.0, help="seconds the whole run may take")
-    parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds one tool call may take")
+    add_limit_options(parser, 600.0)
     args = parser.parse_args()
     if not 1 <= args.turns <= MAX_TURNS:
         parser.error(f"--turns must be 1..{MAX_TURNS} (the demo agent's turns per session)")
     if args.setup_calls < 1:
         parser.error("--setup-calls must be at least 1")
-    if not Path("/proc/self/status").exists():
-        parser.error("this benchmark reads /proc/<pid>/status and needs Linux")
+    require_linux(parser)
 
-    with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
-        workdir = Path(tmp)
-
-        async def bounded() -> dict[str, Any]:
-            with anyio.fail_after(args.deadline):
-                return await run(args.levels, args.turns, args.setup_calls, args.call_timeout, workdir)
-
-        try:
-            result = anyio.run(bounded)
-        except TimeoutError:
-            print(
-                f"benchmark failed: the --deadline of {args.deadline} s passed\n"
-                f"{server_log_excerpt(workdir / 'server.log')}",
-                file=sys.stderr,
-            )
-            return 1
-        except Exception as exc:
-            print(
-                f"benchmark failed: {describe(exc)}\n{server_log_excerpt(workdir / 'server.log')}",
-                file=sys.stderr,
-            )
-            return 1
-    report(result)
-    return 0
+    return run_and_report(
+        lambda workdir: run(args.levels, args.turns, args.setup_calls, args.call_timeout, workdir),
+        args.deadline,
+        server_log_excerpt,
+        report,
+    )
 
 
 if __name__ == "__main__":

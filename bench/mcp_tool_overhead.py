@@ -28,30 +28,43 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
-import shlex
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import anyio
-import yaml
+from _common import (
+    FIXTURE,
+    HOST,
+    REPO,
+    STARTUP_TIMEOUT_S,
+    add_limit_options,
+    base_config,
+    call,
+    connect_read_only,
+    cpu_seconds,
+    fixture_over_stdio,
+    json_lines,
+    latency_summary,
+    loadavg_1m,
+    log_excerpt,
+    percentile,
+    read_server_pid,
+    run_and_report,
+    run_figures,
+    stdio_server_parameters,
+    stop_process,
+    write_config_files,
+)
 from anyio.abc import Process
 from mcp import Client, StdioServerParameters
 
-REPO = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
 AGENT = "bench"
-FIXTURE = [sys.executable, "-m", "tests.mcp_servers.fixture_server"]
 TOOL = "read_thing"
 ARGUMENTS = {"name": "x"}
 TOOL_TEXT = "thing x is fine"
@@ -61,37 +74,7 @@ VARIANTS = {"stdio": "fixture", "http": "fixture_http"}  # variant -> server nam
 # The agent's limits.max_turns (default 1000) bounds one session: 2 turns per pair.
 MAX_TURNS_PER_SESSION = 1000
 WINDOW = 20  # pairs in the "first" and "last" windows
-STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (no interpolation): the smallest value with >= p% at or below it."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def latency_summary(values_ms: list[float]) -> dict[str, float]:
-    return {
-        "p50_ms": round(percentile(values_ms, 50), 2),
-        "p95_ms": round(percentile(values_ms, 95), 2),
-        "max_ms": round(max(values_ms), 2),
-    }
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces; split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
-def parent_pid(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def free_port() -> int:
@@ -104,26 +87,15 @@ def write_config(directory: Path, http_port: int, logs: Path) -> Path:
     """parley.yaml (fresh database, default runtime settings, the two tool servers) and one agent
     file that uses both."""
     servers = {
-        "fixture": {
-            "command": FIXTURE[0],
-            "args": FIXTURE[1:],
-            "cwd": str(REPO),
-            "env": {"FIXTURE_LOG": str(logs / "fixture.jsonl")},
-        },
+        "fixture": fixture_over_stdio(logs / "fixture.jsonl"),
         "fixture_http": {"url": f"http://{HOST}:{http_port}/mcp"},
     }
-    config = {"storage": {"path": "parley.db"}, "runtime": {}, "mcp_servers": servers}
-    path = directory / "parley.yaml"
-    path.write_text(yaml.safe_dump(config))
-    agents = directory / "configs" / "agents"
-    agents.mkdir(parents=True)
     agent = {
         "name": AGENT,
         "description": "Benchmark agent: the demo model with both fixture tool servers.",
         "mcp_servers": list(VARIANTS.values()),
     }
-    (agents / f"{AGENT}.yaml").write_text(yaml.safe_dump(agent))
-    return path
+    return write_config_files(directory, base_config(mcp_servers=servers), [agent])
 
 
 # ---------------------------------------------------------------------------------------- fixtures
@@ -154,32 +126,17 @@ async def start_http_fixture(port: int, log: Path, calls_log: Path) -> Process:
                 except OSError:
                     await anyio.sleep(0.05)
     except BaseException:
-        await stop_process(process)
+        await stop_fixture(process)
         raise
     return process
 
 
-async def stop_process(process: Process) -> tuple[int, bool]:
-    """SIGTERM, then wait; SIGKILL only if it does not exit in time. (exit code, killed)."""
-    killed = False
+async def stop_fixture(process: Process) -> tuple[int, bool]:
+    """SIGTERM, then wait; SIGKILL only if it does not exit in time, even when cancelled.
+    (exit code, killed)."""
     with anyio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with anyio.move_on_after(STOP_TIMEOUT_S):
-                await process.wait()
-        if process.returncode is None:
-            killed = True
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return process.returncode, killed
-
-
-def logged_calls(path: Path) -> list[dict[str, Any]]:
-    """The calls a fixture server logged (one JSON line each)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        exit_code, _, killed = await stop_process(process, STOP_TIMEOUT_S)
+    return exit_code, killed
 
 
 def is_our_fixture(pid: int, calls_log: Path) -> bool:
@@ -195,7 +152,7 @@ def is_our_fixture(pid: int, calls_log: Path) -> bool:
 async def reap_fixtures(calls_log: Path) -> list[int]:
     """Wait for the fixture processes that parley started (their pids are in `calls_log`) to exit;
     kill any still running after STOP_TIMEOUT_S. Returns the pids that had to be killed."""
-    pids = {int(c["pid"]) for c in logged_calls(calls_log)}
+    pids = {int(c["pid"]) for c in json_lines(calls_log)}
     with anyio.CancelScope(shield=True):
         for _ in range(int(STOP_TIMEOUT_S / 0.1)):  # poll: these are not our children
             if not any(is_our_fixture(pid, calls_log) for pid in pids):
@@ -236,37 +193,6 @@ async def measure_direct(
 
 
 # -------------------------------------------------------------------------------------- via parley
-
-
-def server_parameters(directory: Path, config: Path, pid_file: Path, log: Path) -> StdioServerParameters:
-    """Spawn through `sh` so the server's pid is known: sh writes its own pid, then execs the
-    server in place (same pid). The server's stderr goes to a log file, not to our output."""
-    serve = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    script = f"echo $$ > {shlex.quote(str(pid_file))}; exec {shlex.join(serve)} 2>> {shlex.quote(str(log))}"
-    return StdioServerParameters(
-        command="/bin/sh",
-        args=["-c", script],
-        env={"PYTHONUNBUFFERED": "1"},
-        cwd=str(directory),
-    )
-
-
-def read_server_pid(pid_file: Path) -> int:
-    pid = int(pid_file.read_text().strip())
-    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    if b"parley" not in cmdline or b"serve" not in cmdline:
-        raise RuntimeError(f"pid {pid} from {pid_file} is not the parley server: {cmdline!r}")
-    if parent_pid(pid) != os.getpid():
-        raise RuntimeError(f"pid {pid} is not a child of this process")
-    return pid
-
-
-async def call(client: Client, timeout_s: float, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    if result.is_error or result.structured_content is None:
-        raise RuntimeError(f"{tool} failed: {text}")
-    return dict(result.structured_content)
 
 
 def check_common(outcome: dict[str, Any], session_id: str, where: str) -> None:
@@ -415,7 +341,7 @@ def server_side_times(db: Path, turn_ids: dict[str, list[str]]) -> dict[str, Any
     """p50/p95/max of each segment of the timed turns, from the events table (read after parley
     has exited). A tool turn must have two model steps and one tool call, a text turn one step."""
     result: dict[str, Any] = {}
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+    with connect_read_only(db, timeout=5.0) as conn:
         for kind, ids in turn_ids.items():
             segments = TOOL_SEGMENTS if kind == "tool" else TEXT_SEGMENTS
             spans: dict[str, list[float]] = {name: [] for name in segments}
@@ -448,23 +374,21 @@ async def run(turns: int, warmup: int, call_timeout_s: float, workdir: Path) -> 
     pid_file, server_log, db = workdir / "server.pid", workdir / "server.log", workdir / "parley.db"
     http_calls, stdio_calls = logs / "fixture_http.jsonl", logs / "fixture.jsonl"
     direct_stdio_calls = logs / "direct_stdio.jsonl"
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     started = time.perf_counter()
 
     http_fixture = await start_http_fixture(port, workdir / "fixture_http.log", http_calls)
     try:
         # 1. The bare MCP round trip, from this process, to a stdio fixture and to the HTTP one.
-        direct_stdio_target = StdioServerParameters(
-            command=FIXTURE[0], args=FIXTURE[1:], cwd=str(REPO), env={"FIXTURE_LOG": str(direct_stdio_calls)}
-        )
+        direct_stdio_target = StdioServerParameters(**fixture_over_stdio(direct_stdio_calls))
         direct = {
             "stdio": await measure_direct(direct_stdio_target, turns, warmup, call_timeout_s, "stdio"),
             "http": await measure_direct(f"http://{HOST}:{port}/mcp", turns, warmup, call_timeout_s, "http"),
         }
-        http_direct_calls = len(logged_calls(http_calls))
+        http_direct_calls = len(json_lines(http_calls))
 
         # 2. The same call as a tool of a parley agent, one session per variant.
-        params = server_parameters(workdir, config, pid_file, server_log)
+        params = stdio_server_parameters(workdir, config, pid_file, server_log)
         t0 = time.perf_counter()
         variants: dict[str, dict[str, Any]] = {}
         async with Client(params) as client:
@@ -477,17 +401,17 @@ async def run(turns: int, warmup: int, call_timeout_s: float, workdir: Path) -> 
             closing = time.perf_counter()
         stop_s = time.perf_counter() - closing  # the SDK closes parley's stdin and waits for it to exit
     finally:
-        http_exit, http_killed = await stop_process(http_fixture)
+        http_exit, http_killed = await stop_fixture(http_fixture)
         killed_fixtures = await reap_fixtures(stdio_calls)
 
     # 3. Every call really reached the fixture, once; parley's stdio fixture has exited.
     per_session = warmup + turns
-    stdio_logged = logged_calls(stdio_calls)
+    stdio_logged = json_lines(stdio_calls)
     counts = {
-        "direct_stdio": len(logged_calls(direct_stdio_calls)),
+        "direct_stdio": len(json_lines(direct_stdio_calls)),
         "direct_http": http_direct_calls,
         "parley_stdio": len(stdio_logged),
-        "parley_http": len(logged_calls(http_calls)) - http_direct_calls,
+        "parley_http": len(json_lines(http_calls)) - http_direct_calls,
     }
     if set(counts.values()) != {per_session}:
         raise RuntimeError(f"calls logged by the fixture servers {counts}, expected {per_session} each")
@@ -513,13 +437,7 @@ async def run(turns: int, warmup: int, call_timeout_s: float, workdir: Path) -> 
         "http_fixture_exit": http_exit,
         "http_fixture_killed": http_killed,
         "stdio_fixtures_killed_after_parley_exit": killed_fixtures,
-        "total_wall_s": round(time.perf_counter() - started, 3),
-        "loadavg_1m_before": round(load_before, 2),
-        "loadavg_1m_after": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "mcp": version("mcp"),
-        "nproc": len(os.sched_getaffinity(0)),
+        **run_figures(started, load_before, "sqlite", "mcp"),
     }
 
 
@@ -594,29 +512,11 @@ def report(r: dict[str, Any]) -> None:
     print(json.dumps(r, sort_keys=True))
 
 
-def log_excerpt(path: Path, label: str) -> str:
-    """The first logged error (often the cause) and the end of a log."""
-    if not path.exists():
-        return f"(no {label} log)"
-    text = path.read_text(errors="replace")
-    first = text.find(" ERROR ")
-    head = "" if first < 0 else f"--- {label} log (first error) ---\n{text[first : first + 3000]}\n"
-    return f"{head}--- {label} log (tail) ---\n{text[-3000:]}"
-
-
-def describe(exc: BaseException) -> str:
-    """The leaf errors of an exception group, else the error itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(inner) for inner in exc.exceptions)
-    return repr(exc)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100, help="timed tool turns (and as many text turns)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed pairs of turns first (default 5)")
-    parser.add_argument("--deadline", type=float, default=600.0, help="seconds the whole run may take")
-    parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds one tool call may take")
+    add_limit_options(parser, 600.0)
     args = parser.parse_args()
     most = MAX_TURNS_PER_SESSION // 2
     if args.turns < 1 or args.warmup < 0 or args.turns + args.warmup > most:
@@ -624,29 +524,15 @@ def main() -> int:
     if not Path("/proc/self/stat").exists():
         parser.error("this benchmark reads /proc and needs Linux")
 
-    with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
-        workdir = Path(tmp)
+    def logs(workdir: Path) -> str:
+        return (
+            f"{log_excerpt(workdir / 'server.log', 'parley log')}\n"
+            f"{log_excerpt(workdir / 'fixture_http.log', 'HTTP fixture log')}"
+        )
 
-        async def bounded() -> dict[str, Any]:
-            with anyio.fail_after(args.deadline):
-                return await run(args.turns, args.warmup, args.call_timeout, workdir)
-
-        try:
-            result = anyio.run(bounded)
-        except Exception as exc:
-            reason = (
-                f"the --deadline of {args.deadline} s passed"
-                if isinstance(exc, TimeoutError)
-                else describe(exc)
-            )
-            print(
-                f"benchmark failed: {reason}\n{log_excerpt(workdir / 'server.log', 'parley')}\n"
-                f"{log_excerpt(workdir / 'fixture_http.log', 'HTTP fixture')}",
-                file=sys.stderr,
-            )
-            return 1
-    report(result)
-    return 0
+    return run_and_report(
+        lambda workdir: run(args.turns, args.warmup, args.call_timeout, workdir), args.deadline, logs, report
+    )
 
 
 if __name__ == "__main__":

@@ -32,85 +32,53 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import platform
-import resource
-import signal
-import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
-import httpx2
-import yaml
-from anyio.abc import Process
+from _common import (
+    HOST,
+    Anomalies,
+    add_limit_options,
+    base_config,
+    call,
+    connect_read_only,
+    cpu_seconds,
+    db_bytes,
+    fixture_over_stdio,
+    has_anomalies,
+    healthz,
+    http_server,
+    json_lines,
+    latency_summary,
+    loadavg_1m,
+    mib,
+    own_cpu_seconds,
+    parse_level_list,
+    percentile,
+    proc_status,
+    require_linux,
+    run_and_report,
+    run_figures,
+    server_log_excerpt,
+    sigterm_line,
+    stop_server,
+    wait_for_url,
+    write_config_files,
+)
 from mcp import Client
 
-REPO = Path(__file__).resolve().parent.parent
-HOST = "127.0.0.1"
 AGENT = "bench"
 SERVER = "fixture"
 TOOL = f"{SERVER}__bare"  # no annotations: effect unclassified, approval required
-FIXTURE = [sys.executable, "-m", "tests.mcp_servers.fixture_server"]
 MAX_SESSIONS = 10_000
 MAX_CLIENTS = 64
-STARTUP_TIMEOUT_S = 60.0
-# SIGTERM drains for up to runtime.shutdown_grace_s (default 10 s); give it a margin.
-STOP_TIMEOUT_S = 30.0
 # The largest wait_seconds the server honours (runtime.max_wait_s, default 55).
 MAX_WAIT_S = 55.0
-KEPT_ANOMALIES = 50  # anomalies listed in full; all are counted
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (no interpolation): the smallest value with >= p% at or below it."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def latency_summary(values_ms: list[float]) -> dict[str, float | None]:
-    if not values_ms:
-        return {"p50_ms": None, "p95_ms": None, "max_ms": None}
-    return {
-        "p50_ms": round(percentile(values_ms, 50), 2),
-        "p95_ms": round(percentile(values_ms, 95), 2),
-        "max_ms": round(max(values_ms), 2),
-    }
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces; split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_seconds() -> float:
-    """CPU time of this benchmark process (all its threads): the clients' side of the work."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS, VmHWM (KiB) and Threads of a process, from /proc/<pid>/status."""
-    found: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM", "Threads"):
-            found[key] = int(value.split()[0])  # "  123456 kB" or "  7"
-    return {"rss_kib": found["VmRSS"], "hwm_kib": found["VmHWM"], "threads": found["Threads"]}
 
 
 def child_pids(pid: int) -> list[int]:
@@ -124,23 +92,10 @@ def child_pids(pid: int) -> list[int]:
     return sorted(set(children))
 
 
-def mib(kib: int) -> float:
-    return round(kib / 1024, 1)
-
-
-def db_bytes(directory: Path) -> dict[str, int]:
-    """Sizes of parley.db and its -wal file (0 when absent)."""
-    sizes = {}
-    for suffix, key in (("", "db_bytes"), ("-wal", "wal_bytes")):
-        path = directory / f"parley.db{suffix}"
-        sizes[key] = path.stat().st_size if path.exists() else 0
-    return sizes
-
-
 def db_counts(db: Path) -> dict[str, Any]:
     """What the database says, read through a separate read-only connection (WAL: no writer waits)."""
     now = time.time()
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+    with connect_read_only(db) as conn:
         by_status = dict(conn.execute("SELECT status, count(*) FROM sessions GROUP BY status").fetchall())
         pending = conn.execute("SELECT count(*) FROM interrupts WHERE status = 'pending'").fetchone()[0]
         leases = conn.execute(
@@ -153,91 +108,13 @@ def db_counts(db: Path) -> dict[str, Any]:
 def write_config(directory: Path, fixture_log: Path) -> Path:
     """parley.yaml (fresh database, default runtime settings, the fixture over stdio) and one agent
     file that uses every tool of the fixture with the default approval policy."""
-    servers = {
-        SERVER: {
-            "command": FIXTURE[0],
-            "args": FIXTURE[1:],
-            "cwd": str(REPO),
-            "env": {"FIXTURE_LOG": str(fixture_log)},
-        }
-    }
-    config = {"storage": {"path": "parley.db"}, "runtime": {}, "mcp_servers": servers}
-    path = directory / "parley.yaml"
-    path.write_text(yaml.safe_dump(config))
-    agents = directory / "configs" / "agents"
-    agents.mkdir(parents=True)
     agent = {
         "name": AGENT,
         "description": "Benchmark agent: the demo model with the fixture tool server.",
         "mcp_servers": [SERVER],
     }
-    (agents / f"{AGENT}.yaml").write_text(yaml.safe_dump(agent))
-    return path
-
-
-def fixture_calls(log: Path) -> list[dict[str, Any]]:
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-
-
-async def start_server(directory: Path, config: Path, log: Path) -> Process:
-    """Spawn the server ourselves so its pid is known; stdout and stderr go to a log file."""
-    command = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    command += ["--http", "--host", HOST, "--port", "0", "--log-level", "INFO"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PARLEY_DB", None)  # the database is the one in parley.yaml
-    env.pop("PARLEY_CONFIG", None)
-    with log.open("ab") as sink:
-        return await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, cwd=directory, env=env
-        )
-
-
-async def wait_for_url(process: Process, log: Path) -> str:
-    """The URL from the server's "listening on http://HOST:PORT/mcp" log line (its stderr)."""
-    with anyio.fail_after(STARTUP_TIMEOUT_S):
-        while True:
-            for line in (await anyio.Path(log).read_text(errors="replace")).splitlines():
-                if "listening on http://" in line:
-                    url = line.split("listening on ", 1)[1].strip()
-                    if urlsplit(url).hostname != HOST:
-                        raise RuntimeError(f"the server listens on {url}, not on {HOST}")
-                    return url
-            if process.returncode is not None:
-                raise RuntimeError(f"the server exited during start-up with code {process.returncode}")
-            await anyio.sleep(0.02)
-
-
-async def healthz(url: str) -> dict[str, Any]:
-    """GET /healthz next to /mcp (loopback only, checked in wait_for_url)."""
-    async with httpx2.AsyncClient(timeout=10) as http:
-        response = await http.get(url.removesuffix("/mcp") + "/healthz")
-        response.raise_for_status()
-        return dict(response.json())
-
-
-async def stop_server(process: Process) -> tuple[int, float, bool]:
-    """SIGTERM, then wait; SIGKILL only if it does not exit in time. (exit code, seconds, killed)."""
-    started = time.perf_counter()
-    process.send_signal(signal.SIGTERM)
-    killed = False
-    with anyio.move_on_after(STOP_TIMEOUT_S):
-        await process.wait()
-    if process.returncode is None:
-        killed = True
-        process.kill()
-        await process.wait()
-    assert process.returncode is not None
-    return process.returncode, time.perf_counter() - started, killed
-
-
-async def call(client: Client, timeout_s: float, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    if result.is_error or result.structured_content is None:
-        raise RuntimeError(f"{tool} failed: {text}")
-    return dict(result.structured_content)
+    config = base_config(mcp_servers={SERVER: fixture_over_stdio(fixture_log)})
+    return write_config_files(directory, config, [agent])
 
 
 def short(outcome: dict[str, Any]) -> dict[str, Any]:
@@ -284,27 +161,6 @@ def resumed_symptom(outcome: dict[str, Any], session_id: str, index: int) -> str
     if calls != [(TOOL, "succeeded")]:
         return f"tool calls {calls!r}, expected one succeeded"
     return None
-
-
-class Anomalies:
-    """Sessions that did not park or did not resume as expected: counted, the first ones kept."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.count: Counter[str] = Counter()
-        self.kept: list[dict[str, Any]] = []
-
-    def add(self, phase: str, index: int, session_id: str | None, symptom: str, detail: Any = None) -> None:
-        self.count[phase] += 1
-        if len(self.kept) < KEPT_ANOMALIES:
-            record = {"phase": phase, "index": index, "session_id": session_id, "symptom": symptom}
-            if detail is not None:
-                record["outcome"] = detail
-            self.kept.append(record)
-        if sum(self.count.values()) > self.limit:
-            raise RuntimeError(
-                f"more than {self.limit} anomalies (--max-anomalies); the first: {self.kept[0]!r}"
-            )
 
 
 async def run_pool(
@@ -360,7 +216,7 @@ class Bench:
         self.call_timeout_s: float = args.call_timeout
         self.wait_s = min(MAX_WAIT_S, max(1.0, args.call_timeout - 5))
         self.idle_sample_s: float = args.idle_sample
-        self.anomalies = Anomalies(args.max_anomalies)
+        self.anomalies = Anomalies(args.max_anomalies, detail_key="outcome")
         # index -> (session id, interrupt id) of every session that parked as expected
         self.parked: dict[int, tuple[str, str]] = {}
         self.resumed: set[int] = set()
@@ -378,12 +234,14 @@ class Bench:
                 wait_seconds=self.wait_s,
             )
         except Exception as exc:
-            self.anomalies.add(phase, index, None, f"start_session raised {exc!r}")
+            self.anomalies.add(phase, f"start_session raised {exc!r}", index=index, session_id=None)
             return None
         elapsed_ms = (time.perf_counter() - t0) * 1000
         symptom = parked_symptom(outcome, index)
         if symptom is not None:
-            self.anomalies.add(phase, index, outcome.get("session_id"), symptom, short(outcome))
+            self.anomalies.add(
+                phase, symptom, short(outcome), index=index, session_id=outcome.get("session_id")
+            )
             return elapsed_ms
         self.parked[index] = (str(outcome["session_id"]), str(outcome["pending"][0]["id"]))
         return elapsed_ms
@@ -401,12 +259,12 @@ class Bench:
                 wait_seconds=self.wait_s,
             )
         except Exception as exc:
-            self.anomalies.add(phase, index, session_id, f"approve raised {exc!r}")
+            self.anomalies.add(phase, f"approve raised {exc!r}", index=index, session_id=session_id)
             return None
         elapsed_ms = (time.perf_counter() - t0) * 1000
         symptom = resumed_symptom(outcome, session_id, index)
         if symptom is not None:
-            self.anomalies.add(phase, index, session_id, symptom, short(outcome))
+            self.anomalies.add(phase, symptom, short(outcome), index=index, session_id=session_id)
         else:
             self.resumed.add(index)
         return elapsed_ms
@@ -481,7 +339,7 @@ class Bench:
 
     async def approve_all(self, baseline: dict[str, Any]) -> dict[str, Any]:
         indexes = sorted(self.parked)
-        calls_before = len(fixture_calls(self.workdir / "fixture-calls.jsonl"))
+        calls_before = len(json_lines(self.workdir / "fixture-calls.jsonl"))
         wall_s, latencies_ms, connect_ms, cpu = await run_pool(
             self.url, self.pid, self.clients, indexes, self.approve
         )
@@ -496,7 +354,7 @@ class Bench:
             "server_cpu_ms_per_approval": round(cpu["server_cpu_s"] / len(indexes) * 1000, 1),
             "server_cpu_share": round(cpu["server_cpu_s"] / wall_s, 2),
             "connect_p50_ms": round(percentile(connect_ms, 50), 2),
-            "fixture_calls_during_approvals": len(fixture_calls(self.workdir / "fixture-calls.jsonl"))
+            "fixture_calls_during_approvals": len(json_lines(self.workdir / "fixture-calls.jsonl"))
             - calls_before,
             "rss_growth_mib": mib(figures["rss_kib"] - baseline["rss_kib"]),
             **figures,
@@ -526,10 +384,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     fixture_log = workdir / "fixture-calls.jsonl"
     config = write_config(workdir, fixture_log)
     log = workdir / "server.log"
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     started = time.perf_counter()
-    process = await start_server(workdir, config, log)
-    try:
+    async with http_server(workdir, config, log) as process:
         url = await wait_for_url(process, log)
         startup_s = time.perf_counter() - started
         bench = Bench(url, process.pid, workdir, args)
@@ -542,20 +399,15 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         for level in args.levels:
             levels.append(await bench.park_level(level, baseline, levels[-1] if levels else baseline))
             print(f"  ... {level} parked ({levels[-1]['park_wall_s']:.1f} s)", file=sys.stderr, flush=True)
-        log_after_parking = check_fixture_log(fixture_calls(fixture_log), bench, "after parking")
+        log_after_parking = check_fixture_log(json_lines(fixture_log), bench, "after parking")
         if args.idle_hold > 0:  # sessions stay parked; does anything move meanwhile?
             await anyio.sleep(args.idle_hold)
         held = await bench.snapshot(idle_cpu=False)
 
         approvals = await bench.approve_all(baseline)
-        log_after_approving = check_fixture_log(fixture_calls(fixture_log), bench, "after approving")
+        log_after_approving = check_fixture_log(json_lines(fixture_log), bench, "after approving")
 
-        exit_code, stop_s, killed = await stop_server(process)
-    finally:
-        if process.returncode is None:  # failure or deadline: do not leave the server behind
-            with anyio.CancelScope(shield=True):
-                process.kill()
-                await process.wait()
+        stopped = await stop_server(process)
 
     return {
         "agent": AGENT,
@@ -575,20 +427,9 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "fixture_log_after_approving": log_after_approving,
         "anomaly_counts": dict(bench.anomalies.count),
         "anomalies": bench.anomalies.kept,
-        "exit_code": exit_code,
-        "stop_s": round(stop_s, 3),
-        "killed_after_sigterm": killed,
+        **stopped,
         **{f"after_exit_{k}": v for k, v in db_bytes(workdir).items()},
-        "total_wall_s": round(time.perf_counter() - started, 3),
-        # 1-minute load average: on a shared machine, other work competes for the same cores.
-        "loadavg_1m_before": round(load_before, 2),
-        "loadavg_1m_after": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "mcp": version("mcp"),
-        "nproc": len(os.sched_getaffinity(0)),
-        # a snapshot of parley on PYTHONPATH comes before the editable install (see bench/README.md)
-        "pythonpath": os.environ.get("PYTHONPATH"),
+        **run_figures(started, load_before, "sqlite", "mcp", "pythonpath"),
     }
 
 
@@ -662,8 +503,7 @@ def report(r: dict[str, Any]) -> None:
     print(f"  anomalies {r['anomaly_counts'] or 'none'}")
     for anomaly in r["anomalies"][:10]:
         print(f"    {anomaly}")
-    killed = " (killed: no exit after SIGTERM)" if r["killed_after_sigterm"] else ""
-    print(f"  SIGTERM -> exit code {r['exit_code']} after {r['stop_s']:.3f} s{killed}")
+    print(f"  {sigterm_line(r)}")
     print(
         f"  after exit: db {r['after_exit_db_bytes']:,} B, wal {r['after_exit_wal_bytes']:,} B"
         f"   total wall time {r['total_wall_s']:.3f} s"
@@ -675,30 +515,8 @@ def report(r: dict[str, Any]) -> None:
     print(json.dumps(r, sort_keys=True))
 
 
-def server_log_excerpt(log: Path) -> str:
-    """The server's first logged error (often the cause) and the end of its log."""
-    if not log.exists():
-        return "(no server log)"
-    text = log.read_text(errors="replace")
-    first = text.find(" ERROR ")
-    head = "" if first < 0 else f"--- server log (first error) ---\n{text[first : first + 3000]}\n"
-    return f"{head}--- server log (tail) ---\n{text[-3000:]}"
-
-
-def describe(exc: BaseException) -> str:
-    """The leaf errors of an exception group (a failed client task), else the error itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(inner) for inner in exc.exceptions)
-    return repr(exc)
-
-
 def parse_levels(text: str) -> list[int]:
-    try:
-        levels = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
-    if not levels or not all(1 <= level <= MAX_SESSIONS for level in levels):
-        raise argparse.ArgumentTypeError(f"levels must be 1..{MAX_SESSIONS}, e.g. 100,500,1000")
+    levels = parse_level_list(text, MAX_SESSIONS, "100,500,1000")
     if levels != sorted(set(levels)):
         raise argparse.ArgumentTypeError("levels are cumulative totals and must increase, e.g. 100,500,1000")
     return levels
@@ -721,8 +539,7 @@ def main() -> int:
     )
     parser.add_argument("--idle-hold", type=float, default=10.0, help="seconds to keep them all parked")
     parser.add_argument("--max-anomalies", type=int, default=20, help="give up after this many anomalies")
-    parser.add_argument("--deadline", type=float, default=1800.0, help="seconds the whole run may take")
-    parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds one tool call may take")
+    add_limit_options(parser, 1800.0)
     args = parser.parse_args()
     if not 1 <= args.clients <= MAX_CLIENTS:
         parser.error(f"--clients must be 1..{MAX_CLIENTS}")
@@ -730,33 +547,11 @@ def main() -> int:
         parser.error("--warmup must be at least 1 (the baseline needs the tool connection open)")
     if args.idle_sample <= 0 or args.idle_hold < 0 or args.max_anomalies < 0:
         parser.error("--idle-sample must be positive; --idle-hold and --max-anomalies not negative")
-    if not Path("/proc/self/status").exists():
-        parser.error("this benchmark reads /proc/<pid>/status and needs Linux")
+    require_linux(parser)
 
-    with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
-        workdir = Path(tmp)
-
-        async def bounded() -> dict[str, Any]:
-            with anyio.fail_after(args.deadline):
-                return await run(args, workdir)
-
-        try:
-            result = anyio.run(bounded)
-        except TimeoutError:
-            print(
-                f"benchmark failed: the --deadline of {args.deadline} s passed\n"
-                f"{server_log_excerpt(workdir / 'server.log')}",
-                file=sys.stderr,
-            )
-            return 1
-        except Exception as exc:
-            print(
-                f"benchmark failed: {describe(exc)}\n{server_log_excerpt(workdir / 'server.log')}",
-                file=sys.stderr,
-            )
-            return 1
-    report(result)
-    return 1 if result["anomaly_counts"] else 0
+    return run_and_report(
+        lambda workdir: run(args, workdir), args.deadline, server_log_excerpt, report, has_anomalies
+    )
 
 
 if __name__ == "__main__":

@@ -37,32 +37,46 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
 import signal
 import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
-import yaml
+from _common import (
+    HOST,
+    STARTUP_TIMEOUT_S,
+    add_limit_options,
+    base_config,
+    call,
+    connect_read_only,
+    cpu_seconds,
+    healthz,
+    http_server,
+    loadavg_1m,
+    log_counts,
+    log_excerpt,
+    machine,
+    memory_kib,
+    mib,
+    own_cpu_seconds,
+    parley_module,
+    parse_ints,
+    require_linux,
+    run_and_report,
+    sigterm_line,
+    stop_server,
+    wait_for_url,
+    write_config_files,
+)
 from anyio.abc import Process
 from mcp import Client
 
 AGENT = "demo"
-HOST = "127.0.0.1"
 DEFAULT_CAP = 16  # runtime.max_concurrent_model_calls when parley.yaml leaves it out
-STARTUP_TIMEOUT_S = 60.0
-# SIGTERM drains for up to runtime.shutdown_grace_s (default 10 s); give it a margin.
-STOP_TIMEOUT_S = 30.0
 MAX_SESSIONS = 20_000
 MAX_SLEEP_S = 3600.0  # the demo model's limit for /sleep
 # The loading process gets one model-call slot, and a blocker session holds it (its model call
@@ -73,106 +87,12 @@ BLOCKER_SLEEP_S = 3600
 BLOCKER_MESSAGE = f"/sleep {BLOCKER_SLEEP_S}\nblocker"
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces; split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
-def own_cpu_seconds() -> float:
-    """CPU time of this benchmark process (all its threads): the clients and the poller."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def memory_kib(pid: int) -> dict[str, int]:
-    """VmRSS (resident now) and VmHWM (peak resident) of a process, in KiB, from /proc/<pid>/status."""
-    found: dict[str, int] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(value.split()[0])  # "  123456 kB"
-    return {"rss_kib": found["VmRSS"], "hwm_kib": found["VmHWM"]}
-
-
-def mib(kib: int) -> float:
-    return round(kib / 1024, 1)
-
-
 def write_config(directory: Path, name: str, cap: int, lease_ttl_s: float) -> Path:
     """A parley.yaml: the database next to it, short leases, and the cap (left out when default)."""
     runtime: dict[str, Any] = {"lease_ttl_s": lease_ttl_s}
     if cap != DEFAULT_CAP:
         runtime["max_concurrent_model_calls"] = cap
-    config = {"storage": {"path": "parley.db"}, "runtime": runtime}
-    path = directory / name
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-async def start_server(directory: Path, config: Path, log: Path) -> Process:
-    """Spawn the server ourselves so its pid is known; stdout and stderr go to a log file."""
-    command = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    command += ["--http", "--host", HOST, "--port", "0", "--log-level", "INFO"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env.pop("PARLEY_DB", None)  # the database is the one in parley.yaml
-    env.pop("PARLEY_CONFIG", None)
-    with log.open("ab") as sink:
-        return await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, cwd=directory, env=env
-        )
-
-
-async def wait_for_url(process: Process, log: Path) -> str:
-    """The URL from the server's "listening on http://HOST:PORT/mcp" log line."""
-    with anyio.fail_after(STARTUP_TIMEOUT_S):
-        while True:
-            for line in (await anyio.Path(log).read_text(errors="replace")).splitlines():
-                if "listening on http://" in line:
-                    url = line.split("listening on ", 1)[1].strip()
-                    if urlsplit(url).hostname != HOST:
-                        raise RuntimeError(f"the server listens on {url}, not on {HOST}")
-                    return url
-            if process.returncode is not None:
-                raise RuntimeError(f"the server exited during start-up with code {process.returncode}")
-            await anyio.sleep(0.01)
-
-
-async def healthz(url: str) -> dict[str, Any]:
-    """GET /healthz next to /mcp (loopback only, checked in wait_for_url)."""
-    health_url = url.removesuffix("/mcp") + "/healthz"
-
-    def get() -> dict[str, Any]:
-        with urllib.request.urlopen(health_url, timeout=10) as response:
-            return dict(json.load(response))
-
-    return await anyio.to_thread.run_sync(get)
-
-
-async def stop_server(process: Process) -> tuple[int, float, bool]:
-    """SIGTERM, then wait; SIGKILL only if it does not exit in time. (exit code, seconds, killed)."""
-    started = time.perf_counter()
-    process.send_signal(signal.SIGTERM)
-    killed = False
-    with anyio.move_on_after(STOP_TIMEOUT_S):
-        await process.wait()
-    if process.returncode is None:
-        killed = True
-        process.kill()
-        await process.wait()
-    assert process.returncode is not None
-    return process.returncode, time.perf_counter() - started, killed
-
-
-async def call(client: Client, timeout_s: float, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    if result.is_error or result.structured_content is None:
-        raise RuntimeError(f"{tool} failed: {text}")
-    return dict(result.structured_content)
+    return write_config_files(directory, base_config(runtime=runtime), name=name)
 
 
 def message_text(index: int, sleep_s: float) -> str:
@@ -185,7 +105,7 @@ def expected_answer(index: int) -> str:
 
 def query(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """One read-only query (mode=ro: the benchmark never writes the database)."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    connection = connect_read_only(db)
     try:
         return list(connection.execute(sql, params).fetchall())
     finally:
@@ -207,16 +127,6 @@ def poll_once(connection: sqlite3.Connection, owner: str) -> tuple[int, int, int
     finally:
         connection.execute("COMMIT")
     return int(answered), int(leased), int(expired), max(0.0, float(overdue))
-
-
-def log_counts(log: Path) -> dict[str, int]:
-    text = log.read_text(errors="replace") if log.exists() else ""
-    return {
-        "error_lines": sum(" ERROR " in line for line in text.splitlines()),
-        "warning_lines": sum(" WARNING " in line for line in text.splitlines()),
-        "lost_lease_lines": text.count("lost the lease"),
-        "traceback_lines": text.count("Traceback"),
-    }
 
 
 async def load(
@@ -318,7 +228,7 @@ async def wait_for_resume(
     t_spawn: float,
 ) -> dict[str, Any]:
     """Poll the database until `target` more turns are answered; sample the server's RSS each time."""
-    connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10, check_same_thread=False)
+    connection = connect_read_only(db, check_same_thread=False)
     samples_mib: list[float] = []
     leased_max = expired_max = 0
     overdue_max = 0.0
@@ -433,12 +343,11 @@ async def run_cap(
     log_load, log_resume = directory / "server-load.log", directory / "server-resume.log"
     r: dict[str, Any] = {"cap": cap, "cap_is_default": cap == DEFAULT_CAP, "dir": str(directory)}
     results.append(r)  # a failing run still shows what it measured so far
-    r["loadavg_1m_before"] = round(os.getloadavg()[0], 2)
+    r["loadavg_1m_before"] = loadavg_1m()
 
     # --- load behind the blocker, close the blocker, then SIGKILL at once
-    first = await start_server(directory, load_config, log_load)
-    try:
-        url = await wait_for_url(first, log_load)
+    async with http_server(directory, load_config, log_load) as first:
+        url = await wait_for_url(first, log_load, poll_s=0.01)
         r["load_process_id"] = (await healthz(url)).get("process_id")
         async with Client(url) as client:
             blocker = await call(
@@ -470,11 +379,6 @@ async def run_cap(
             kill_wall = time.time()
             r["close_blocker_to_kill_s"] = round(time.perf_counter() - t1, 3)
         r["load_exit_code"] = await first.wait()
-    finally:
-        if first.returncode is None:
-            with anyio.CancelScope(shield=True):
-                first.kill()
-                await first.wait()
     r["sessions_per_s_started"] = round(args.sessions / r["load_s"], 1)
     after_kill = await anyio.to_thread.run_sync(state_after_kill, db, kill_wall)
     r["after_kill"] = after_kill
@@ -491,9 +395,8 @@ async def run_cap(
     # --- resume: a new process on the same database
     t_spawn_wall, t_spawn = time.time(), time.perf_counter()
     own_cpu_before = own_cpu_seconds()
-    second = await start_server(directory, config, log_resume)
-    try:
-        url = await wait_for_url(second, log_resume)
+    async with http_server(directory, config, log_resume) as second:
+        url = await wait_for_url(second, log_resume, poll_s=0.01)
         r["startup_s"] = round(time.perf_counter() - t_spawn, 3)
         r["startup_cpu_s"] = round(cpu_seconds(second.pid), 3)
         r["rss_at_listening_mib"] = mib(memory_kib(second.pid)["rss_kib"])
@@ -515,13 +418,7 @@ async def run_cap(
         r["rss_at_end_mib"] = mib(memory["rss_kib"])
         r["rss_peak_hwm_mib"] = mib(memory["hwm_kib"])
         r["poll"] = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in waited.items()}
-        exit_code, stop_s, killed = await stop_server(second)
-        r.update(exit_code=exit_code, stop_s=round(stop_s, 3), killed_after_sigterm=killed)
-    finally:
-        if second.returncode is None:  # failure or deadline: do not leave the server behind
-            with anyio.CancelScope(shield=True):
-                second.kill()
-                await second.wait()
+        r.update(await stop_server(second))
 
     # --- check the database the second server left
     checked = await anyio.to_thread.run_sync(check_after, db, ids, blocker_id, kill_wall)
@@ -540,18 +437,8 @@ async def run_cap(
         r["resume_cpu_share"] = round(r["resume_cpu_s"] / (ends[-1] - t_spawn_wall), 2)
     r["log_load"] = log_counts(log_load)
     r["log_resume"] = log_counts(log_resume)
-    r["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
+    r["loadavg_1m_after"] = loadavg_1m()
     return r
-
-
-def parley_module(workdir: Path) -> str:
-    """Which parley package the servers import (they run with this cwd and environment)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-c", "import parley; print(parley.__file__)"]
-    out = subprocess.run(
-        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=60, check=True
-    )
-    return out.stdout.strip()
 
 
 async def run(args: argparse.Namespace, workdir: Path, results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -572,9 +459,7 @@ async def run(args: argparse.Namespace, workdir: Path, results: list[dict[str, A
         "runs": results,
         "parley_module": module,
         "total_wall_s": round(time.perf_counter() - started, 3),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "nproc": len(os.sched_getaffinity(0)),
+        **machine("sqlite"),
     }
 
 
@@ -640,8 +525,7 @@ def report(r: dict[str, Any]) -> None:
             f"    server RSS max sampled {run['rss_max_sampled_mib']:.1f} MiB, at the end {run['rss_at_end_mib']:.1f}"
             f" MiB, peak (VmHWM) {run['rss_peak_hwm_mib']:.1f} MiB   healthz at the end {run['healthz_at_end']}"
         )
-        killed = " (killed: no exit after SIGTERM)" if run["killed_after_sigterm"] else ""
-        print(f"    SIGTERM -> exit code {run['exit_code']} after {run['stop_s']:.3f} s{killed}")
+        print(f"    {sigterm_line(run)}")
         checks = run["check"]["problems"] or ["every session idle, one turn, its own answer, one model step"]
         for line in checks:
             print(f"    check: {line}")
@@ -654,26 +538,11 @@ def report(r: dict[str, Any]) -> None:
 
 def server_log_excerpt(log: Path) -> str:
     """The server's first logged error (often the cause) and the end of its log."""
-    if not log.exists():
-        return f"(no server log {log.name})"
-    text = log.read_text(errors="replace")
-    first = text.find(" ERROR ")
-    head = "" if first < 0 else f"--- {log.name} (first error) ---\n{text[first : first + 3000]}\n"
-    return f"{head}--- {log.name} (tail) ---\n{text[-3000:]}"
-
-
-def describe(exc: BaseException) -> str:
-    """The leaf errors of an exception group (a failed client task), else the error itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(inner) for inner in exc.exceptions)
-    return repr(exc)
+    return log_excerpt(log, log.name) if log.exists() else f"(no server log {log.name})"
 
 
 def parse_caps(text: str) -> list[int]:
-    try:
-        caps = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text!r}") from None
+    caps = parse_ints(text)
     if not caps or not all(1 <= cap <= 10_000 for cap in caps) or len(set(caps)) != len(caps):
         raise argparse.ArgumentTypeError("caps must be distinct integers 1..10000, e.g. 16,64")
     return caps
@@ -693,8 +562,7 @@ def main() -> int:
         "--clients", type=int, default=8, help="concurrent clients that start the sessions (8)"
     )
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between database polls (0.1)")
-    parser.add_argument("--deadline", type=float, default=1200.0, help="seconds the whole run may take")
-    parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds one tool call may take")
+    add_limit_options(parser, 1200.0)
     parser.add_argument(
         "--stall-timeout", type=float, default=60.0, help="seconds without a new answer before giving up"
     )
@@ -713,41 +581,27 @@ def main() -> int:
         parser.error("--stall-timeout must exceed --sleep + --lease-ttl (the first answer needs both)")
     if not 0.01 <= args.poll <= 5:
         parser.error("--poll must be 0.01..5 seconds")
-    if not Path("/proc/self/status").exists():
-        parser.error("this benchmark reads /proc/<pid>/status and needs Linux")
+    require_linux(parser)
 
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
-        workdir = Path(tmp)
 
-        async def bounded() -> dict[str, Any]:
-            with anyio.fail_after(args.deadline):
-                return await run(args, workdir, results)
+    def logs(workdir: Path) -> str:
+        if not results:
+            return "(no run started)"
+        directory = Path(results[-1]["dir"])
+        partial = json.dumps(results[-1], sort_keys=True, default=str)
+        excerpts = [server_log_excerpt(directory / name) for name in ("server-load.log", "server-resume.log")]
+        return f"--- figures so far ---\n{partial}\n" + "\n".join(excerpts)
 
-        def logs() -> str:
-            if not results:
-                return "(no run started)"
-            directory = Path(results[-1]["dir"])
-            partial = json.dumps(results[-1], sort_keys=True, default=str)
-            excerpts = [
-                server_log_excerpt(directory / name) for name in ("server-load.log", "server-resume.log")
-            ]
-            return f"--- figures so far ---\n{partial}\n" + "\n".join(excerpts)
+    def failed(result: dict[str, Any]) -> bool:
+        caps = [run["cap"] for run in result["runs"] if run["check"]["problems"] or run["poll"]["stalled"]]
+        if caps:
+            print(
+                f"benchmark failed: checks failed or the resume stalled with cap(s) {caps}", file=sys.stderr
+            )
+        return bool(caps)
 
-        try:
-            result = anyio.run(bounded)
-        except TimeoutError:
-            print(f"benchmark failed: the --deadline of {args.deadline} s passed\n{logs()}", file=sys.stderr)
-            return 1
-        except Exception as exc:
-            print(f"benchmark failed: {describe(exc)}\n{logs()}", file=sys.stderr)
-            return 1
-    report(result)
-    failed = [run["cap"] for run in result["runs"] if run["check"]["problems"] or run["poll"]["stalled"]]
-    if failed:
-        print(f"benchmark failed: checks failed or the resume stalled with cap(s) {failed}", file=sys.stderr)
-        return 1
-    return 0
+    return run_and_report(lambda workdir: run(args, workdir, results), args.deadline, logs, report, failed)
 
 
 if __name__ == "__main__":

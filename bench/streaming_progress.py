@@ -33,36 +33,45 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
-import shlex
-import signal
-import sqlite3
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import uvicorn
-import yaml
-from anyio.abc import Process
-from mcp import Client, StdioServerParameters
+from _common import (
+    HOST,
+    add_limit_options,
+    base_config,
+    call,
+    checked,
+    connect_read_only,
+    cpu_seconds,
+    http_server,
+    loadavg_1m,
+    log_excerpt,
+    percentile,
+    read_server_pid,
+    require_linux,
+    run_and_report,
+    run_figures,
+    stdio_server_parameters,
+    stop_process,
+    wait_for_url,
+    write_config_files,
+)
+from mcp import Client
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 AGENT = "streamer"
-HOST = "127.0.0.1"
 MODEL_NAME = "fake-stream"
 # The agent names this variable; only the server subprocess gets it. Not a real key.
 KEY_ENV = "PARLEY_BENCH_FAKE_KEY"
@@ -70,17 +79,9 @@ KEY_VALUE = "bench-dummy-key"
 MAX_DELTAS = 10_000
 MAX_TURNS = 500
 TRANSPORTS = ("stdio", "http")
-STARTUP_TIMEOUT_S = 60.0
-# SIGTERM drains for up to runtime.shutdown_grace_s (default 10 s); give it a margin.
-STOP_TIMEOUT_S = 30.0
 WAIT_SECONDS = 55  # the largest wait_seconds parley honours by default
-
-
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (no interpolation): the smallest value with >= p% at or below it."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
+# parley must reach the fake directly, never through a proxy from the environment.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 def summary(values: list[float], digits: int = 2) -> dict[str, float]:
@@ -90,20 +91,6 @@ def summary(values: list[float], digits: int = 2) -> dict[str, float]:
         "min": round(min(values), digits),
         "max": round(max(values), digits),
     }
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces; split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
-def parent_pid(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def response_pieces(deltas: int) -> list[str]:
@@ -222,33 +209,13 @@ async def serving_fake(fake: FakeOpenAI) -> AsyncIterator[FakeOpenAI]:
 
 def write_config(directory: Path, base_url: str) -> Path:
     """parley.yaml (fresh database, default runtime settings) and one agent on the fake provider."""
-    config = {"storage": {"path": "parley.db"}, "runtime": {}}
-    path = directory / "parley.yaml"
-    path.write_text(yaml.safe_dump(config))
-    agents = directory / "configs" / "agents"
-    agents.mkdir(parents=True)
     agent = {
         "name": AGENT,
         "description": "Benchmark agent: an OpenAI-compatible fake that streams text.",
         "instructions": "You are a benchmark agent.",
         "model": {"provider": "openai", "name": MODEL_NAME, "base_url": base_url, "api_key_env": KEY_ENV},
     }
-    (agents / f"{AGENT}.yaml").write_text(yaml.safe_dump(agent))
-    return path
-
-
-def stdio_parameters(directory: Path, config: Path, pid_file: Path, log: Path) -> StdioServerParameters:
-    """Spawn through `sh` so the server's pid is known: sh writes its own pid, then execs the
-    server in place (same pid). The server's stderr goes to a log file, not to our output."""
-    serve = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    script = f"echo $$ > {shlex.quote(str(pid_file))}; exec {shlex.join(serve)} 2>> {shlex.quote(str(log))}"
-    return StdioServerParameters(
-        command="/bin/sh",
-        args=["-c", script],
-        # The SDK adds only a few safe variables (PATH, HOME...) to these.
-        env={"PYTHONUNBUFFERED": "1", KEY_ENV: KEY_VALUE, **pythonpath()},
-        cwd=str(directory),
-    )
+    return write_config_files(directory, base_config(), [agent])
 
 
 def pythonpath() -> dict[str, str]:
@@ -265,76 +232,10 @@ async def parley_location(directory: Path) -> str:
     return done.stdout.decode().strip()
 
 
-def read_server_pid(pid_file: Path) -> int:
-    pid = int(pid_file.read_text().strip())
-    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    if b"parley" not in cmdline or b"serve" not in cmdline:
-        raise RuntimeError(f"pid {pid} from {pid_file} is not the parley server: {cmdline!r}")
-    if parent_pid(pid) != os.getpid():
-        raise RuntimeError(f"pid {pid} is not a child of this process")
-    return pid
-
-
-async def start_http_server(directory: Path, config: Path, log: Path) -> Process:
-    """Spawn the server ourselves so its pid is known; stdout and stderr go to a log file."""
-    command = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    command += ["--http", "--host", HOST, "--port", "0", "--log-level", "INFO"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", KEY_ENV: KEY_VALUE}
-    env.pop("PARLEY_DB", None)  # the database is the one in parley.yaml
-    env.pop("PARLEY_CONFIG", None)
-    # parley must reach the fake directly, never through a proxy from the environment.
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
-        env.pop(name, None)
-    with log.open("ab") as sink:
-        return await anyio.open_process(
-            command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink, cwd=directory, env=env
-        )
-
-
-async def wait_for_url(process: Process, log: Path) -> str:
-    """The URL from the server's "listening on http://HOST:PORT/mcp" log line."""
-    with anyio.fail_after(STARTUP_TIMEOUT_S):
-        while True:
-            for line in (await anyio.Path(log).read_text(errors="replace")).splitlines():
-                if "listening on http://" in line:
-                    url = line.split("listening on ", 1)[1].strip()
-                    if urlsplit(url).hostname != HOST:
-                        raise RuntimeError(f"the server listens on {url}, not on {HOST}")
-                    return url
-            if process.returncode is not None:
-                raise RuntimeError(f"the server exited during start-up with code {process.returncode}")
-            await anyio.sleep(0.02)
-
-
-async def stop_http_server(process: Process) -> tuple[int, bool]:
-    """SIGTERM, then wait; SIGKILL only if it does not exit in time. (exit code, killed)."""
-    process.send_signal(signal.SIGTERM)
-    with anyio.move_on_after(STOP_TIMEOUT_S):
-        await process.wait()
-    killed = process.returncode is None
-    if killed:
-        process.kill()
-        await process.wait()
-    assert process.returncode is not None
-    return process.returncode, killed
-
-
-async def call(client: Client, timeout_s: float, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-    return checked(tool, result)
-
-
-def checked(tool: str, result: Any) -> dict[str, Any]:
-    text = result.content[0].text if result.content else ""
-    if result.is_error or result.structured_content is None:
-        raise RuntimeError(f"{tool} failed: {text}")
-    return dict(result.structured_content)
-
-
 def text_delta_events(db: Path, session_id: str) -> list[list[int]]:
     """Per turn of the session (in order), the sizes in characters of its `text_delta` events,
     read through a separate read-only connection (WAL: the server is not held up)."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+    with connect_read_only(db) as conn:
         rows = conn.execute(
             "SELECT turn_id, data FROM events WHERE session_id = ? AND kind = 'text_delta' ORDER BY seq",
             (session_id,),
@@ -533,7 +434,9 @@ async def run_transport(
     results: list[dict[str, Any]] = []
     if transport == "stdio":
         pid_file = directory / "server.pid"
-        async with Client(stdio_parameters(directory, config, pid_file, log)) as client:
+        # The SDK adds only a few safe variables (PATH, HOME...) to the server's environment.
+        env = {"PYTHONUNBUFFERED": "1", KEY_ENV: KEY_VALUE, **pythonpath()}
+        async with Client(stdio_server_parameters(directory, config, pid_file, log, env)) as client:
             startup_s = time.monotonic() - started
             pid = read_server_pid(pid_file)
             for pace, delay in scenarios:
@@ -541,8 +444,9 @@ async def run_transport(
         exit_code: int | None = None
         killed = False
     else:
-        process = await start_http_server(directory, config, log)
-        try:
+        async with http_server(
+            directory, config, log, extra_env={KEY_ENV: KEY_VALUE}, drop_env=PROXY_VARIABLES
+        ) as process:
             url = await wait_for_url(process, log)
             async with Client(url) as client:
                 startup_s = time.monotonic() - started
@@ -550,12 +454,7 @@ async def run_transport(
                     results.append(
                         await scenario(client, fake, transport, process.pid, db, pace, delay, args)
                     )
-            exit_code, killed = await stop_http_server(process)
-        finally:
-            if process.returncode is None:  # failure or deadline: do not leave the server behind
-                with anyio.CancelScope(shield=True):
-                    process.kill()
-                    await process.wait()
+            exit_code, _, killed = await stop_process(process)
     return {
         "transport": transport,
         "parley_imported_from": location,
@@ -584,7 +483,7 @@ async def scenario(
 
 
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    load_before = os.getloadavg()[0]
+    load_before = loadavg_1m()
     started = time.monotonic()
     fake = FakeOpenAI(response_pieces(args.deltas))
     transports = []
@@ -601,15 +500,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "first_delays_ms": args.first_delays,
         "transports": transports,
         "fake_problems": fake.problems,
-        "total_wall_s": round(time.monotonic() - started, 3),
-        # 1-minute load average: on a shared machine, other work competes for the same cores.
-        "loadavg_1m_before": round(load_before, 2),
-        "loadavg_1m_after": round(os.getloadavg()[0], 2),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "mcp": version("mcp"),
-        "nproc": len(os.sched_getaffinity(0)),
-        "pythonpath": os.environ.get("PYTHONPATH"),
+        **run_figures(started, load_before, "sqlite", "mcp", "pythonpath", clock=time.monotonic),
     }
 
 
@@ -684,23 +575,12 @@ def report(r: dict[str, Any]) -> None:
     print(json.dumps(r, sort_keys=True))
 
 
-def server_log_excerpt(workdir: Path) -> str:
+def server_logs_excerpt(workdir: Path) -> str:
     """Each server's first logged error (often the cause) and the end of its log."""
-    parts = []
-    for log in sorted(workdir.glob("*/server.log")):
-        text = log.read_text(errors="replace")
-        first = text.find(" ERROR ")
-        if first >= 0:
-            parts.append(f"--- {log.parent.name} server log (first error) ---\n{text[first : first + 3000]}")
-        parts.append(f"--- {log.parent.name} server log (tail) ---\n{text[-3000:]}")
+    parts = [
+        log_excerpt(log, f"{log.parent.name} server log") for log in sorted(workdir.glob("*/server.log"))
+    ]
     return "\n".join(parts) or "(no server log)"
-
-
-def describe(exc: BaseException) -> str:
-    """The leaf errors of an exception group (a failed task), else the error itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(describe(inner) for inner in exc.exceptions)
-    return repr(exc)
 
 
 def parse_numbers(text: str) -> list[float]:
@@ -737,8 +617,7 @@ def main() -> int:
     parser.add_argument(
         "--transports", type=parse_transports, default=list(TRANSPORTS), help="stdio,http (both)"
     )
-    parser.add_argument("--deadline", type=float, default=900.0, help="seconds the whole run may take")
-    parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds one tool call may take")
+    add_limit_options(parser, 900.0)
     args = parser.parse_args()
     if not 1 <= args.turns <= MAX_TURNS:
         parser.error(f"--turns must be 1..{MAX_TURNS}")
@@ -746,29 +625,9 @@ def main() -> int:
         parser.error("--warmup must be 0..10")
     if not 1 <= args.deltas <= MAX_DELTAS:
         parser.error(f"--deltas must be 1..{MAX_DELTAS}")
-    if not Path("/proc/self/stat").exists():
-        parser.error("this benchmark reads /proc/<pid>/stat and needs Linux")
+    require_linux(parser, "stat")
 
-    with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
-        workdir = Path(tmp)
-
-        async def bounded() -> dict[str, Any]:
-            with anyio.fail_after(args.deadline):
-                return await run(args, workdir)
-
-        try:
-            result = anyio.run(bounded)
-        except TimeoutError:
-            print(
-                f"benchmark failed: the --deadline of {args.deadline} s passed\n{server_log_excerpt(workdir)}",
-                file=sys.stderr,
-            )
-            return 1
-        except Exception as exc:
-            print(f"benchmark failed: {describe(exc)}\n{server_log_excerpt(workdir)}", file=sys.stderr)
-            return 1
-    report(result)
-    return 0
+    return run_and_report(lambda workdir: run(args, workdir), args.deadline, server_logs_excerpt, report)
 
 
 if __name__ == "__main__":

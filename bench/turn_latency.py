@@ -18,10 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import platform
-import shlex
 import sys
 import tempfile
 import time
@@ -29,8 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import yaml
-from mcp import Client, StdioServerParameters
+from _common import (
+    add_limit_options,
+    base_config,
+    call,
+    cpu_seconds,
+    machine,
+    percentile,
+    read_server_pid,
+    require_linux,
+    stdio_server_parameters,
+    write_config_files,
+)
+from mcp import Client
 
 AGENT = "demo"
 # The demo agent's per-agent limit (limits.max_turns) is 1000 turns per session.
@@ -38,64 +45,9 @@ MAX_TURNS = 1000
 WINDOW = 20  # size of the "first" and "last" windows
 
 
-def percentile(values: list[float], p: float) -> float:
-    """Nearest-rank percentile (no interpolation): the smallest value with >= p% at or below it."""
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100 * len(ordered)))
-    return ordered[rank - 1]
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds, from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    # The command name (field 2) is in parentheses and may hold spaces; split after it.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    return (utime + stime) / os.sysconf("SC_CLK_TCK")
-
-
-def parent_pid(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
-
-
 def write_config(directory: Path) -> Path:
     """parley.yaml with a fresh database and the default runtime settings (nothing overridden)."""
-    config = {"storage": {"path": "parley.db"}, "runtime": {}}
-    path = directory / "parley.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def server_parameters(directory: Path, config: Path, pid_file: Path, log: Path) -> StdioServerParameters:
-    """Spawn through `sh` so the server's pid is known: sh writes its own pid, then execs the
-    server in place (same pid). The server's stderr goes to a log file, not to our output."""
-    serve = [sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    script = f"echo $$ > {shlex.quote(str(pid_file))}; exec {shlex.join(serve)} 2>> {shlex.quote(str(log))}"
-    return StdioServerParameters(
-        command="/bin/sh",
-        args=["-c", script],
-        env={"PYTHONUNBUFFERED": "1"},
-        cwd=str(directory),
-    )
-
-
-def read_server_pid(pid_file: Path) -> int:
-    pid = int(pid_file.read_text().strip())
-    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    if b"parley" not in cmdline or b"serve" not in cmdline:
-        raise RuntimeError(f"pid {pid} from {pid_file} is not the parley server: {cmdline!r}")
-    if parent_pid(pid) != os.getpid():
-        raise RuntimeError(f"pid {pid} is not a child of this process")
-    return pid
-
-
-async def call(client: Client, timeout_s: float, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    if result.is_error or result.structured_content is None:
-        raise RuntimeError(f"{tool} failed: {text}")
-    return dict(result.structured_content)
+    return write_config_files(directory, base_config())
 
 
 def check_answer(outcome: dict[str, Any], turn: int) -> None:
@@ -115,7 +67,7 @@ async def run(turns: int, call_timeout_s: float, workdir: Path) -> dict[str, Any
     config = write_config(workdir)
     pid_file, log = workdir / "server.pid", workdir / "server.log"
     db = workdir / "parley.db"
-    params = server_parameters(workdir, config, pid_file, log)
+    params = stdio_server_parameters(workdir, config, pid_file, log)
 
     latencies_ms: list[float] = []
     started = time.perf_counter()
@@ -170,8 +122,7 @@ async def run(turns: int, call_timeout_s: float, workdir: Path) -> dict[str, Any
         "wal_bytes_live": wal_bytes_live,
         "db_bytes_after_exit": file_size(db),
         "wal_bytes_after_exit": file_size(db.with_name(db.name + "-wal")),
-        "python": platform.python_version(),
-        "nproc": len(os.sched_getaffinity(0)),
+        **machine(),
     }
 
 
@@ -209,13 +160,11 @@ def report(r: dict[str, Any]) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=300, help=f"turns in the session (1..{MAX_TURNS})")
-    parser.add_argument("--deadline", type=float, default=900.0, help="seconds the whole run may take")
-    parser.add_argument("--call-timeout", type=float, default=60.0, help="seconds one tool call may take")
+    add_limit_options(parser, 900.0)
     args = parser.parse_args()
     if not 1 <= args.turns <= MAX_TURNS:
         parser.error(f"--turns must be 1..{MAX_TURNS} (the demo agent's turns per session)")
-    if not Path("/proc/self/stat").exists():
-        parser.error("this benchmark reads /proc/<pid>/stat and needs Linux")
+    require_linux(parser, "stat")
 
     with tempfile.TemporaryDirectory(prefix="parley-bench-") as tmp:
         workdir = Path(tmp)
