@@ -707,7 +707,9 @@ class SessionDriver:
         """One look at the downstream task of a waiting call (see runtime/mcp/task_calls.py)."""
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
-                run = await self._toolbox.poll_remote(call, session, self._asker(session, call, control))
+                run = await self._toolbox.poll_remote(
+                    call, session, self._asker(session, call, control), await self._answers(call)
+                )
             await self._commit_run(session, call, run)
 
     async def _commit_run(self, session: SessionRecord, call: ToolCallRecord, run: ToolRun) -> None:

@@ -259,7 +259,11 @@ class Toolbox:
             self._sources.release_session(session_id)
 
     async def poll_remote(
-        self, call: ToolCallRecord, session: SessionRecord, on_input: Asker | None = None
+        self,
+        call: ToolCallRecord,
+        session: SessionRecord,
+        on_input: Asker | None = None,
+        answers: InputResponses | None = None,
     ) -> ToolRun:
         """Look once at the downstream task of a waiting call."""
         if self._task_calls is None or (call.server or "") not in self._task_calls.servers:
@@ -267,7 +271,7 @@ class Toolbox:
                 call.effect,
                 f"Its downstream task was lost: MCP server '{call.server}' is not configured any more.",
             )
-        return await self._task_calls.poll(call, session.id, on_input)
+        return await self._task_calls.poll(call, session.id, on_input, answers)
 
     def input_wait_s(self, server: str | None) -> float:
         """How long a server's question during an open call may wait for the user."""

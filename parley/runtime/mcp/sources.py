@@ -290,7 +290,12 @@ class McpToolSources:
                     await client.list_tools(cache_mode="bypass")
                     return await send(client)
 
-        return await self._guarded(server, session_id, call)
+        # A question the server asks during the call may keep the user busy for input_wait_s.
+        cfg = self._servers.get(server)
+        timeout = None
+        if cfg is not None and on_input is not None:
+            timeout = cfg.call_timeout_s + cfg.input_wait_s
+        return await self._guarded(server, session_id, call, timeout)
 
     async def start_task(
         self,
@@ -329,15 +334,22 @@ class McpToolSources:
 
     async def task_result(
         self, server: str, session_id: str, task_id: str, on_input: Asker | None = None
-    ) -> CallToolResult:
-        """The result of a downstream task (blocks while it runs); the server's questions about the
-        task go to `on_input`."""
+    ) -> CallToolResult | None:
+        """The result of a downstream task; the server's questions about the task go to
+        `on_input`. `tasks/result` blocks while the task runs: after call_timeout_s (plus
+        input_wait_s for a question) the request is given up and None returned — the task goes
+        on, and is polled again."""
+        cfg = self._servers[server]
+        limit = cfg.call_timeout_s + (cfg.input_wait_s if on_input is not None else 0.0)
 
-        async def result(connection: McpConnection, client: Client) -> CallToolResult:
+        async def result(connection: McpConnection, client: Client) -> CallToolResult | None:
             with connection.asking(on_input, task_id) if on_input is not None else nullcontext():
-                return await remote.task_result(client, task_id, self._servers[server].call_timeout_s)
+                # Cancelling the request (not the task) sends notifications/cancelled for it.
+                with anyio.move_on_after(limit):
+                    return await remote.task_result(client, task_id, limit + 1)
+            return None
 
-        return await self._guarded(server, session_id, result)
+        return await self._guarded(server, session_id, result, limit + 5)
 
     async def cancel_task(self, server: str, session_id: str, task_id: str, generation: str) -> None:
         async def cancel(connection: McpConnection, client: Client) -> None:
@@ -369,24 +381,29 @@ class McpToolSources:
         await self._guarded(server, session_id, update)
 
     async def _guarded(
-        self, server: str, session_id: str, work: Callable[[McpConnection, Client], Awaitable[T]]
+        self,
+        server: str,
+        session_id: str,
+        work: Callable[[McpConnection, Client], Awaitable[T]],
+        timeout_s: float | None = None,
     ) -> T:
-        """Run one request on the server's connection, bounded by call_timeout_s, with its
-        failures sorted by whether the request may have reached the server."""
+        """Run one request on the server's connection, bounded by `timeout_s` (call_timeout_s by
+        default), with its failures sorted by whether the request may have reached the server."""
         if server not in self._servers:
             raise CallNotSent(server, "not configured in parley.yaml any more")
         cfg = self._servers[server]
+        timeout = timeout_s if timeout_s is not None else cfg.call_timeout_s
         connection = await self._connection(server, session_id)
         client = connection.client
         if client is None:
             raise CallNotSent(server, "the connection closed before the call")
         self._in_flight += 1
         try:
-            with anyio.fail_after(cfg.call_timeout_s):
+            with anyio.fail_after(timeout):
                 result = await work(connection, client)
         except TimeoutError as exc:
             connection.close()  # a late answer must not be mistaken for the next call's
-            raise CallMaybeSent(f"no answer from {server} within {cfg.call_timeout_s:g}s") from exc
+            raise CallMaybeSent(f"no answer from {server} within {timeout:g}s") from exc
         except MCPError as exc:
             if exc.error.code in _TRANSPORT_CODES:
                 connection.close()

@@ -71,7 +71,7 @@ class TaskCalls:
 
     async def send_answers(self, call: ToolCallRecord, session_id: str, answers: InputResponses) -> ToolRun:
         """Send the user's answers to a 2026-07-28 task's input requests, then keep polling."""
-        remote = {k: v for k, v in (call.remote or {}).items() if k != "forms"}
+        remote = dict(call.remote or {})
         task_id = str(remote.get("task_id"))
         wire = {k: v.model_dump(by_alias=True, mode="json", exclude_none=True) for k, v in answers.items()}
         try:
@@ -79,16 +79,20 @@ class TaskCalls:
         except CallRefused as exc:
             return self._lost(call, task_id, f"it did not take the answers ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
-            # Still asked on the next poll if the answers did not arrive; then asked again.
-            return self._unreachable(call, remote, str(exc))
+            # Sent again by a later poll that still finds the task waiting for them.
+            return self._unreachable(call, {**remote, "unsent": True}, str(exc))
+        remote = {k: v for k, v in remote.items() if k not in ("forms", "unsent")}
         remote["polls"] = 0  # fresh progress is likely: poll at the short interval again
         return ToolRun(status="waiting_for_task", result={}, remote=remote, wake_at=self._clock())
 
-    async def poll(self, call: ToolCallRecord, session_id: str, on_input: Asker | None) -> ToolRun:
-        """Look at the task once; fetch its result when it has ended or needs input."""
+    async def poll(
+        self, call: ToolCallRecord, session_id: str, on_input: Asker | None, answers: InputResponses | None
+    ) -> ToolRun:
+        """Look at the task once; fetch its result when it has ended or needs input. `answers`:
+        the user's answers to the task's input requests, when sending them failed before."""
         remote = dict(call.remote or {})
         if remote.get("generation") == TASKS_EXTENSION:
-            return await self._poll_modern(call, session_id, remote)
+            return await self._poll_modern(call, session_id, remote, answers)
         server, task_id = call.server or "", str(remote.get("task_id"))
         try:
             task = await self._sources.get_task(server, session_id, task_id)
@@ -110,11 +114,15 @@ class TaskCalls:
             return self._lost(call, task_id, f"its result could not be fetched ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
             return self._unreachable(call, remote, str(exc))
+        if result is None:
+            return self._wait(call, remote, task)  # still running: look again later
         cfg = self._sources.servers.get(server)
         stored = convert_result(result, cfg.max_result_chars if cfg else 20_000)
         return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
 
-    async def _poll_modern(self, call: ToolCallRecord, session_id: str, remote: dict[str, Any]) -> ToolRun:
+    async def _poll_modern(
+        self, call: ToolCallRecord, session_id: str, remote: dict[str, Any], answers: InputResponses | None
+    ) -> ToolRun:
         server, task_id = call.server or "", str(remote.get("task_id"))
         try:
             task = await self._sources.get_task_modern(server, session_id, task_id)
@@ -162,6 +170,8 @@ class TaskCalls:
             if forms:
                 remote = {**remote, "asked": sorted(asked | set(forms)), "forms": forms}
                 return ToolRun(status="awaiting_answer", result={}, remote=remote)
+            if remote.get("unsent") and answers:
+                return await self.send_answers(call, session_id, answers)
         return self._wait(call, remote, handle)
 
     async def cancel(self, call: ToolCallRecord, session_id: str) -> None:
