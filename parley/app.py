@@ -147,6 +147,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             await tg.start(sources.run)
             await tg.start(scheduler.run)
             await tg.start(tasks.run_purge)
+            await tg.start(tasks.run_watch)
             logger.info("parley %s started as %s on %s", __version__, process_id, config.db_path)
             try:
                 yield App(

@@ -322,8 +322,8 @@ class TasksConfig(_Strict):
         gt=0,
         le=3600,
         description=(
-            "For status notifications: how often a task changed by another process is looked at "
-            "(changes made by this process are sent at once)."
+            "For status notifications: how often parley looks (in one query) for watched tasks that "
+            "another process changed (changes made by this process are sent at once)."
         ),
     )
     max_watched: int = Field(

@@ -15,6 +15,7 @@ import json
 import re
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable
@@ -28,7 +29,7 @@ import pytest
 import yaml
 from mcp import Client, MCPError
 
-from tests.support import ServerProcess, call, db_rows, eventually, write_config
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
 from tests.task_client import (
     IMMEDIATE_RESPONSE_META,
     LEGACY,
@@ -642,6 +643,47 @@ async def test_legacy_client_is_told_each_status_change_ending_with_completed(le
         assert all(s["status"] in {"working", "completed"} for s in statuses), statuses
         result = await task_result(client, task["taskId"])
         assert result["structuredContent"]["answer"] == "You said: notify (message 1 of this session)"
+
+
+async def test_a_change_made_by_another_process_is_pushed_too(stdio_legacy: Served) -> None:
+    """A question answered out of band (`parley answer`, another process on the same database)
+    still reaches the watching client as a status change."""
+    recorder = TaskRecorder(expect_related_task=True)
+    async with stdio_legacy.legacy(recorder) as (client, recorder):
+        sid = await new_session(client)
+        task = await call_tool_as_task(
+            client, "send_message", {"session_id": sid, "message": "/ask Which colour? | red | blue"}
+        )
+        pending = await poll_until(
+            lambda: get_task(client, task["taskId"]), lambda t: t["status"] == "input_required"
+        )
+        interrupt_id = pending["statusMessage"].split("(")[1].split(")")[0]
+        answered = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "parley",
+                    "answer",
+                    "--db",
+                    str(stdio_legacy.db),
+                    sid,
+                    interrupt_id,
+                    "red",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=TEST_DEADLINE_S,
+                cwd=REPO,
+            )
+        )
+        assert answered.returncode == 0, answered.stderr
+        await recorder.wait_for(
+            lambda r: any(s["status"] == "completed" for s in r.statuses_for(task["taskId"])),
+            "the completed status, pushed after another process answered",
+        )
+        result = await task_result(client, task["taskId"])
+    assert "The user answered: red" in result["structuredContent"]["answer"]
 
 
 # ------------------------------------------------------------------ 9. bad input

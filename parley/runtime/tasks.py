@@ -19,12 +19,16 @@ from anyio.abc import TaskStatus as StartedStatus
 
 from parley.config import TasksConfig
 from parley.errors import InvalidArgument, RequestError
-from parley.ids import TurnId, is_task_id, new_task_id
+from parley.ids import SessionId, TurnId, is_task_id, new_task_id
 from parley.runtime.service import AskHuman, SessionService, TurnOutcome
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import InterruptRecord, Resolution, Store, TaskRecord, TaskStatus
 
 logger = logging.getLogger(__name__)
+
+# A watcher's longest sleep without news (changes wake it earlier; this only bounds how late it
+# notices that its task expired).
+WATCH_IDLE_S = 300.0
 
 # Renders a turn outcome as the tool result a task ends with (the server layer knows the wire).
 RenderOutcome = Callable[[TurnOutcome], dict[str, Any]]
@@ -68,6 +72,8 @@ class TaskService:
         self._clock = clock
         self._settings = settings
         self._render = render
+        # Sessions whose tasks are watched for status notifications, with how many watchers each.
+        self._watched: dict[SessionId, int] = {}
 
     @property
     def settings(self) -> TasksConfig:
@@ -233,25 +239,56 @@ class TaskService:
         """Call `on_change` with each new state of the task until it ends or expires. Changes made
         in this process are seen at once, those of other processes within `status_poll_s`."""
         last = (await self.get(owner, task_id)).task
-        if last.session_id is None:
+        session_id = last.session_id
+        if session_id is None:
             return
-        seen = await self._store.latest_event_seq(last.session_id)
-        while not last.is_terminal:
-            await self._signals.wait_changed(last.session_id, self._settings.status_poll_s)
-            if last.expires_at is not None and self._clock() >= last.expires_at:
-                return
-            # Every change of a session writes an event: one cheap read says whether to look again.
-            seq = await self._store.latest_event_seq(last.session_id)
-            if seq == seen:
+        self._watched[session_id] = self._watched.get(session_id, 0) + 1
+        try:
+            seen = await self._store.latest_event_seq(session_id)
+            while not last.is_terminal:
+                # Woken by this process's changes at once, by other processes' via run_watch.
+                await self._signals.wait_changed(session_id, WATCH_IDLE_S)
+                if last.expires_at is not None and self._clock() >= last.expires_at:
+                    return
+                # Every change of a session writes an event: one cheap read says whether to look again.
+                seq = await self._store.latest_event_seq(session_id)
+                if seq == seen:
+                    continue
+                seen = seq
+                try:
+                    task = (await self.get(owner, task_id)).task
+                except TaskNotFound:
+                    return
+                if (task.status, task.status_message) != (last.status, last.status_message):
+                    await on_change(task)
+                last = task
+        finally:
+            left = self._watched.get(session_id, 1) - 1
+            if left:
+                self._watched[session_id] = left
+            else:
+                self._watched.pop(session_id, None)
+
+    async def run_watch(self, *, task_status: StartedStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Every `status_poll_s`, one read of the event numbers of every watched session: a
+        session another process changed wakes its watchers (one query, however many tasks)."""
+        task_status.started()
+        seen: dict[SessionId, int] = {}
+        while True:
+            await anyio.sleep(self._settings.status_poll_s)
+            watched = list(self._watched)
+            if not watched:
+                seen.clear()
                 continue
-            seen = seq
             try:
-                task = (await self.get(owner, task_id)).task
-            except TaskNotFound:
-                return
-            if (task.status, task.status_message) != (last.status, last.status_message):
-                await on_change(task)
-            last = task
+                current = await self._store.event_seqs(watched)
+            except Exception:
+                logger.exception("looking for changes of watched tasks failed; trying again later")
+                continue
+            for session_id, seq in current.items():
+                if seen.get(session_id, seq) != seq:
+                    self._signals.notify(session_id)
+            seen = current
 
     async def run_purge(self, *, task_status: StartedStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Delete expired tasks now and every `purge_interval_s`."""

@@ -338,6 +338,10 @@ class Store(Protocol):
 
     async def latest_event_seq(self, session_id: SessionId) -> int: ...
 
+    async def event_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
+        """The latest event number of each session (a session that changed wrote an event)."""
+        ...
+
     async def enqueue_message(
         self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
     ) -> EnqueueOutcome: ...

@@ -413,6 +413,17 @@ class SqliteStore(SqliteTasks):
         row = await self._fetchone("SELECT event_seq FROM sessions WHERE id = ?", (session_id,))
         return int(row[0]) if row is not None else 0
 
+    async def event_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
+        seqs: dict[SessionId, int] = {}
+        ids = list(session_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = await self._fetchall(
+                f"SELECT id, event_seq FROM sessions WHERE id IN ({','.join('?' * len(chunk))})", tuple(chunk)
+            )
+            seqs.update({SessionId(r[0]): int(r[1]) for r in rows})
+        return seqs
+
     async def enqueue_message(
         self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
     ) -> EnqueueOutcome:
