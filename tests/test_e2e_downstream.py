@@ -243,6 +243,11 @@ async def world(
     # A question that waits a few seconds for the user (see the cancel tests).
     servers["paint_legacy_cancel"] = _paint_server(paint_log, protocol="legacy", input_wait_s=CANCEL_WAIT_S)
     agents["paint_legacy_cancel"] = {"mcp_servers": ["paint_legacy_cancel"]}
+    # A call timeout shorter than the user takes to answer: the question's time must not count.
+    servers["paint_short_call"] = _paint_server(
+        paint_log, protocol="legacy", call_timeout_s=1, input_wait_s=20
+    )
+    agents["paint_short_call"] = {"mcp_servers": ["paint_short_call"]}
     config = _write(directory, servers, agents)
     async with running_server(config, http=True) as (server, client):
         try:
@@ -406,6 +411,25 @@ async def test_paint_answered_paints_once_with_that_colour(world: World, protoco
         # was sent again with it.
         assert remote is not None and remote["kind"] == "input" and remote["rounds"] == 1
         assert len(parked_for_input) == 1
+
+
+async def test_a_user_slower_than_the_call_timeout_still_gets_the_answer_to_the_tool(world: World) -> None:
+    server, item = "paint_short_call", "shed"
+    started = await call(
+        world.client, "start_session", agent=server, message=f'/tool {server}__paint {{"item": "{item}"}}'
+    )
+    assert started["status"] == "waiting_for_input", started
+    await anyio.sleep(1.5)  # the user thinks for longer than the server's call_timeout_s (1 s)
+    done = await call(
+        world.client,
+        "answer_question",
+        session_id=started["session_id"],
+        interrupt_id=started["pending"][0]["id"],
+        answer="red",
+    )
+    assert done["status"] == "answered", done
+    assert f"painted the {item} red" in done["answer"]
+    assert world.painted(item) == [{"item": item, "answer": {"action": "accept", "data": {"colour": "red"}}}]
 
 
 @pytest.mark.parametrize("protocol", ["legacy", "modern"])

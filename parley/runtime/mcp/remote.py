@@ -103,7 +103,7 @@ async def get_task(client: Client, task_id: str, timeout_s: float) -> RemoteTask
     return RemoteTask.from_wire(raw.root)
 
 
-async def task_result(client: Client, task_id: str, timeout_s: float) -> CallToolResult:
+async def task_result(client: Client, task_id: str, timeout_s: float | None) -> CallToolResult:
     """`tasks/result`: blocks until the task ends (the server may ask for input meanwhile)."""
     request = GetTaskPayloadRequest(params=GetTaskPayloadRequestParams(task_id=task_id))
     raw = await client.session.send_request(request, _Raw, request_read_timeout_seconds=timeout_s)

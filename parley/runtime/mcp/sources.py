@@ -9,6 +9,7 @@ never fails a turn or hides the others.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -18,7 +19,15 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client, MCPError
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import CallToolResult, InputRequiredResult, InputResponses, RequestParamsMeta, Tool
+from mcp.types import (
+    CallToolResult,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    InputResponses,
+    RequestParamsMeta,
+    Tool,
+)
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp import remote
@@ -76,6 +85,29 @@ class _Listing:
 class _Slot:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     connection: McpConnection | None = None
+
+
+class _Limit:
+    """A request's time limit, put back while the server's question waits for the user: the time
+    to answer is the asker's own bound (input_wait_s), not the call's."""
+
+    def __init__(self) -> None:
+        self.scope: anyio.CancelScope | None = None
+
+    def extended_by(self, asker: Asker) -> Asker:
+        async def ask(params: ElicitRequestFormParams) -> ElicitResult:
+            scope = self.scope
+            started, deadline = anyio.current_time(), scope.deadline if scope is not None else math.inf
+            if scope is not None:
+                scope.deadline = math.inf
+            try:
+                return await asker(params)
+            finally:
+                if scope is not None:
+                    # The question's time does not count against the call.
+                    scope.deadline = deadline + (anyio.current_time() - started)
+
+        return ask
 
 
 class McpToolSources:
@@ -277,10 +309,12 @@ class McpToolSources:
                 f"{server} answered the call with a result parley does not know: {result!r}"[:300]
             )
 
+        limit = _Limit()
+
         async def call(
             connection: McpConnection, client: Client
         ) -> CallToolResult | InputRequiredResult | TaskHandle:
-            with connection.asking(on_input) if on_input is not None else nullcontext():
+            with connection.asking(limit.extended_by(on_input)) if on_input is not None else nullcontext():
                 try:
                     return await send(client)
                 except MCPError as exc:
@@ -290,12 +324,7 @@ class McpToolSources:
                     await client.list_tools(cache_mode="bypass")
                     return await send(client)
 
-        # A question the server asks during the call may keep the user busy for input_wait_s.
-        cfg = self._servers.get(server)
-        timeout = None
-        if cfg is not None and on_input is not None:
-            timeout = cfg.call_timeout_s + cfg.input_wait_s
-        return await self._guarded(server, session_id, call, timeout)
+        return await self._guarded(server, session_id, call, limit=limit)
 
     async def start_task(
         self,
@@ -340,16 +369,18 @@ class McpToolSources:
         input_wait_s for a question) the request is given up and None returned — the task goes
         on, and is polled again."""
         cfg = self._servers[server]
-        limit = cfg.call_timeout_s + (cfg.input_wait_s if on_input is not None else 0.0)
+        limit = _Limit()
 
         async def result(connection: McpConnection, client: Client) -> CallToolResult | None:
-            with connection.asking(on_input, task_id) if on_input is not None else nullcontext():
-                # Cancelling the request (not the task) sends notifications/cancelled for it.
-                with anyio.move_on_after(limit):
-                    return await remote.task_result(client, task_id, limit + 1)
+            asker = limit.extended_by(on_input) if on_input is not None else None
+            with connection.asking(asker, task_id) if asker is not None else nullcontext():
+                # Giving up cancels the request (not the task): notifications/cancelled for it.
+                with anyio.move_on_after(cfg.call_timeout_s) as scope:
+                    limit.scope = scope
+                    return await remote.task_result(client, task_id, None)
             return None
 
-        return await self._guarded(server, session_id, result, limit + 5)
+        return await self._guarded(server, session_id, result, timeout_s=math.inf)
 
     async def cancel_task(self, server: str, session_id: str, task_id: str, generation: str) -> None:
         async def cancel(connection: McpConnection, client: Client) -> None:
@@ -386,9 +417,11 @@ class McpToolSources:
         session_id: str,
         work: Callable[[McpConnection, Client], Awaitable[T]],
         timeout_s: float | None = None,
+        limit: _Limit | None = None,
     ) -> T:
         """Run one request on the server's connection, bounded by `timeout_s` (call_timeout_s by
-        default), with its failures sorted by whether the request may have reached the server."""
+        default; `limit` may extend it while the user answers a question), with its failures
+        sorted by whether the request may have reached the server."""
         if server not in self._servers:
             raise CallNotSent(server, "not configured in parley.yaml any more")
         cfg = self._servers[server]
@@ -399,11 +432,15 @@ class McpToolSources:
             raise CallNotSent(server, "the connection closed before the call")
         self._in_flight += 1
         try:
-            with anyio.fail_after(timeout):
+            with anyio.fail_after(timeout) as scope:
+                if limit is not None:
+                    limit.scope = scope
                 result = await work(connection, client)
         except TimeoutError as exc:
             connection.close()  # a late answer must not be mistaken for the next call's
-            raise CallMaybeSent(f"no answer from {server} within {timeout:g}s") from exc
+            raise CallMaybeSent(
+                f"no answer from {server} within {timeout:g}s (or the time it was given)"
+            ) from exc
         except MCPError as exc:
             if exc.error.code in _TRANSPORT_CODES:
                 connection.close()
