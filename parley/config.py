@@ -164,8 +164,8 @@ class McpServerConfig(_Strict):
         gt=0,
         le=86_400,
         description=(
-            "How long a question the server asks during an open call waits for the user before parley "
-            "answers 'cancel' for them."
+            "How long a question the server asks waits for the user before parley answers 'cancel' "
+            "for them (during the open call, or with the retried call)."
         ),
     )
 

@@ -118,6 +118,20 @@ def _typed(answer: str, field: dict[str, Any]) -> Any:
     return answer
 
 
+def _question(call: ToolCallRecord, payload: dict[str, Any], now: float, wait_s: float) -> InterruptRecord:
+    return InterruptRecord(
+        id=new_interrupt_id(),
+        session_id=call.session_id,
+        turn_id=call.turn_id,
+        tool_call_id=call.id,
+        kind="question",
+        status="pending",
+        payload=payload,
+        created_at=now,
+        deadline=now + wait_s,
+    )
+
+
 class DownstreamQuestions:
     def __init__(
         self,
@@ -142,17 +156,7 @@ class DownstreamQuestions:
 
         async def ask(params: ElicitRequestFormParams) -> ElicitResult:
             now = self._clock()
-            interrupt = InterruptRecord(
-                id=new_interrupt_id(),
-                session_id=session.id,
-                turn_id=call.turn_id,
-                tool_call_id=call.id,
-                kind="question",
-                status="pending",
-                payload=question_payload(params, call),
-                created_at=now,
-                deadline=now + wait_s,
-            )
+            interrupt = _question(call, question_payload(params, call), now, wait_s)
             await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
             self._signals.notify(session.id)
             with anyio.move_on_after(wait_s):
@@ -185,19 +189,7 @@ class DownstreamQuestions:
         for key, form in forms.items():
             payload = question_payload(ElicitRequestFormParams.model_validate(form), call)
             payload["downstream"] |= {"mode": "retry", "key": key}
-            questions.append(
-                InterruptRecord(
-                    id=new_interrupt_id(),
-                    session_id=session.id,
-                    turn_id=call.turn_id,
-                    tool_call_id=call.id,
-                    kind="question",
-                    status="pending",
-                    payload=payload,
-                    created_at=now,
-                    deadline=now + wait_s,
-                )
-            )
+            questions.append(_question(call, payload, now, wait_s))
         return questions
 
     async def answers(self, call: ToolCallRecord) -> InputResponses:

@@ -187,11 +187,8 @@ class TaskCalls:
             logger.info("could not cancel downstream task %s of call %s: %s", task_id, call.id, exc)
 
     def _wait(self, call: ToolCallRecord, remote: dict[str, Any], task: RemoteTask) -> ToolRun:
-        cfg = self._sources.servers.get(call.server or "")
         polls = int(remote.get("polls", 0))
-        floor = max(cfg.task_poll_min_s if cfg else 0.5, task.poll_interval_s or 0.0)
-        ceiling = cfg.task_poll_max_s if cfg else 60.0
-        interval = min(floor * BACKOFF ** min(polls, 50), max(ceiling, floor))
+        interval = self._backoff(call, polls, task.poll_interval_s)
         remote = {
             **remote,
             "polls": polls + 1,
@@ -218,12 +215,18 @@ class TaskCalls:
             budget,
             problem,
         )
-        floor = cfg.task_poll_min_s if cfg else 0.5
-        ceiling = cfg.task_poll_max_s if cfg else 60.0
-        wake_at = self._clock() + min(floor * BACKOFF**failures, max(ceiling, floor))
+        wake_at = self._clock() + self._backoff(call, failures, None)
         return ToolRun(
             status="waiting_for_task", result={}, remote={**remote, "failures": failures}, wake_at=wake_at
         )
+
+    def _backoff(self, call: ToolCallRecord, times: int, server_interval_s: float | None) -> float:
+        """The pause before the next poll: the server's interval (at least task_poll_min_s),
+        x1.5 for each poll (or failure) so far, at most task_poll_max_s."""
+        cfg = self._sources.servers.get(call.server or "")
+        floor = max(cfg.task_poll_min_s if cfg else 0.5, server_interval_s or 0.0)
+        ceiling = max(cfg.task_poll_max_s if cfg else 60.0, floor)
+        return float(min(floor * BACKOFF ** min(times, 50), ceiling))
 
     @staticmethod
     def _lost(call: ToolCallRecord, task_id: str, why: str) -> ToolRun:
