@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -722,3 +722,45 @@ async def test_a_question_of_a_call_that_died_with_parley_does_not_keep_the_turn
     [call_] = snapshot["last_turn"]["tool_calls"]
     assert call_["status"] == "outcome_unknown", call_
     assert snapshot["pending"] == []
+
+
+async def test_a_task_whose_server_stays_unreachable_is_recorded_by_effect(
+    everything_bin: Path, tmp_path: Path
+) -> None:
+    """The server of a running downstream task goes away for good: after task_poll_failures
+    failed polls in a row the call is recorded by its effect and the turn ends."""
+    everything_dir = tmp_path / "everything"
+    everything_dir.mkdir()
+    async with AsyncExitStack() as stack:
+        everything = await stack.enter_async_context(_serve_everything_http(everything_bin, everything_dir))
+        gone = {
+            "url": everything.url,
+            **TASK_TIMINGS,
+            "task_poll_max_s": 0.3,
+            "task_poll_failures": 2,
+            "connect_timeout_s": 2,
+            "call_timeout_s": 2,
+        }
+        config = _write(tmp_path, {"gone": gone}, {"g": _researcher("gone")})
+        db = tmp_path / "parley.db"
+        async with ServerProcess(config, name="unreachable") as server, server.client() as client:
+            started = await call(
+                client,
+                "start_session",
+                agent="g",
+                message=f'/tool gone__{RESEARCH} {{"topic": "gone"}}',
+                wait_seconds=0,
+            )
+            sid = started["session_id"]
+
+            async def waiting_for_task() -> bool:
+                return [status for status, _, _ in _calls(db, sid)] == ["waiting_for_task"]
+
+            await eventually(waiting_for_task, "the call to wait for its downstream task")
+            await stack.aclose()  # server-everything stops, and with it the task
+            ended = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
+    [call_] = ended["last_turn"]["tool_calls"]
+    assert ended["last_turn"]["status"] == "answered", ended["last_turn"]
+    assert call_["status"] == "outcome_unknown", call_
+    assert "could not be reached 2 times in a row" in call_["result"]
+    assert "may or may not have taken effect" in call_["result"]
