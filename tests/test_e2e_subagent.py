@@ -48,7 +48,16 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
                         "tools": {"start_session": {"approval": "never"}},
                     }
                 ]
-            }
+            },
+            "boss_legacy": {
+                "mcp_servers": [
+                    {
+                        "server": "legacy_sub",
+                        "include": ["start_session"],
+                        "tools": {"start_session": {"approval": "never"}},
+                    }
+                ]
+            },
         },
     )
     settings = yaml.safe_load(config.read_text())
@@ -59,7 +68,17 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
             "cwd": REPO,
             "task_poll_min_s": 0.1,
             "task_poll_max_s": 0.5,
-        }
+        },
+        # The same inner server over the 2025-11-25 handshake, where its turn tools *offer* tasks.
+        "legacy_sub": {
+            "command": sys.executable,
+            "args": ["-m", "parley", "serve", "--config", str(sub_config)],
+            "cwd": REPO,
+            "protocol": "legacy",
+            "call_as_task": "when_offered",
+            "task_poll_min_s": 0.1,
+            "task_poll_max_s": 0.5,
+        },
     }
     config.write_text(yaml.safe_dump(settings))
     async with ServerProcess(config) as server:
@@ -145,3 +164,38 @@ async def test_cancelling_the_outer_turn_cancels_the_inner_task(served: Served) 
     await eventually(inner_turn_cancelled, "the inner turn is cancelled")
     ((status, _remote),) = _remote_of(served.db, session_id)
     assert status == "outcome_unknown"  # a started session may have done something before the cancel
+
+
+async def test_a_2025_11_25_task_offered_by_the_server_is_taken_and_its_question_answered(
+    served: Served,
+) -> None:
+    """With call_as_task: when_offered, a tool whose server offers tasks (taskSupport optional)
+    runs as a 2025-11-25 task; the inner task's question arrives on tasks/result, tagged with the
+    task, and becomes a question of the outer session."""
+    message = json.dumps({"agent": "asker", "message": "/ask Which size? | small | large"})
+    async with Client(served.server.transport(), mode="legacy") as client:
+        out = await call(
+            client,
+            "start_session",
+            agent="boss_legacy",
+            message=f"/tool legacy_sub__start_session {message}",
+            wait_seconds=20,
+        )
+        assert out["status"] == "waiting_for_input", out
+        (question,) = out["pending"]
+        assert question["question"] == "Which size?" and question["choices"] == ["small", "large"]
+        ((_status, remote),) = _remote_of(served.db, out["session_id"])
+        assert json.loads(remote)["generation"] == "2025-11-25"
+        out = await call(
+            client,
+            "answer_question",
+            session_id=out["session_id"],
+            interrupt_id=question["id"],
+            answer="large",
+            wait_seconds=20,
+        )
+    assert out["status"] == "answered", out
+    assert "The user answered: large" in out["answer"]
+    assert [(c["tool"], c["status"]) for c in out["tool_calls"]] == [
+        ("legacy_sub__start_session", "succeeded")
+    ]
