@@ -12,6 +12,7 @@ class SessionSignals:
 
     def __init__(self) -> None:
         self._changed: dict[SessionId, anyio.Event] = {}
+        self._waiting: dict[SessionId, int] = {}
         self._cancel: dict[SessionId, anyio.Event] = {}
         self._work = anyio.Event()
 
@@ -23,8 +24,19 @@ class SessionSignals:
     async def wait_changed(self, session_id: SessionId, timeout_s: float) -> None:
         """Return when the session changes in this process, or after `timeout_s` at most."""
         event = self._changed.setdefault(session_id, anyio.Event())
-        with anyio.move_on_after(timeout_s):
-            await event.wait()
+        self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
+        try:
+            with anyio.move_on_after(timeout_s):
+                await event.wait()
+        finally:
+            left = self._waiting[session_id] - 1
+            if left:
+                self._waiting[session_id] = left
+            else:
+                # Nobody waits on this session any more: forget its event (sessions come and go).
+                del self._waiting[session_id]
+                if self._changed.get(session_id) is event:
+                    del self._changed[session_id]
 
     def request_cancel(self, session_id: SessionId) -> None:
         event = self._cancel.pop(session_id, None)
