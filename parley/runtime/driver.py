@@ -296,8 +296,11 @@ class SessionDriver:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
                 # A question a server asked during a call that was open in a process that stopped
-                # can never reach that call: drop it, so the session does not wait for it.
-                await self._store.drop_questions_in_place(session_id, self._process_id, self._clock())
+                # can never reach that call: drop it, so the session does not wait for it. (Such a
+                # session shows waiting_for_input; the check spares every other drive a write.)
+                found = await self._store.get_session(session_id)
+                if found is not None and found.status == "waiting_for_input":
+                    await self._store.drop_questions_in_place(session_id, self._process_id, self._clock())
                 await self._work(session_id, control)
                 tg.cancel_scope.cancel()
         except* LeaseLost:
