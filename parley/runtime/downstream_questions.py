@@ -204,6 +204,10 @@ class DownstreamQuestions:
         return {key: result for key, result in found.items() if key in keys}
 
     async def _current(self, interrupt: InterruptRecord) -> InterruptRecord | None:
+        """The question as stored; while it is pending only the (short) pending list is read."""
+        pending = await self._store.list_interrupts(interrupt.session_id, pending_only=True)
+        if any(found.id == interrupt.id for found in pending):
+            return interrupt
         for found in await self._store.list_interrupts(interrupt.session_id, pending_only=False):
             if found.id == interrupt.id:
                 return found

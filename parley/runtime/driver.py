@@ -295,12 +295,6 @@ class SessionDriver:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
-                # A question a server asked during a call that was open in a process that stopped
-                # can never reach that call: drop it, so the session does not wait for it. (Such a
-                # session shows waiting_for_input; the check spares every other drive a write.)
-                found = await self._store.get_session(session_id)
-                if found is not None and found.status == "waiting_for_input":
-                    await self._store.drop_questions_in_place(session_id, self._process_id, self._clock())
                 await self._work(session_id, control)
                 tg.cancel_scope.cancel()
         except* LeaseLost:
@@ -342,10 +336,20 @@ class SessionDriver:
                 control.cancel(session.cancel_requested_turn)
 
     async def _work(self, session_id: SessionId, control: _TurnControl) -> None:
+        first = True
         while True:
             session = await self._store.get_session(session_id)
             if session is None:
                 return
+            # A question a server asked during a call that was open in a process that stopped
+            # can never reach that call: drop it, so the session does not wait for it.
+            if (
+                first
+                and session.status == "waiting_for_input"
+                and await self._store.drop_questions_in_place(session_id, self._process_id, self._clock())
+            ):
+                continue
+            first = False
             if self._stopping:
                 # Shutdown: start nothing new, but a turn whose last step is committed is ended
                 # now, so its caller sees the answer without waiting for the next process.

@@ -49,14 +49,17 @@ class RemoteTask:
     ttl_ms: int | None
 
     @classmethod
-    def from_wire(cls, task: dict[str, Any]) -> RemoteTask:
-        interval = task.get("pollInterval")
+    def from_wire(cls, task: dict[str, Any], modern: bool = False) -> RemoteTask:
+        """A Task as 2025-11-25 spells it (`pollInterval`, `ttl`), or the 2026-07-28 extension
+        (`pollIntervalMs`, `ttlMs`)."""
+        interval = task.get("pollIntervalMs" if modern else "pollInterval")
+        ttl = task.get("ttlMs" if modern else "ttl")
         return cls(
             task_id=str(task["taskId"]),
             status=str(task.get("status")),
             status_message=task.get("statusMessage"),
             poll_interval_s=interval / 1000 if isinstance(interval, int | float) and interval > 0 else None,
-            ttl_ms=task.get("ttl") if isinstance(task.get("ttl"), int) else None,
+            ttl_ms=ttl if isinstance(ttl, int) else None,
         )
 
     @property

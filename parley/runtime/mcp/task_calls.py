@@ -131,15 +131,7 @@ class TaskCalls:
         except (CallNotSent, CallMaybeSent) as exc:
             return self._unreachable(call, remote, str(exc))
         status = str(task.get("status"))
-        handle = RemoteTask(
-            task_id=task_id,
-            status=status,
-            status_message=task.get("statusMessage"),
-            poll_interval_s=(task["pollIntervalMs"] / 1000)
-            if isinstance(task.get("pollIntervalMs"), int)
-            else None,
-            ttl_ms=task.get("ttlMs") if isinstance(task.get("ttlMs"), int) else None,
-        )
+        handle = RemoteTask.from_wire(task, modern=True)
         if status == "completed":
             cfg = self._sources.servers.get(server)
             try:
