@@ -1,8 +1,11 @@
-"""MCP servers from the npm registry, installed once into the repository's test cache.
+"""Test tools from the npm registry (MCP servers, Node.js 22, the conformance suite, the
+Inspector), installed once into a cache outside the checkout.
 
-`everything_bin` is a session-scoped fixture: the first test that needs server-everything runs
-`npm install` (bounded by NPM_INSTALL_TIMEOUT_S) into .test-cache/npm; later sessions reuse it.
-Without `node` and `npm` on PATH the fixture fails (CI has both), with a message saying so.
+The cache is `$PARLEY_NPM_CACHE`, else `$XDG_CACHE_HOME/parley/npm`, else `~/.cache/parley/npm`:
+a fresh clone (CI's) finds what an earlier run installed. Every package is pinned; upgrading one
+is an explicit change of its pin here. The first test that needs a package runs `npm install`
+(bounded by NPM_INSTALL_TIMEOUT_S); later runs reuse it. Without `node` and `npm` on PATH the
+fixtures fail (CI has both), with a message saying so.
 
 Import the fixtures into a test module (`from tests.npm_servers import everything_bin`).
 """
@@ -18,8 +21,21 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-NPM_CACHE = REPO / ".test-cache" / "npm"
+
+
+def _cache_dir() -> Path:
+    if os.environ.get("PARLEY_NPM_CACHE"):
+        return Path(os.environ["PARLEY_NPM_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "parley" / "npm"
+
+
+NPM_CACHE = _cache_dir()
+# The machine's Node.js may be older than the suite and the Inspector need (>= 22): the npm
+# package `node` ships a Node.js binary of its own.
+NODE_PACKAGE, NODE_VERSION = "node", "22.23.3"
+CONFORMANCE_PACKAGE, CONFORMANCE_VERSION = "@modelcontextprotocol/conformance", "0.1.16"
+INSPECTOR_PACKAGE, INSPECTOR_VERSION = "@modelcontextprotocol/inspector", "2.12.0"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION = "2026.8.31"
 NPM_INSTALL_TIMEOUT_S = float(os.environ.get("PARLEY_NPM_INSTALL_TIMEOUT", "300"))
@@ -86,3 +102,31 @@ def everything_sdk_module(binary: Path, module: str) -> Path:
         path = package / "node_modules" / "@modelcontextprotocol" / "sdk" / module
     assert path.exists(), f"the TypeScript SDK module {module} is not where server-everything can load it"
     return path
+
+
+@pytest.fixture(scope="session")
+def node22() -> Path:
+    """A Node.js 22 binary (from the npm package `node`), whatever Node.js the machine has."""
+    path = npm_install(NODE_PACKAGE, NODE_VERSION) / "node"
+    done = subprocess.run([str(path), "--version"], capture_output=True, text=True, check=False)
+    assert done.stdout.startswith("v22."), f"{path} is not Node.js 22: {done.stdout}{done.stderr}"
+    return path
+
+
+def _package_dir(package: str) -> Path:
+    return NPM_CACHE / "node_modules" / package
+
+
+@pytest.fixture(scope="session")
+def conformance_cli(node22: Path) -> list[str]:
+    """The command that runs the official MCP conformance suite (pinned) on Node.js 22."""
+    npm_install(CONFORMANCE_PACKAGE, CONFORMANCE_VERSION)
+    return [str(node22), str(_package_dir(CONFORMANCE_PACKAGE) / "dist" / "index.js")]
+
+
+@pytest.fixture(scope="session")
+def inspector_cli(node22: Path) -> list[str]:
+    """The command that runs the MCP Inspector's CLI mode (pinned) on Node.js 22."""
+    npm_install(INSPECTOR_PACKAGE, INSPECTOR_VERSION)
+    launcher = _package_dir(INSPECTOR_PACKAGE) / "clients" / "launcher" / "build" / "index.js"
+    return [str(node22), str(launcher), "--cli"]

@@ -1,0 +1,78 @@
+"""The MCP Inspector's CLI mode (a client nobody on this team wrote) against parley, over stdio and
+over streamable HTTP: it lists the tools and starts a session answered by the demo agent.
+
+These are the commands the README shows users; the Inspector and Node.js 22 come from the npm
+registry into the cache outside the checkout (tests/npm_servers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.npm_servers import inspector_cli, node22
+from tests.support import TEST_DEADLINE_S, ServerProcess, write_config
+
+pytestmark = pytest.mark.anyio
+
+# Fixtures, imported for pytest to find.
+__all__ = ["inspector_cli", "node22"]
+
+PARLEY_TOOLS = {"list_agents", "start_session", "send_message", "get_session", "approve", "answer_question"}
+
+
+def _inspect(inspector_cli: list[str], home: Path, arguments: list[str]) -> dict[str, Any]:
+    """Run the Inspector's CLI once; return the JSON it printed."""
+    # Its catalog and secret store go to a private home, not the user's.
+    env = {**os.environ, "HOME": str(home), "MCP_CATALOG_PATH": str(home / "mcp.json")}
+    done = subprocess.run(
+        [*inspector_cli, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=TEST_DEADLINE_S * 2,
+        check=False,
+        env=env,
+        cwd=home,
+    )
+    assert done.returncode == 0, f"the Inspector exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return dict(json.loads(done.stdout))
+
+
+def _check(listed: dict[str, Any], started: dict[str, Any]) -> None:
+    names = {tool["name"] for tool in listed["tools"]}
+    assert PARLEY_TOOLS <= names, names
+    assert started["isError"] is False, started
+    outcome = started["structuredContent"]
+    assert outcome["status"] == "answered", outcome
+    assert "hello inspector" in outcome["answer"], outcome
+    assert outcome["session_id"].startswith("ses_")
+    assert outcome["session_id"] in started["content"][0]["text"]
+
+
+START = ["--method", "tools/call", "--tool-name", "start_session", "--tool-arg", "agent=demo"]
+START += ["message=hello inspector"]
+
+
+def test_inspector_over_stdio(inspector_cli: list[str], tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    # After `--`, the rest is parley's command line (its --config is not the Inspector's).
+    target = ["--", sys.executable, "-m", "parley", "serve", "--config", str(config)]
+    listed = _inspect(inspector_cli, tmp_path, ["--method", "tools/list", *target])
+    started = _inspect(inspector_cli, tmp_path, [*START, *target])
+    _check(listed, started)
+
+
+async def test_inspector_over_http(inspector_cli: list[str], tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    async with ServerProcess(config, http=True) as server:
+        assert server.url is not None
+        listed = _inspect(inspector_cli, tmp_path, [server.url, "--method", "tools/list"])
+        started = _inspect(inspector_cli, tmp_path, [server.url, *START])
+    _check(listed, started)
+    assert "Traceback" not in server.log(), server.log()
