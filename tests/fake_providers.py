@@ -5,6 +5,7 @@ The fake decides from the newest user text, by keyword:
   "two tools"  -> two parallel write_todos calls     "chunky" -> one call, arguments in many pieces
   "think"      -> a thinking block, then text          "429" / "500" / "cut" -> that failure once, then text
   "401"        -> always refused                       anything else -> "echo: <text>" in three pieces
+  "leak 401" / "leak 500" / "leak stream" -> always that failure, its message repeating the key it was sent
 After tool results it answers "done: <the results>". Every request is recorded.
 """
 
@@ -55,7 +56,9 @@ class FakeProviders:
 
     # ------------------------------------------------------------------ shared decisions
 
-    def _failure(self, text: str) -> Response | str | None:
+    def _failure(self, text: str, request: Request) -> Response | str | None:
+        if "leak " in text:
+            return _leak(text, request)
         for trigger in ("429", "500", "cut"):
             if trigger in text and text not in self.failed_once:
                 self.failed_once.add(text)
@@ -98,11 +101,14 @@ class FakeProviders:
         if results:
             answer = "done: " + "; ".join(r["content"][0]["text"] for r in results)
             return _sse(_anthropic_text(answer))
-        failure = self._failure(text)
+        failure = self._failure(text, request)
         if isinstance(failure, Response):
             return failure
         if failure == "cut":
             return _sse(list(_anthropic_text("this will be cut"))[:3])
+        if isinstance(failure, str) and failure.startswith("stream error: "):
+            error = {"type": "error", "error": {"type": "api_error", "message": failure}}
+            return _sse([*list(_anthropic_text("half"))[:2], ("error", error)])
         if "two tools" in text:
             return _sse(
                 _anthropic_tools(
@@ -154,11 +160,13 @@ class FakeProviders:
                 }
             }
             return JSONResponse(error, status_code=400)
-        failure = self._failure(text)
+        failure = self._failure(text, request)
         if isinstance(failure, Response):
             return failure
         if failure == "cut":
             return _sse(list(_openai_text("this will be cut"))[:2], done=False)
+        if isinstance(failure, str) and failure.startswith("stream error: "):
+            return _sse([*list(_openai_text("half"))[:1], (None, {"error": {"message": failure}})])
         if "two tools" in text:
             calls = [
                 ("write_todos", {"todos": [{"content": "a"}]}),
@@ -171,6 +179,17 @@ class FakeProviders:
                 done=True,
             )
         return _sse(_openai_text(f"echo: {text}"), done=True)
+
+
+def _leak(text: str, request: Request) -> Response | str:
+    """A careless provider: its error message repeats the key it was sent, in the usual shapes."""
+    key = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ")
+    message = f"key {key} refused (x-api-key: {key}; Authorization: Bearer {key})"
+    if "leak 401" in text:
+        return JSONResponse({"error": {"type": "authentication_error", "message": message}}, 401)
+    if "leak 500" in text:
+        return JSONResponse({"error": {"type": "api_error", "message": message}}, 500)
+    return "stream error: " + message
 
 
 def _collapse_anthropic(events: Any) -> JSONResponse:

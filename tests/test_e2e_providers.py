@@ -288,3 +288,27 @@ async def test_responses_that_are_not_streamed_work_the_same(world: World, agent
     assert [c["status"] for c in tools["tool_calls"]] == ["succeeded", "succeeded"]
     assert tools["answer"].startswith("done: Plan saved")
     assert world.fake.requests[-1].body["stream"] is False
+
+
+@pytest.mark.parametrize("failure", ["leak 401", "leak 500", "leak stream"])
+@pytest.mark.parametrize("agent", AGENTS)
+async def test_a_provider_that_repeats_the_key_in_its_error_never_gets_it_stored_logged_or_returned(
+    world: World, agent: str, failure: str
+) -> None:
+    outcome = await call(world.client, "start_session", agent=agent, message=f"{failure} for {agent}")
+    assert outcome["status"] == "failed", outcome
+    assert "[redacted]" in outcome["error"], outcome["error"]
+    texts = [json.dumps(outcome)]
+    session = await call(world.client, "get_session", session_id=outcome["session_id"])
+    texts.append(json.dumps(session))
+    listed = await call(world.client, "list_sessions")
+    texts.append(json.dumps(listed))
+    again = await world.client.call_tool("send_message", {"session_id": outcome["session_id"], "message": "hi"})
+    texts.append(again.model_dump_json())
+    for text in texts:
+        assert SECRET not in text
+    for path in world.db.parent.glob("parley.db*"):
+        assert SECRET.encode() not in path.read_bytes(), f"the key is in {path.name}"
+    assert SECRET not in world.server.log()
+    for table in ["sessions", "turns", "events", "messages", "tool_calls"]:
+        assert SECRET not in repr(db_rows(world.db, f"SELECT * FROM {table}"))

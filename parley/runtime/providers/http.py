@@ -11,6 +11,7 @@ from typing import Any
 import httpx2
 
 from parley.errors import ModelError
+from parley.redaction import redact
 
 # Statuses a provider uses for "try again": rate limits, overload, server faults.
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -55,6 +56,20 @@ async def raise_for_status(provider: str, response: httpx2.Response) -> None:
         transient=transient,
         retry_after_s=retry_after_s(response) if transient else None,
         context_length=context_length,
+    )
+
+
+def without_secrets(exc: ModelError, api_key: str | None) -> ModelError:
+    """The same failure with the key and anything shaped like a credential removed from its text.
+
+    Every model client passes each of its errors through here before it leaves the client, so a
+    provider that repeats the key in an error never gets it into the log, the database or a
+    tool result. The original exception is not chained: its text is what must not travel."""
+    return ModelError(
+        redact(str(exc), [api_key]),
+        transient=exc.transient,
+        retry_after_s=exc.retry_after_s,
+        context_length=exc.context_length,
     )
 
 

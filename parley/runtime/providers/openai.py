@@ -10,7 +10,13 @@ import httpx2
 
 from parley.errors import ModelError
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
-from parley.runtime.providers.http import object_schema, raise_for_status, sse_events, transport_error
+from parley.runtime.providers.http import (
+    object_schema,
+    raise_for_status,
+    sse_events,
+    transport_error,
+    without_secrets,
+)
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -88,6 +94,12 @@ class OpenAIModelClient:
         self._base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        try:
+            return await self._complete(request)
+        except ModelError as exc:
+            raise without_secrets(exc, self._api_key) from None
+
+    async def _complete(self, request: ModelRequest) -> ModelResponse:
         options = dict(request.options)
         stream = bool(options.pop("stream", True))
         body: dict[str, Any] = {

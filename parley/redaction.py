@@ -1,0 +1,43 @@
+"""Removing secrets from text that came from outside: a provider's error message may repeat the
+API key it was sent (some do, in a 401 or a stream error), and that text would otherwise reach
+an exception, the log, the database and a caller.
+
+One function, applied where provider text enters parley (the model clients) and again where
+parley's own log records leave for an MCP client.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+REDACTED = "[redacted]"
+
+# Secrets shorter than this are not searched for verbatim: replacing every "abc" in a message
+# would mangle it and protect nothing (a real key is long).
+MIN_SECRET_CHARS = 8
+
+# The usual shapes of a credential in an error text or a header dump.
+_CREDENTIAL_SHAPES = re.compile(
+    r"""
+    (?P<scheme>\b(?:Bearer|Basic)\s+)[A-Za-z0-9._~+/=-]{6,}            # Authorization values
+    | (?P<header>\b(?:x-api-key|api[-_]?key|x-goog-api-key|authorization)\b["']?\s*[:=]\s*["']?
+        (?:(?:Bearer|Basic)\s+)?)
+      [^\s"',;}]{6,}                                                    # key: value, key=value
+    | \bsk-[A-Za-z0-9][A-Za-z0-9_-]{7,}                                 # sk-..., sk-ant-..., sk-proj-...
+    """,
+    re.IGNORECASE | re.VERBOSE,
+)
+
+
+def _credential(match: re.Match[str]) -> str:
+    prefix = match.group("scheme") or match.group("header") or ""
+    return prefix + REDACTED
+
+
+def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """`text` without the given secret values and without anything shaped like a credential."""
+    for secret in secrets:
+        if secret and len(secret) >= MIN_SECRET_CHARS:
+            text = text.replace(secret, REDACTED)
+    return _CREDENTIAL_SHAPES.sub(_credential, text)
