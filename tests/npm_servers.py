@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 
-
 def _cache_dir() -> Path:
     if os.environ.get("PARLEY_NPM_CACHE"):
         return Path(os.environ["PARLEY_NPM_CACHE"])

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tests.npm_servers import inspector_cli, node22
@@ -27,26 +27,20 @@ __all__ = ["inspector_cli", "node22"]
 PARLEY_TOOLS = {"list_agents", "start_session", "send_message", "get_session", "approve", "answer_question"}
 
 
-def _inspect(inspector_cli: list[str], home: Path, arguments: list[str]) -> dict[str, Any]:
+async def _inspect(inspector_cli: list[str], home: Path, arguments: list[str]) -> dict[str, Any]:
     """Run the Inspector's CLI once; return the JSON it printed."""
     # Its catalog and secret store go to a private home, not the user's.
     env = {**os.environ, "HOME": str(home), "MCP_CATALOG_PATH": str(home / "mcp.json")}
-    done = subprocess.run(
-        [*inspector_cli, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=TEST_DEADLINE_S * 2,
-        check=False,
-        env=env,
-        cwd=home,
-    )
-    assert done.returncode == 0, f"the Inspector exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    with anyio.fail_after(TEST_DEADLINE_S * 2):
+        done = await anyio.run_process([*inspector_cli, *arguments], check=False, env=env, cwd=home)
+    output = f"{done.stdout.decode()}\n{done.stderr.decode()}"
+    assert done.returncode == 0, f"the Inspector exited {done.returncode}:\n{output}"
     return dict(json.loads(done.stdout))
 
 
 def _check(listed: dict[str, Any], started: dict[str, Any]) -> None:
     names = {tool["name"] for tool in listed["tools"]}
-    assert PARLEY_TOOLS <= names, names
+    assert names >= PARLEY_TOOLS, names
     assert started["isError"] is False, started
     outcome = started["structuredContent"]
     assert outcome["status"] == "answered", outcome
@@ -59,12 +53,12 @@ START = ["--method", "tools/call", "--tool-name", "start_session", "--tool-arg",
 START += ["message=hello inspector"]
 
 
-def test_inspector_over_stdio(inspector_cli: list[str], tmp_path: Path) -> None:
+async def test_inspector_over_stdio(inspector_cli: list[str], tmp_path: Path) -> None:
     config = write_config(tmp_path)
     # After `--`, the rest is parley's command line (its --config is not the Inspector's).
     target = ["--", sys.executable, "-m", "parley", "serve", "--config", str(config)]
-    listed = _inspect(inspector_cli, tmp_path, ["--method", "tools/list", *target])
-    started = _inspect(inspector_cli, tmp_path, [*START, *target])
+    listed = await _inspect(inspector_cli, tmp_path, ["--method", "tools/list", *target])
+    started = await _inspect(inspector_cli, tmp_path, [*START, *target])
     _check(listed, started)
 
 
@@ -72,7 +66,7 @@ async def test_inspector_over_http(inspector_cli: list[str], tmp_path: Path) -> 
     config = write_config(tmp_path)
     async with ServerProcess(config, http=True) as server:
         assert server.url is not None
-        listed = _inspect(inspector_cli, tmp_path, [server.url, "--method", "tools/list"])
-        started = _inspect(inspector_cli, tmp_path, [server.url, *START])
+        listed = await _inspect(inspector_cli, tmp_path, [server.url, "--method", "tools/list"])
+        started = await _inspect(inspector_cli, tmp_path, [server.url, *START])
     _check(listed, started)
     assert "Traceback" not in server.log(), server.log()
