@@ -303,7 +303,9 @@ async def test_a_provider_that_repeats_the_key_in_its_error_never_gets_it_stored
     texts.append(json.dumps(session))
     listed = await call(world.client, "list_sessions")
     texts.append(json.dumps(listed))
-    again = await world.client.call_tool("send_message", {"session_id": outcome["session_id"], "message": "hi"})
+    again = await world.client.call_tool(
+        "send_message", {"session_id": outcome["session_id"], "message": "hi"}
+    )
     texts.append(again.model_dump_json())
     for text in texts:
         assert SECRET not in text
