@@ -33,6 +33,7 @@ from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
 from parley.runtime.tasks import TaskService
 from parley.runtime.toolbox import Toolbox
+from parley.server.client_logs import ClientLogRelay
 from parley.server.http import QuietUvicorn, build_http_app, check_bind
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
@@ -175,14 +176,23 @@ def _state_keys(config: ServerConfig) -> list[str] | None:
     return [k.strip() for k in raw.split(",") if k.strip()] if raw else None
 
 
-def _mcp_server(config: ServerConfig, app: App, watchers: TaskGroup) -> MCPServer[Any]:
+async def _mcp_server(config: ServerConfig, app: App, background: TaskGroup) -> MCPServer[Any]:
+    """The MCP server. `background` runs what outlives a request (task status pushes, the relay of
+    log records to clients) until it is cancelled."""
+
+    def owner_of(ctx: Any) -> str:
+        return LOCAL_PRINCIPAL
+
+    logs = ClientLogRelay(owner_of, background)
+    await background.start(logs.run)
     return build_mcp_server(
         app.service,
-        lambda ctx: LOCAL_PRINCIPAL,
+        owner_of,
         __version__,
         _state_keys(config),
         tasks=app.tasks,
-        watchers=watchers,
+        watchers=background,
+        logs=logs,
     )
 
 
@@ -198,7 +208,7 @@ async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None])
 async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
     """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
     async with running_app(config) as app, anyio.create_task_group() as tg:
-        server = _mcp_server(config, app, tg)
+        server = await _mcp_server(config, app, tg)
         await tg.start(_on_signal, tg.cancel_scope.cancel)
         if ready_hint:
             sys.stderr.write(ready_hint)
@@ -217,7 +227,7 @@ async def serve_http(
 ) -> None:
     check_bind(host, insecure_bind)
     async with running_app(config) as app, anyio.create_task_group() as tg:
-        server = _mcp_server(config, app, tg)
+        server = await _mcp_server(config, app, tg)
         starlette_app = build_http_app(server, host, app.health)
         uv = QuietUvicorn(
             uvicorn.Config(

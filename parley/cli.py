@@ -257,11 +257,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    level = getattr(args, "log_level", "WARNING")
     logging.basicConfig(
-        level=getattr(args, "log_level", "WARNING"),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # The level belongs to the handler too: MCP clients may ask for parley's debug records
+    # (parley/server/client_logs.py), which must not flood the server's own log.
+    for handler in logging.getLogger().handlers:
+        handler.setLevel(level)
     # Its DEBUG lines log every SQL statement with its parameters, i.e. users' messages.
     logging.getLogger("aiosqlite").setLevel(logging.INFO)
     try:

@@ -27,6 +27,7 @@ from parley.runtime.faults import FaultPoints
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
+from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals
 from parley.runtime.tool_run import ToolRun
 from parley.runtime.toolbox import MAX_ATTEMPTS, Toolbox
@@ -46,6 +47,9 @@ from parley.storage.base import (
 )
 
 logger = logging.getLogger(__name__)
+
+# How much of a failed tool call's text its log line repeats.
+LOGGED_RESULT_CHARS = 300
 
 STEERED = (
     "Steered: a new message arrived, so the turn stopped after the step in progress; calls that "
@@ -191,7 +195,7 @@ class _ModelView:
         )
         session_id, turn_id, now = self._session.id, self._turn.id, self._driver._clock()
         try:
-            response = await self._driver._complete(self._model, request, session_id, turn_id)
+            response = await self._driver._complete(self._model, request, self._session, turn_id)
         except ModelError as exc:
             await self._driver._store.record_event(
                 session_id, turn_id, "compaction_failed", {"error": str(exc)}, now
@@ -365,6 +369,8 @@ class SessionDriver:
                 turn = await self._store.start_turn(
                     session_id, self._process_id, new_turn_id(), self._clock()
                 )
+                if turn is not None:
+                    logger.info("session %s: turn %s started", session_id, turn.id, extra=about(session))
                 if turn is None and await self._store.rest_session(
                     session_id, self._process_id, self._clock()
                 ):
@@ -454,7 +460,7 @@ class SessionDriver:
         model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
         offer = await self._toolbox.offer(agent, session.kind, session.id)
         for warning in offer.warnings:
-            logger.warning("session %s: %s", session.id, warning)
+            logger.warning("session %s: %s", session.id, warning, extra=about(session))
             await self._store.record_event(
                 session.id, turn_id, "tool_source_warning", {"text": warning}, self._clock()
             )
@@ -475,15 +481,16 @@ class SessionDriver:
                 on_text=stream.add,
             )
             try:
-                response = await self._complete(model, request, session.id, turn_id)
+                response = await self._complete(model, request, session, turn_id)
             except ModelError as exc:
                 if not exc.context_length:
                     raise
                 # The provider says the prompt is too long: compact now and try once more.
                 chat = await view.messages(messages, force=True)
-                response = await self._complete(model, replace(request, messages=chat), session.id, turn_id)
+                response = await self._complete(model, replace(request, messages=chat), session, turn_id)
             await stream.flush()
         except ModelError as exc:
+            logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
             await self._finish(session, turn_id, FinishTurn("failed", None, f"The model call failed: {exc}"))
             return
         new_calls = []
@@ -518,7 +525,7 @@ class SessionDriver:
         self._faults.hit("model_committed", response.text)
 
     async def _complete(
-        self, model: ModelClient, request: ModelRequest, session_id: SessionId, turn_id: TurnId
+        self, model: ModelClient, request: ModelRequest, session: SessionRecord, turn_id: TurnId
     ) -> ModelResponse:
         """One model step: transient failures are retried as attempts of it, with a capped back-off."""
         attempts = self._timings.max_model_attempts
@@ -535,13 +542,14 @@ class SessionDriver:
                 pause = min(pause, MAX_MODEL_BACKOFF_S)
                 logger.info(
                     "session %s: model call attempt %d failed (%s); retrying in %.1fs",
-                    session_id,
+                    session.id,
                     attempt,
                     exc,
                     pause,
+                    extra=about(session),
                 )
                 data = {"attempt": attempt, "error": str(exc), "retry_in_s": pause}
-                await self._store.record_event(session_id, turn_id, "model_retry", data, self._clock())
+                await self._store.record_event(session.id, turn_id, "model_retry", data, self._clock())
                 await anyio.sleep(pause)
         raise AssertionError("unreachable")
 
@@ -633,6 +641,15 @@ class SessionDriver:
             deadline=deadline,
         )
         await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
+        logger.info(
+            "session %s: waiting for %s %s on call %s (%s)",
+            session.id,
+            "an answer to question" if kind == "question" else "a decision on approval",
+            interrupt.id,
+            call.id,
+            call.name,
+            extra=about(session),
+        )
         self._faults.hit("interrupt_raised", call.name)
 
     async def _start_timer(self, session: SessionRecord, call: ToolCallRecord, now: float) -> None:
@@ -749,6 +766,7 @@ class SessionDriver:
             self._clock(),
             todos=run.todos,
         )
+        _log_tool_result(session, call, run)
 
     async def _cancel_remote_tasks(self, session: SessionRecord, turn_id: TurnId) -> None:
         """Ask the servers to cancel the downstream tasks the ending turn still waits on (best
@@ -806,3 +824,27 @@ class SessionDriver:
                 result=action.result,
                 session_status=session_status,
             )
+        ended = f"session %s: turn %s {action.status}" + (": %s" if action.error else "")
+        args = (session.id, turn_id, action.error) if action.error else (session.id, turn_id)
+        level = logging.WARNING if action.status == "failed" else logging.INFO
+        logger.log(level, ended, *args, extra=about(session))
+
+
+def _log_tool_result(session: SessionRecord, call: ToolCallRecord, run: ToolRun) -> None:
+    """A line for the session's owner: a failed call at warning (with the start of what the
+    tool said), a successful one at debug."""
+    text = str((run.result or {}).get("text") or "")
+    if run.status == "succeeded":
+        logger.debug(
+            "session %s: tool call %s (%s) succeeded", session.id, call.id, call.name, extra=about(session)
+        )
+        return
+    logger.warning(
+        "session %s: tool call %s (%s) %s: %s",
+        session.id,
+        call.id,
+        call.name,
+        run.status.replace("_", " "),
+        text[:LOGGED_RESULT_CHARS],
+        extra=about(session),
+    )

@@ -8,6 +8,7 @@ timeout, a dropped connection) never touches the turn.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,7 @@ from parley.ids import (
 )
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.progress import ProgressFeed, ProgressFn
+from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Offer, Toolbox
 from parley.storage.base import (
@@ -53,6 +55,8 @@ MAX_SETTINGS_CHARS = 4096
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
 MAX_MESSAGES_PAGE = 200
 DEFAULT_MESSAGES_PAGE = 50
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,6 +291,9 @@ class SessionService:
             if existing is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
             return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
+        logger.info(
+            "session %s started with agent %s (%s)", session_id, agent.name, session_kind, extra=about(record)
+        )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
         self._signals.work_available()

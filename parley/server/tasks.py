@@ -41,6 +41,7 @@ from parley.errors import InvalidArgument, RequestError
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.runtime.service import TurnOutcome
 from parley.runtime.tasks import TaskEnded, TaskNotFound, TaskService
+from parley.server.connections import connection_of
 from parley.server.elicitation import (
     CREATING_TASK_META,
     RELATED_TASK_META,
@@ -362,8 +363,7 @@ _WATCH_SCOPES = "dev.parley/task-watchers"
 def _watch_scopes(session: Any) -> set[anyio.CancelScope]:
     """The cancel scopes of the watchers pushing to this connection, cancelled when it closes:
     a watcher must not outlive its client (nor hold a max_watched slot for it)."""
-    # SDK 2.3 keeps the connection (with its per-connection state and teardown) private.
-    connection = getattr(session, "_connection", None)
+    connection = connection_of(session)
     if connection is None:
         return set()
     scopes: set[anyio.CancelScope] | None = connection.state.get(_WATCH_SCOPES)

@@ -8,8 +8,16 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal, cast
 
 from anyio.abc import TaskGroup
+from mcp import MCPError
 from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
-from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    GetPromptResult,
+    InputRequiredResult,
+    SetLevelRequestParams,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import RequestError
@@ -17,6 +25,7 @@ from parley.runtime.decisions import Decision
 from parley.runtime.progress import ProgressFn
 from parley.runtime.service import SessionService, TurnOutcome
 from parley.runtime.tasks import TaskService
+from parley.server.client_logs import ClientLogRelay
 from parley.server.elicitation import (
     answers_from,
     ask_human_through,
@@ -210,6 +219,17 @@ class ParleyMCPServer(MCPServer[Any]):
                 return error(_argument_errors(name, exc))
         return await super().call_tool(name, arguments, context)
 
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        # The SDK answers an unknown prompt with error code 0 and logs a traceback; it is a bad
+        # parameter (-32602), as the specification says.
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Unknown prompt: {name}. parley publishes no prompts."
+            )
+        return await super().get_prompt(name, arguments, context)
+
 
 def _argument_errors(tool: str, exc: ValidationError) -> str:
     problems = []
@@ -227,9 +247,11 @@ def build_mcp_server(
     *,
     tasks: TaskService,
     watchers: TaskGroup | None = None,
+    logs: ClientLogRelay | None = None,
 ) -> MCPServer[Any]:
     """The MCP server. `watchers` runs the status notifications of 2025-11-25 tasks; it must
-    outlive every connection."""
+    outlive every connection. `logs` sends callers the log records about their sessions (MCP
+    logging); without it the server offers no logging."""
     security = RequestStateSecurity(keys=request_state_keys) if request_state_keys else None
     gateway = TaskGateway(tasks, owner_of, watchers)
     mcp = ParleyMCPServer(
@@ -238,8 +260,11 @@ def build_mcp_server(
         instructions=SERVER_INSTRUCTIONS,
         request_state_security=security,
         extensions=[gateway],
-        middleware=[gateway.middleware],
+        middleware=[*([logs.middleware] if logs else []), gateway.middleware],
     )
+    if logs is not None:
+        # MCPServer has no setLevel of its own; registering one also advertises `logging`.
+        mcp._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
 
     @mcp.tool(title="List agents", annotations=READ_ONLY)
     async def list_agents() -> Annotated[CallToolResult, AgentList]:
