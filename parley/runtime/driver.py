@@ -23,14 +23,15 @@ from parley.ids import SessionId, TurnId, new_interrupt_id, new_tool_call_id, ne
 from parley.runtime import compaction
 from parley.runtime.builtin_tools import SET_RESULT_NAME, ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.downstream_questions import DownstreamQuestions
+from parley.runtime.effect_policy import Mishap, judge
 from parley.runtime.faults import FaultPoints
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals
-from parley.runtime.tool_run import ToolRun
-from parley.runtime.toolbox import MAX_ATTEMPTS, Toolbox
+from parley.runtime.tool_run import ToolRun, ended
+from parley.runtime.toolbox import Toolbox
 from parley.runtime.transcript import assistant_content, to_chat_messages
 from parley.storage.base import (
     InterruptKind,
@@ -672,33 +673,18 @@ class SessionDriver:
     async def _run_tool(
         self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, control: _TurnControl
     ) -> None:
-        if call.status == "running" and call.effect not in ("read", "idempotent_write"):
-            # It may have had its effect before the crash; never repeat a write that may have happened.
-            await self._store.commit_tool_result(
-                session.id,
-                self._process_id,
-                call.id,
-                "outcome_unknown",
-                {
-                    "text": "The call was interrupted and may or may not have taken effect; check before retrying.",
-                    "is_error": True,
-                },
-                self._clock(),
-            )
-            return
-        if call.status == "running" and call.attempts >= MAX_ATTEMPTS:
-            await self._store.commit_tool_result(
-                session.id,
-                self._process_id,
-                call.id,
-                "failed" if call.effect == "read" else "outcome_unknown",
-                {
-                    "text": f"The call was interrupted {call.attempts} times; giving up on it.",
-                    "is_error": True,
-                },
-                self._clock(),
-            )
-            return
+        if call.status == "running":
+            # It was under way when a process stopped: it may have had its effect.
+            detail = f"The call was interrupted {call.attempts} time(s)."
+            verdict = judge(call.effect, Mishap.INTERRUPTED, call.attempts, detail)
+            if not verdict.retry:
+                assert verdict.ending is not None
+                run = ended(verdict)
+                await self._store.commit_tool_result(
+                    session.id, self._process_id, call.id, verdict.ending, run.result, self._clock()
+                )
+                _log_tool_result(session, call, run)
+                return
         await self._store.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
 
         async def report(progress: float, total: float | None, message: str | None) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from parley.runtime.effect_policy import Mishap, Verdict, judge
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolRun:
@@ -26,15 +28,13 @@ def failed(text: str) -> ToolRun:
     return ToolRun(status="failed", result={"text": text, "is_error": True})
 
 
+def ended(verdict: Verdict) -> ToolRun:
+    """The call's final record for a verdict that ends it."""
+    assert verdict.ending is not None, "a verdict to retry does not end the call"
+    return ToolRun(status=verdict.ending, result={"text": verdict.text, "is_error": True})
+
+
 def by_effect(effect: str, text: str) -> ToolRun:
-    """A call whose fate is unknown: a read changed nothing and may simply be made again; any
-    other call may have had its effect, and the model is told so."""
-    if effect == "read":
-        return failed(f"{text} It only reads, so it is safe to call again.")
-    return ToolRun(
-        status="outcome_unknown",
-        result={
-            "text": f"{text} It may or may not have taken effect ({effect}); check before calling it again.",
-            "is_error": True,
-        },
-    )
+    """A call whose fate is unknown (a lost task, an unreadable result): the effect policy says
+    what it becomes and what the model reads."""
+    return ended(judge(effect, Mishap.FATE_UNKNOWN, 1, text))

@@ -22,6 +22,7 @@ from parley.runtime.builtin_tools import (
     ToolOutcome,
     run_builtin,
 )
+from parley.runtime.effect_policy import Mishap, judge
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.mcp.effects import classify
 from parley.runtime.mcp.naming import assign_names
@@ -36,14 +37,12 @@ from parley.runtime.mcp.sources import (
 )
 from parley.runtime.mcp.task_calls import TaskCalls
 from parley.runtime.model import ToolSpec
-from parley.runtime.tool_run import ToolRun, by_effect
+from parley.runtime.tool_run import ToolRun, by_effect, ended
 from parley.runtime.tool_run import failed as _failed
 from parley.storage.base import SessionRecord, ToolCallRecord
 
 logger = logging.getLogger(__name__)
 
-# Attempts of a call whose effect makes a retry safe (read, idempotent_write), DESIGN §4.2.
-MAX_ATTEMPTS = 3
 RESOURCE_TOOLS = ("mcp_list_resources", "mcp_read_resource", "mcp_get_prompt")
 
 ToolProgress = ProgressFnT
@@ -312,13 +311,10 @@ class Toolbox:
         if asked is None and self._task_calls is not None and self._task_calls.wants_task(server, listed):
             return await self._task_calls.start(call, session.id)
         cfg = self._sources.servers[server]
-        retryable = call.effect in ("read", "idempotent_write")
-        attempts = MAX_ATTEMPTS if retryable else 1
-        last_problem = ""
         request_state = asked.get("request_state") if asked else None
         rounds = int(asked.get("rounds", 0)) if asked else 0
         attempt = 0
-        while attempt < attempts:
+        while True:
             attempt += 1
             try:
                 result = await self._sources.call_tool(
@@ -333,29 +329,18 @@ class Toolbox:
                     request_state=request_state,
                 )
             except CallNotSent as exc:
-                last_problem = exc.reason
-                if attempt < attempts:
+                verdict = judge(call.effect, Mishap.NOT_SENT, attempt, f"{exc}.")
+                if verdict.retry:
                     continue
-                return _failed(f"The call did not run, so it is safe to call again later: {exc}.")
+                return ended(verdict)
             except CallRefused as exc:
                 return _failed(str(exc))
             except CallMaybeSent as exc:
-                last_problem = str(exc)
                 logger.warning("call %s (%s) attempt %d: %s", call.id, call.effect, attempt, exc)
-                if attempt < attempts:
+                verdict = judge(call.effect, Mishap.MAYBE_SENT, attempt, f"{exc}.")
+                if verdict.retry:
                     continue
-                if call.effect == "read":
-                    return _failed(f"The call failed after {attempts} attempts: {exc}.")
-                return ToolRun(
-                    status="outcome_unknown",
-                    result={
-                        "text": (
-                            f"{exc}. The call may or may not have taken effect ({call.effect}); "
-                            "check before calling it again."
-                        ),
-                        "is_error": True,
-                    },
-                )
+                return ended(verdict)
             if isinstance(result, TaskHandle):
                 assert self._task_calls is not None
                 return self._task_calls.adopt(call, result)
@@ -369,7 +354,6 @@ class Toolbox:
                 continue
             stored = convert_result(result, cfg.max_result_chars)
             return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
-        return _failed(f"The call failed: {last_problem}.")
 
     async def _listed(self, server: str, tool: str, session_id: str) -> Tool | None:
         """The tool as its server lists it (after a restart the listing may not be cached yet)."""
