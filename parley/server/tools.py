@@ -12,7 +12,7 @@ from mcp.server.mcpserver import Context, MCPServer, RequestStateSecurity
 from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from parley.errors import RequestError
+from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.decisions import Decision
 from parley.runtime.progress import ProgressFn
 from parley.runtime.service import SessionService, TurnOutcome
@@ -167,6 +167,10 @@ async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> Ca
         return await work()
     except RequestError as exc:
         logger.info("tool %s refused: %s", tool, type(exc).__name__)
+        return error(str(exc))
+    except StorageUnavailable as exc:
+        # The file's condition, not a bug: no traceback; the store logged the cause once.
+        logger.warning("tool %s failed: the database is %s", tool, exc.condition)
         return error(str(exc))
     except Exception:
         ref = uuid.uuid4().hex[:8]
