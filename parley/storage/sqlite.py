@@ -39,6 +39,7 @@ from parley.storage.base import (
     TurnStatus,
 )
 from parley.storage.migrations import MIGRATIONS
+from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import dumps, unavailable
 from parley.storage.sqlite_tasks import SqliteTasks
 
@@ -1424,12 +1425,14 @@ async def _cap_size(db: aiosqlite.Connection, max_size_mb: float) -> None:
 async def open_sqlite_store(path: Path, *, max_size_mb: float | None = None) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the SQLite database at `path`.
 
-    With `max_size_mb`, writes that would grow the file beyond it fail as "full", and the data stays as it was.
+    A new folder is created 0700 and a new file 0600 (see sqlite_file.py). With `max_size_mb`,
+    writes that would grow the file beyond it fail as "full", and the data stays as it was.
 
     Raises:
-        StorageError: the file cannot be opened or migrated; the message names the file and the fix.
+        StorageError: the path cannot hold a database, or the file cannot be opened or migrated;
+            the message names the file and the fix.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    prepare_database_file(path)
     try:
         db = await aiosqlite.connect(str(path), isolation_level=None)
     except sqlite3.Error as exc:
