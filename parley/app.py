@@ -53,7 +53,11 @@ class App:
     tasks: TaskService
 
     async def health(self) -> dict[str, Any]:
+        # How the latest write ended: "ok", "full", "read_only", "busy" or "error: ...".
+        storage = self.store.health.status
         return {
+            "status": "ok" if storage == "ok" else "degraded",
+            "storage": storage,
             "process_id": self.process_id,
             "running_turns": len(self.scheduler.driving),
             "leased_sessions": await self.store.count_leases(self.process_id, time.time()),
@@ -94,7 +98,9 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     """
     clock = time.time
     async with AsyncExitStack() as stack:
-        store = await stack.enter_async_context(open_sqlite_store(config.db_path))
+        store = await stack.enter_async_context(
+            open_sqlite_store(config.db_path, max_size_mb=config.storage.max_size_mb)
+        )
         signals = SessionSignals()
         process_id = new_process_id()
         runtime = config.runtime

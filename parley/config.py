@@ -254,6 +254,14 @@ class AgentConfig(_Strict):
 
 class StorageConfig(_Strict):
     path: str | None = Field(None, description="SQLite file; relative paths resolve next to parley.yaml.")
+    max_size_mb: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Largest size the database file may grow to; beyond it writes fail as 'full' (nothing is lost) "
+            "until space is freed. Default: no limit but the disk."
+        ),
+    )
 
 
 class RuntimeConfig(_Strict):
@@ -401,6 +409,7 @@ class ServerConfig:
     db_path: Path
     agents: dict[str, AgentConfig]
     runtime: RuntimeConfig
+    storage: StorageConfig = field(default_factory=StorageConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
@@ -636,6 +645,7 @@ def _load(
         db_path=db_path,
         agents=agents,
         runtime=file_cfg.runtime,
+        storage=file_cfg.storage,
         http=file_cfg.http,
         tasks=file_cfg.tasks,
         mcp_servers=file_cfg.mcp_servers,

@@ -14,12 +14,15 @@ ParleyError
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
 ├─ ConfigErrors            every ConfigError found in one load
 ├─ StorageError            the database failed or is from a newer parley
+│  ├─ StorageUnavailable    the database is full, read-only, locked or failing; says which and the fix
 │  └─ LeaseLost             another process took over the session; this one must stop driving it
 └─ ModelError              a model call failed (a turn records it as its error)
 ```
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 
 class ParleyError(Exception):
@@ -109,6 +112,36 @@ class ConfigErrors(ParleyError):
 
 class StorageError(ParleyError):
     """The database failed, or holds a schema this parley does not know."""
+
+
+StorageCondition = Literal["full", "read_only", "busy", "error"]
+
+# What each condition means for the file, and what the operator does about it.
+_STORAGE_PROBLEMS: dict[StorageCondition, str] = {
+    "full": "is full: free space on its disk (or raise storage.max_size_mb)",
+    "read_only": (
+        "is not writable (a read-only file, folder or disk, or the file was moved away): "
+        "fix its permissions or put it back"
+    ),
+    "busy": "is locked by another program: end that program's transaction",
+    "error": "failed",
+}
+
+
+class StorageUnavailable(StorageError):
+    """A write (or read) failed because of the database file's condition, not the request.
+
+    SQLite has already undone the transaction, so nothing was stored; the same call succeeds
+    once the condition clears, without a restart."""
+
+    def __init__(self, path: str, condition: StorageCondition, detail: str) -> None:
+        self.path, self.condition, self.detail = path, condition, detail
+        problem = _STORAGE_PROBLEMS[condition]
+        if condition == "error":
+            problem = f"failed ({detail}): check its disk and the file"
+        # Without the retry advice, for messages at start-up.
+        self.problem = f"the database {path} {problem}"
+        super().__init__(f"The database {path} {problem}, then call again; nothing was changed.")
 
 
 class LeaseLost(StorageError):

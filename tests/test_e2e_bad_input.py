@@ -101,3 +101,65 @@ async def test_send_message_to_a_closed_session_is_refused(served: Served) -> No
 async def test_the_server_keeps_serving_after_refusals(served: Served) -> None:
     outcome = await call(served.client, "start_session", agent="demo", message="still fine")
     assert outcome["status"] == "answered"
+
+
+async def test_values_of_the_wrong_json_type_are_refused_not_converted(served: Served) -> None:
+    sid = (await call(served.client, "start_session", agent="demo"))["session_id"]
+    cases: list[tuple[str, dict[str, Any], str, str]] = [
+        ("send_message", {"session_id": sid, "message": "hi", "steer": "yes"}, "steer", "true or false"),
+        ("send_message", {"session_id": sid, "message": "hi", "steer": 1}, "steer", "true or false"),
+        ("list_sessions", {"limit": True}, "limit", "whole number"),
+        ("list_sessions", {"limit": "1"}, "limit", "whole number"),
+        ("list_sessions", {"limit": 1.5}, "limit", "whole number"),
+        (
+            "send_message",
+            {"session_id": sid, "message": "hi", "wait_seconds": True},
+            "wait_seconds",
+            "number",
+        ),
+        ("send_message", {"session_id": sid, "message": "hi", "wait_seconds": "5"}, "wait_seconds", "number"),
+        ("get_session", {"session_id": sid, "messages_from": 2**63}, "messages_from", "at most"),
+        ("get_session", {"session_id": sid, "messages_from": 10**30}, "messages_from", "at most"),
+        ("get_session", {"session_id": sid, "messages_limit": "10"}, "messages_limit", "whole number"),
+        (
+            "answer_question",
+            {"session_id": sid, "interrupt_id": "x", "decline": "true"},
+            "decline",
+            "true or false",
+        ),
+        ("send_message", {"session_id": sid, "message": 7}, "message", "a string"),
+    ]
+    for tool, arguments, field, fix in cases:
+        text = await _refused(served, tool, **arguments)
+        assert f"'{field}'" in text and fix in text, (tool, arguments, text)
+        assert "internal error" not in text
+    # The conversions did not happen: the session holds no message.
+    session = await call(served.client, "get_session", session_id=sid)
+    assert session["messages"] == []
+
+
+async def test_messages_without_visible_text_are_refused(served: Served) -> None:
+    sid = (await call(served.client, "start_session", agent="demo"))["session_id"]
+    for invisible in ["\x00", "\u200b", "\u200b\u200d\ufeff", " \t\x07\n", "\u3164"]:
+        text = await _refused(served, "send_message", session_id=sid, message=invisible)
+        assert "'message'" in text and "no visible characters" in text, text
+        await _refused(served, "start_session", agent="demo", message=invisible)
+    asked = await call(served.client, "send_message", session_id=sid, message="/ask Colour? | red | blue")
+    interrupt_id = asked["pending"][0]["id"]
+    text = await _refused(
+        served, "answer_question", session_id=sid, interrupt_id=interrupt_id, answer="\u200b"
+    )
+    assert "'answer'" in text and "no visible characters" in text
+    await call(served.client, "answer_question", session_id=sid, interrupt_id=interrupt_id, answer="red")
+
+
+async def test_visible_text_is_accepted_and_stored_exactly_as_sent(served: Served) -> None:
+    for text in ["héllo 😀 你好", "a\x00b\x07c\u200b", "null", '["a", "b"]', '{"a": 1}', "true", "1"]:
+        outcome = await call(served.client, "start_session", agent="demo", message=text)
+        assert outcome["status"] == "answered", (text, outcome)
+        stored = db_rows(
+            served.db,
+            "SELECT text FROM queued_messages WHERE session_id = ?",
+            (outcome["session_id"],),
+        )
+        assert stored == [(text,)], (text, stored)

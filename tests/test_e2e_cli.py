@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pty
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +45,63 @@ def test_serve_refuses_an_invalid_configuration_naming_file_and_field(tmp_path: 
     assert "PARLEY-C003" in result.stderr
     assert "bad.yaml" in result.stderr and "model.provider" in result.stderr
     assert result.stdout == ""
+
+
+def test_serve_with_a_database_under_a_regular_file_says_so_in_one_line_and_exits_non_zero(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
+    config = write_config(tmp_path, db_name="notes.txt/parley.db")
+    result = _parley("serve", "--config", str(config))
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"{tmp_path / 'notes.txt'} is a file, not a folder" in lines[0]
+    assert "--db" in lines[0] and "storage.path" in lines[0]
+    assert result.stdout == ""
+
+
+def _without_root_powers() -> list[str]:
+    """A command prefix under which file permissions apply (root ignores them), or [] as non-root."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: file permissions cannot be made to apply")
+    caps = "-dac_override,-dac_read_search,-fowner"
+    return [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+
+
+def test_serve_on_a_read_only_database_says_so_in_one_line_and_exits_non_zero(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    config = write_config(folder)
+    assert _parley("sessions", "list", env={"PARLEY_CONFIG": str(config)}).returncode == 0
+    (folder / "parley.db").chmod(0o400)
+    folder.chmod(0o500)
+    try:
+        result = subprocess.run(
+            [*_without_root_powers(), sys.executable, "-m", "parley", "serve", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=TEST_DEADLINE_S,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        folder.chmod(0o700)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"parley: storage error: cannot start: the database {folder / 'parley.db'} is not writable "
+        "(a read-only file, folder or disk, or the file was moved away): fix its permissions or put it back, "
+        "then start parley again"
+    ]
+
+
+def test_a_fresh_default_data_folder_is_private_to_its_owner(tmp_path: Path) -> None:
+    result = _parley("sessions", "list", env={"XDG_DATA_HOME": str(tmp_path), "PARLEY_DB": ""})
+    assert result.returncode == 0, result.stderr
+    assert stat.S_IMODE((tmp_path / "parley").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "parley" / "parley.db").stat().st_mode) == 0o600
 
 
 def test_serve_on_a_terminal_prints_how_to_connect(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from parley.config import AgentConfig
 from parley.errors import DecisionConflict, HumanApprovalOnly, InterruptNotFound, InvalidArgument
 from parley.ids import SessionId, TurnId, is_interrupt_id
+from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store
 
 MAX_ANSWER_CHARS = 20_000
@@ -80,6 +81,8 @@ class Decisions:
         for d in decisions:
             if d.reason is not None and len(d.reason) > MAX_REASON_CHARS:
                 raise InvalidArgument("decisions.reason", f"may be at most {MAX_REASON_CHARS} characters")
+            if d.reason is not None and not has_visible_text(d.reason):
+                raise InvalidArgument("decisions.reason", f"{NO_VISIBLE_TEXT}; write why, or leave it out")
         interrupts = await self._interrupts(session, ids)
         for d in decisions:
             interrupt = interrupts[d.interrupt_id]
@@ -113,8 +116,8 @@ class Decisions:
     ) -> tuple[TurnId, list[str]]:
         if decline and answer is not None:
             raise InvalidArgument("answer", "give an answer or decline=true, not both")
-        if not decline and (answer is None or not answer.strip()):
-            raise InvalidArgument("answer", "must not be empty; give an answer or decline=true")
+        if not decline and (answer is None or not has_visible_text(answer)):
+            raise InvalidArgument("answer", f"{NO_VISIBLE_TEXT}; give an answer or decline=true")
         if answer is not None and len(answer) > MAX_ANSWER_CHARS:
             raise InvalidArgument("answer", f"may be at most {MAX_ANSWER_CHARS} characters")
         interrupt = (await self._interrupts(session, [interrupt_id]))[interrupt_id]

@@ -39,6 +39,7 @@ from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.progress import ProgressFeed, ProgressFn
 from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals
+from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Offer, Toolbox
 from parley.storage.base import (
     InterruptRecord,
@@ -137,8 +138,8 @@ class SessionService:
         return agent
 
     def _check_message(self, message: str) -> str:
-        if not message.strip():
-            raise InvalidArgument("message", "must not be empty; write what you want the agent to do")
+        if not has_visible_text(message):
+            raise InvalidArgument("message", f"{NO_VISIBLE_TEXT}; write what you want the agent to do")
         limit = self._runtime.max_message_chars
         if len(message) > limit:
             raise InvalidArgument(

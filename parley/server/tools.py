@@ -14,17 +14,19 @@ from mcp.types import (
     INVALID_PARAMS,
     CallToolResult,
     GetPromptResult,
+    Icon,
     InputRequiredResult,
     SetLevelRequestParams,
     ToolAnnotations,
 )
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from parley.errors import RequestError
+from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.decisions import Decision
 from parley.runtime.progress import ProgressFn
 from parley.runtime.service import SessionService, TurnOutcome
 from parley.runtime.tasks import TaskService
+from parley.server.arguments import SHOWN_CHARS, argument_errors, text_as_sent
 from parley.server.client_logs import ClientLogRelay
 from parley.server.elicitation import (
     answers_from,
@@ -55,9 +57,12 @@ SERVER_INSTRUCTIONS = (
     "Every result repeats the session_id; keep it, it is the handle of the conversation."
 )
 
+# Every argument is strict: "yes" is not true, "1" and true are not 1, 1.5 is not an int.
+# Clients that send the wrong JSON type get an error naming the field instead of a guess.
 SessionIdArg = Annotated[
     str,
     Field(
+        strict=True,
         description="The session's id (ses_ followed by 32 hex digits), from start_session or list_sessions.",
         json_schema_extra={"x-mcp-header": "Session-Id"},
     ),
@@ -65,33 +70,39 @@ SessionIdArg = Annotated[
 WaitArg = Annotated[
     float | None,
     Field(
+        strict=True,  # an int is a float here, a bool is not
         ge=0,
+        allow_inf_nan=False,
         description=(
             "How long to wait, in seconds, for the turn to end before returning status 'running' "
             "(default about 45, capped by the server). The turn keeps running either way."
         ),
     ),
 ]
-MessageArg = Annotated[str, Field(description="What to say to the agent.")]
 ClientMessageIdArg = Annotated[
     str | None,
     Field(
+        strict=True,
         description=(
             "Your id for this message (e.g. a UUID). A retry with the same id returns the turn the first "
             "call started instead of sending the message twice."
-        )
+        ),
     ),
 ]
 
 SettingsArg = Annotated[
     dict[str, Any] | None,
     Field(
+        strict=True,
         description=(
             'Session settings from this message\'s turn on, e.g. {"model": "<name>"}: one of the models '
             "this server offers (see list_agents). A running turn keeps its settings."
-        )
+        ),
     ),
 ]
+
+# Message sequence numbers are SQLite integers (signed 64-bit).
+MAX_SEQUENCE_NUMBER = 2**63 - 1
 
 # Principal of every stdio caller; HTTP callers get theirs from authentication.
 LOCAL_PRINCIPAL = "local"
@@ -161,7 +172,7 @@ class DeleteResult(BaseModel):
 
 
 class DecisionArg(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     interrupt_id: str = Field(description="The approval's id (int_...).")
     approved: bool = Field(description="true runs the call; false does not.")
     reason: str | None = Field(None, description="Why; the agent reads it.")
@@ -176,6 +187,10 @@ async def _guard(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> Ca
         return await work()
     except RequestError as exc:
         logger.info("tool %s refused: %s", tool, type(exc).__name__)
+        return error(str(exc))
+    except StorageUnavailable as exc:
+        # The file's condition, not a bug: no traceback; the store logged the cause once.
+        logger.warning("tool %s failed: the database is %s", tool, exc.condition)
         return error(str(exc))
     except Exception:
         ref = uuid.uuid4().hex[:8]
@@ -198,8 +213,25 @@ STOPS = ToolAnnotations(
 
 
 class ParleyMCPServer(MCPServer[Any]):
-    """MCPServer whose argument errors name the field and the fix, and refuse unknown arguments
-    (a misspelt optional argument would otherwise be dropped silently)."""
+    """MCPServer whose argument errors name the field and the fix, that refuses unknown arguments
+    (a misspelt optional argument would otherwise be dropped silently), and that passes text
+    arguments through as sent (see arguments.py)."""
+
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+    ) -> None:
+        super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
+        if tool is not None:
+            tool.fn_metadata = text_as_sent(tool.fn_metadata)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
@@ -210,13 +242,13 @@ class ParleyMCPServer(MCPServer[Any]):
             unknown = sorted(set(arguments) - known)
             if unknown:
                 return error(
-                    f"Unknown argument(s) {', '.join(repr(u) for u in unknown)} for {name}; "
+                    f"Unknown argument(s) {', '.join(repr(u[:SHOWN_CHARS]) for u in unknown)} for {name}; "
                     f"its arguments are: {', '.join(sorted(known)) or 'none'}."
                 )
             try:
                 tool.fn_metadata.validate_arguments(arguments)
             except ValidationError as exc:
-                return error(_argument_errors(name, exc))
+                return error(argument_errors(name, exc))
         return await super().call_tool(name, arguments, context)
 
     async def get_prompt(
@@ -229,14 +261,6 @@ class ParleyMCPServer(MCPServer[Any]):
                 code=INVALID_PARAMS, message=f"Unknown prompt: {name}. parley publishes no prompts."
             )
         return await super().get_prompt(name, arguments, context)
-
-
-def _argument_errors(tool: str, exc: ValidationError) -> str:
-    problems = []
-    for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"]) or "(arguments)"
-        problems.append(f"'{field}': {err['msg']}")
-    return f"Invalid arguments for {tool}: " + "; ".join(problems) + ". Fix them and call again."
 
 
 def build_mcp_server(
@@ -282,22 +306,22 @@ def build_mcp_server(
     @mcp.tool(title="Start session", annotations=SENDS)
     async def start_session(
         ctx: Context,
-        agent: Annotated[str, Field(description="Name of the agent, from list_agents.")],
+        agent: Annotated[str, Field(strict=True, description="Name of the agent, from list_agents.")],
         message: Annotated[
-            str | None, Field(description="The first message; omit to only create the session.")
+            str | None, Field(strict=True, description="The first message; omit to only create the session.")
         ] = None,
         kind: Annotated[
             Literal["chat", "task"] | None,
-            Field(
+            Field(  # a Literal matches exactly already (pydantic refuses strict=True on one)
                 description=(
                     "'chat' (a conversation) or 'task' (ends when the agent hands in a checked result); "
                     "default: the agent's default_kind."
-                )
+                ),
             ),
         ] = None,
         inputs: Annotated[
             dict[str, Any] | None,
-            Field(description="Inputs checked against the agent's input_schema (list_agents)."),
+            Field(strict=True, description="Inputs checked against the agent's input_schema (list_agents)."),
         ] = None,
         client_message_id: ClientMessageIdArg = None,
         settings: SettingsArg = None,
@@ -336,19 +360,26 @@ def build_mcp_server(
         ctx: Context,
         session_id: SessionIdArg,
         message: Annotated[
-            str | None, Field(description="What to say to the agent (leave out only with queued_message_id).")
+            str | None,
+            Field(
+                strict=True, description="What to say to the agent (leave out only with queued_message_id)."
+            ),
         ] = None,
         steer: Annotated[
             bool,
             Field(
+                strict=True,
                 description=(
                     "true: stop the running turn after its current step and answer this message next, "
                     "instead of queueing it behind the turn."
-                )
+                ),
             ),
         ] = False,
         queued_message_id: Annotated[
-            str | None, Field(description="With steer=true: promote this queued message (from get_session).")
+            str | None,
+            Field(
+                strict=True, description="With steer=true: promote this queued message (from get_session)."
+            ),
         ] = None,
         client_message_id: ClientMessageIdArg = None,
         settings: SettingsArg = None,
@@ -386,7 +417,7 @@ def build_mcp_server(
         ctx: Context,
         session_id: SessionIdArg,
         queued_message_id: Annotated[
-            str, Field(description="The message's id, from get_session's queued_messages.")
+            str, Field(strict=True, description="The message's id, from get_session's queued_messages.")
         ],
     ) -> Annotated[CallToolResult, DeleteResult]:
         """Drop a message that no turn has taken yet. Deleting it again changes nothing."""
@@ -405,6 +436,7 @@ def build_mcp_server(
         decisions: Annotated[
             list[DecisionArg],
             Field(
+                strict=True,
                 min_length=1,
                 description="One decision per pending approval (ids from the outcome's 'pending').",
             ),
@@ -438,11 +470,13 @@ def build_mcp_server(
     async def answer_question(
         ctx: Context,
         session_id: SessionIdArg,
-        interrupt_id: Annotated[str, Field(description="The question's id, from the outcome's 'pending'.")],
+        interrupt_id: Annotated[
+            str, Field(strict=True, description="The question's id, from the outcome's 'pending'.")
+        ],
         answer: Annotated[
-            str | None, Field(description="The answer (one of the choices, if it has choices).")
+            str | None, Field(strict=True, description="The answer (one of the choices, if it has choices).")
         ] = None,
-        decline: Annotated[bool, Field(description="true to decline to answer.")] = False,
+        decline: Annotated[bool, Field(strict=True, description="true to decline to answer.")] = False,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Answer (or decline) a question the agent asked, then wait for the resumed turn."""
@@ -474,11 +508,21 @@ def build_mcp_server(
         wait_seconds: WaitArg = None,
         messages_from: Annotated[
             int | None,
-            Field(ge=1, description="First message sequence number to return (default: the latest)."),
+            Field(
+                strict=True,
+                ge=1,
+                le=MAX_SEQUENCE_NUMBER,
+                description="First message sequence number to return (default: the latest).",
+            ),
         ] = None,
         messages_limit: Annotated[
             int | None,
-            Field(ge=1, le=200, description="How many messages to return (default 50, at most 200)."),
+            Field(
+                strict=True,
+                ge=1,
+                le=200,
+                description="How many messages to return (default 50, at most 200).",
+            ),
         ] = None,
     ) -> Annotated[CallToolResult, SessionView]:
         """Read a session: status, queued messages, recent messages, the last turn, usage.
@@ -499,11 +543,14 @@ def build_mcp_server(
     async def list_sessions(
         ctx: Context,
         status: Annotated[
-            str | None, Field(description="Only sessions with this status (idle, running, closed, ...).")
+            str | None,
+            Field(strict=True, description="Only sessions with this status (idle, running, closed, ...)."),
         ] = None,
-        agent: Annotated[str | None, Field(description="Only sessions of this agent.")] = None,
-        limit: Annotated[int, Field(ge=1, le=100, description="Page size (1 to 100).")] = 20,
-        cursor: Annotated[str | None, Field(description="next_cursor from the previous page.")] = None,
+        agent: Annotated[str | None, Field(strict=True, description="Only sessions of this agent.")] = None,
+        limit: Annotated[int, Field(strict=True, ge=1, le=100, description="Page size (1 to 100).")] = 20,
+        cursor: Annotated[
+            str | None, Field(strict=True, description="next_cursor from the previous page.")
+        ] = None,
     ) -> Annotated[CallToolResult, SessionList]:
         """List your sessions, newest first, a page at a time."""
 
@@ -521,7 +568,8 @@ def build_mcp_server(
         turn_id: Annotated[
             str | None,
             Field(
-                description="Cancel only if this turn is still the running one (a stale cancel does nothing)."
+                strict=True,
+                description="Cancel only if this turn is still the running one (a stale cancel does nothing).",
             ),
         ] = None,
         wait_seconds: WaitArg = None,

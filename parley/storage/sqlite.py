@@ -39,7 +39,8 @@ from parley.storage.base import (
     TurnStatus,
 )
 from parley.storage.migrations import MIGRATIONS
-from parley.storage.sqlite_plumbing import dumps
+from parley.storage.sqlite_file import prepare_database_file
+from parley.storage.sqlite_plumbing import dumps, unavailable
 from parley.storage.sqlite_tasks import SqliteTasks
 
 # How long a write waits for another process's transaction before failing.
@@ -1398,18 +1399,44 @@ async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
             await db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
         await db.execute("COMMIT")
     except BaseException:
-        await db.execute("ROLLBACK")
+        # SQLite may have rolled back by itself (a full disk); a second ROLLBACK would hide why.
+        if db.in_transaction:
+            await db.execute("ROLLBACK")
         raise
 
 
+def _open_failed(path: Path, exc: sqlite3.Error) -> StorageError:
+    failure = unavailable(path, exc)
+    if failure is not None:
+        return StorageError(f"cannot start: {failure.problem}, then start parley again")
+    return StorageError(f"cannot open the database {path}: {exc}")
+
+
+async def _cap_size(db: aiosqlite.Connection, max_size_mb: float) -> None:
+    async with db.execute("PRAGMA page_size") as cur:
+        row = await cur.fetchone()
+    page_size = int(row[0]) if row is not None else 4096
+    pages = max(1, int(max_size_mb * 1024 * 1024) // page_size)
+    # SQLite keeps the cap per connection; a file already larger keeps its size and gains no pages.
+    await db.execute(f"PRAGMA max_page_count = {pages}")
+
+
 @asynccontextmanager
-async def open_sqlite_store(path: Path) -> AsyncIterator[SqliteStore]:
-    """Open (creating and migrating as needed) the SQLite database at `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+async def open_sqlite_store(path: Path, *, max_size_mb: float | None = None) -> AsyncIterator[SqliteStore]:
+    """Open (creating and migrating as needed) the SQLite database at `path`.
+
+    A new folder is created 0700 and a new file 0600 (see sqlite_file.py). With `max_size_mb`,
+    writes that would grow the file beyond it fail as "full", and the data stays as it was.
+
+    Raises:
+        StorageError: the path cannot hold a database, or the file cannot be opened or migrated;
+            the message names the file and the fix.
+    """
+    prepare_database_file(path)
     try:
         db = await aiosqlite.connect(str(path), isolation_level=None)
     except sqlite3.Error as exc:
-        raise StorageError(f"cannot open database {path}: {exc}") from exc
+        raise _open_failed(path, exc) from exc
     try:
         db.row_factory = sqlite3.Row
         try:
@@ -1418,9 +1445,11 @@ async def open_sqlite_store(path: Path) -> AsyncIterator[SqliteStore]:
             # FULL: a committed step survives a power loss too, not only a process crash.
             await db.execute("PRAGMA synchronous = FULL")
             await db.execute("PRAGMA foreign_keys = ON")
+            if max_size_mb is not None:
+                await _cap_size(db, max_size_mb)
             await _migrate(db, path)
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot prepare database {path}: {exc}") from exc
+            raise _open_failed(path, exc) from exc
         yield SqliteStore(db, path)
     finally:
         with anyio.CancelScope(shield=True):
