@@ -41,6 +41,9 @@ async def _inspect(inspector_cli: list[str], home: Path, arguments: list[str]) -
 def _check(listed: dict[str, Any], started: dict[str, Any]) -> None:
     names = {tool["name"] for tool in listed["tools"]}
     assert names >= PARLEY_TOOLS, names
+    for tool in listed["tools"]:
+        # Models read these on every request: no runs of spaces from docstring indentation.
+        assert "  " not in tool["description"], tool["description"]
     assert started["isError"] is False, started
     outcome = started["structuredContent"]
     assert outcome["status"] == "answered", outcome

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -228,6 +229,9 @@ class ParleyMCPServer(MCPServer[Any]):
         meta: dict[str, Any] | None = None,
         structured_output: bool | None = None,
     ) -> None:
+        # Every client's model reads the descriptions on every request: no docstring indentation.
+        if description is None and fn.__doc__:
+            description = inspect.cleandoc(fn.__doc__)
         super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
         tool = self._tool_manager.get_tool(name or fn.__name__)
         if tool is not None:
