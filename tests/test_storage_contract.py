@@ -26,6 +26,8 @@ from parley.ids import (
     new_tool_call_id,
     new_turn_id,
 )
+from parley.runtime.session_steps import SessionSteps
+from parley.runtime.transitions import TurnEnd
 from parley.storage.base import (
     ModelStep,
     NewToolCall,
@@ -34,6 +36,7 @@ from parley.storage.base import (
     Store,
     TaskRecord,
     TurnRecord,
+    TurnStatus,
 )
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite import open_sqlite_store
@@ -105,6 +108,23 @@ async def other_store(backend: _Backend) -> AsyncIterator[Store]:
 
 
 # ---------------------------------------------------------------------------- builders
+
+
+async def _finish(
+    store: Store,
+    sid: SessionId,
+    lease: str,
+    turn_id: TurnId,
+    status: TurnStatus,
+    answer: str | None,
+    error: str | None,
+    now: float,
+    **end: Any,
+) -> None:
+    """End a turn the way the driver does: the rule in runtime/transitions.py, written by the store."""
+    await SessionSteps(store).finish_turn(
+        sid, lease, turn_id, TurnEnd(status=status, answer=answer, error=error, **end), now
+    )
 
 
 def session_record(
@@ -383,7 +403,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
         1,
     )
 
-    await store.finish_turn(sid, PROC_A, turn_id, "answered", "ok", None, T0 + 2)
+    await _finish(store, sid, PROC_A, turn_id, "answered", "ok", None, T0 + 2)
     second = await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3)
     assert second is not None and second.seq == 2
     assert [m.content["text"] for m in await store.list_messages(sid, None, None)] == ["one", "two"]
@@ -392,7 +412,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
 
 async def test_start_turn_returns_none_when_nothing_is_queued(store: Store) -> None:
     sid, turn = await running_turn(store)
-    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 2)
+    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 2)
     assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
     assert len(await store.list_turns(sid)) == 1
 
@@ -468,7 +488,7 @@ async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(st
     await store.commit_tool_result(sid, PROC_A, done, "succeeded", {"text": "ok"}, T0 + 3)
     await store.mark_tool_call_started(sid, PROC_A, started, T0 + 3)
 
-    await store.finish_turn(sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
+    await _finish(store, sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
 
     statuses = {c.id: c.status for c in await store.list_tool_calls(turn.id)}
     assert statuses == {done: "succeeded", started: "cancelled", waiting: "cancelled"}
@@ -486,7 +506,7 @@ async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(st
 
 async def test_finish_turn_records_the_answer_and_the_error(store: Store) -> None:
     sid, turn = await running_turn(store)
-    await store.finish_turn(sid, PROC_A, turn.id, "failed", "partial", "it broke", T0 + 2)
+    await _finish(store, sid, PROC_A, turn.id, "failed", "partial", "it broke", T0 + 2)
     ended = await store.get_turn(turn.id)
     assert ended is not None and (ended.status, ended.answer, ended.error) == (
         "failed",
@@ -500,7 +520,7 @@ async def test_finish_turn_records_the_answer_and_the_error(store: Store) -> Non
 async def test_finish_turn_keeps_the_session_running_when_messages_are_queued(store: Store) -> None:
     sid, turn = await running_turn(store)
     assert await store.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
-    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
+    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
     assert await status_of(store, sid) == ("running", "queued")
     session = await store.get_session(sid)
     assert session is not None and session.current_turn_id is None
@@ -522,7 +542,7 @@ async def test_finish_turn_closes_the_session_when_a_close_was_requested_during_
     )
     assert await store.list_queued(sid) == []
 
-    await store.finish_turn(sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
+    await _finish(store, sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
     session = await store.get_session(sid)
     assert session is not None
     assert (session.status, session.phase, session.closed_reason, session.current_turn_id) == (
@@ -539,7 +559,7 @@ async def test_finish_turn_with_a_close_reason_closes_the_session_and_drops_queu
     sid, turn = await running_turn(store)
     message = queued(sid, "never runs")
     assert await store.enqueue_message(sid, "alice", message, 10, T0 + 2) == "queued"
-    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
+    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "turn limit")
     assert await store.list_queued(sid) == []
@@ -574,7 +594,7 @@ async def test_request_close_before_the_first_turn_drops_queued_messages_and_no_
     # Whoever drives the session next finds nothing to run and lets it close.
     assert await store.try_acquire_lease(sid, PROC_A, T0 + 2, TTL)
     assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 2) is None
-    assert await store.rest_session(sid, PROC_A, T0 + 3)
+    assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 3)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "changed my mind")
     assert await store.list_turns(sid) == []
@@ -585,12 +605,12 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
 ) -> None:
     sid = await new_session(store, "one")
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
-    assert not await store.rest_session(sid, PROC_A, T0 + 1)  # a message is queued
+    assert not await SessionSteps(store).rest_session(sid, PROC_A, T0 + 1)  # a message is queued
     turn = await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 1)
     assert turn is not None
-    assert not await store.rest_session(sid, PROC_A, T0 + 2)  # a turn runs
-    await store.finish_turn(sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
-    assert await store.rest_session(sid, PROC_A, T0 + 4)
+    assert not await SessionSteps(store).rest_session(sid, PROC_A, T0 + 2)  # a turn runs
+    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
+    assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 4)
     assert await status_of(store, sid) == ("idle", None)
 
 
@@ -604,7 +624,7 @@ async def test_rest_session_never_reopens_a_session_that_was_closed_meanwhile(st
     assert await status_of(store, sid) == ("closed", None)
     # The driver carries on: nothing to start, so it lets the session rest.
     assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
-    assert await store.rest_session(sid, PROC_A, T0 + 4)
+    assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 4)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "all done")
 
@@ -672,7 +692,7 @@ async def _write_model_step(store: Store, sid: SessionId, turn: TurnRecord, leas
 
 
 async def _write_finish_turn(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
-    await store.finish_turn(sid, lease, turn.id, "answered", "stolen", None, T0 + 100)
+    await _finish(store, sid, lease, turn.id, "answered", "stolen", None, T0 + 100)
     return None
 
 
@@ -689,7 +709,7 @@ async def _write_tool_result(store: Store, sid: SessionId, turn: TurnRecord, lea
 
 
 async def _write_rest(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
-    return await store.rest_session(sid, lease, T0 + 100)
+    return await SessionSteps(store).rest_session(sid, lease, T0 + 100)
 
 
 LEASE_WRITES: dict[str, _LeaseWrite] = {

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from parley.config import AgentConfig
 from parley.errors import DecisionConflict, HumanApprovalOnly, InterruptNotFound, InvalidArgument
 from parley.ids import SessionId, TurnId, is_interrupt_id
+from parley.runtime.session_steps import SessionSteps
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store
 
@@ -51,6 +52,7 @@ def checked_answer(interrupt: InterruptRecord, answer: str) -> str | None:
 class Decisions:
     def __init__(self, store: Store, agents: Mapping[str, AgentConfig], clock: Callable[[], float]) -> None:
         self._store = store
+        self._steps = SessionSteps(store)
         self._agents = agents
         self._clock = clock
 
@@ -94,7 +96,7 @@ class Decisions:
             self._check_not_contradicted(interrupt, Resolution(approved=d.approved, reason=d.reason))
         notes = []
         for d in decisions:
-            result = await self._store.resolve_interrupt(
+            result = await self._steps.resolve_interrupt(
                 SessionId(session.id),
                 d.interrupt_id,
                 Resolution(approved=d.approved, reason=d.reason),
@@ -131,7 +133,7 @@ class Decisions:
             answer = checked
         resolution = Resolution(answer=answer, declined=decline)
         self._check_not_contradicted(interrupt, resolution)
-        result = await self._store.resolve_interrupt(
+        result = await self._steps.resolve_interrupt(
             SessionId(session.id), interrupt_id, resolution, by, self._clock(), owner
         )
         return interrupt.turn_id, self._note(interrupt_id, result.outcome, result.interrupt)

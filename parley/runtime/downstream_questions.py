@@ -19,6 +19,7 @@ from mcp.types import ElicitRequestFormParams, ElicitResult, InputResponses
 
 from parley.ids import new_interrupt_id
 from parley.runtime.mcp.connection import Asker
+from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store, ToolCallRecord
 
@@ -143,6 +144,7 @@ class DownstreamQuestions:
         poll_interval_s: float,
     ) -> None:
         self._store = store
+        self._steps = SessionSteps(store)
         self._signals = signals
         self._clock = clock
         self._process_id = process_id
@@ -169,7 +171,7 @@ class DownstreamQuestions:
                 # The turn ends (or the process stops): the question ends with the call.
                 return ElicitResult(action="cancel")
             with anyio.CancelScope(shield=True):
-                outcome = await self._store.resolve_interrupt(
+                outcome = await self._steps.resolve_interrupt(
                     session.id, interrupt.id, Resolution(expired=True), "deadline", self._clock()
                 )
                 self._signals.notify(session.id)

@@ -29,10 +29,12 @@ from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
+from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.tool_run import ToolRun, ended
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transcript import assistant_content, to_chat_messages
+from parley.runtime.transitions import TurnEnd
 from parley.storage.base import (
     InterruptKind,
     InterruptRecord,
@@ -268,6 +270,7 @@ class SessionDriver:
         clock: Callable[[], float],
     ) -> None:
         self._store = store
+        self._steps = SessionSteps(store)
         self._agents = agents
         self._models = models
         self._toolbox = toolbox
@@ -372,7 +375,7 @@ class SessionDriver:
                 )
                 if turn is not None:
                     logger.info("session %s: turn %s started", session_id, turn.id, extra=about(session))
-                if turn is None and await self._store.rest_session(
+                if turn is None and await self._steps.rest_session(
                     session_id, self._process_id, self._clock()
                 ):
                     self._signals.notify(session_id)
@@ -594,7 +597,7 @@ class SessionDriver:
             for call in polls:
                 tg.start_soon(self._poll_remote, session, call, control)
         await self._expire_deadlines(session, self._clock())
-        await self._store.park_turn(session.id, self._process_id, calls[0].turn_id, self._clock())
+        await self._steps.park_turn(session.id, self._process_id, calls[0].turn_id, self._clock())
 
     async def _ask_approval(
         self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, now: float
@@ -666,7 +669,7 @@ class SessionDriver:
     async def _expire_deadlines(self, session: SessionRecord, now: float) -> None:
         for interrupt in await self._store.list_interrupts(session.id, pending_only=True):
             if interrupt.deadline is not None and interrupt.deadline <= now:
-                await self._store.resolve_interrupt(
+                await self._steps.resolve_interrupt(
                     session.id, interrupt.id, Resolution(expired=True), "deadline", now
                 )
 
@@ -798,18 +801,15 @@ class SessionDriver:
         ):
             close_reason = f"reached the limit of {max_turns} turns per session"
         with anyio.CancelScope(shield=True):
-            await self._store.finish_turn(
-                session.id,
-                self._process_id,
-                turn_id,
-                action.status,
-                action.answer,
-                action.error,
-                self._clock(),
-                close_reason=close_reason,
+            end = TurnEnd(
+                status=action.status,
+                answer=action.answer,
+                error=action.error,
                 result=action.result,
+                close_reason=close_reason,
                 session_status=session_status,
             )
+            await self._steps.finish_turn(session.id, self._process_id, turn_id, end, self._clock())
         ended = f"session %s: turn %s {action.status}" + (": %s" if action.error else "")
         args = (session.id, turn_id, action.error) if action.error else (session.id, turn_id)
         level = logging.WARNING if action.status == "failed" else logging.INFO

@@ -7,6 +7,9 @@
 | idempotent_write                  | retry, then failed    | retry (same key), then unknown    | outcome_unknown  |
 | non_idempotent_write, unclassified| failed                | outcome_unknown                   | outcome_unknown  |
 
+A call an ending turn leaves unfinished is `cancelled` if it never ran, and `outcome_unknown` if
+its downstream task was under way (unless it only reads).
+
 "failed" always tells the model the call is safe to make again; "outcome_unknown" tells it the
 write may have happened. An `isError` result is an answer, never a mishap.
 """
@@ -61,3 +64,12 @@ def judge(effect: str, mishap: Mishap, attempts: int, detail: str) -> Verdict:
         "outcome_unknown",
         f"{detail} It may or may not have taken effect ({effect}); check before calling it again.",
     )
+
+
+def abandoned_status(effect: str, status: str) -> Literal["cancelled", "outcome_unknown"]:
+    """A call the ending turn (cancelled, steered, failed, limited) leaves unfinished. One that never
+    ran is cancelled; one whose downstream task was under way may have had its effect, unless it
+    only reads."""
+    if status == "waiting_for_task" and effect != "read":
+        return "outcome_unknown"
+    return "cancelled"

@@ -38,6 +38,7 @@ from parley.ids import (
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.progress import ProgressFeed, ProgressFn
 from parley.runtime.session_log import about
+from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Offer, Toolbox
@@ -105,6 +106,7 @@ class SessionService:
         self._model_names = list(model_names)
         self._decisions = Decisions(store, agents, clock)
         self._store = store
+        self._steps = SessionSteps(store)
         self._agents = agents
         self._signals = signals
         self._runtime = runtime
@@ -573,7 +575,7 @@ class SessionService:
             if checked is None:
                 return
             resolution = replace(resolution, answer=checked)
-        await self._store.resolve_interrupt(
+        await self._steps.resolve_interrupt(
             session_id, interrupt.id, resolution, "elicitation", self._clock()
         )
         self._signals.work_available()

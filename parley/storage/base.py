@@ -9,10 +9,14 @@ same step.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+
+if TYPE_CHECKING:
+    from parley.storage.changes import SessionTransaction
 
 SessionStatus = Literal["idle", "running", "waiting_for_input", "completed", "failed", "closed"]
 TurnStatus = Literal["running", "answered", "completed", "failed", "cancelled"]
@@ -319,6 +323,16 @@ class TaskPage:
 class Store(Protocol):
     """Durable state of every session. All methods are safe to call from many tasks at once."""
 
+    # -- the step port (parley/storage/changes.py): decisions in one transaction each
+    def session_transaction(
+        self,
+        session_id: SessionId,
+        *,
+        turn_id: TurnId | None = None,
+        lease: str | None = None,
+        interrupt_id: str | None = None,
+    ) -> AbstractAsyncContextManager[SessionTransaction | None]: ...
+
     # -- sessions and queued messages (called by the server on behalf of a caller)
     async def create_session(
         self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
@@ -466,26 +480,6 @@ class Store(Protocol):
         self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
     ) -> None: ...
 
-    async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
-        """Park the turn when every unfinished call waits (for input or a timer): the session becomes
-        waiting_for_input (or running, phase waiting, for timers only) with `wake_at` set to the
-        earliest timer or deadline. False, and nothing changed, when some call can run now or
-        every call is final. Deciding in one transaction means a decision that lands meanwhile
-        is never missed."""
-        ...
-
-    async def resolve_interrupt(
-        self,
-        session_id: SessionId,
-        interrupt_id: str,
-        resolution: Resolution,
-        by: str,
-        now: float,
-        owner: str | None = None,
-    ) -> ResolveResult:
-        """Apply a decision; the first to commit wins. `owner` None means an operator (the CLI)."""
-        ...
-
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]: ...
 
     async def list_all_pending(self, limit: int) -> list[InterruptRecord]: ...
@@ -506,29 +500,6 @@ class Store(Protocol):
         """Add a reminder to the turn (a user-role message marked as a nudge)."""
         ...
 
-    async def finish_turn(
-        self,
-        session_id: SessionId,
-        lease: str,
-        turn_id: TurnId,
-        status: TurnStatus,
-        answer: str | None,
-        error: str | None,
-        now: float,
-        close_reason: str | None = None,
-        result: Any = None,
-        session_status: SessionStatus | None = None,
-    ) -> None:
-        """End the turn, mark its unfinished tool calls cancelled, and set the session at rest.
-
-        `session_status` ends a task session (completed or failed) instead of resting it."""
-        ...
-
-    async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
-        """Set a session with nothing queued at rest (idle, or closed if asked); False if work remains."""
-        ...
-
-    # -- reads
     async def get_session(self, session_id: SessionId) -> SessionRecord | None: ...
 
     async def list_sessions(

@@ -27,158 +27,52 @@ from parley.storage.base import (
     MessageRecord,
     ModelStep,
     QueuedMessageRecord,
-    Resolution,
-    ResolveResult,
     SessionPage,
     SessionRecord,
-    SessionStatus,
     StepRecord,
     ToolCallRecord,
     ToolCallStatus,
     TurnRecord,
-    TurnStatus,
 )
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import dumps, unavailable
-from parley.storage.sqlite_tasks import SqliteTasks
+from parley.storage.sqlite_rows import (
+    CALL_COLUMNS as _CALL_COLUMNS,
+)
+from parley.storage.sqlite_rows import (
+    INTERRUPT_COLUMNS as _INTERRUPT_COLUMNS,
+)
+from parley.storage.sqlite_rows import (
+    QUEUED_COLUMNS as _QUEUED_COLUMNS,
+)
+from parley.storage.sqlite_rows import (
+    SESSION_COLUMNS as _SESSION_COLUMNS,
+)
+from parley.storage.sqlite_rows import (
+    TURN_COLUMNS as _TURN_COLUMNS,
+)
+from parley.storage.sqlite_rows import (
+    call_row as _call,
+)
+from parley.storage.sqlite_rows import (
+    interrupt_row as _interrupt,
+)
+from parley.storage.sqlite_rows import (
+    queued_row as _queued,
+)
+from parley.storage.sqlite_rows import (
+    session_row as _session,
+)
+from parley.storage.sqlite_rows import (
+    turn_row as _turn,
+)
+from parley.storage.sqlite_steps import SqliteSteps
 
 # How long a write waits for another process's transaction before failing.
 BUSY_TIMEOUT_MS = 10_000
 
-_SESSION_COLUMNS = (
-    "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
-    "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
-    "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id, "
-    "wake_at, settings, cached_tokens"
-)
-_TURN_COLUMNS = (
-    "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-    "model_calls, input_tokens, output_tokens, result, settings, cached_tokens"
-)
-_QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
-_CALL_COLUMNS = (
-    "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
-    "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision, "
-    "remote"
-)
-_INTERRUPT_COLUMNS = (
-    "id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, deadline, resolution, "
-    "resolved_by, resolved_at"
-)
-
-
 _dumps = dumps
-
-
-def _session(row: sqlite3.Row) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        agent=row["agent"],
-        owner=row["owner"],
-        kind=row["kind"],
-        status=row["status"],
-        phase=row["phase"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        turn_count=row["turn_count"],
-        current_turn_id=row["current_turn_id"],
-        last_turn_id=row["last_turn_id"],
-        last_error=row["last_error"],
-        closed_reason=row["closed_reason"],
-        input_tokens=row["input_tokens"],
-        output_tokens=row["output_tokens"],
-        model_calls=row["model_calls"],
-        todos=json.loads(row["todos"]),
-        cancel_requested_turn=row["cancel_requested_turn"],
-        close_requested=bool(row["close_requested"]),
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        result=json.loads(row["result"]) if row["result"] is not None else None,
-        inputs=json.loads(row["inputs"]) if row["inputs"] is not None else None,
-        start_client_message_id=row["start_client_message_id"],
-        wake_at=row["wake_at"],
-        settings=json.loads(row["settings"]),
-        cached_tokens=row["cached_tokens"],
-    )
-
-
-def _turn(row: sqlite3.Row) -> TurnRecord:
-    return TurnRecord(
-        id=row["id"],
-        session_id=row["session_id"],
-        seq=row["seq"],
-        status=row["status"],
-        queued_message_id=row["queued_message_id"],
-        started_at=row["started_at"],
-        ended_at=row["ended_at"],
-        answer=row["answer"],
-        error=row["error"],
-        model_calls=row["model_calls"],
-        input_tokens=row["input_tokens"],
-        output_tokens=row["output_tokens"],
-        result=json.loads(row["result"]) if row["result"] is not None else None,
-        settings=json.loads(row["settings"]),
-        cached_tokens=row["cached_tokens"],
-    )
-
-
-def _call(row: sqlite3.Row) -> ToolCallRecord:
-    return ToolCallRecord(
-        id=row["id"],
-        session_id=row["session_id"],
-        turn_id=row["turn_id"],
-        step_no=row["step_no"],
-        call_index=row["call_index"],
-        name=row["name"],
-        arguments=json.loads(row["arguments"]),
-        status=row["status"],
-        effect=row["effect"],
-        result=json.loads(row["result"]) if row["result"] is not None else None,
-        attempts=row["attempts"],
-        idempotency_key=row["idempotency_key"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        source=row["source"],
-        server=row["server"],
-        tool=row["tool"],
-        requires_approval=bool(row["requires_approval"]),
-        wake_at=row["wake_at"],
-        decision=row["decision"],
-        remote=json.loads(row["remote"]) if row["remote"] else None,
-    )
-
-
-def _interrupt(row: sqlite3.Row) -> InterruptRecord:
-    return InterruptRecord(
-        id=row["id"],
-        session_id=row["session_id"],
-        turn_id=row["turn_id"],
-        tool_call_id=row["tool_call_id"],
-        kind=row["kind"],
-        status=row["status"],
-        payload=json.loads(row["payload"]),
-        created_at=row["created_at"],
-        deadline=row["deadline"],
-        resolution=json.loads(row["resolution"]) if row["resolution"] is not None else None,
-        resolved_by=row["resolved_by"],
-        resolved_at=row["resolved_at"],
-    )
-
-
-def _resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallStatus, str]:
-    """The tool result the model reads, the call's final status, and the interrupt's status."""
-    if kind == "approval":
-        if resolution.expired:
-            return "No one approved this call before its deadline, so it was not run.", "rejected", "expired"
-        reason = f": {resolution.reason}" if resolution.reason else ""
-        return f"A person declined this call{reason}. It was not run.", "rejected", "rejected"
-    if resolution.expired:
-        return "The question was not answered before its deadline.", "succeeded", "expired"
-    if resolution.declined:
-        reason = f" ({resolution.reason})" if resolution.reason else ""
-        return f"The user declined to answer{reason}.", "succeeded", "declined"
-    return f"The user answered: {resolution.answer}", "succeeded", "answered"
 
 
 def _asked_of_server(interrupt: InterruptRecord) -> bool:
@@ -191,33 +85,7 @@ def _asked_in_place(interrupt: InterruptRecord) -> bool:
     return _asked_of_server(interrupt) and interrupt.payload["downstream"].get("mode") != "retry"
 
 
-def _same_decision(existing: dict[str, Any] | None, new: Resolution) -> bool:
-    existing = existing or {}
-    if existing.get("expired"):
-        return False
-    if "approved" in existing or new.approved is not None:
-        return bool(existing.get("approved", False)) == bool(new.approved)
-    if existing.get("declined") or new.declined:
-        return bool(existing.get("declined")) == new.declined
-    return existing.get("answer") == new.answer
-
-
-def _queued(row: sqlite3.Row) -> QueuedMessageRecord:
-    return QueuedMessageRecord(
-        id=row["id"],
-        session_id=row["session_id"],
-        seq=row["seq"],
-        text=row["text"],
-        status=row["status"],
-        turn_id=row["turn_id"],
-        created_at=row["created_at"],
-        client_message_id=row["client_message_id"],
-        steer=bool(row["steer"]),
-        settings=json.loads(row["settings"]) if row["settings"] is not None else None,
-    )
-
-
-class SqliteStore(SqliteTasks):
+class SqliteStore(SqliteSteps):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
     @staticmethod
@@ -227,47 +95,6 @@ class SqliteStore(SqliteTasks):
         ) as cur:
             if await cur.fetchone() is None:
                 raise LeaseLost(session_id)
-
-    @staticmethod
-    async def _next_seq(db: aiosqlite.Connection, session_id: SessionId, column: str) -> int:
-        async with db.execute(
-            f"UPDATE sessions SET {column} = {column} + 1 WHERE id = ? RETURNING {column}", (session_id,)
-        ) as cur:
-            row = await cur.fetchone()
-        if row is None:
-            raise StorageError(f"session {session_id} vanished from the database")
-        return int(row[0])
-
-    async def _event(
-        self,
-        db: aiosqlite.Connection,
-        session_id: SessionId,
-        turn_id: TurnId | None,
-        kind: str,
-        data: dict[str, Any],
-        now: float,
-    ) -> None:
-        seq = await self._next_seq(db, session_id, "event_seq")
-        await db.execute(
-            "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, seq, turn_id, kind, _dumps(data), now),
-        )
-
-    async def _message(
-        self,
-        db: aiosqlite.Connection,
-        session_id: SessionId,
-        turn_id: TurnId | None,
-        role: str,
-        content: dict[str, Any],
-        now: float,
-    ) -> int:
-        seq = await self._next_seq(db, session_id, "message_seq")
-        await db.execute(
-            "INSERT INTO messages (session_id, seq, turn_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (session_id, seq, turn_id, role, _dumps(content), now),
-        )
-        return seq
 
     async def _wake_for_steer(
         self, db: aiosqlite.Connection, session_id: SessionId, message_id: str, now: float
@@ -940,136 +767,6 @@ class SqliteStore(SqliteTasks):
                 db, session_id, None, "timer_set", {"call_id": call_id, "wake_at": wake_at}, now
             )
 
-    async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
-        async with self._tx() as db:
-            await self._check_lease(db, session_id, lease)
-            async with db.execute(
-                "SELECT SUM(status IN ('pending', 'running')), "
-                "SUM(status IN ('pending_approval', 'awaiting_answer', 'waiting_for_timer', 'waiting_for_task')), "
-                "MIN(CASE WHEN status IN ('waiting_for_timer', 'waiting_for_task') THEN wake_at END) "
-                "FROM tool_calls WHERE turn_id = ?",
-                (turn_id,),
-            ) as cur:
-                row = await cur.fetchone()
-            runnable, waiting, next_timer = (row[0] or 0, row[1] or 0, row[2]) if row else (0, 0, None)
-            if runnable or not waiting:
-                return False
-            async with db.execute(
-                "SELECT COUNT(*), MIN(deadline) FROM interrupts WHERE turn_id = ? AND status = 'pending'",
-                (turn_id,),
-            ) as cur:
-                irow = await cur.fetchone()
-            pending, next_deadline = (irow[0], irow[1]) if irow else (0, None)
-            wake_at = min((t for t in (next_timer, next_deadline) if t is not None), default=None)
-            waiting_for_input = pending > 0
-            await db.execute(
-                "UPDATE sessions SET status = ?, phase = ?, wake_at = ?, updated_at = ? WHERE id = ?",
-                (
-                    "waiting_for_input" if waiting_for_input else "running",
-                    None if waiting_for_input else "waiting",
-                    wake_at,
-                    now,
-                    session_id,
-                ),
-            )
-            await self._event(
-                db,
-                session_id,
-                turn_id,
-                "turn_parked",
-                {"waiting_for_input": waiting_for_input, "wake_at": wake_at},
-                now,
-            )
-            return True
-
-    async def resolve_interrupt(
-        self,
-        session_id: SessionId,
-        interrupt_id: str,
-        resolution: Resolution,
-        by: str,
-        now: float,
-        owner: str | None = None,
-    ) -> ResolveResult:
-        async with self._tx() as db:
-            async with db.execute(
-                f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts i WHERE id = ? AND session_id = ? "
-                "AND (? IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.id = i.session_id AND s.owner = ?))",
-                (interrupt_id, session_id, owner, owner),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is None:
-                return ResolveResult(outcome="not_found")
-            interrupt = _interrupt(row)
-            is_approval = resolution.approved is not None
-            if not resolution.expired and is_approval != (interrupt.kind == "approval"):
-                return ResolveResult(outcome="wrong_kind", interrupt=interrupt)
-            if interrupt.status != "pending":
-                if interrupt.status == "cancelled":
-                    return ResolveResult(outcome="not_pending", interrupt=interrupt)
-                same = _same_decision(interrupt.resolution, resolution)
-                return ResolveResult(outcome="already_resolved" if same else "conflict", interrupt=interrupt)
-            text, call_status, interrupt_status = _resolution_text(interrupt.kind, resolution)
-            if interrupt.kind == "approval" and resolution.approved and not resolution.expired:
-                interrupt_status = "approved"
-            await db.execute(
-                "UPDATE interrupts SET status = ?, resolution = ?, resolved_by = ?, resolved_at = ? WHERE id = ?",
-                (interrupt_status, _dumps(resolution.as_dict()), by, now, interrupt_id),
-            )
-            call_id = interrupt.tool_call_id if not _asked_of_server(interrupt) else None
-            if _asked_of_server(interrupt) and not _asked_in_place(interrupt):
-                # Answered what a server asked: once nothing else of the call is pending, the call
-                # is ready to go back to its server with the answers.
-                await db.execute(
-                    "UPDATE tool_calls SET status = 'pending', updated_at = ? WHERE id = ? "
-                    "AND status = 'awaiting_answer' AND NOT EXISTS (SELECT 1 FROM interrupts "
-                    "WHERE tool_call_id = ? AND status = 'pending')",
-                    (now, interrupt.tool_call_id, interrupt.tool_call_id),
-                )
-            if call_id is not None:
-                if interrupt_status == "approved":
-                    # Ready to run: the driver runs approved calls without asking again.
-                    await db.execute(
-                        "UPDATE tool_calls SET status = 'pending', decision = 'approved', updated_at = ? WHERE id = ?",
-                        (now, call_id),
-                    )
-                else:
-                    async with db.execute("SELECT name FROM tool_calls WHERE id = ?", (call_id,)) as cur:
-                        name_row = await cur.fetchone()
-                    result: dict[str, Any] = {"text": text, "is_error": call_status == "rejected"}
-                    if interrupt.kind == "question":
-                        result["answer"] = resolution.answer
-                        result["declined"] = resolution.declined or resolution.expired
-                    await db.execute(
-                        "UPDATE tool_calls SET status = ?, result = ?, decision = ?, updated_at = ? WHERE id = ?",
-                        (call_status, _dumps(result), interrupt_status, now, call_id),
-                    )
-                    content = {
-                        "tool_call_id": call_id,
-                        "name": name_row[0] if name_row else "",
-                        "status": call_status,
-                    }
-                    await self._message(db, session_id, interrupt.turn_id, "tool", {**content, **result}, now)
-            # Put the turn back in the scheduler's sight: it looks for running sessions without a lease.
-            await db.execute(
-                "UPDATE sessions SET status = 'running', wake_at = NULL, updated_at = ? "
-                "WHERE id = ? AND status = 'waiting_for_input'",
-                (now, session_id),
-            )
-            await self._event(
-                db,
-                session_id,
-                interrupt.turn_id,
-                "interrupt_resolved",
-                {"interrupt_id": interrupt_id, "status": interrupt_status, "by": by},
-                now,
-            )
-            async with db.execute(
-                f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts WHERE id = ?", (interrupt_id,)
-            ) as cur:
-                updated = await cur.fetchone()
-            return ResolveResult(outcome="resolved", interrupt=_interrupt(updated) if updated else interrupt)
-
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
         sql = f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = ?"
         if pending_only:
@@ -1112,86 +809,6 @@ class SqliteStore(SqliteTasks):
             await self._message(db, session_id, turn_id, "user", {"text": text, "nudge": True}, now)
             await self._event(db, session_id, turn_id, "nudged", {}, now)
 
-    async def finish_turn(
-        self,
-        session_id: SessionId,
-        lease: str,
-        turn_id: TurnId,
-        status: TurnStatus,
-        answer: str | None,
-        error: str | None,
-        now: float,
-        close_reason: str | None = None,
-        result: Any = None,
-        session_status: SessionStatus | None = None,
-    ) -> None:
-        async with self._tx() as db:
-            await self._check_lease(db, session_id, lease)
-            async with db.execute(
-                "SELECT id, status, effect FROM tool_calls WHERE turn_id = ? AND status IN ('pending', 'running', "
-                "'pending_approval', 'awaiting_answer', 'waiting_for_timer', 'waiting_for_task') "
-                "ORDER BY step_no, call_index",
-                (turn_id,),
-            ) as cur:
-                unfinished = list(await cur.fetchall())
-            for call_id, call_status, effect in unfinished:
-                # A downstream task was under way: unless it only read, it may have had its effect.
-                ended = (
-                    "outcome_unknown"
-                    if call_status == "waiting_for_task" and effect != "read"
-                    else "cancelled"
-                )
-                await db.execute(
-                    "UPDATE tool_calls SET status = ?, updated_at = ? WHERE id = ?", (ended, now, call_id)
-                )
-            await db.execute(
-                "UPDATE interrupts SET status = 'cancelled', resolved_at = ?, resolved_by = 'turn_end' "
-                "WHERE turn_id = ? AND status = 'pending'",
-                (now, turn_id),
-            )
-            result_json = _dumps(result) if result is not None else None
-            await db.execute(
-                "UPDATE turns SET status = ?, answer = ?, error = ?, ended_at = ?, result = ? WHERE id = ?",
-                (status, answer, error, now, result_json, turn_id),
-            )
-            async with db.execute(
-                "SELECT close_requested, closed_reason FROM sessions WHERE id = ?", (session_id,)
-            ) as cur:
-                srow = await cur.fetchone()
-            assert srow is not None
-            if close_reason is None and srow[0]:
-                close_reason = srow[1] or "closed by the caller"
-            await db.execute(
-                "UPDATE sessions SET current_turn_id = NULL, cancel_requested_turn = NULL, phase = NULL, wake_at = NULL, "
-                "last_error = CASE WHEN ? IS NULL THEN last_error ELSE ? END, updated_at = ? WHERE id = ?",
-                (error, error, now, session_id),
-            )
-            await self._event(db, session_id, turn_id, "turn_ended", {"status": status, "error": error}, now)
-            if session_status is not None:
-                # A task session ends with its turn: nothing queued behind it will run.
-                await db.execute(
-                    "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
-                    (session_id,),
-                )
-                await db.execute(
-                    "UPDATE sessions SET status = ?, result = COALESCE(?, result) WHERE id = ?",
-                    (session_status, result_json, session_id),
-                )
-                await self._event(db, session_id, None, f"session_{session_status}", {"error": error}, now)
-                return
-            if close_reason is not None:
-                await db.execute(
-                    "UPDATE queued_messages SET status = 'dropped' WHERE session_id = ? AND status = 'queued'",
-                    (session_id,),
-                )
-                await db.execute(
-                    "UPDATE sessions SET status = 'closed', closed_reason = ? WHERE id = ?",
-                    (close_reason, session_id),
-                )
-                await self._event(db, session_id, None, "session_closed", {"reason": close_reason}, now)
-                return
-            await self._settle(db, session_id, now)
-
     async def _settle(self, db: aiosqlite.Connection, session_id: SessionId, now: float) -> bool:
         """Running with a queue stays running; otherwise idle. Returns True when the session rests.
 
@@ -1215,26 +832,6 @@ class SqliteStore(SqliteTasks):
             (now, session_id),
         )
         return True
-
-    async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
-        async with self._tx() as db:
-            await self._check_lease(db, session_id, lease)
-            async with db.execute(
-                "SELECT close_requested, closed_reason, current_turn_id FROM sessions WHERE id = ?",
-                (session_id,),
-            ) as cur:
-                row = await cur.fetchone()
-            assert row is not None
-            if row[2] is not None:
-                return False
-            if row[0]:
-                await db.execute(
-                    "UPDATE sessions SET status = 'closed', phase = NULL, updated_at = ? WHERE id = ?",
-                    (now, session_id),
-                )
-                await self._event(db, session_id, None, "session_closed", {"reason": row[1]}, now)
-                return True
-            return await self._settle(db, session_id, now)
 
     # ------------------------------------------------------------------ reads
 

@@ -1,0 +1,112 @@
+"""The step port: a session's snapshot, read and written back in one transaction.
+
+The runtime decides (parley/runtime/transitions.py); a backend only loads the snapshot under its
+lock and writes the `Changes` the decision returned, in the same transaction. A decision made
+from an earlier snapshot is never written, which is what keeps first-decision-wins and every
+other race atomic. Storage adds nothing to a decision: no status, no text, no rule.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.storage.base import (
+    InterruptRecord,
+    QueuedMessageRecord,
+    Role,
+    SessionRecord,
+    ToolCallRecord,
+    TurnRecord,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionSnapshot:
+    """One session as a decision sees it: the session row, one turn (the current one unless
+    another was named) with its tool calls and interrupts, and the messages still queued."""
+
+    session: SessionRecord
+    turn: TurnRecord | None
+    calls: tuple[ToolCallRecord, ...] = ()
+    interrupts: tuple[InterruptRecord, ...] = ()
+    queued: tuple[QueuedMessageRecord, ...] = ()
+
+    def call(self, call_id: ToolCallId | None) -> ToolCallRecord | None:
+        return next((c for c in self.calls if c.id == call_id), None)
+
+    def interrupt(self, interrupt_id: str) -> InterruptRecord | None:
+        return next((i for i in self.interrupts if i.id == interrupt_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A transcript entry to append (the backend gives it the session's next sequence number)."""
+
+    turn_id: TurnId | None
+    role: Role
+    content: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append (the backend gives it the session's next event sequence number)."""
+
+    turn_id: TurnId | None
+    kind: str
+    data: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Changes:
+    """What a decision writes, by record field name (the backend maps fields to its columns).
+
+    `session` and `turn` update the snapshot's session and turn; the others update the named
+    records of the snapshot; messages and events are appended in order."""
+
+    session: dict[str, Any] = field(default_factory=dict)
+    turn: dict[str, Any] = field(default_factory=dict)
+    calls: dict[ToolCallId, dict[str, Any]] = field(default_factory=dict)
+    interrupts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queued: dict[QueuedMessageId, dict[str, Any]] = field(default_factory=dict)
+    messages: list[NewMessage] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        return not (
+            self.session
+            or self.turn
+            or self.calls
+            or self.interrupts
+            or self.queued
+            or self.messages
+            or self.events
+        )
+
+
+class SessionTransaction(Protocol):
+    """An open transaction on one session: its snapshot, and the one write of a decision."""
+
+    @property
+    def snapshot(self) -> SessionSnapshot: ...
+
+    async def apply(self, changes: Changes, now: float) -> None: ...
+
+
+class StepStore(Protocol):
+    """Decisions on a session, each in one transaction under the backend's lock."""
+
+    def session_transaction(
+        self,
+        session_id: SessionId,
+        *,
+        turn_id: TurnId | None = None,
+        lease: str | None = None,
+        interrupt_id: str | None = None,
+    ) -> AbstractAsyncContextManager[SessionTransaction | None]:
+        """Load the snapshot (None if the session does not exist) with the session's current turn,
+        or `turn_id`, or the turn `interrupt_id` belongs to. With `lease`, LeaseLost unless that
+        process still holds the session's lease (nothing is written)."""
+        ...

@@ -1,0 +1,197 @@
+"""The step port on SQLite: a session's snapshot loaded and its changes written in one
+`BEGIN IMMEDIATE` transaction (see parley/storage/changes.py). Plain row mapping: no rule."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiosqlite
+
+from parley.errors import LeaseLost, StorageError
+from parley.ids import SessionId, TurnId
+from parley.storage.changes import Changes, SessionSnapshot
+from parley.storage.sqlite_plumbing import dumps
+from parley.storage.sqlite_rows import (
+    CALL_COLUMNS,
+    INTERRUPT_COLUMNS,
+    QUEUED_COLUMNS,
+    SESSION_COLUMNS,
+    TURN_COLUMNS,
+    call_row,
+    interrupt_row,
+    queued_row,
+    session_row,
+    turn_row,
+)
+from parley.storage.sqlite_tasks import SqliteTasks
+
+
+def _columns(listing: str) -> frozenset[str]:
+    return frozenset(c.strip() for c in listing.split(","))
+
+
+# Per table: the columns a change may write, and those stored as JSON.
+_TABLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "sessions": (_columns(SESSION_COLUMNS), frozenset({"todos", "result", "inputs", "settings"})),
+    "turns": (_columns(TURN_COLUMNS), frozenset({"result", "settings"})),
+    "tool_calls": (_columns(CALL_COLUMNS), frozenset({"arguments", "result", "remote"})),
+    "interrupts": (_columns(INTERRUPT_COLUMNS), frozenset({"payload", "resolution"})),
+    "queued_messages": (_columns(QUEUED_COLUMNS), frozenset({"settings"})),
+}
+# Tables whose rows carry the time of their last change.
+_STAMPED = frozenset({"sessions", "tool_calls"})
+
+
+class _Transaction:
+    def __init__(self, store: SqliteSteps, db: aiosqlite.Connection, snapshot: SessionSnapshot) -> None:
+        self._store = store
+        self._db = db
+        self._snapshot = snapshot
+
+    @property
+    def snapshot(self) -> SessionSnapshot:
+        return self._snapshot
+
+    async def apply(self, changes: Changes, now: float) -> None:
+        snapshot = self._snapshot
+        session_id = snapshot.session.id
+        if changes.session:
+            await self._update("sessions", session_id, changes.session, now)
+        if changes.turn:
+            if snapshot.turn is None:
+                raise StorageError(f"a change to the turn of session {session_id}, which has none loaded")
+            await self._update("turns", snapshot.turn.id, changes.turn, now)
+        for call_id, fields in changes.calls.items():
+            await self._update("tool_calls", call_id, fields, now)
+        for interrupt_id, fields in changes.interrupts.items():
+            await self._update("interrupts", interrupt_id, fields, now)
+        for queued_id, fields in changes.queued.items():
+            await self._update("queued_messages", queued_id, fields, now)
+        for message in changes.messages:
+            await self._store._message(
+                self._db, session_id, message.turn_id, message.role, message.content, now
+            )
+        for event in changes.events:
+            await self._store._event(self._db, session_id, event.turn_id, event.kind, event.data, now)
+
+    async def _update(self, table: str, row_id: str, fields: dict[str, Any], now: float) -> None:
+        allowed, as_json = _TABLES[table]
+        unknown = set(fields) - allowed
+        if unknown:
+            raise StorageError(f"{table} has no column(s) {', '.join(sorted(unknown))}")
+        values = {k: (dumps(v) if k in as_json and v is not None else v) for k, v in fields.items()}
+        if table in _STAMPED:
+            values.setdefault("updated_at", now)
+        assignments = ", ".join(f"{column} = ?" for column in values)
+        await self._db.execute(f"UPDATE {table} SET {assignments} WHERE id = ?", (*values.values(), row_id))
+
+
+class SqliteSteps(SqliteTasks):
+    """`session_transaction` of the step port, for the SQLite store, and the appends to a
+    session's transcript and events (each numbered in the session's own sequence)."""
+
+    @staticmethod
+    async def _next_seq(db: aiosqlite.Connection, session_id: SessionId, column: str) -> int:
+        async with db.execute(
+            f"UPDATE sessions SET {column} = {column} + 1 WHERE id = ? RETURNING {column}", (session_id,)
+        ) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise StorageError(f"session {session_id} vanished from the database")
+        return int(row[0])
+
+    async def _event(
+        self,
+        db: aiosqlite.Connection,
+        session_id: SessionId,
+        turn_id: TurnId | None,
+        kind: str,
+        data: dict[str, Any],
+        now: float,
+    ) -> None:
+        seq = await self._next_seq(db, session_id, "event_seq")
+        await db.execute(
+            "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, seq, turn_id, kind, dumps(data), now),
+        )
+
+    async def _message(
+        self,
+        db: aiosqlite.Connection,
+        session_id: SessionId,
+        turn_id: TurnId | None,
+        role: str,
+        content: dict[str, Any],
+        now: float,
+    ) -> int:
+        seq = await self._next_seq(db, session_id, "message_seq")
+        await db.execute(
+            "INSERT INTO messages (session_id, seq, turn_id, role, content, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, seq, turn_id, role, dumps(content), now),
+        )
+        return seq
+
+    @asynccontextmanager
+    async def session_transaction(
+        self,
+        session_id: SessionId,
+        *,
+        turn_id: TurnId | None = None,
+        lease: str | None = None,
+        interrupt_id: str | None = None,
+    ) -> AsyncIterator[_Transaction | None]:
+        async with self._tx() as db:
+            snapshot = await self._snapshot(db, session_id, turn_id, interrupt_id)
+            if snapshot is None:
+                yield None
+                return
+            if lease is not None and snapshot.session.lease_owner != lease:
+                raise LeaseLost(session_id)
+            yield _Transaction(self, db, snapshot)
+
+    @staticmethod
+    async def _snapshot(
+        db: aiosqlite.Connection, session_id: SessionId, turn_id: TurnId | None, interrupt_id: str | None
+    ) -> SessionSnapshot | None:
+        async def rows(sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
+            async with db.execute(sql, params) as cur:
+                return list(await cur.fetchall())
+
+        found = await rows(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+        if not found:
+            return None
+        session = session_row(found[0])
+        if interrupt_id is not None:
+            owner_turn = await rows(
+                "SELECT turn_id FROM interrupts WHERE id = ? AND session_id = ?", (interrupt_id, session_id)
+            )
+            turn_id = owner_turn[0][0] if owner_turn else None
+        else:
+            turn_id = turn_id or session.current_turn_id
+        queued = await rows(
+            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
+            (session_id,),
+        )
+        if turn_id is None:
+            return SessionSnapshot(session=session, turn=None, queued=tuple(queued_row(r) for r in queued))
+        turn = await rows(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)
+        )
+        calls = await rows(
+            f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index",
+            (turn_id,),
+        )
+        interrupts = await rows(
+            f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE turn_id = ? ORDER BY created_at, id",
+            (turn_id,),
+        )
+        return SessionSnapshot(
+            session=session,
+            turn=turn_row(turn[0]) if turn else None,
+            calls=tuple(call_row(r) for r in calls),
+            interrupts=tuple(interrupt_row(r) for r in interrupts),
+            queued=tuple(queued_row(r) for r in queued),
+        )
