@@ -203,7 +203,7 @@ async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> No
         if ready_hint:
             sys.stderr.write(ready_hint)
             sys.stderr.flush()
-        await run_stdio(server)
+        await run_stdio(server, config.http.max_request_bytes)
         logger.info("stdin closed; shutting down")
         tg.cancel_scope.cancel()
 

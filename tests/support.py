@@ -46,10 +46,13 @@ def write_config(
     db_name: str = "parley.db",
     runtime: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
+    http: dict[str, Any] | None = None,
 ) -> Path:
     """Write parley.yaml (fast timings) and agent files into `directory`; return the config path."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
+    config: dict[str, Any] = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
+    if http:
+        config["http"] = http
     path = directory / "parley.yaml"
     path.write_text(yaml.safe_dump(config))
     if agents:
