@@ -73,9 +73,11 @@ class ServerProcess:
         name: str = "server",
         http: bool = False,
         env: dict[str, str] | None = None,
+        host: str | None = None,
     ) -> None:
         self.config_path = config_path
         self.http = http
+        self.host = host
         self.extra_env = env or {}
         self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
@@ -97,7 +99,7 @@ class ServerProcess:
         command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
         command += ["--log-level", "DEBUG"]
         if self.http:
-            command += ["--http", "--port", "0"]
+            command += ["--http", "--port", "0"] + (["--host", self.host] if self.host else [])
         self._process = await anyio.open_process(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env
         )
