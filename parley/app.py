@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -34,7 +35,14 @@ from parley.runtime.signals import SessionSignals
 from parley.runtime.tasks import TaskService
 from parley.runtime.toolbox import Toolbox
 from parley.server.client_logs import ClientLogRelay
-from parley.server.http import QuietUvicorn, build_http_app, check_bind
+from parley.server.http import (
+    QuietUvicorn,
+    bind_listener,
+    build_http_app,
+    check_bind,
+    http_url,
+    uvicorn_config,
+)
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
@@ -219,7 +227,7 @@ async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> No
         if ready_hint:
             sys.stderr.write(ready_hint)
             sys.stderr.flush()
-        await run_stdio(server)
+        await run_stdio(server, config.http.max_request_bytes)
         logger.info("stdin closed; shutting down")
         tg.cancel_scope.cancel()
 
@@ -232,38 +240,31 @@ async def serve_http(
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
 ) -> None:
     check_bind(host, insecure_bind)
-    async with running_app(config) as app, anyio.create_task_group() as tg:
-        server = await _mcp_server(config, app, tg)
-        starlette_app = build_http_app(server, host, app.health)
-        uv = QuietUvicorn(
-            uvicorn.Config(
-                starlette_app,
-                host=host,
-                port=port,
-                log_level="warning",
-                lifespan="on",
-                # Waiting calls end at once on shutdown; their turns go on in the next process.
-                timeout_graceful_shutdown=1,
+    # Bound before the store opens, so a port in use is reported before anything starts.
+    listener = bind_listener(host, port)
+    with listener:
+        async with running_app(config) as app, anyio.create_task_group() as tg:
+            server = await _mcp_server(config, app, tg)
+            uv = QuietUvicorn(
+                uvicorn_config(build_http_app(server, host, app.health, config.http), config.http)
             )
-        )
 
-        def stop() -> None:
-            uv.should_exit = True
+            def stop() -> None:
+                uv.should_exit = True
 
-        await tg.start(_on_signal, stop)
-        tg.start_soon(_announce, uv, on_listening)
-        await uv.serve()
-        tg.cancel_scope.cancel()
+            await tg.start(_on_signal, stop)
+            tg.start_soon(_announce, uv, listener, on_listening)
+            await uv.serve(sockets=[listener])
+            tg.cancel_scope.cancel()
 
 
-async def _announce(uv: uvicorn.Server, on_listening: Callable[[str, int], Awaitable[None]] | None) -> None:
+async def _announce(
+    uv: uvicorn.Server, listener: socket.socket, on_listening: Callable[[str, int], Awaitable[None]] | None
+) -> None:
     # uvicorn exposes only a flag for "listening"; there is no event to await.
     while not uv.started:  # noqa: ASYNC110
         await anyio.sleep(0.05)
-    for server in uv.servers:
-        for sock in server.sockets:
-            host, port = sock.getsockname()[:2]
-            logger.info("listening on http://%s:%d/mcp", host, port)
-            if on_listening is not None:
-                await on_listening(host, port)
-            return
+    host, port = listener.getsockname()[:2]
+    logger.info("listening on %s", http_url(host, port))
+    if on_listening is not None:
+        await on_listening(host, port)

@@ -19,7 +19,7 @@ from parley.config import (
     db_path_from_env,
     load_config,
 )
-from parley.errors import ConfigError, ConfigErrors, StorageError
+from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
 
 CONNECT_HINT = """\
 parley {version} speaks MCP over stdio: it is started by an MCP client, not typed at.
@@ -47,8 +47,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         host = args.host or config.http.host
         port = config.http.port if args.port is None else args.port
 
+        from parley.server.http import http_url
+
         async def announce(bound_host: str, bound_port: int) -> None:
-            sys.stderr.write(f"parley {__version__}: serving MCP at http://{bound_host}:{bound_port}/mcp\n")
+            sys.stderr.write(f"parley {__version__}: serving MCP at {http_url(bound_host, bound_port)}\n")
             sys.stderr.flush()
 
         anyio.run(serve_http, config, host, port, args.insecure_bind, announce)
@@ -277,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     except StorageError as exc:
         print(f"parley: storage error: {exc}", file=sys.stderr)
         return 3
+    except ListenError as exc:
+        print(f"parley: {exc}", file=sys.stderr)
+        return 4
     except KeyboardInterrupt:
         return 130
 

@@ -358,6 +358,51 @@ class HttpConfig(_Strict):
     )
     host: str = Field("127.0.0.1", description="Address to bind; non-loopback needs --insecure-bind for now.")
     port: int = Field(8765, ge=0, le=65535, description="TCP port (0 picks a free one).")
+    max_request_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        le=1024 * 1024 * 1024,
+        description=(
+            "Largest JSON-RPC message accepted, on both transports: an HTTP request body (larger ones get "
+            "413) and one stdio line (larger ones get a -32600 error)."
+        ),
+    )
+    max_sessions: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "Open MCP transport sessions. At the cap a new client takes the place of the session idle the "
+            "longest; only when every session is busy is it refused (503, retry later)."
+        ),
+    )
+    session_idle_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="An MCP transport session with no request in flight for this long is closed and forgotten.",
+    )
+    max_connections: int = Field(
+        200,
+        ge=1,
+        le=100_000,
+        description="Open HTTP connections (and requests in flight); over it a request gets 503, retry later.",
+    )
+    header_read_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=3600,
+        description="Time a connection has to send a request's headers, then it is closed.",
+    )
+    body_read_timeout_s: float = Field(
+        30.0, gt=0, le=3600, description="Time a request has to send its whole body, then it gets 408."
+    )
+    keep_alive_timeout_s: float = Field(
+        5.0, gt=0, le=3600, description="An idle keep-alive connection is closed after this long."
+    )
+    max_header_bytes: int = Field(
+        16 * 1024, ge=1024, le=1024 * 1024, description="Largest request line plus headers; larger gets 400."
+    )
 
 
 class ServerConfigFile(_Strict):

@@ -13,6 +13,7 @@ ParleyError
 │  └─ HumanApprovalOnly     the agent takes decisions only from a person
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
 ├─ ConfigErrors            every ConfigError found in one load
+├─ ListenError             the HTTP server cannot listen on the address asked for
 ├─ StorageError            the database failed or is from a newer parley
 │  ├─ StorageUnavailable    the database is full, read-only, locked or failing; says which and the fix
 │  └─ LeaseLost             another process took over the session; this one must stop driving it
@@ -108,6 +109,16 @@ class ConfigErrors(ParleyError):
     def __init__(self, errors: list[ConfigError]) -> None:
         self.errors = errors
         super().__init__("\n".join(str(e) for e in errors))
+
+
+class ListenError(ParleyError):
+    """`parley serve --http` cannot listen where asked (port in use, address not on this machine).
+
+    Raised before anything starts; the message names the address and how to choose another."""
+
+    def __init__(self, host: str, port: int, problem: str) -> None:
+        self.host, self.port = host, port
+        super().__init__(problem)
 
 
 class StorageError(ParleyError):

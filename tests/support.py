@@ -46,10 +46,13 @@ def write_config(
     db_name: str = "parley.db",
     runtime: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
+    http: dict[str, Any] | None = None,
 ) -> Path:
     """Write parley.yaml (fast timings) and agent files into `directory`; return the config path."""
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
+    config: dict[str, Any] = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
+    if http:
+        config["http"] = http
     path = directory / "parley.yaml"
     path.write_text(yaml.safe_dump(config))
     if agents:
@@ -70,9 +73,11 @@ class ServerProcess:
         name: str = "server",
         http: bool = False,
         env: dict[str, str] | None = None,
+        host: str | None = None,
     ) -> None:
         self.config_path = config_path
         self.http = http
+        self.host = host
         self.extra_env = env or {}
         self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
@@ -94,7 +99,7 @@ class ServerProcess:
         command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
         command += ["--log-level", "DEBUG"]
         if self.http:
-            command += ["--http", "--port", "0"]
+            command += ["--http", "--port", "0"] + (["--host", self.host] if self.host else [])
         self._process = await anyio.open_process(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env
         )

@@ -1,30 +1,52 @@
-"""Streamable HTTP: the same tools at exactly /mcp, plus /healthz."""
+"""Streamable HTTP: the same tools at exactly /mcp, plus /healthz, behind the limits of
+`http:` in parley.yaml."""
 
 from __future__ import annotations
 
+import errno
 import ipaddress
-from collections.abc import Awaitable, Callable
-from contextlib import contextmanager
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp
 
-from parley.errors import ConfigError
+from parley.config import HttpConfig
+from parley.errors import ConfigError, ListenError
+from parley.server.http_guard import LoopbackHostGuard
+from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
+from parley.server.http_sessions import SessionLimits, SessionTable
 
 LOOPBACK_NAMES = ("localhost",)
+# Enough for a burst of connections while the event loop is busy; the kernel caps it anyway.
+LISTEN_BACKLOG = 2048
 
 Health = Callable[[], Awaitable[dict[str, Any]]]
+
+
+def bare_host(host: str) -> str:
+    """`[::1]` (URL form) -> `::1` (socket form)."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def http_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/mcp" if ":" in host else f"http://{host}:{port}/mcp"
 
 
 def is_loopback(host: str) -> bool:
     if host in LOOPBACK_NAMES:
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return ipaddress.ip_address(bare_host(host)).is_loopback
     except ValueError:
         return False
 
@@ -42,16 +64,96 @@ def check_bind(host: str, insecure_bind: bool) -> None:
         )
 
 
-def build_http_app(server: MCPServer[Any], host: str, health: Health) -> Starlette:
+def bind_listener(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port`, bound before anything else starts so a failure is one
+    line that says what to do (uvicorn logs it and exits from inside the event loop)."""
+    address = bare_host(host)
+    try:
+        infos = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ListenError(
+            host,
+            port,
+            f"cannot listen on --host {host}: {exc.strerror}; use an address of this machine, "
+            "e.g. 127.0.0.1 or ::1",
+        ) from exc
+    # IPv4 first for a name such as localhost, the address most clients try first.
+    family, kind, proto, _, sockaddr = min(infos, key=lambda info: info[0] != socket.AF_INET)
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(sockaddr)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError(
+                host, port, f"port {port} is in use; pick another with --port or stop the other server"
+            ) from exc
+        raise ListenError(
+            host, port, f"cannot listen on {host} port {port}: {exc.strerror}; pick another --host or --port"
+        ) from exc
+    return sock
+
+
+def session_limits(config: HttpConfig) -> SessionLimits:
+    return SessionLimits(max_sessions=config.max_sessions, idle_timeout_s=config.session_idle_timeout_s)
+
+
+def connection_limits(config: HttpConfig) -> ConnectionLimits:
+    return ConnectionLimits(
+        max_connections=config.max_connections,
+        header_read_timeout_s=config.header_read_timeout_s,
+        body_read_timeout_s=config.body_read_timeout_s,
+        max_request_bytes=config.max_request_bytes,
+    )
+
+
+def build_http_app(server: MCPServer[Any], host: str, health: Health, config: HttpConfig) -> ASGIApp:
+    # The SDK builds and configures its session manager here; parley serves it from its own
+    # Starlette app, behind its own session table and guards. Its DNS-rebinding check is off
+    # because LoopbackHostGuard does it exactly, on every route. Its session cap and idle
+    # timeout stay as a backstop: the table ends idle sessions first and evicts at its cap.
+    server.streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=False,  # Stateful streaming (SSE): progress notifications and elicitation need it.
+        json_response=False,
+        max_request_body_size=config.max_request_bytes,
+        session_idle_timeout=config.session_idle_timeout_s,
+        max_sessions=2 * config.max_sessions,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    sessions = SessionTable(StreamableHTTPASGIApp(manager), session_limits(config))
+
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", **(await health())})
+        return JSONResponse({"status": "ok", **(await health()), "mcp_sessions": sessions.open_sessions})
 
-    server.custom_route("/healthz", methods=["GET"])(healthz)
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with manager.run(), sessions.run():
+            yield
 
-    # Stateful streaming (SSE) mode: progress notifications and, later, elicitation need it.
-    # For a loopback host the SDK turns on Host/Origin validation against DNS rebinding.
-    return server.streamable_http_app(
-        streamable_http_path="/mcp", stateless_http=False, json_response=False, host=host
+    starlette_app = Starlette(
+        routes=[Route("/mcp", endpoint=sessions), Route("/healthz", healthz, methods=["GET"])],
+        lifespan=lifespan,
+    )
+    app: ASGIApp = BodyDeadline(starlette_app, connection_limits(config))
+    return LoopbackHostGuard(app) if is_loopback(host) else app
+
+
+def uvicorn_config(app: ASGIApp, config: HttpConfig) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        http=limited_h11_protocol(connection_limits(config)),
+        log_level="warning",
+        lifespan="on",
+        backlog=LISTEN_BACKLOG,
+        timeout_keep_alive=config.keep_alive_timeout_s,  # type: ignore[arg-type]
+        h11_max_incomplete_event_size=config.max_header_bytes,
+        # Waiting calls end at once on shutdown; their turns go on in the next process.
+        timeout_graceful_shutdown=1,
     )
 
 
