@@ -1,0 +1,387 @@
+"""The rules of runtime/transitions.py as tables: given a snapshot and an event, the changes.
+
+Pure functions, no store: each row builds the smallest snapshot that shows one rule."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.runtime import transitions
+from parley.runtime.transitions import TurnEnd
+from parley.storage.base import (
+    InterruptRecord,
+    QueuedMessageRecord,
+    Resolution,
+    SessionRecord,
+    ToolCallRecord,
+    TurnRecord,
+)
+from parley.storage.changes import Changes, SessionSnapshot
+
+NOW = 1000.0
+SID = SessionId("ses_" + "1" * 32)
+TID = TurnId("turn_1")
+CALL = ToolCallId("call_1")
+
+
+def session(**fields: Any) -> SessionRecord:
+    base = SessionRecord.new(SID, agent="a", owner="alice", kind="chat", now=0.0)
+    return replace(base, **{"status": "running", "current_turn_id": TID, **fields})
+
+
+def turn() -> TurnRecord:
+    return TurnRecord(
+        id=TID,
+        session_id=SID,
+        seq=1,
+        status="running",
+        queued_message_id=None,
+        started_at=0.0,
+        ended_at=None,
+        answer=None,
+        error=None,
+        model_calls=1,
+        input_tokens=0,
+        output_tokens=0,
+    )
+
+
+def call(
+    status: str = "pending_approval", effect: str = "non_idempotent_write", **fields: Any
+) -> ToolCallRecord:
+    return ToolCallRecord(
+        id=fields.pop("id", CALL),
+        session_id=SID,
+        turn_id=TID,
+        step_no=1,
+        call_index=0,
+        name="write",
+        arguments={},
+        status=status,  # type: ignore[arg-type]
+        effect=effect,
+        result=None,
+        attempts=0,
+        idempotency_key="k",
+        created_at=0.0,
+        updated_at=0.0,
+        **fields,
+    )
+
+
+def interrupt(kind: str = "approval", status: str = "pending", **fields: Any) -> InterruptRecord:
+    return InterruptRecord(
+        id=fields.pop("id", "int_1"),
+        session_id=SID,
+        turn_id=TID,
+        tool_call_id=fields.pop("tool_call_id", CALL),
+        kind=kind,  # type: ignore[arg-type]
+        status=status,  # type: ignore[arg-type]
+        payload=fields.pop("payload", {}),
+        created_at=0.0,
+        **fields,
+    )
+
+
+def queued(n: int = 1) -> tuple[QueuedMessageRecord, ...]:
+    return tuple(
+        QueuedMessageRecord(
+            id=QueuedMessageId(f"qm_{i}"),
+            session_id=SID,
+            seq=i,
+            text="next",
+            status="queued",
+            turn_id=None,
+            created_at=0.0,
+        )
+        for i in range(n)
+    )
+
+
+def snap(
+    *, calls: tuple[ToolCallRecord, ...] = (), interrupts: tuple[InterruptRecord, ...] = (), **s: Any
+) -> SessionSnapshot:
+    queue = s.pop("queue", ())
+    return SessionSnapshot(
+        session=session(**s), turn=turn(), calls=calls, interrupts=interrupts, queued=queue
+    )
+
+
+def event_kinds(changes: Changes) -> list[str]:
+    return [e.kind for e in changes.events]
+
+
+# ---------------------------------------------------------------------- resolving an interrupt
+
+APPROVE = Resolution(approved=True)
+REJECT = Resolution(approved=False, reason="too risky")
+
+
+def resolve(
+    snapshot: SessionSnapshot, resolution: Resolution, owner: str | None = "alice"
+) -> tuple[str, Changes]:
+    result, changes = transitions.resolve_interrupt(snapshot, "int_1", resolution, "caller", NOW, owner)
+    return result.outcome, changes
+
+
+def test_an_approval_makes_the_call_ready_to_run_and_wakes_a_waiting_session() -> None:
+    outcome, changes = resolve(
+        snap(calls=(call(),), interrupts=(interrupt(),), status="waiting_for_input"), APPROVE
+    )
+    assert outcome == "resolved"
+    assert changes.calls[CALL] == {"status": "pending", "decision": "approved"}
+    assert changes.interrupts["int_1"]["status"] == "approved"
+    assert changes.session == {"status": "running", "wake_at": None}
+    assert not changes.messages, "an approved call has no result yet"
+    assert event_kinds(changes) == ["interrupt_resolved"]
+
+
+def test_a_rejection_ends_the_call_and_tells_the_model_why() -> None:
+    outcome, changes = resolve(snap(calls=(call(),), interrupts=(interrupt(),)), REJECT)
+    assert outcome == "resolved"
+    assert changes.calls[CALL]["status"] == "rejected"
+    assert changes.calls[CALL]["result"]["text"] == "A person declined this call: too risky. It was not run."
+    (message,) = changes.messages
+    assert message.role == "tool" and message.content["status"] == "rejected"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "outcome"),
+    [
+        (APPROVE, APPROVE, "already_resolved"),
+        (APPROVE, REJECT, "conflict"),
+        (REJECT, APPROVE, "conflict"),
+        (REJECT, Resolution(approved=False), "already_resolved"),
+        (Resolution(expired=True), APPROVE, "conflict"),
+    ],
+)
+def test_the_first_decision_wins(first: Resolution, second: Resolution, outcome: str) -> None:
+    _, changes = resolve(snap(calls=(call(),), interrupts=(interrupt(),)), first)
+    decided = interrupt(
+        status=changes.interrupts["int_1"]["status"], resolution=changes.interrupts["int_1"]["resolution"]
+    )
+    again, nothing = resolve(snap(calls=(call(),), interrupts=(decided,)), second)
+    assert again == outcome
+    assert nothing.is_empty(), "a decision after the first changes nothing"
+
+
+@pytest.mark.parametrize(
+    ("record", "resolution", "owner", "outcome"),
+    [
+        (interrupt(), APPROVE, "mallory", "not_found"),
+        (interrupt(id="int_other"), APPROVE, "alice", "not_found"),
+        (interrupt(kind="question"), APPROVE, "alice", "wrong_kind"),
+        (interrupt(), Resolution(answer="yes"), "alice", "wrong_kind"),
+        (interrupt(status="cancelled"), APPROVE, "alice", "not_pending"),
+    ],
+)
+def test_refused_decisions_change_nothing(
+    record: InterruptRecord, resolution: Resolution, owner: str, outcome: str
+) -> None:
+    got, changes = resolve(snap(calls=(call(),), interrupts=(record,)), resolution, owner)
+    assert got == outcome and changes.is_empty()
+
+
+@pytest.mark.parametrize(
+    ("resolution", "status", "text"),
+    [
+        (Resolution(answer="blue"), "answered", "The user answered: blue"),
+        (Resolution(declined=True), "declined", "The user declined to answer."),
+        (Resolution(expired=True), "expired", "The question was not answered before its deadline."),
+    ],
+)
+def test_a_question_is_answered_declined_or_expires(resolution: Resolution, status: str, text: str) -> None:
+    ask = call(status="pending_approval", effect="idempotent_write")
+    _, changes = resolve(snap(calls=(ask,), interrupts=(interrupt(kind="question"),)), resolution)
+    assert changes.interrupts["int_1"]["status"] == status
+    assert changes.calls[CALL]["status"] == "succeeded"
+    assert changes.calls[CALL]["result"]["text"] == text
+
+
+def test_an_expired_approval_is_not_run() -> None:
+    _, changes = resolve(snap(calls=(call(),), interrupts=(interrupt(),)), Resolution(expired=True))
+    assert changes.calls[CALL]["status"] == "rejected"
+    assert "deadline" in changes.calls[CALL]["result"]["text"]
+
+
+def test_a_servers_questions_send_the_call_back_once_all_are_answered() -> None:
+    retry = {"downstream": {"mode": "retry"}}
+    waiting = call(status="awaiting_answer")
+    first = interrupt(kind="question", payload=retry)
+    second = interrupt(kind="question", payload=retry, id="int_2")
+    _, changes = resolve(snap(calls=(waiting,), interrupts=(first, second)), Resolution(answer="a"))
+    assert CALL not in changes.calls, "another question of the call is still open"
+    _, changes = resolve(
+        snap(calls=(waiting,), interrupts=(first, replace(second, status="answered"))), Resolution(answer="a")
+    )
+    assert changes.calls[CALL] == {"status": "pending"}
+
+
+def test_a_question_asked_in_place_leaves_the_open_call_alone() -> None:
+    in_place = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
+    _, changes = resolve(
+        snap(calls=(call(status="running"),), interrupts=(in_place,)), Resolution(answer="a")
+    )
+    assert changes.calls == {} and changes.interrupts["int_1"]["status"] == "answered"
+
+
+# ---------------------------------------------------------------------- parking a turn
+
+PARKING = [
+    # calls, interrupts -> parked?, session status, wake_at
+    ((call(),), (interrupt(deadline=50.0),), True, "waiting_for_input", 50.0),
+    ((call(status="waiting_for_timer", wake_at=30.0),), (), True, "running", 30.0),
+    (
+        (
+            call(status="waiting_for_task", wake_at=40.0),
+            call(id="c2", status="waiting_for_timer", wake_at=20.0),
+        ),
+        (),
+        True,
+        "running",
+        20.0,
+    ),
+    ((call(), call(id="c2", status="pending")), (interrupt(),), False, None, None),
+    ((call(status="running"),), (), False, None, None),
+    ((call(status="succeeded"),), (), False, None, None),
+]
+
+
+@pytest.mark.parametrize(("calls", "interrupts", "parked", "status", "wake_at"), PARKING)
+def test_a_turn_parks_only_when_nothing_can_run_and_something_waits(
+    calls: tuple[ToolCallRecord, ...],
+    interrupts: tuple[InterruptRecord, ...],
+    parked: bool,
+    status: str | None,
+    wake_at: float | None,
+) -> None:
+    changes = transitions.park_turn(snap(calls=calls, interrupts=interrupts))
+    if not parked:
+        assert changes is None
+        return
+    assert changes is not None
+    assert changes.session["status"] == status and changes.session["wake_at"] == wake_at
+    assert changes.session["phase"] == (None if status == "waiting_for_input" else "waiting")
+
+
+# ---------------------------------------------------------------------- finishing a turn
+
+
+@pytest.mark.parametrize(
+    ("status", "effect", "ended"),
+    [
+        ("pending", "non_idempotent_write", "cancelled"),
+        ("pending_approval", "read", "cancelled"),
+        ("waiting_for_timer", "idempotent_write", "cancelled"),
+        ("waiting_for_task", "read", "cancelled"),
+        ("waiting_for_task", "idempotent_write", "outcome_unknown"),
+        ("waiting_for_task", "non_idempotent_write", "outcome_unknown"),
+    ],
+)
+def test_an_ending_turn_settles_the_calls_it_leaves_behind_by_their_effect(
+    status: str, effect: str, ended: str
+) -> None:
+    changes = transitions.finish_turn(
+        snap(calls=(call(status=status, effect=effect),)), TurnEnd(status="cancelled"), NOW
+    )
+    assert changes.calls[CALL] == {"status": ended}
+
+
+def test_finished_calls_stay_as_they_are_and_pending_interrupts_are_cancelled() -> None:
+    snapshot = snap(calls=(call(status="succeeded"),), interrupts=(interrupt(),))
+    changes = transitions.finish_turn(snapshot, TurnEnd(status="cancelled"), NOW)
+    assert changes.calls == {}
+    assert changes.interrupts["int_1"] == {
+        "status": "cancelled",
+        "resolved_at": NOW,
+        "resolved_by": "turn_end",
+    }
+
+
+ENDINGS = [
+    # snapshot fields, end -> session status, queue dropped?, closing event
+    ({}, TurnEnd(status="answered", answer="hi"), "idle", False, None),
+    ({"queue": queued(2)}, TurnEnd(status="answered"), "running", False, None),
+    (
+        {"queue": queued(1), "close_requested": True},
+        TurnEnd(status="cancelled"),
+        "closed",
+        True,
+        "session_closed",
+    ),
+    (
+        {"queue": queued(1)},
+        TurnEnd(status="answered", close_reason="turn limit"),
+        "closed",
+        True,
+        "session_closed",
+    ),
+    (
+        {"queue": queued(1), "kind": "task"},
+        TurnEnd(status="completed", result={"x": 1}, session_status="completed"),
+        "completed",
+        True,
+        "session_completed",
+    ),
+    (
+        {"kind": "task"},
+        TurnEnd(status="failed", error="no", session_status="failed"),
+        "failed",
+        False,
+        "session_failed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "end", "status", "dropped", "closing"), ENDINGS)
+def test_after_its_turn_a_session_rests_runs_on_closes_or_ends(
+    fields: dict[str, Any], end: TurnEnd, status: str, dropped: bool, closing: str | None
+) -> None:
+    snapshot = snap(**fields)
+    changes = transitions.finish_turn(snapshot, end, NOW)
+    assert changes.session["status"] == status
+    assert changes.session["current_turn_id"] is None
+    assert changes.turn["status"] == end.status and changes.turn["ended_at"] == NOW
+    assert bool(changes.queued) == dropped
+    assert all(v == {"status": "dropped"} for v in changes.queued.values())
+    assert event_kinds(changes)[0] == "turn_ended"
+    assert (event_kinds(changes)[1:] or [None])[0] == closing
+
+
+def test_a_failed_turn_records_its_error_and_a_task_result_is_kept() -> None:
+    changes = transitions.finish_turn(snap(), TurnEnd(status="failed", error="boom"), NOW)
+    assert changes.session["last_error"] == "boom" and changes.turn["error"] == "boom"
+    done = transitions.finish_turn(
+        snap(kind="task"), TurnEnd(status="completed", result={"r": 1}, session_status="completed"), NOW
+    )
+    assert done.session["result"] == {"r": 1}
+
+
+def test_an_ended_session_is_never_reopened_by_its_last_turn() -> None:
+    changes = transitions.finish_turn(
+        snap(status="closed", queue=queued(1)), TurnEnd(status="cancelled"), NOW
+    )
+    assert "status" not in changes.session or changes.session["status"] == "closed"
+
+
+# ---------------------------------------------------------------------- resting
+
+
+@pytest.mark.parametrize(
+    ("fields", "rests", "status"),
+    [
+        ({"current_turn_id": None}, True, "idle"),
+        ({"current_turn_id": None, "queue": queued(1)}, False, "running"),
+        ({"current_turn_id": None, "close_requested": True}, True, "closed"),
+        ({}, False, None),
+    ],
+)
+def test_a_session_without_a_turn_rests_runs_on_or_closes(
+    fields: dict[str, Any], rests: bool, status: str | None
+) -> None:
+    got, changes = transitions.rest_session(snap(**fields))
+    assert got == rests
+    assert changes.session.get("status") == status
