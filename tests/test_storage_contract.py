@@ -164,7 +164,7 @@ async def running_turn(
     """A session whose first turn has started under `lease`."""
     sid = await new_session(store, first)
     assert await store.try_acquire_lease(sid, lease, T0, TTL)
-    turn = await store.start_turn(sid, lease, new_turn_id(), T0 + 1)
+    turn = await SessionSteps(store).start_turn(sid, lease, new_turn_id(), T0 + 1)
     assert turn is not None
     return sid, turn
 
@@ -302,7 +302,7 @@ async def test_enqueue_on_an_idle_session_queues_the_message_and_makes_the_sessi
 ) -> None:
     sid = await new_session(store)
     message = queued(sid, "wake up")
-    assert await store.enqueue_message(sid, "alice", message, 10, T0 + 1) == "queued"
+    assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 1) == "queued"
     assert await status_of(store, sid) == ("running", "queued")
     assert [q.id for q in await store.list_queued(sid)] == [message.id]
 
@@ -311,40 +311,48 @@ async def test_enqueue_for_another_owner_or_an_unknown_session_is_not_found_and_
     store: Store,
 ) -> None:
     sid = await new_session(store, owner="alice")
-    assert await store.enqueue_message(sid, "mallory", queued(sid, "x"), 10, T0) == "not_found"
+    assert await SessionSteps(store).enqueue_message(sid, "mallory", queued(sid, "x"), 10, T0) == "not_found"
     unknown = new_session_id()
-    assert await store.enqueue_message(unknown, "alice", queued(unknown, "x"), 10, T0) == "not_found"
+    assert (
+        await SessionSteps(store).enqueue_message(unknown, "alice", queued(unknown, "x"), 10, T0)
+        == "not_found"
+    )
     assert await store.list_queued(sid) == []
     assert await status_of(store, sid) == ("idle", None)
 
 
 async def test_enqueue_on_a_closed_session_is_refused_as_closed(store: Store) -> None:
     sid = await new_session(store)
-    await store.request_close(sid, "alice", "done with it", T0 + 1)
-    assert await store.enqueue_message(sid, "alice", queued(sid, "too late"), 10, T0 + 2) == "closed"
+    await SessionSteps(store).request_close(sid, "alice", "done with it", T0 + 1)
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "too late"), 10, T0 + 2)
+        == "closed"
+    )
     assert await store.list_queued(sid) == []
     assert await status_of(store, sid) == ("closed", None)
 
 
 async def test_enqueue_is_refused_once_turns_taken_plus_messages_queued_reach_the_limit(store: Store) -> None:
     sid = await new_session(store, "one")
-    assert await store.enqueue_message(sid, "alice", queued(sid, "two"), 2, T0) == "queued"
-    assert await store.enqueue_message(sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
+    assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "two"), 2, T0) == "queued"
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
+    )
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
-    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0) is not None
+    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0) is not None
     # One turn taken and one message queued still fill both allowed turns.
-    assert await store.enqueue_message(sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
+    assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
     assert [q.text for q in await store.list_queued(sid)] == ["two"]
 
 
 async def test_request_cancel_marks_the_running_turn_and_returns_its_id(store: Store) -> None:
     sid, turn = await running_turn(store)
-    assert await store.request_cancel(sid, "mallory", T0, new_turn_id()) is None
-    assert await store.request_cancel(sid, "alice", T0 + 2, new_turn_id()) == turn.id
+    assert await SessionSteps(store).request_cancel(sid, "mallory", T0, new_turn_id()) is None
+    assert await SessionSteps(store).request_cancel(sid, "alice", T0 + 2, new_turn_id()) == turn.id
     session = await store.get_session(sid)
     assert session is not None and session.cancel_requested_turn == turn.id
     idle = await new_session(store)
-    assert await store.request_cancel(idle, "alice", T0, new_turn_id()) is None
+    assert await SessionSteps(store).request_cancel(idle, "alice", T0, new_turn_id()) is None
     assert await store.list_turns(idle) == []
 
 
@@ -353,7 +361,7 @@ async def test_request_cancel_before_a_queued_message_starts_records_it_as_a_can
 ) -> None:
     sid = await new_session(store, "never mind")
     turn_id = new_turn_id()
-    assert await store.request_cancel(sid, "alice", T0 + 1, turn_id) == turn_id
+    assert await SessionSteps(store).request_cancel(sid, "alice", T0 + 1, turn_id) == turn_id
     [turn] = await store.list_turns(sid)
     assert (turn.id, turn.seq, turn.status) == (turn_id, 1, "cancelled")
     assert [(m.role, m.content) for m in await store.list_messages(sid, None, None)] == [
@@ -371,12 +379,12 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
 ) -> None:
     sid = await new_session(store, "one")
     for text in ("two", "three"):
-        assert await store.enqueue_message(sid, "alice", queued(sid, text), 10, T0) == "queued"
+        assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, text), 10, T0) == "queued"
     first_id = (await store.list_queued(sid))[0].id
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
 
     turn_id = new_turn_id()
-    turn = await store.start_turn(sid, PROC_A, turn_id, T0 + 1)
+    turn = await SessionSteps(store).start_turn(sid, PROC_A, turn_id, T0 + 1)
     assert turn is not None
     assert (turn.id, turn.seq, turn.status, turn.queued_message_id) == (turn_id, 1, "running", first_id)
     assert turn.started_at == T0 + 1 and turn.ended_at is None and turn.model_calls == 0
@@ -404,7 +412,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
     )
 
     await _finish(store, sid, PROC_A, turn_id, "answered", "ok", None, T0 + 2)
-    second = await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3)
+    second = await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 3)
     assert second is not None and second.seq == 2
     assert [m.content["text"] for m in await store.list_messages(sid, None, None)] == ["one", "two"]
     assert [t.id for t in await store.list_turns(sid)] == [turn_id, second.id]
@@ -413,7 +421,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
 async def test_start_turn_returns_none_when_nothing_is_queued(store: Store) -> None:
     sid, turn = await running_turn(store)
     await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 2)
-    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
+    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
     assert len(await store.list_turns(sid)) == 1
 
 
@@ -422,7 +430,7 @@ async def test_a_committed_model_step_stores_the_assistant_message_its_pending_c
 ) -> None:
     sid, turn = await running_turn(store)
     step = model_step(turn.id, 1, "alpha", "beta")
-    await store.commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
 
     messages = await store.list_messages(sid, None, None)
     assert [(m.role, m.content) for m in messages[1:]] == [("assistant", step.assistant)]
@@ -450,12 +458,12 @@ async def test_a_committed_model_step_stores_the_assistant_message_its_pending_c
 async def test_a_tool_result_updates_the_call_appends_a_tool_message_and_saves_todos(store: Store) -> None:
     sid, turn = await running_turn(store)
     step = model_step(turn.id, 1, "write_todos")
-    await store.commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
     call_id = step.tool_calls[0].id
-    await store.mark_tool_call_started(sid, PROC_A, call_id, T0 + 3)
+    await SessionSteps(store).mark_tool_call_started(sid, PROC_A, call_id, T0 + 3)
     assert [(c.status, c.attempts) for c in await store.list_tool_calls(turn.id)] == [("running", 1)]
     todos = [{"content": "plan", "status": "pending"}]
-    await store.commit_tool_result(
+    await SessionSteps(store).commit_tool_result(
         sid, PROC_A, call_id, "succeeded", {"text": "saved", "is_error": False}, T0 + 4, todos=todos
     )
     [call] = await store.list_tool_calls(turn.id)
@@ -469,24 +477,28 @@ async def test_a_tool_result_updates_the_call_appends_a_tool_message_and_saves_t
 
 async def test_the_same_model_step_cannot_be_committed_twice(store: Store) -> None:
     sid, turn = await running_turn(store)
-    await store.commit_model_step(sid, PROC_A, model_step(turn.id, 1, "alpha", text="first"), T0 + 2)
+    await SessionSteps(store).commit_model_step(
+        sid, PROC_A, model_step(turn.id, 1, "alpha", text="first"), T0 + 2
+    )
     before = await snapshot(store, sid, turn.id)
     # A second process that made the same model call must not commit it again.
     with pytest.raises(LeaseLost):
-        await store.commit_model_step(sid, PROC_A, model_step(turn.id, 1, "beta", text="second"), T0 + 3)
+        await SessionSteps(store).commit_model_step(
+            sid, PROC_A, model_step(turn.id, 1, "beta", text="second"), T0 + 3
+        )
     assert await snapshot(store, sid, turn.id) == before
-    await store.commit_model_step(sid, PROC_A, model_step(turn.id, 2, text="next"), T0 + 4)
+    await SessionSteps(store).commit_model_step(sid, PROC_A, model_step(turn.id, 2, text="next"), T0 + 4)
     assert [s.step_no for s in await store.list_steps(sid)] == [1, 2]
 
 
 async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(store: Store) -> None:
     sid, turn = await running_turn(store)
     step = model_step(turn.id, 1, "done", "started", "waiting")
-    await store.commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
     done, started, waiting = (c.id for c in step.tool_calls)
-    await store.mark_tool_call_started(sid, PROC_A, done, T0 + 3)
-    await store.commit_tool_result(sid, PROC_A, done, "succeeded", {"text": "ok"}, T0 + 3)
-    await store.mark_tool_call_started(sid, PROC_A, started, T0 + 3)
+    await SessionSteps(store).mark_tool_call_started(sid, PROC_A, done, T0 + 3)
+    await SessionSteps(store).commit_tool_result(sid, PROC_A, done, "succeeded", {"text": "ok"}, T0 + 3)
+    await SessionSteps(store).mark_tool_call_started(sid, PROC_A, started, T0 + 3)
 
     await _finish(store, sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
 
@@ -519,7 +531,9 @@ async def test_finish_turn_records_the_answer_and_the_error(store: Store) -> Non
 
 async def test_finish_turn_keeps_the_session_running_when_messages_are_queued(store: Store) -> None:
     sid, turn = await running_turn(store)
-    assert await store.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    )
     await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
     assert await status_of(store, sid) == ("running", "queued")
     session = await store.get_session(sid)
@@ -531,8 +545,10 @@ async def test_finish_turn_closes_the_session_when_a_close_was_requested_during_
     store: Store,
 ) -> None:
     sid, turn = await running_turn(store)
-    assert await store.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
-    await store.request_close(sid, "alice", "user is done", T0 + 3)
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    )
+    await SessionSteps(store).request_close(sid, "alice", "user is done", T0 + 3)
     session = await store.get_session(sid)
     assert session is not None
     assert (session.status, session.close_requested, session.cancel_requested_turn) == (
@@ -558,25 +574,27 @@ async def test_finish_turn_with_a_close_reason_closes_the_session_and_drops_queu
 ) -> None:
     sid, turn = await running_turn(store)
     message = queued(sid, "never runs")
-    assert await store.enqueue_message(sid, "alice", message, 10, T0 + 2) == "queued"
+    assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 2) == "queued"
     await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "turn limit")
     assert await store.list_queued(sid) == []
     dropped = await store.get_queued(message.id)
     assert dropped is not None and dropped.status == "dropped"
-    assert await store.enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 4) == "closed"
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 4) == "closed"
+    )
 
 
 async def test_request_close_on_an_idle_session_closes_it_at_once(store: Store) -> None:
     sid = await new_session(store)
-    await store.request_close(sid, "mallory", "not yours", T0 + 1)
+    await SessionSteps(store).request_close(sid, "mallory", "not yours", T0 + 1)
     assert await status_of(store, sid) == ("idle", None)
-    await store.request_close(sid, "alice", "finished", T0 + 2)
+    await SessionSteps(store).request_close(sid, "alice", "finished", T0 + 2)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "finished")
     assert "session_closed" in [e.kind for e in await store.list_events(sid, 0, 100)]
-    await store.request_close(sid, "alice", "again", T0 + 3)
+    await SessionSteps(store).request_close(sid, "alice", "again", T0 + 3)
     session = await store.get_session(sid)
     assert session is not None and session.closed_reason == "finished"
 
@@ -586,14 +604,16 @@ async def test_request_close_before_the_first_turn_drops_queued_messages_and_no_
 ) -> None:
     sid = await new_session(store, "first")
     message = (await store.list_queued(sid))[0]
-    await store.request_close(sid, "alice", "changed my mind", T0 + 1)
+    await SessionSteps(store).request_close(sid, "alice", "changed my mind", T0 + 1)
     assert await store.list_queued(sid) == []
     dropped = await store.get_queued(message.id)
     assert dropped is not None and dropped.status == "dropped"
-    assert await store.enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 2) == "closed"
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 2) == "closed"
+    )
     # Whoever drives the session next finds nothing to run and lets it close.
     assert await store.try_acquire_lease(sid, PROC_A, T0 + 2, TTL)
-    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 2) is None
+    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 2) is None
     assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 3)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "changed my mind")
@@ -606,7 +626,7 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
     sid = await new_session(store, "one")
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
     assert not await SessionSteps(store).rest_session(sid, PROC_A, T0 + 1)  # a message is queued
-    turn = await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 1)
+    turn = await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 1)
     assert turn is not None
     assert not await SessionSteps(store).rest_session(sid, PROC_A, T0 + 2)  # a turn runs
     await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
@@ -619,11 +639,11 @@ async def test_rest_session_never_reopens_a_session_that_was_closed_meanwhile(st
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
     # The driver saw a queued message; before it starts the turn the caller cancels that message
     # (the session rests) and then closes the session, which closes it at once.
-    assert await store.request_cancel(sid, "alice", T0 + 1, new_turn_id()) is not None
-    await store.request_close(sid, "alice", "all done", T0 + 2)
+    assert await SessionSteps(store).request_cancel(sid, "alice", T0 + 1, new_turn_id()) is not None
+    await SessionSteps(store).request_close(sid, "alice", "all done", T0 + 2)
     assert await status_of(store, sid) == ("closed", None)
     # The driver carries on: nothing to start, so it lets the session rest.
-    assert await store.start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
+    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
     assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 4)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "all done")
@@ -683,11 +703,11 @@ _LeaseWrite = Callable[[Store, SessionId, TurnRecord, str], Awaitable[object]]
 
 
 async def _write_start_turn(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
-    return await store.start_turn(sid, lease, new_turn_id(), T0 + 100)
+    return await SessionSteps(store).start_turn(sid, lease, new_turn_id(), T0 + 100)
 
 
 async def _write_model_step(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
-    await store.commit_model_step(sid, lease, model_step(turn.id, 2, "gamma"), T0 + 100)
+    await SessionSteps(store).commit_model_step(sid, lease, model_step(turn.id, 2, "gamma"), T0 + 100)
     return None
 
 
@@ -698,13 +718,15 @@ async def _write_finish_turn(store: Store, sid: SessionId, turn: TurnRecord, lea
 
 async def _write_tool_started(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
     pending = [c for c in await store.list_tool_calls(turn.id) if c.status == "pending"]
-    await store.mark_tool_call_started(sid, lease, pending[0].id, T0 + 100)
+    await SessionSteps(store).mark_tool_call_started(sid, lease, pending[0].id, T0 + 100)
     return None
 
 
 async def _write_tool_result(store: Store, sid: SessionId, turn: TurnRecord, lease: str) -> object:
     pending = [c for c in await store.list_tool_calls(turn.id) if c.status == "pending"]
-    await store.commit_tool_result(sid, lease, pending[0].id, "succeeded", {"text": "x"}, T0 + 100, todos=[])
+    await SessionSteps(store).commit_tool_result(
+        sid, lease, pending[0].id, "succeeded", {"text": "x"}, T0 + 100, todos=[]
+    )
     return None
 
 
@@ -727,8 +749,11 @@ async def test_a_lease_checked_write_by_a_process_that_lost_the_lease_raises_and
     store: Store, other_store: Store, write: str
 ) -> None:
     sid, turn = await running_turn(store, lease=PROC_A)
-    await store.commit_model_step(sid, PROC_A, model_step(turn.id, 1, "alpha"), T0 + 2)
-    assert await store.enqueue_message(sid, "alice", queued(sid, "queued next"), 10, T0 + 3) == "queued"
+    await SessionSteps(store).commit_model_step(sid, PROC_A, model_step(turn.id, 1, "alpha"), T0 + 2)
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "queued next"), 10, T0 + 3)
+        == "queued"
+    )
     # PROC_A stalls past its lease; PROC_B takes the session over.
     assert await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
     before = await snapshot(store, sid, turn.id)
@@ -801,7 +826,7 @@ async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or
     held = await new_session(store, "held")
     expired = await new_session(store, "expired")
     closed = await new_session(store)
-    await store.request_close(closed, "alice", "bye", T0)
+    await SessionSteps(store).request_close(closed, "alice", "bye", T0)
     assert await store.try_acquire_lease(held, PROC_A, T0 + 50, TTL)
     assert await store.try_acquire_lease(expired, PROC_A, T0, TTL)
 

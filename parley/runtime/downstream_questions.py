@@ -159,7 +159,7 @@ class DownstreamQuestions:
         async def ask(params: ElicitRequestFormParams) -> ElicitResult:
             now = self._clock()
             interrupt = _question(call, question_payload(params, call), now, wait_s)
-            await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
+            await self._steps.raise_interrupt(session.id, self._process_id, interrupt, now)
             self._signals.notify(session.id)
             with anyio.move_on_after(wait_s):
                 while not cancelled():

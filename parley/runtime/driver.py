@@ -354,7 +354,7 @@ class SessionDriver:
             if (
                 first
                 and session.status == "waiting_for_input"
-                and await self._store.drop_questions_in_place(session_id, self._process_id, self._clock())
+                and await self._steps.drop_questions_in_place(session_id, self._process_id, self._clock())
             ):
                 continue
             first = False
@@ -370,7 +370,7 @@ class SessionDriver:
             if session.current_turn_id is None:
                 if session.status != "running":
                     return
-                turn = await self._store.start_turn(
+                turn = await self._steps.start_turn(
                     session_id, self._process_id, new_turn_id(), self._clock()
                 )
                 if turn is not None:
@@ -427,7 +427,7 @@ class SessionDriver:
         if only_finish:
             return
         if isinstance(action, Nudge):
-            await self._store.append_nudge(session.id, self._process_id, turn_id, action.text, self._clock())
+            await self._steps.append_nudge(session.id, self._process_id, turn_id, action.text, self._clock())
             return
         if isinstance(action, CallModel):
             exceeded = _session_limit(limits, session, self._clock())
@@ -525,7 +525,7 @@ class SessionDriver:
             cached_tokens=response.cached_tokens,
         )
         # Committed in one transaction: the answer, the calls it asked for, and its usage.
-        await self._store.commit_model_step(session.id, self._process_id, step, self._clock())
+        await self._steps.commit_model_step(session.id, self._process_id, step, self._clock())
         self._faults.hit("model_committed", response.text)
 
     async def _complete(
@@ -578,7 +578,7 @@ class SessionDriver:
                 await self._start_timer(session, call, now)
             elif call.status == "waiting_for_timer":
                 if call.wake_at is not None and call.wake_at <= now:
-                    await self._store.commit_tool_result(
+                    await self._steps.commit_tool_result(
                         session.id,
                         self._process_id,
                         call.id,
@@ -617,7 +617,7 @@ class SessionDriver:
     ) -> None:
         parsed = parse_ask_user(call.arguments)
         if isinstance(parsed, ToolOutcome):
-            await self._store.commit_tool_result(
+            await self._steps.commit_tool_result(
                 session.id, self._process_id, call.id, "failed", {"text": parsed.text, "is_error": True}, now
             )
             return
@@ -644,7 +644,7 @@ class SessionDriver:
             created_at=now,
             deadline=deadline,
         )
-        await self._store.raise_interrupt(session.id, self._process_id, interrupt, now)
+        await self._steps.raise_interrupt(session.id, self._process_id, interrupt, now)
         logger.info(
             "session %s: waiting for %s %s on call %s (%s)",
             session.id,
@@ -659,12 +659,12 @@ class SessionDriver:
     async def _start_timer(self, session: SessionRecord, call: ToolCallRecord, now: float) -> None:
         parsed = parse_durable_wait(call.arguments, self._timings.max_timer_s)
         if isinstance(parsed, ToolOutcome):
-            await self._store.commit_tool_result(
+            await self._steps.commit_tool_result(
                 session.id, self._process_id, call.id, "failed", {"text": parsed.text, "is_error": True}, now
             )
             return
         seconds, _reason = parsed
-        await self._store.set_timer(session.id, self._process_id, call.id, now + seconds, now)
+        await self._steps.set_timer(session.id, self._process_id, call.id, now + seconds, now)
 
     async def _expire_deadlines(self, session: SessionRecord, now: float) -> None:
         for interrupt in await self._store.list_interrupts(session.id, pending_only=True):
@@ -683,12 +683,12 @@ class SessionDriver:
             if not verdict.retry:
                 assert verdict.ending is not None
                 run = ended(verdict)
-                await self._store.commit_tool_result(
+                await self._steps.commit_tool_result(
                     session.id, self._process_id, call.id, verdict.ending, run.result, self._clock()
                 )
                 _log_tool_result(session, call, run)
                 return
-        await self._store.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
+        await self._steps.mark_tool_call_started(session.id, self._process_id, call.id, self._clock())
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
             data = {
@@ -730,13 +730,13 @@ class SessionDriver:
             assert run.remote is not None
             wait_s = self._toolbox.input_wait_s(call.server)
             questions = self._questions.retry_questions(session, call, run.remote["forms"], wait_s)
-            await self._store.ask_remote(
+            await self._steps.ask_remote(
                 session.id, self._process_id, call.id, run.remote, questions, self._clock()
             )
             return
         if run.waits:
             assert run.remote is not None
-            await self._store.wait_remote(
+            await self._steps.wait_remote(
                 session.id,
                 self._process_id,
                 call.id,
@@ -746,7 +746,7 @@ class SessionDriver:
                 self._clock(),
             )
             return
-        await self._store.commit_tool_result(
+        await self._steps.commit_tool_result(
             session.id,
             self._process_id,
             call.id,

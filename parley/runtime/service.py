@@ -370,7 +370,7 @@ class SessionService:
             steer=steer,
             settings=settings,
         )
-        outcome = await self._store.enqueue_message(session.id, owner, queued, max_turns, now)
+        outcome = await self._steps.enqueue_message(session.id, owner, queued, max_turns, now)
         if outcome == "not_found":
             raise SessionNotFound(session_id)
         if outcome == "duplicate":
@@ -412,7 +412,7 @@ class SessionService:
             raise InvalidArgument(
                 "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
             )
-        record = await self._store.promote_to_steer(
+        record = await self._steps.promote_to_steer(
             session.id, session.owner, QueuedMessageId(queued_message_id), self._clock()
         )
         if record is None:
@@ -431,7 +431,7 @@ class SessionService:
             raise InvalidArgument(
                 "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
             )
-        record = await self._store.delete_queued(
+        record = await self._steps.delete_queued(
             session.id, owner, QueuedMessageId(queued_message_id), self._clock()
         )
         if record is None:
@@ -610,7 +610,7 @@ class SessionService:
             return replace(
                 outcome, notes=[f"Turn {turn_id} is not running ({old.status}); nothing was cancelled."]
             )
-        turn_id = await self._store.request_cancel(session.id, owner, self._clock(), new_turn_id())
+        turn_id = await self._steps.request_cancel(session.id, owner, self._clock(), new_turn_id())
         if turn_id is None:
             # Nothing runs: cancelling is idempotent, so report how the last turn ended.
             latest = await self._store.get_session(session.id) or session
@@ -628,7 +628,7 @@ class SessionService:
         session = await self._owned(owner, session_id)
         wait_s = self._wait_s(wait_seconds)
         if session.status != "closed":
-            await self._store.request_close(session.id, owner, "closed by the caller", self._clock())
+            await self._steps.request_close(session.id, owner, "closed by the caller", self._clock())
             self._signals.request_cancel(session.id)
             self._signals.work_available()
         deadline = anyio.current_time() + wait_s

@@ -1,18 +1,105 @@
 """The rules of transitions.py applied to stored sessions: load the snapshot, decide, write the
-changes, all in one transaction of the step port (parley/storage/changes.py)."""
+changes, all in one transaction of the step port (parley/storage/changes.py). Each method is one
+event of DESIGN §4.8; `lease` names the process that must still hold the session's lease."""
 
 from __future__ import annotations
 
-from parley.ids import SessionId, TurnId
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from parley.errors import StorageError
+from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.runtime import transitions
 from parley.runtime.transitions import TurnEnd
-from parley.storage.base import Resolution, ResolveResult
-from parley.storage.changes import StepStore
+from parley.storage.base import (
+    EnqueueOutcome,
+    InterruptRecord,
+    ModelStep,
+    QueuedMessageRecord,
+    Resolution,
+    ResolveResult,
+    ToolCallStatus,
+    TurnRecord,
+)
+from parley.storage.changes import Changes, SessionSnapshot, StepStore
+
+T = TypeVar("T")
+
+Decide = Callable[[SessionSnapshot], tuple[T, Changes]]
 
 
 class SessionSteps:
     def __init__(self, store: StepStore) -> None:
         self._store = store
+
+    async def _decide(
+        self, session_id: SessionId, decide: Decide[T], missing: T, now: float, **load: Any
+    ) -> T:
+        """Load, decide and write in one transaction; `missing` when the session does not exist."""
+        async with self._store.session_transaction(session_id, **load) as tx:
+            if tx is None:
+                return missing
+            result, changes = decide(tx.snapshot)
+            if not changes.is_empty():
+                await tx.apply(changes, now)
+            return result
+
+    async def _write(
+        self,
+        session_id: SessionId,
+        lease: str,
+        decide: Callable[[SessionSnapshot], Changes | None],
+        now: float,
+        **load: Any,
+    ) -> None:
+        """A step of the lease holder's turn; a missing record is a bug, not a race."""
+
+        def with_check(snapshot: SessionSnapshot) -> tuple[None, Changes]:
+            changes = decide(snapshot)
+            if changes is None:
+                raise StorageError(f"session {session_id}: the record this step writes is not stored")
+            return None, changes
+
+        await self._decide(session_id, with_check, None, now, lease=lease, **load)
+
+    # ------------------------------------------------------------------ a caller's requests
+
+    async def enqueue_message(
+        self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
+    ) -> EnqueueOutcome:
+        return await self._decide(
+            session_id,
+            lambda s: transitions.queue_message(s, owner, message, max_turns),
+            "not_found",
+            now,
+            client_message_id=message.client_message_id,
+        )
+
+    async def promote_to_steer(
+        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
+    ) -> QueuedMessageRecord | None:
+        return await self._decide(
+            session_id, lambda s: transitions.promote_to_steer(s, owner), None, now, message_id=message_id
+        )
+
+    async def delete_queued(
+        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
+    ) -> QueuedMessageRecord | None:
+        return await self._decide(
+            session_id, lambda s: transitions.delete_queued(s, owner), None, now, message_id=message_id
+        )
+
+    async def request_cancel(
+        self, session_id: SessionId, owner: str, now: float, queued_turn_id: TurnId
+    ) -> TurnId | None:
+        return await self._decide(
+            session_id, lambda s: transitions.request_cancel(s, owner, queued_turn_id, now), None, now
+        )
+
+    async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:
+        await self._decide(
+            session_id, lambda s: (None, transitions.request_close(s, owner, reason)), None, now
+        )
 
     async def resolve_interrupt(
         self,
@@ -24,39 +111,139 @@ class SessionSteps:
         owner: str | None = None,
     ) -> ResolveResult:
         """Decide an interrupt; the first decision wins (see transitions.resolve_interrupt)."""
-        async with self._store.session_transaction(session_id, interrupt_id=interrupt_id) as tx:
-            if tx is None:
-                return ResolveResult(outcome="not_found")
-            result, changes = transitions.resolve_interrupt(
-                tx.snapshot, interrupt_id, resolution, by, now, owner
-            )
-            await tx.apply(changes, now)
-            return result
+        return await self._decide(
+            session_id,
+            lambda s: transitions.resolve_interrupt(s, interrupt_id, resolution, by, now, owner),
+            ResolveResult(outcome="not_found"),
+            now,
+            interrupt_id=interrupt_id,
+        )
+
+    # ------------------------------------------------------------------ the lease holder's steps
+
+    async def start_turn(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, now: float
+    ) -> TurnRecord | None:
+        return await self._decide(
+            session_id, lambda s: transitions.start_turn(s, turn_id, now), None, now, lease=lease
+        )
+
+    async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:
+        await self._write(
+            session_id,
+            lease,
+            lambda s: transitions.model_step(s, step, lease, now),
+            now,
+            turn_id=step.turn_id,
+        )
+
+    async def append_nudge(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
+    ) -> None:
+        await self._write(session_id, lease, lambda s: transitions.nudge(s, text), now, turn_id=turn_id)
+
+    async def mark_tool_call_started(
+        self, session_id: SessionId, lease: str, call_id: ToolCallId, now: float
+    ) -> None:
+        await self._write(
+            session_id, lease, lambda s: transitions.tool_started(s, call_id), now, call_id=call_id
+        )
+
+    async def commit_tool_result(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        result: dict[str, Any],
+        now: float,
+        todos: list[dict[str, Any]] | None = None,
+    ) -> None:
+        await self._write(
+            session_id,
+            lease,
+            lambda s: transitions.tool_result(s, call_id, status, result, now, todos),
+            now,
+            call_id=call_id,
+        )
+
+    async def raise_interrupt(
+        self, session_id: SessionId, lease: str, interrupt: InterruptRecord, now: float
+    ) -> None:
+        await self._write(
+            session_id,
+            lease,
+            lambda s: transitions.raise_interrupt(s, interrupt, now),
+            now,
+            turn_id=interrupt.turn_id,
+        )
+
+    async def drop_questions_in_place(self, session_id: SessionId, lease: str, now: float) -> int:
+        return await self._decide(
+            session_id, lambda s: transitions.drop_questions_in_place(s, now), 0, now, lease=lease
+        )
+
+    async def ask_remote(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        remote: dict[str, Any],
+        questions: Sequence[InterruptRecord],
+        now: float,
+    ) -> None:
+        await self._write(
+            session_id,
+            lease,
+            lambda s: transitions.ask_remote(s, call_id, remote, questions, now),
+            now,
+            call_id=call_id,
+        )
+
+    async def wait_remote(
+        self,
+        session_id: SessionId,
+        lease: str,
+        call_id: ToolCallId,
+        status: ToolCallStatus,
+        remote: dict[str, Any],
+        wake_at: float | None,
+        now: float,
+    ) -> None:
+        await self._write(
+            session_id,
+            lease,
+            lambda s: transitions.wait_remote(s, call_id, status, remote, wake_at),
+            now,
+            call_id=call_id,
+        )
+
+    async def set_timer(
+        self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
+    ) -> None:
+        await self._write(
+            session_id, lease, lambda s: transitions.set_timer(call_id, wake_at), now, call_id=call_id
+        )
 
     async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
         """Park the turn if nothing of it can run now; True if it was parked."""
-        async with self._store.session_transaction(session_id, turn_id=turn_id, lease=lease) as tx:
-            if tx is None:
-                return False
-            changes = transitions.park_turn(tx.snapshot)
-            if changes is None:
-                return False
-            await tx.apply(changes, now)
-            return True
+
+        def decide(snapshot: SessionSnapshot) -> tuple[bool, Changes]:
+            changes = transitions.park_turn(snapshot)
+            return (changes is not None), (changes or Changes())
+
+        return await self._decide(session_id, decide, False, now, turn_id=turn_id, lease=lease)
 
     async def finish_turn(
         self, session_id: SessionId, lease: str, turn_id: TurnId, end: TurnEnd, now: float
     ) -> None:
-        async with self._store.session_transaction(session_id, turn_id=turn_id, lease=lease) as tx:
-            if tx is None or tx.snapshot.turn is None:
-                return
-            await tx.apply(transitions.finish_turn(tx.snapshot, end, now), now)
+        def decide(snapshot: SessionSnapshot) -> tuple[None, Changes]:
+            if snapshot.turn is None:
+                return None, Changes()
+            return None, transitions.finish_turn(snapshot, end, now)
+
+        await self._decide(session_id, decide, None, now, turn_id=turn_id, lease=lease)
 
     async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
         """A session without a turn closes, runs on with its queue, or rests; True if it rests."""
-        async with self._store.session_transaction(session_id, lease=lease) as tx:
-            if tx is None:
-                return True
-            rests, changes = transitions.rest_session(tx.snapshot)
-            await tx.apply(changes, now)
-            return rests
+        return await self._decide(session_id, transitions.rest_session, True, now, lease=lease)

@@ -5,25 +5,32 @@ No I/O, no clock, no ids: the caller loads the snapshot and writes the changes i
 transaction (parley/storage/changes.py), so a decision is never written from a stale snapshot.
 The text the model reads about a decision is built here too, never in storage.
 
-Moved here so far: resolving an interrupt (first decision wins), parking a turn, finishing a
-turn, and letting a session rest. The other steps still decide in the driver and the store.
+Every write to a session's state is decided here: messages and the queue, cancel and close,
+the turn's steps, interrupts, downstream calls, parking, ending a turn and resting.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from parley.ids import ToolCallId, TurnId
 from parley.runtime.effect_policy import abandoned_status
 from parley.storage.base import (
+    EnqueueOutcome,
     InterruptRecord,
+    ModelStep,
+    QueuedMessageRecord,
     Resolution,
     ResolveResult,
     SessionStatus,
+    ToolCallRecord,
     ToolCallStatus,
+    TurnRecord,
     TurnStatus,
 )
-from parley.storage.changes import Changes, NewEvent, NewMessage, SessionSnapshot
+from parley.storage.changes import Changes, NewEvent, NewMessage, NewStep, SessionSnapshot
 
 # A session in one of these has ended; nothing changes it back.
 ENDED_SESSION = frozenset({"closed", "completed", "failed"})
@@ -265,3 +272,414 @@ def _settle(snapshot: SessionSnapshot, changes: Changes) -> bool:
 def _drop_queue(snapshot: SessionSnapshot, changes: Changes) -> None:
     for queued in snapshot.queued:
         changes.queued[queued.id] = {"status": "dropped"}
+
+
+# ---------------------------------------------------------------------- messages and the queue
+
+
+def queue_message(
+    snapshot: SessionSnapshot, owner: str, message: QueuedMessageRecord, max_turns: int
+) -> tuple[EnqueueOutcome, Changes]:
+    """A caller's message for a session: queued behind the running turn (or steering it), unless
+    the session is not the caller's, has ended, already has this client_message_id, or would
+    exceed its turns."""
+    changes = Changes()
+    session = snapshot.session
+    if session.owner != owner:
+        return "not_found", changes
+    if session.status in ENDED_SESSION or session.close_requested:
+        return "closed", changes
+    if message.client_message_id is not None and snapshot.sent is not None:
+        return "duplicate", changes
+    if session.turn_count + len(snapshot.queued) >= max_turns:
+        return "turn_limit", changes
+    changes.new_queued.append(replace(message, status="queued", turn_id=None))
+    changes.events.append(NewEvent(None, "message_queued", {"queued_message_id": message.id}))
+    if message.steer:
+        _wake_for_steer(snapshot, changes, message.id)
+    if session.status == "idle":
+        # An idle session has work now; the scheduler looks for running sessions.
+        changes.session.update(status="running", phase=session.phase or "queued")
+    return "queued", changes
+
+
+def _wake_for_steer(snapshot: SessionSnapshot, changes: Changes, message_id: str) -> None:
+    """A parked turn has no driver to notice a steer: put it back in the scheduler's sight."""
+    session = snapshot.session
+    if session.current_turn_id is not None:
+        changes.session["wake_at"] = None
+        if session.status == "waiting_for_input":
+            changes.session["status"] = "running"
+    changes.events.append(NewEvent(None, "steer_requested", {"queued_message_id": message_id}))
+
+
+def promote_to_steer(snapshot: SessionSnapshot, owner: str) -> tuple[QueuedMessageRecord | None, Changes]:
+    """Make the snapshot's queued `message` steer the running turn (if it still waits)."""
+    changes = Changes()
+    message = snapshot.message
+    if message is None or snapshot.session.owner != owner:
+        return None, changes
+    if message.status == "queued" and not message.steer:
+        changes.queued[message.id] = {"steer": True}
+        _wake_for_steer(snapshot, changes, message.id)
+    return message, changes
+
+
+def delete_queued(snapshot: SessionSnapshot, owner: str) -> tuple[QueuedMessageRecord | None, Changes]:
+    """Drop the snapshot's queued `message` if no turn has taken it yet."""
+    changes = Changes()
+    message = snapshot.message
+    if message is None or snapshot.session.owner != owner:
+        return None, changes
+    if message.status == "queued":
+        changes.queued[message.id] = {"status": "dropped"}
+        changes.events.append(NewEvent(None, "message_deleted", {"queued_message_id": message.id}))
+        session = snapshot.session
+        others = [q for q in snapshot.queued if q.id != message.id]
+        if session.status == "running" and session.current_turn_id is None and not others:
+            # The session only waited for this message: it has nothing to do any more.
+            changes.session.update(status="idle", phase=None)
+    return message, changes
+
+
+def request_cancel(
+    snapshot: SessionSnapshot, owner: str, queued_turn_id: TurnId, now: float
+) -> tuple[TurnId | None, Changes]:
+    """Cancel the running turn (its driver notices), or, when the caller's message is accepted
+    but no turn took it yet, record it as a turn cancelled before it started (`queued_turn_id`)."""
+    changes = Changes()
+    session = snapshot.session
+    if session.owner != owner:
+        return None, changes
+    if session.current_turn_id is None:
+        if session.status != "running" or not snapshot.queued:
+            return None, changes
+        first = snapshot.queued[0]
+        seq = session.turn_count + 1
+        changes.new_turn = TurnRecord(
+            id=queued_turn_id,
+            session_id=session.id,
+            seq=seq,
+            status="cancelled",
+            queued_message_id=first.id,
+            started_at=now,
+            ended_at=now,
+            answer=None,
+            error=None,
+            model_calls=0,
+            input_tokens=0,
+            output_tokens=0,
+        )
+        changes.queued[first.id] = {"status": "consumed", "turn_id": queued_turn_id}
+        changes.messages.append(NewMessage(queued_turn_id, "user", {"text": first.text}))
+        changes.session.update(turn_count=seq, last_turn_id=queued_turn_id)
+        changes.events.append(NewEvent(queued_turn_id, "turn_ended", {"status": "cancelled", "error": None}))
+        rest = replace(snapshot, queued=snapshot.queued[1:])
+        _settle(rest, changes)
+        return queued_turn_id, changes
+    turn_id = session.current_turn_id
+    # A parked turn (waiting for input or a timer) has no driver: wake it so one cancels it.
+    changes.session.update(cancel_requested_turn=turn_id, wake_at=None)
+    if session.status == "waiting_for_input":
+        changes.session["status"] = "running"
+    changes.events.append(NewEvent(turn_id, "cancel_requested", {}))
+    return turn_id, changes
+
+
+def request_close(snapshot: SessionSnapshot, owner: str, reason: str) -> Changes:
+    """Close at once a session at rest; a working one closes when its turn ends (cancelled)."""
+    changes = Changes()
+    session = snapshot.session
+    if session.owner != owner or session.status == "closed":
+        return changes
+    _drop_queue(snapshot, changes)
+    if session.status not in ("running", "waiting_for_input"):
+        changes.session.update(status="closed", phase=None, closed_reason=reason)
+        changes.events.append(NewEvent(None, "session_closed", {"reason": reason}))
+        return changes
+    changes.session.update(
+        close_requested=True,
+        closed_reason=reason,
+        cancel_requested_turn=session.current_turn_id,
+        wake_at=None,
+    )
+    if session.status == "waiting_for_input":
+        changes.session["status"] = "running"
+    changes.events.append(NewEvent(session.current_turn_id, "close_requested", {"reason": reason}))
+    return changes
+
+
+# ---------------------------------------------------------------------- a turn's steps
+
+
+def start_turn(snapshot: SessionSnapshot, turn_id: TurnId, now: float) -> tuple[TurnRecord | None, Changes]:
+    """A new turn takes the steered messages (all of them), else the oldest queued one. The
+    messages' settings apply from this turn on; the turn keeps its own copy, so a restart or a
+    later change never alters a turn that has started."""
+    changes = Changes()
+    session = snapshot.session
+    if session.close_requested:
+        return None, changes
+    taken = [q for q in snapshot.queued if q.steer] or list(snapshot.queued[:1])
+    if not taken:
+        return None, changes
+    seq = session.turn_count + 1
+    settings = dict(session.settings)
+    for message in taken:
+        settings.update(message.settings or {})
+    turn = TurnRecord(
+        id=turn_id,
+        session_id=session.id,
+        seq=seq,
+        status="running",
+        queued_message_id=taken[0].id,
+        started_at=now,
+        ended_at=None,
+        answer=None,
+        error=None,
+        model_calls=0,
+        input_tokens=0,
+        output_tokens=0,
+        settings=settings,
+    )
+    changes.new_turn = turn
+    for message in taken:
+        changes.queued[message.id] = {"status": "consumed", "turn_id": turn_id}
+        changes.messages.append(NewMessage(turn_id, "user", {"text": message.text}))
+    changes.session.update(
+        status="running",
+        phase="model",
+        current_turn_id=turn_id,
+        last_turn_id=turn_id,
+        turn_count=seq,
+        settings=settings,
+    )
+    changes.events.append(NewEvent(turn_id, "turn_started", {"queued_message_id": taken[0].id}))
+    return turn, changes
+
+
+def model_step(snapshot: SessionSnapshot, step: ModelStep, process_id: str, now: float) -> Changes:
+    """A model call's answer, the calls it asked for (pending) and its usage, committed as one step."""
+    session, turn = snapshot.session, snapshot.turn
+    assert turn is not None and turn.id == step.turn_id, "model_step needs the step's turn in the snapshot"
+    changes = Changes()
+    changes.new_step = NewStep(
+        turn_id=step.turn_id,
+        step_no=step.step_no,
+        kind="model",
+        process_id=process_id,
+        input_tokens=step.input_tokens,
+        output_tokens=step.output_tokens,
+        cached_tokens=step.cached_tokens,
+    )
+    changes.messages.append(NewMessage(step.turn_id, "assistant", step.assistant))
+    for new in step.tool_calls:
+        changes.new_calls.append(
+            ToolCallRecord(
+                id=new.id,
+                session_id=session.id,
+                turn_id=step.turn_id,
+                step_no=step.step_no,
+                call_index=new.call_index,
+                name=new.name,
+                arguments=new.arguments,
+                status="pending",
+                effect=new.effect,
+                result=None,
+                attempts=0,
+                idempotency_key=f"{session.id}/{step.turn_id}/{new.id}",
+                created_at=now,
+                updated_at=now,
+                source=new.source,
+                server=new.server,
+                tool=new.tool,
+                requires_approval=new.requires_approval,
+            )
+        )
+    changes.turn.update(
+        model_calls=turn.model_calls + 1,
+        input_tokens=turn.input_tokens + step.input_tokens,
+        output_tokens=turn.output_tokens + step.output_tokens,
+        cached_tokens=turn.cached_tokens + step.cached_tokens,
+    )
+    changes.session.update(
+        model_calls=session.model_calls + 1,
+        input_tokens=session.input_tokens + step.input_tokens,
+        output_tokens=session.output_tokens + step.output_tokens,
+        cached_tokens=session.cached_tokens + step.cached_tokens,
+        phase="tools" if step.tool_calls else "model",
+        wake_at=None,
+    )
+    changes.events.append(
+        NewEvent(
+            step.turn_id,
+            "model_step",
+            {
+                "step_no": step.step_no,
+                "text": step.assistant.get("text", ""),
+                "tool_calls": len(step.tool_calls),
+            },
+        )
+    )
+    return changes
+
+
+def nudge(snapshot: SessionSnapshot, text: str) -> Changes:
+    """A reminder to the model (a task session that answered without its result)."""
+    assert snapshot.turn is not None
+    changes = Changes()
+    changes.messages.append(NewMessage(snapshot.turn.id, "user", {"text": text, "nudge": True}))
+    changes.events.append(NewEvent(snapshot.turn.id, "nudged", {}))
+    return changes
+
+
+def tool_started(snapshot: SessionSnapshot, call_id: ToolCallId) -> Changes:
+    changes = Changes()
+    call = snapshot.call(call_id)
+    if call is None:
+        return changes
+    changes.calls[call.id] = {"status": "running", "attempts": call.attempts + 1}
+    changes.events.append(NewEvent(call.turn_id, "tool_started", {"call_id": call.id, "tool": call.name}))
+    return changes
+
+
+def tool_result(
+    snapshot: SessionSnapshot,
+    call_id: ToolCallId,
+    status: ToolCallStatus,
+    result: dict[str, Any],
+    now: float,
+    todos: list[dict[str, Any]] | None = None,
+) -> Changes | None:
+    """A call's final result (None: no such call in the snapshot). A question its server asked
+    while it ran is moot once it has ended."""
+    call = snapshot.call(call_id)
+    if call is None:
+        return None
+    changes = Changes()
+    changes.calls[call.id] = {"status": status, "result": result}
+    for interrupt in snapshot.interrupts:
+        if interrupt.status == "pending" and interrupt.tool_call_id == call.id:
+            changes.interrupts[interrupt.id] = {
+                "status": "cancelled",
+                "resolved_at": now,
+                "resolved_by": "call_ended",
+            }
+    _unless_waiting(snapshot, changes)
+    changes.messages.append(
+        NewMessage(
+            call.turn_id, "tool", {"tool_call_id": call.id, "name": call.name, "status": status, **result}
+        )
+    )
+    if todos is not None:
+        changes.session["todos"] = todos
+    changes.events.append(
+        NewEvent(call.turn_id, "tool_finished", {"call_id": call.id, "tool": call.name, "status": status})
+    )
+    return changes
+
+
+def _unless_waiting(snapshot: SessionSnapshot, changes: Changes) -> None:
+    """A session shown waiting for input with nothing pending any more (after `changes`) is running."""
+    if snapshot.session.status != "waiting_for_input":
+        return
+    still = [
+        i
+        for i in snapshot.interrupts
+        if i.status == "pending" and changes.interrupts.get(i.id, {}).get("status", "pending") == "pending"
+    ]
+    if not still and not any(i.status == "pending" for i in changes.new_interrupts):
+        changes.session["status"] = "running"
+
+
+def raise_interrupt(snapshot: SessionSnapshot, interrupt: InterruptRecord, now: float) -> Changes:
+    """Ask a person: an approval of a call, or a question (from ask_user or a tool's server)."""
+    changes = Changes()
+    changes.new_interrupts.append(replace(interrupt, status="pending", created_at=now))
+    if asked_in_place(interrupt):
+        # The call stays open at its server while the user is asked; the session shows it.
+        if snapshot.session.status == "running":
+            changes.session.update(status="waiting_for_input", phase=None)
+    elif interrupt.tool_call_id is not None:
+        status = "pending_approval" if interrupt.kind == "approval" else "awaiting_answer"
+        changes.calls[interrupt.tool_call_id] = {"status": status}
+    changes.events.append(
+        NewEvent(
+            interrupt.turn_id, "interrupt_raised", {"interrupt_id": interrupt.id, "kind": interrupt.kind}
+        )
+    )
+    return changes
+
+
+def drop_questions_in_place(snapshot: SessionSnapshot, now: float) -> tuple[int, Changes]:
+    """Questions a server asked during a call that was open in a process that stopped can never
+    reach that call: drop them, so the session does not wait for them."""
+    changes = Changes()
+    for interrupt in snapshot.interrupts:
+        if interrupt.status == "pending" and interrupt.kind == "question" and _in_place_mode(interrupt):
+            changes.interrupts[interrupt.id] = {
+                "status": "cancelled",
+                "resolved_at": now,
+                "resolved_by": "call_interrupted",
+            }
+    dropped = len(changes.interrupts)
+    if dropped:
+        _unless_waiting(snapshot, changes)
+        changes.events.append(NewEvent(None, "questions_dropped", {"count": dropped}))
+    return dropped, changes
+
+
+def _in_place_mode(interrupt: InterruptRecord) -> bool:
+    downstream = interrupt.payload.get("downstream")
+    return isinstance(downstream, dict) and downstream.get("mode") == "in_place"
+
+
+def ask_remote(
+    snapshot: SessionSnapshot,
+    call_id: ToolCallId,
+    remote: dict[str, Any],
+    questions: Sequence[InterruptRecord],
+    now: float,
+) -> Changes | None:
+    """A call's server asked questions before it can go on: the call waits for the answers."""
+    if snapshot.call(call_id) is None:
+        return None
+    changes = Changes()
+    changes.calls[call_id] = {"status": "awaiting_answer", "remote": remote, "wake_at": None}
+    for question in questions:
+        changes.new_interrupts.append(replace(question, status="pending", created_at=now))
+        changes.events.append(
+            NewEvent(
+                question.turn_id, "interrupt_raised", {"interrupt_id": question.id, "kind": question.kind}
+            )
+        )
+    return changes
+
+
+def wait_remote(
+    snapshot: SessionSnapshot,
+    call_id: ToolCallId,
+    status: ToolCallStatus,
+    remote: dict[str, Any],
+    wake_at: float | None,
+) -> Changes | None:
+    """A call that runs as a downstream task waits for its next poll at `wake_at`."""
+    call = snapshot.call(call_id)
+    if call is None:
+        return None
+    changes = Changes()
+    changes.calls[call.id] = {"status": status, "remote": remote, "wake_at": wake_at}
+    data: dict[str, Any] = {"call_id": call.id, "tool": call.name, "status": status, "wake_at": wake_at}
+    if remote.get("task_id"):
+        data["task_id"] = remote["task_id"]
+        data["task_status"] = remote.get("task_status")
+    changes.events.append(NewEvent(call.turn_id, "tool_remote", data))
+    return changes
+
+
+def set_timer(call_id: ToolCallId, wake_at: float) -> Changes:
+    """A durable wait: the call waits for `wake_at` (a stored timer, it survives restarts)."""
+    changes = Changes()
+    changes.calls[call_id] = {"status": "waiting_for_timer", "wake_at": wake_at}
+    changes.events.append(NewEvent(None, "timer_set", {"call_id": call_id, "wake_at": wake_at}))
+    return changes

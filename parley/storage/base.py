@@ -331,6 +331,9 @@ class Store(Protocol):
         turn_id: TurnId | None = None,
         lease: str | None = None,
         interrupt_id: str | None = None,
+        call_id: ToolCallId | None = None,
+        message_id: QueuedMessageId | None = None,
+        client_message_id: str | None = None,
     ) -> AbstractAsyncContextManager[SessionTransaction | None]: ...
 
     # -- sessions and queued messages (called by the server on behalf of a caller)
@@ -356,35 +359,7 @@ class Store(Protocol):
         """The latest event number of each session (a session that changed wrote an event)."""
         ...
 
-    async def enqueue_message(
-        self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
-    ) -> EnqueueOutcome: ...
-
-    async def promote_to_steer(
-        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
-    ) -> QueuedMessageRecord | None:
-        """Mark a queued message as a steer (waking a parked turn); returns it as it was, None if unknown."""
-        ...
-
-    async def delete_queued(
-        self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
-    ) -> QueuedMessageRecord | None:
-        """Drop a message no turn has taken yet; returns it as it was, None if unknown."""
-        ...
-
     async def steer_pending(self, session_id: SessionId) -> bool: ...
-
-    async def request_cancel(
-        self, session_id: SessionId, owner: str, now: float, queued_turn_id: TurnId
-    ) -> TurnId | None:
-        """Mark the running turn for cancellation and return its id. When the session's next
-        message is accepted but not yet taken into a turn, record it as a cancelled turn with
-        id `queued_turn_id` instead. None when nothing runs."""
-        ...
-
-    async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:
-        """Drop queued messages; close at once when no turn runs, else after it is cancelled."""
-        ...
 
     # -- leases
     async def try_acquire_lease(
@@ -406,31 +381,6 @@ class Store(Protocol):
         ...
 
     # -- turn steps (lease-checked)
-    async def start_turn(
-        self, session_id: SessionId, lease: str, turn_id: TurnId, now: float
-    ) -> TurnRecord | None:
-        """Take the oldest queued message into a new turn; None when nothing is queued."""
-        ...
-
-    async def commit_model_step(
-        self, session_id: SessionId, lease: str, step: ModelStep, now: float
-    ) -> None: ...
-
-    async def mark_tool_call_started(
-        self, session_id: SessionId, lease: str, call_id: ToolCallId, now: float
-    ) -> None: ...
-
-    async def commit_tool_result(
-        self,
-        session_id: SessionId,
-        lease: str,
-        call_id: ToolCallId,
-        status: ToolCallStatus,
-        result: dict[str, Any],
-        now: float,
-        todos: list[dict[str, Any]] | None = None,
-    ) -> None: ...
-
     async def record_event(
         self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
     ) -> None:
@@ -438,48 +388,6 @@ class Store(Protocol):
         ...
 
     # -- interrupts and timers
-    async def raise_interrupt(
-        self, session_id: SessionId, lease: str, interrupt: InterruptRecord, now: float
-    ) -> None:
-        """Store a pending interrupt and put its tool call in pending_approval / awaiting_answer."""
-        ...
-
-    async def wait_remote(
-        self,
-        session_id: SessionId,
-        lease: str,
-        call_id: ToolCallId,
-        status: ToolCallStatus,
-        remote: dict[str, Any],
-        wake_at: float | None,
-        now: float,
-    ) -> None:
-        """Store where a call stands at its MCP server (a task to poll at `wake_at`, or input it
-        waits for) with the call's new non-final status."""
-        ...
-
-    async def ask_remote(
-        self,
-        session_id: SessionId,
-        lease: str,
-        call_id: ToolCallId,
-        remote: dict[str, Any],
-        questions: Sequence[InterruptRecord],
-        now: float,
-    ) -> None:
-        """In one commit: the call waits for answers (`awaiting_answer`) to what its server asked,
-        with the state to send back stored in `remote`, and the questions are raised."""
-        ...
-
-    async def drop_questions_in_place(self, session_id: SessionId, lease: str, now: float) -> int:
-        """Cancel the questions servers asked during calls that are no longer open (their process
-        stopped): taking over a session, nothing of the previous holder is in flight any more."""
-        ...
-
-    async def set_timer(
-        self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
-    ) -> None: ...
-
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]: ...
 
     async def list_all_pending(self, limit: int) -> list[InterruptRecord]: ...
@@ -492,12 +400,6 @@ class Store(Protocol):
 
     async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
         """(upto_seq, text) of the newest summary."""
-        ...
-
-    async def append_nudge(
-        self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
-    ) -> None:
-        """Add a reminder to the turn (a user-role message marked as a nudge)."""
         ...
 
     async def get_session(self, session_id: SessionId) -> SessionRecord | None: ...

@@ -33,6 +33,10 @@ class SessionSnapshot:
     calls: tuple[ToolCallRecord, ...] = ()
     interrupts: tuple[InterruptRecord, ...] = ()
     queued: tuple[QueuedMessageRecord, ...] = ()
+    # Asked for by the caller: one queued message of the session by id, and the message sent
+    # with a client_message_id (whatever their status).
+    message: QueuedMessageRecord | None = None
+    sent: QueuedMessageRecord | None = None
 
     def call(self, call_id: ToolCallId | None) -> ToolCallRecord | None:
         return next((c for c in self.calls if c.id == call_id), None)
@@ -59,6 +63,20 @@ class NewEvent:
     data: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewStep:
+    """The record that a step of a turn was committed; a second commit of the same step fails
+    (that is how a process that lost its lease is kept from committing twice)."""
+
+    turn_id: TurnId
+    step_no: int
+    kind: str
+    process_id: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+
+
 @dataclass(slots=True)
 class Changes:
     """What a decision writes, by record field name (the backend maps fields to its columns).
@@ -73,6 +91,12 @@ class Changes:
     queued: dict[QueuedMessageId, dict[str, Any]] = field(default_factory=dict)
     messages: list[NewMessage] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
+    # New records (queued messages get the session's next queue number from the backend).
+    new_step: NewStep | None = None
+    new_turn: TurnRecord | None = None
+    new_calls: list[ToolCallRecord] = field(default_factory=list)
+    new_interrupts: list[InterruptRecord] = field(default_factory=list)
+    new_queued: list[QueuedMessageRecord] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (
@@ -83,6 +107,11 @@ class Changes:
             or self.queued
             or self.messages
             or self.events
+            or self.new_step
+            or self.new_turn
+            or self.new_calls
+            or self.new_interrupts
+            or self.new_queued
         )
 
 
@@ -105,8 +134,12 @@ class StepStore(Protocol):
         turn_id: TurnId | None = None,
         lease: str | None = None,
         interrupt_id: str | None = None,
+        call_id: ToolCallId | None = None,
+        message_id: QueuedMessageId | None = None,
+        client_message_id: str | None = None,
     ) -> AbstractAsyncContextManager[SessionTransaction | None]:
         """Load the snapshot (None if the session does not exist) with the session's current turn,
-        or `turn_id`, or the turn `interrupt_id` belongs to. With `lease`, LeaseLost unless that
-        process still holds the session's lease (nothing is written)."""
+        or `turn_id`, or the turn `interrupt_id` or `call_id` belongs to; `message_id` and `client_message_id`
+        load those queued messages too. With `lease`, LeaseLost unless that process still holds
+        the session's lease (nothing is written)."""
         ...

@@ -11,7 +11,7 @@ from typing import Any
 import aiosqlite
 
 from parley.errors import LeaseLost, StorageError
-from parley.ids import SessionId, TurnId
+from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.changes import Changes, SessionSnapshot
 from parley.storage.sqlite_plumbing import dumps
 from parley.storage.sqlite_rows import (
@@ -58,6 +58,101 @@ class _Transaction:
     async def apply(self, changes: Changes, now: float) -> None:
         snapshot = self._snapshot
         session_id = snapshot.session.id
+        db = self._db
+        if changes.new_step is not None:
+            step = changes.new_step
+            try:
+                await db.execute(
+                    "INSERT INTO steps (session_id, turn_id, step_no, kind, process_id, input_tokens, "
+                    "output_tokens, created_at, cached_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        session_id,
+                        step.turn_id,
+                        step.step_no,
+                        step.kind,
+                        step.process_id,
+                        step.input_tokens,
+                        step.output_tokens,
+                        now,
+                        step.cached_tokens,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise LeaseLost(session_id) from exc
+        if changes.new_turn is not None:
+            turn = changes.new_turn
+            await db.execute(
+                "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at, ended_at, "
+                "settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    turn.id,
+                    session_id,
+                    turn.seq,
+                    turn.status,
+                    turn.queued_message_id,
+                    turn.started_at,
+                    turn.ended_at,
+                    dumps(turn.settings),
+                ),
+            )
+        for new in changes.new_queued:
+            seq = await self._store._next_seq(db, session_id, "queue_seq")
+            await db.execute(
+                "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, "
+                "client_message_id, steer, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    new.id,
+                    session_id,
+                    seq,
+                    new.text,
+                    new.status,
+                    new.turn_id,
+                    new.created_at,
+                    new.client_message_id,
+                    int(new.steer),
+                    dumps(new.settings) if new.settings is not None else None,
+                ),
+            )
+        for call in changes.new_calls:
+            await db.execute(
+                "INSERT INTO tool_calls (id, session_id, turn_id, step_no, call_index, name, arguments, "
+                "status, effect, idempotency_key, created_at, updated_at, source, server, tool, "
+                "requires_approval) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    call.id,
+                    session_id,
+                    call.turn_id,
+                    call.step_no,
+                    call.call_index,
+                    call.name,
+                    dumps(call.arguments),
+                    call.status,
+                    call.effect,
+                    call.idempotency_key,
+                    call.created_at,
+                    call.updated_at,
+                    call.source,
+                    call.server,
+                    call.tool,
+                    int(call.requires_approval),
+                ),
+            )
+        for interrupt in changes.new_interrupts:
+            await db.execute(
+                "INSERT INTO interrupts (id, session_id, turn_id, tool_call_id, kind, status, payload, "
+                "created_at, deadline) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    interrupt.id,
+                    session_id,
+                    interrupt.turn_id,
+                    interrupt.tool_call_id,
+                    interrupt.kind,
+                    interrupt.status,
+                    dumps(interrupt.payload),
+                    interrupt.created_at,
+                    interrupt.deadline,
+                ),
+            )
         if changes.session:
             await self._update("sessions", session_id, changes.session, now)
         if changes.turn:
@@ -142,9 +237,14 @@ class SqliteSteps(SqliteTasks):
         turn_id: TurnId | None = None,
         lease: str | None = None,
         interrupt_id: str | None = None,
+        call_id: ToolCallId | None = None,
+        message_id: QueuedMessageId | None = None,
+        client_message_id: str | None = None,
     ) -> AsyncIterator[_Transaction | None]:
         async with self._tx() as db:
-            snapshot = await self._snapshot(db, session_id, turn_id, interrupt_id)
+            snapshot = await self._snapshot(
+                db, session_id, turn_id, interrupt_id, call_id, message_id, client_message_id
+            )
             if snapshot is None:
                 yield None
                 return
@@ -154,7 +254,13 @@ class SqliteSteps(SqliteTasks):
 
     @staticmethod
     async def _snapshot(
-        db: aiosqlite.Connection, session_id: SessionId, turn_id: TurnId | None, interrupt_id: str | None
+        db: aiosqlite.Connection,
+        session_id: SessionId,
+        turn_id: TurnId | None,
+        interrupt_id: str | None,
+        call_id: ToolCallId | None,
+        message_id: QueuedMessageId | None,
+        client_message_id: str | None,
     ) -> SessionSnapshot | None:
         async def rows(sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
             async with db.execute(sql, params) as cur:
@@ -169,14 +275,34 @@ class SqliteSteps(SqliteTasks):
                 "SELECT turn_id FROM interrupts WHERE id = ? AND session_id = ?", (interrupt_id, session_id)
             )
             turn_id = owner_turn[0][0] if owner_turn else None
+        elif call_id is not None:
+            owner_turn = await rows(
+                "SELECT turn_id FROM tool_calls WHERE id = ? AND session_id = ?", (call_id, session_id)
+            )
+            turn_id = owner_turn[0][0] if owner_turn else None
         else:
             turn_id = turn_id or session.current_turn_id
         queued = await rows(
             f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
             (session_id,),
         )
+        probes: dict[str, Any] = {}
+        if message_id is not None:
+            found = await rows(
+                f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id = ? AND session_id = ?",
+                (message_id, session_id),
+            )
+            probes["message"] = queued_row(found[0]) if found else None
+        if client_message_id is not None:
+            found = await rows(
+                f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
+                (session_id, client_message_id),
+            )
+            probes["sent"] = queued_row(found[0]) if found else None
         if turn_id is None:
-            return SessionSnapshot(session=session, turn=None, queued=tuple(queued_row(r) for r in queued))
+            return SessionSnapshot(
+                session=session, turn=None, queued=tuple(queued_row(r) for r in queued), **probes
+            )
         turn = await rows(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)
         )
@@ -194,4 +320,5 @@ class SqliteSteps(SqliteTasks):
             calls=tuple(call_row(r) for r in calls),
             interrupts=tuple(interrupt_row(r) for r in interrupts),
             queued=tuple(queued_row(r) for r in queued),
+            **probes,
         )
