@@ -385,3 +385,174 @@ def test_a_session_without_a_turn_rests_runs_on_or_closes(
     got, changes = transitions.rest_session(snap(**fields))
     assert got == rests
     assert changes.session.get("status") == status
+
+
+# ---------------------------------------------------------------------- the queue, cancel and close
+
+
+def message(
+    steer: bool = False, client_message_id: str | None = None, settings: dict[str, Any] | None = None
+) -> QueuedMessageRecord:
+    return QueuedMessageRecord(
+        id=QueuedMessageId("qm_new"),
+        session_id=SID,
+        seq=0,
+        text="hello",
+        status="queued",
+        turn_id=None,
+        created_at=NOW,
+        client_message_id=client_message_id,
+        steer=steer,
+        settings=settings,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "owner", "outcome"),
+    [
+        ({}, "mallory", "not_found"),
+        ({"status": "closed"}, "alice", "closed"),
+        ({"status": "completed"}, "alice", "closed"),
+        ({"close_requested": True}, "alice", "closed"),
+        ({"turn_count": 2, "queue": queued(1)}, "alice", "turn_limit"),
+        ({"sent": queued(1)[0]}, "alice", "duplicate"),
+    ],
+)
+def test_a_message_is_refused_for_a_foreign_ended_full_or_repeated_session(
+    fields: dict[str, Any], owner: str, outcome: str
+) -> None:
+    sent = fields.pop("sent", None)
+    snapshot = replace(snap(**fields), sent=sent)
+    got, changes = transitions.queue_message(snapshot, owner, message(client_message_id="c1"), max_turns=3)
+    assert got == outcome and changes.is_empty()
+
+
+def test_a_message_to_an_idle_session_is_queued_and_makes_it_run() -> None:
+    got, changes = transitions.queue_message(
+        snap(status="idle", current_turn_id=None), "alice", message(), 10
+    )
+    assert got == "queued"
+    assert [q.id for q in changes.new_queued] == ["qm_new"]
+    assert changes.session == {"status": "running", "phase": "queued"}
+
+
+def test_a_steering_message_wakes_a_parked_turn() -> None:
+    got, changes = transitions.queue_message(
+        snap(status="waiting_for_input"), "alice", message(steer=True), 10
+    )
+    assert got == "queued"
+    assert changes.session == {"wake_at": None, "status": "running"}
+    assert event_kinds(changes) == ["message_queued", "steer_requested"]
+
+
+def test_a_turn_takes_every_steered_message_or_else_the_oldest_one() -> None:
+    plain = queued(2)
+    steered = (replace(plain[1], steer=True, settings={"model": "quick"}),)
+    turn_record, changes = transitions.start_turn(
+        snap(current_turn_id=None, queue=(plain[0], *steered)), TID, NOW
+    )
+    assert turn_record is not None and turn_record.queued_message_id == "qm_1"
+    assert set(changes.queued) == {QueuedMessageId("qm_1")}
+    assert turn_record.settings == {"model": "quick"}, "the message's settings apply from its turn on"
+    turn_record, changes = transitions.start_turn(snap(current_turn_id=None, queue=plain), TID, NOW)
+    assert turn_record is not None and set(changes.queued) == {QueuedMessageId("qm_0")}
+    assert changes.session["turn_count"] == 1 and changes.session["current_turn_id"] == TID
+
+
+def test_no_turn_starts_without_a_message_or_after_a_close() -> None:
+    assert transitions.start_turn(snap(current_turn_id=None), TID, NOW)[0] is None
+    assert (
+        transitions.start_turn(snap(current_turn_id=None, queue=queued(1), close_requested=True), TID, NOW)[0]
+        is None
+    )
+
+
+def test_cancel_marks_the_running_turn_and_wakes_it_if_parked() -> None:
+    turn_id, changes = transitions.request_cancel(
+        snap(status="waiting_for_input"), "alice", TurnId("t_q"), NOW
+    )
+    assert turn_id == TID
+    assert changes.session == {"cancel_requested_turn": TID, "wake_at": None, "status": "running"}
+
+
+def test_cancel_before_a_queued_message_starts_records_a_cancelled_turn() -> None:
+    snapshot = snap(current_turn_id=None, queue=queued(2))
+    turn_id, changes = transitions.request_cancel(snapshot, "alice", TurnId("t_q"), NOW)
+    assert turn_id == "t_q"
+    assert changes.new_turn is not None and changes.new_turn.status == "cancelled"
+    assert changes.queued == {QueuedMessageId("qm_0"): {"status": "consumed", "turn_id": "t_q"}}
+    assert changes.session["status"] == "running", "the second message still waits"
+
+
+@pytest.mark.parametrize(
+    ("fields", "owner", "changed"),
+    [
+        ({}, "mallory", False),
+        ({"status": "idle", "current_turn_id": None}, "mallory", False),
+        ({"status": "idle"}, "bob", False),
+    ],
+)
+def test_nobody_but_the_owner_cancels_or_closes(fields: dict[str, Any], owner: str, changed: bool) -> None:
+    assert transitions.request_cancel(snap(**fields), owner, TurnId("t"), NOW)[1].is_empty()
+    assert transitions.request_close(snap(**fields), owner, "bye").is_empty()
+
+
+def test_close_ends_a_resting_session_at_once_and_a_working_one_after_its_turn() -> None:
+    at_rest = transitions.request_close(
+        snap(status="idle", current_turn_id=None, queue=queued(1)), "alice", "bye"
+    )
+    assert at_rest.session["status"] == "closed" and at_rest.queued
+    working = transitions.request_close(snap(), "alice", "bye")
+    assert working.session["close_requested"] is True and working.session["cancel_requested_turn"] == TID
+    assert "status" not in working.session
+
+
+# ---------------------------------------------------------------------- a turn's steps
+
+
+def test_a_tool_result_ends_the_call_cancels_its_open_questions_and_wakes_the_session() -> None:
+    question = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
+    snapshot = snap(calls=(call(status="running"),), interrupts=(question,), status="waiting_for_input")
+    changes = transitions.tool_result(snapshot, CALL, "succeeded", {"text": "ok", "is_error": False}, NOW)
+    assert changes is not None
+    assert changes.calls[CALL]["status"] == "succeeded"
+    assert changes.interrupts["int_1"]["resolved_by"] == "call_ended"
+    assert changes.session["status"] == "running"
+    assert transitions.tool_result(snapshot, ToolCallId("nope"), "succeeded", {}, NOW) is None
+
+
+def test_an_approval_parks_the_call_and_a_question_asked_in_place_shows_the_session_waiting() -> None:
+    changes = transitions.raise_interrupt(snap(calls=(call(status="pending"),)), interrupt(), NOW)
+    assert changes.calls[CALL] == {"status": "pending_approval"}
+    in_place = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
+    changes = transitions.raise_interrupt(snap(calls=(call(status="running"),)), in_place, NOW)
+    assert changes.calls == {} and changes.session == {"status": "waiting_for_input", "phase": None}
+
+
+def test_questions_asked_in_place_by_a_stopped_process_are_dropped() -> None:
+    in_place = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
+    retry = interrupt(kind="question", id="int_2", payload={"downstream": {"mode": "retry"}})
+    dropped, changes = transitions.drop_questions_in_place(
+        snap(interrupts=(in_place, retry), status="waiting_for_input"), NOW
+    )
+    assert dropped == 1 and set(changes.interrupts) == {"int_1"}
+    assert "status" not in changes.session, "the retried question still waits"
+
+
+def test_a_model_step_adds_its_calls_and_counts_its_usage() -> None:
+    from parley.storage.base import ModelStep, NewToolCall
+
+    step = ModelStep(
+        turn_id=TID,
+        step_no=1,
+        assistant={"text": "let me"},
+        tool_calls=[NewToolCall(id=ToolCallId("c9"), call_index=0, name="read", arguments={}, effect="read")],
+        input_tokens=10,
+        output_tokens=5,
+    )
+    changes = transitions.model_step(snap(), step, "proc_a", NOW)
+    assert changes.new_step is not None and changes.new_step.process_id == "proc_a"
+    (new,) = changes.new_calls
+    assert new.status == "pending" and new.idempotency_key == f"{SID}/{TID}/c9"
+    assert changes.turn["model_calls"] == 2 and changes.session["input_tokens"] == 10
+    assert changes.session["phase"] == "tools"
