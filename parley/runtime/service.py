@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from jsonschema import Draft202012Validator
@@ -59,6 +59,15 @@ MAX_MESSAGES_PAGE = 200
 DEFAULT_MESSAGES_PAGE = 50
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _Again:
+    """What a look of `_until` answers to look again at once (something changed it already knows of)."""
+
+
+AGAIN = _Again()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -631,15 +640,14 @@ class SessionService:
             await self._steps.request_close(session.id, owner, "closed by the caller", self._clock())
             self._signals.request_cancel(session.id)
             self._signals.work_available()
-        deadline = anyio.current_time() + wait_s
-        while True:
+
+        async def closed(last: bool) -> SessionRecord | None:
             latest = await self._store.get_session(session.id)
             if latest is None:
                 raise SessionNotFound(session_id)
-            remaining = deadline - anyio.current_time()
-            if latest.status == "closed" or remaining <= 0:
-                return latest
-            await self._signals.wait_changed(session.id, min(remaining, self._runtime.poll_interval_s))
+            return latest if latest.status == "closed" or last else None
+
+        return await self._until(session.id, wait_s, closed)
 
     # ------------------------------------------------------------------ waiting
 
@@ -654,7 +662,8 @@ class SessionService:
         """Wait for the turn that consumes this message to rest, at most `wait_s` seconds."""
         deadline = anyio.current_time() + wait_s
         progress = await self._progress(session_id, on_progress)
-        while True:
+
+        async def taken(last: bool) -> TurnOutcome | None:
             queued = await self._store.get_queued(message_id)
             if queued is not None and queued.status == "dropped":
                 latest = await self._store.get_session(session_id)
@@ -671,18 +680,18 @@ class SessionService:
                 return await self._wait_turn(
                     session_id, queued.turn_id, remaining, message_id, progress, ask_human
                 )
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                session = await self._store.get_session(session_id)
-                return TurnOutcome(
-                    session_id=session_id,
-                    turn_id=None,
-                    status="running",
-                    queued_message_id=message_id,
-                    session_status=session.status if session else None,
-                )
-            await self._signals.wait_changed(session_id, min(remaining, self._runtime.poll_interval_s))
-            await progress.poll()
+            if not last:
+                return None
+            session = await self._store.get_session(session_id)
+            return TurnOutcome(
+                session_id=session_id,
+                turn_id=None,
+                status="running",
+                queued_message_id=message_id,
+                session_status=session.status if session else None,
+            )
+
+        return await self._until(session_id, wait_s, taken, progress)
 
     async def wait_for_turn(
         self,
@@ -706,32 +715,29 @@ class SessionService:
     ) -> TurnOutcome:
         deadline = anyio.current_time() + wait_s
         asked: set[str] = set()
-        while True:
+
+        async def rested(last: bool) -> TurnOutcome | _Again | None:
             turn = await self._store.get_turn(turn_id)
-            remaining = deadline - anyio.current_time()
-            if turn is not None and (turn.status in RESTING_TURN or remaining <= 0):
+            if turn is not None and (turn.status in RESTING_TURN or last):
                 await progress.poll()  # what happened last (the end of a streamed text) still goes out
                 return await self.turn_outcome(turn, message_id)
-            if turn is None and remaining <= 0:
-                return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running")
+            if turn is None:
+                return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running") if last else None
             session = await self._store.get_session(session_id)
-            if turn is not None and session is not None and _waits_for_input(session, turn_id):
-                pending = [
-                    i for i in await self._store.list_interrupts(session_id, True) if i.turn_id == turn_id
-                ]
-                new = [i for i in pending if i.id not in asked]
-                if ask_human is None or not new:
-                    return await self.turn_outcome(turn, message_id)
-                # Put each new interrupt to the person through the client; an answer resolves it
-                # exactly as approve/answer_question would, and the wait goes on.
-                for interrupt in new:
-                    asked.add(interrupt.id)
-                    await self.put_to_person(ask_human, interrupt, deadline)
-                continue
-            await self._signals.wait_changed(
-                session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)
-            )
-            await progress.poll()
+            if session is None or not _waits_for_input(session, turn_id):
+                return None
+            pending = [i for i in await self._store.list_interrupts(session_id, True) if i.turn_id == turn_id]
+            new = [i for i in pending if i.id not in asked]
+            if ask_human is None or not new:
+                return await self.turn_outcome(turn, message_id)
+            # Put each new interrupt to the person through the client; an answer resolves it
+            # exactly as approve/answer_question would, and the wait goes on at once.
+            for interrupt in new:
+                asked.add(interrupt.id)
+                await self.put_to_person(ask_human, interrupt, deadline)
+            return AGAIN
+
+        return await self._until(session_id, wait_s, rested, progress)
 
     async def _ask(
         self, ask_human: AskHuman, interrupt: InterruptRecord, deadline: float
@@ -761,17 +767,39 @@ class SessionService:
     async def _wait_until_rest(
         self, session_id: SessionId, wait_s: float, on_progress: ProgressFn | None = None
     ) -> SessionRecord:
-        deadline = anyio.current_time() + wait_s
         progress = await self._progress(session_id, on_progress)
-        while True:
+
+        async def at_rest(last: bool) -> SessionRecord | None:
             session = await self._store.get_session(session_id)
             if session is None:
                 raise SessionNotFound(session_id)
+            return session if session.status != "running" or last else None
+
+        return await self._until(session_id, wait_s, at_rest, progress)
+
+    async def _until(
+        self,
+        session_id: SessionId,
+        wait_s: float,
+        look: Callable[[bool], Awaitable[T | _Again | None]],
+        progress: ProgressFeed | None = None,
+    ) -> T:
+        """The one bounded wait: look at the session until `look` has an answer, waking on each
+        change of the session (or every poll interval, for changes made by other processes).
+        `look(last)` is told when the wait is over and must answer then; AGAIN looks at once."""
+        deadline = anyio.current_time() + wait_s
+        while True:
             remaining = deadline - anyio.current_time()
-            if session.status != "running" or remaining <= 0:
-                return session
-            await self._signals.wait_changed(session_id, min(remaining, self._runtime.poll_interval_s))
-            await progress.poll()
+            found = await look(remaining <= 0)
+            if found is AGAIN:
+                continue
+            if found is not None:
+                return found  # type: ignore[return-value]
+            await self._signals.wait_changed(
+                session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)
+            )
+            if progress is not None:
+                await progress.poll()
 
     async def _progress(self, session_id: SessionId, on_progress: ProgressFn | None) -> ProgressFeed:
         feed = ProgressFeed(self._store, session_id, on_progress, self._runtime.progress_interval_s)
