@@ -19,6 +19,7 @@ from parley.runtime.model import ModelClient, ModelRequest, ModelResponse, Reque
 from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
+from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord
 from parley.storage.sqlite import SqliteStore, open_sqlite_store
 
@@ -71,7 +72,7 @@ async def session_with_message(store: SqliteStore, text: str, agent_name: str = 
         turn_id=None,
         created_at=now,
     )
-    await store.create_session(record, first, now)
+    await store.create_session(starting(record, first), first, now)
     return sid
 
 

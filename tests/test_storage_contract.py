@@ -27,7 +27,7 @@ from parley.ids import (
     new_turn_id,
 )
 from parley.runtime.session_steps import SessionSteps
-from parley.runtime.transitions import TurnEnd
+from parley.runtime.transitions import TurnEnd, starting
 from parley.storage.base import (
     ModelStep,
     NewToolCall,
@@ -154,7 +154,8 @@ async def new_session(
     now: float = T0,
 ) -> SessionId:
     record = session_record(owner=owner, agent=agent)
-    await store.create_session(record, queued(record.id, first, now) if first is not None else None, now)
+    message = queued(record.id, first, now) if first is not None else None
+    await store.create_session(starting(record, message), message, now)
     return record.id
 
 
@@ -285,7 +286,7 @@ async def test_a_session_created_with_a_first_message_is_running_with_the_messag
 ) -> None:
     record = session_record()
     first = queued(record.id, "hi there")
-    await store.create_session(record, first, T0)
+    await store.create_session(starting(record, first), first, T0)
     assert await status_of(store, record.id) == ("running", "queued")
     pending = await store.list_queued(record.id)
     assert [(q.id, q.text, q.status, q.turn_id) for q in pending] == [(first.id, "hi there", "queued", None)]
@@ -878,7 +879,7 @@ async def _one_running_session(store: Store) -> SessionId:
         turn_id=None,
         created_at=1.0,
     )
-    assert await store.create_session(record, first, 1.0)
+    assert await store.create_session(starting(record, first), first, 1.0)
     return sid
 
 

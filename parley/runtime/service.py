@@ -35,6 +35,7 @@ from parley.ids import (
     new_session_id,
     new_turn_id,
 )
+from parley.runtime import transitions
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.progress import ProgressFeed, ProgressFn
 from parley.runtime.session_log import about
@@ -297,7 +298,7 @@ class SessionService:
                 created_at=now,
                 client_message_id=client_message_id,
             )
-        if not await self._store.create_session(record, queued, now):
+        if not await self._store.create_session(transitions.starting(record, queued), queued, now):
             # A concurrent retry with the same client_message_id won the race.
             existing = await self._store.find_started(owner, client_message_id or "")
             if existing is None:

@@ -24,6 +24,7 @@ from parley.storage.base import (
     QueuedMessageRecord,
     Resolution,
     ResolveResult,
+    SessionRecord,
     SessionStatus,
     ToolCallRecord,
     ToolCallStatus,
@@ -272,6 +273,16 @@ def _settle(snapshot: SessionSnapshot, changes: Changes) -> bool:
 def _drop_queue(snapshot: SessionSnapshot, changes: Changes) -> None:
     for queued in snapshot.queued:
         changes.queued[queued.id] = {"status": "dropped"}
+
+
+# ---------------------------------------------------------------------- a new session
+
+
+def starting(session: SessionRecord, first_message: QueuedMessageRecord | None) -> SessionRecord:
+    """How a session starts: idle and ready, or running with its first message queued."""
+    if first_message is None:
+        return replace(session, status="idle", phase=None)
+    return replace(session, status="running", phase="queued")
 
 
 # ---------------------------------------------------------------------- messages and the queue

@@ -127,8 +127,7 @@ class SqliteStore(SqliteSteps):
     async def create_session(
         self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
     ) -> bool:
-        status = "running" if first_message is not None else session.status
-        phase = "queued" if first_message is not None else None
+        status, phase = session.status, session.phase
         async with self._tx() as db:
             try:
                 await db.execute(
