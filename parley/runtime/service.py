@@ -91,7 +91,7 @@ class TurnOutcome:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class SessionSnapshot:
+class SessionDetails:
     session: SessionRecord
     messages: list[MessageRecord]
     total_messages: int
@@ -474,7 +474,7 @@ class SessionService:
         messages_from: int | None,
         messages_limit: int | None,
         on_progress: ProgressFn | None = None,
-    ) -> SessionSnapshot:
+    ) -> SessionDetails:
         session = await self._owned(owner, session_id)
         if messages_limit is not None and not 1 <= messages_limit <= MAX_MESSAGES_PAGE:
             raise InvalidArgument("messages_limit", f"must be between 1 and {MAX_MESSAGES_PAGE}")
@@ -487,7 +487,7 @@ class SessionService:
         start = messages_from if messages_from is not None else max(1, total - limit + 1)
         messages = await self._store.list_messages(session.id, start, limit)
         last_turn = await self._store.get_turn(session.last_turn_id) if session.last_turn_id else None
-        return SessionSnapshot(
+        return SessionDetails(
             session=session,
             messages=messages,
             total_messages=total,

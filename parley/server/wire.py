@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from parley.config import AgentConfig
-from parley.runtime.service import SessionSnapshot, TurnOutcome
+from parley.runtime.service import SessionDetails, TurnOutcome
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (
     InterruptRecord,
@@ -280,7 +280,7 @@ def session_summary(session: SessionRecord) -> SessionSummary:
     )
 
 
-def session_view(snapshot: SessionSnapshot, last_turn: TurnOutcome | None) -> SessionView:
+def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> SessionView:
     s = snapshot.session
     return SessionView(
         pending=[pending_view(i) for i in snapshot.pending],
