@@ -1,0 +1,295 @@
+"""The model step of a turn: the model is shown the transcript (compacted when it would overflow
+the context window), its call is retried on transient failures with a capped back-off, its
+streamed text goes out as events, and its answer and the calls it asks for are committed as one
+step."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+
+import anyio
+
+from parley.config import AgentConfig, ModelSpec
+from parley.errors import ModelError
+from parley.ids import SessionId, TurnId, new_tool_call_id
+from parley.runtime import compaction
+from parley.runtime.builtin_tools import SET_RESULT_NAME
+from parley.runtime.machine import CallModel, FinishTurn
+from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
+from parley.runtime.session_log import about
+from parley.runtime.step_context import StepContext
+from parley.runtime.toolbox import Toolbox
+from parley.runtime.transcript import assistant_content, to_chat_messages
+from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
+
+logger = logging.getLogger(__name__)
+
+# The longest pause between two attempts of a model call.
+MAX_MODEL_BACKOFF_S = 60.0
+
+# Streamed text reaches waiting callers in pieces of about this age or size.
+TEXT_FLUSH_S = 0.25
+TEXT_FLUSH_CHARS = 400
+
+
+class _TextStream:
+    """Collects a model call's streamed text into `text_delta` events (progress for callers)."""
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        session_id: SessionId,
+        turn_id: TurnId,
+    ) -> None:
+        self._ctx, self._session_id, self._turn_id = ctx, session_id, turn_id
+        self._pending: list[str] = []
+        # The first piece goes out at once (a caller waits for the first sign of an answer);
+        # later ones are batched.
+        self._last = float("-inf")
+
+    async def add(self, text: str) -> None:
+        self._pending.append(text)
+        if (
+            anyio.current_time() - self._last >= TEXT_FLUSH_S
+            or sum(map(len, self._pending)) >= TEXT_FLUSH_CHARS
+        ):
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self._pending:
+            return
+        text, self._pending, self._last = "".join(self._pending), [], anyio.current_time()
+        ctx = self._ctx
+        await ctx.store.record_event(
+            self._session_id, self._turn_id, "text_delta", {"text": text}, ctx.clock()
+        )
+        ctx.signals.notify(self._session_id)
+
+
+# Summaries that failed or did not help within one turn before compaction stops trying for it.
+MAX_COMPACTION_FAILURES = 2
+
+
+class _ModelView:
+    """What the model is shown for one call: the latest summary plus the messages after it,
+    compacting first when the prompt would overflow the context window."""
+
+    def __init__(
+        self,
+        caller: ModelCaller,
+        session: SessionRecord,
+        agent: AgentConfig,
+        turn: TurnRecord,
+        model: ModelClient,
+        spec: ModelSpec,
+        tools: tuple[ToolSpec, ...],
+    ) -> None:
+        self._caller, self._session, self._agent, self._turn = caller, session, agent, turn
+        self._model, self._spec, self._tools = model, spec, tools
+
+    async def messages(self, records: list[MessageRecord], force: bool = False) -> tuple[ChatMessage, ...]:
+        store = self._caller._ctx.store
+        summary = await store.latest_summary(self._session.id)
+        chat = self._assemble(records, summary)
+        config = self._agent.compaction
+        window = compaction.context_window(self._spec.name, config)
+        failures = self._caller._compaction_failures.get(self._turn.id, 0)
+        prompt = compaction.estimate_tokens(chat, self._agent.instructions, self._tools)
+        if force and window is None:
+            window = prompt  # the provider refused this prompt: aim well below it
+        if not (config.enabled or force) or window is None or failures >= MAX_COMPACTION_FAILURES:
+            return chat
+        visible = [r for r in records if summary is None or r.seq > summary[0]]
+        turn_start = min((r.seq for r in records if r.turn_id == self._turn.id), default=records[-1].seq)
+        plan = compaction.plan(visible, prompt, window, config, turn_start, force=force)
+        if plan is None:
+            return chat
+        new_summary = await self._summarize(plan, summary)
+        if new_summary is None:
+            self._caller._compaction_failures[self._turn.id] = failures + 1
+            return chat
+        self._caller._ctx.faults.hit("compacting", self._session.id)
+        await store.save_summary(
+            self._session.id,
+            self._caller._ctx.process_id,
+            self._turn.id,
+            plan.upto_seq,
+            new_summary,
+            self._caller._ctx.clock(),
+        )
+        return self._assemble(records, (plan.upto_seq, new_summary))
+
+    @staticmethod
+    def _assemble(records: list[MessageRecord], summary: tuple[int, str] | None) -> tuple[ChatMessage, ...]:
+        if summary is None:
+            return to_chat_messages(records)
+        rest = to_chat_messages([r for r in records if r.seq > summary[0]])
+        return (compaction.summary_message(summary[1]), *rest)
+
+    async def _summarize(
+        self, plan: compaction.CompactionPlan, previous: tuple[int, str] | None
+    ) -> str | None:
+        earlier = (compaction.summary_message(previous[1]),) if previous is not None else ()
+        request = ModelRequest(
+            model=self._spec.name,
+            instructions=compaction.COMPACTION_INSTRUCTION,
+            messages=(
+                *earlier,
+                *to_chat_messages(plan.prefix),
+                ChatMessage(role="user", text=compaction.SUMMARY_REQUEST),
+            ),
+            tools=(),
+            options=dict(self._spec.options),
+        )
+        session_id, turn_id, now = self._session.id, self._turn.id, self._caller._ctx.clock()
+        try:
+            response = await self._caller.complete(self._model, request, self._session, turn_id)
+        except ModelError as exc:
+            await self._caller._ctx.store.record_event(
+                session_id, turn_id, "compaction_failed", {"error": str(exc)}, now
+            )
+            return None
+        prefix_tokens = compaction.estimate_tokens(to_chat_messages(plan.prefix))
+        if not compaction.is_helpful(response.text, prefix_tokens):
+            await self._caller._ctx.store.record_event(
+                session_id,
+                turn_id,
+                "compaction_failed",
+                {"error": "the summary was empty or not shorter"},
+                now,
+            )
+            return None
+        return response.text
+
+
+class ModelCaller:
+    """Makes the model step of turns; one per process (its slots cap concurrent model calls)."""
+
+    def __init__(
+        self,
+        ctx: StepContext,
+        *,
+        models: Mapping[str, ModelClient],
+        catalog: Mapping[str, ModelSpec],
+        toolbox: Toolbox,
+    ) -> None:
+        self._ctx = ctx
+        self._models = models
+        self._catalog = dict(catalog)
+        self._toolbox = toolbox
+        self._compaction_failures: dict[TurnId, int] = {}
+        # Process-wide: resuming a thousand sessions at start queues calls instead of stampeding.
+        self._model_slots = anyio.CapacityLimiter(ctx.timings.max_concurrent_model_calls)
+
+    async def call(
+        self,
+        session: SessionRecord,
+        agent: AgentConfig,
+        turn: TurnRecord,
+        action: CallModel,
+        messages: list[MessageRecord],
+    ) -> FinishTurn | None:
+        turn_id = turn.id
+        # The turn's own copy of the settings decides the model, also after a restart.
+        chosen = turn.settings.get("model")
+        model = self._models.get(f"catalog:{chosen}") if chosen else None
+        model = model or self._models.get(agent.name) or self._models[agent.model.provider]
+        model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
+        offer = await self._toolbox.offer(agent, session.kind, session.id)
+        for warning in offer.warnings:
+            logger.warning("session %s: %s", session.id, warning, extra=about(session))
+            await self._ctx.store.record_event(
+                session.id, turn_id, "tool_source_warning", {"text": warning}, self._ctx.clock()
+            )
+        tools = tuple(offer.tools)
+        if not action.offer_tools:
+            # The last call a turn may make must answer; a task session may still hand in its result.
+            tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
+        stream = _TextStream(self._ctx, session.id, turn_id)
+        view = _ModelView(self, session, agent, turn, model, model_spec, tools)
+        try:
+            chat = await view.messages(messages)
+            request = ModelRequest(
+                model=model_spec.name,
+                instructions=agent.instructions,
+                messages=chat,
+                tools=tools,
+                options=dict(model_spec.options),
+                on_text=stream.add,
+            )
+            try:
+                response = await self.complete(model, request, session, turn_id)
+            except ModelError as exc:
+                if not exc.context_length:
+                    raise
+                # The provider says the prompt is too long: compact now and try once more.
+                chat = await view.messages(messages, force=True)
+                response = await self.complete(model, replace(request, messages=chat), session, turn_id)
+            await stream.flush()
+        except ModelError as exc:
+            logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
+            return FinishTurn("failed", None, f"The model call failed: {exc}")
+        new_calls = []
+        for i, call in enumerate(response.tool_calls):
+            # A stored call names its server and the server's own tool name, so any process can
+            # run it later without listing the tools again.
+            binding = offer.binding(call.name)
+            new_calls.append(
+                NewToolCall(
+                    id=new_tool_call_id(),
+                    call_index=i,
+                    name=call.name,
+                    arguments=call.arguments,
+                    effect=binding.effect,
+                    source=binding.source,
+                    server=binding.server,
+                    tool=binding.tool,
+                    requires_approval=binding.requires_approval,
+                )
+            )
+        step = ModelStep(
+            turn_id=turn_id,
+            step_no=action.step_no,
+            assistant=assistant_content(response.text, new_calls, response.provider, response.raw),
+            tool_calls=new_calls,
+            input_tokens=response.input_tokens,
+            output_tokens=response.output_tokens,
+            cached_tokens=response.cached_tokens,
+        )
+        # Committed in one transaction: the answer, the calls it asked for, and its usage.
+        await self._ctx.steps.commit_model_step(session.id, self._ctx.process_id, step, self._ctx.clock())
+        self._ctx.faults.hit("model_committed", response.text)
+        return None
+
+    async def complete(
+        self, model: ModelClient, request: ModelRequest, session: SessionRecord, turn_id: TurnId
+    ) -> ModelResponse:
+        """One model step: transient failures are retried as attempts of it, with a capped back-off."""
+        attempts = self._ctx.timings.max_model_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self._model_slots:
+                    return await model.complete(request)
+            except ModelError as exc:
+                if not exc.transient or attempt == attempts:
+                    if exc.transient:
+                        raise ModelError(f"{exc} (gave up after {attempts} attempts)") from exc
+                    raise
+                pause = exc.retry_after_s or self._ctx.timings.model_retry_backoff_s * 2 ** (attempt - 1)
+                pause = min(pause, MAX_MODEL_BACKOFF_S)
+                logger.info(
+                    "session %s: model call attempt %d failed (%s); retrying in %.1fs",
+                    session.id,
+                    attempt,
+                    exc,
+                    pause,
+                    extra=about(session),
+                )
+                data = {"attempt": attempt, "error": str(exc), "retry_in_s": pause}
+                await self._ctx.store.record_event(
+                    session.id, turn_id, "model_retry", data, self._ctx.clock()
+                )
+                await anyio.sleep(pause)
+        raise AssertionError("unreachable")

@@ -1,0 +1,60 @@
+"""What every part of a turn's driving shares: the store and the step port, the signals, the
+fault points, this process's id (the lease holder's name), timings and caps, the clock, and
+whether the process is stopping; and the handle by which a turn in progress is cancelled."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from parley.ids import TurnId
+from parley.runtime.faults import FaultPoints
+from parley.runtime.session_steps import SessionSteps
+from parley.runtime.signals import SessionSignals
+from parley.storage.base import Store
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverTimings:
+    lease_ttl_s: float
+    poll_interval_s: float
+    max_timer_s: float = 7 * 86_400
+    max_model_attempts: int = 3
+    model_retry_backoff_s: float = 1.0
+    max_concurrent_model_calls: int = 16
+    max_concurrent_tool_calls: int = 32
+    max_driven_sessions: int = 64
+
+
+@dataclass(slots=True, kw_only=True)
+class StepContext:
+    store: Store
+    signals: SessionSignals
+    process_id: str
+    timings: DriverTimings
+    clock: Callable[[], float]
+    faults: FaultPoints = field(default_factory=lambda: FaultPoints(None))
+    steps: SessionSteps = field(init=False)
+    # Shutdown: finish the step in progress, start nothing new.
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        self.steps = SessionSteps(self.store)
+
+
+class TurnControl:
+    """The cancel scope of the step in progress, so the keeper can stop the current turn."""
+
+    def __init__(self) -> None:
+        self.turn_id: TurnId | None = None
+        self.scope: anyio.CancelScope | None = None
+        # Turns whose cancel was requested: work shielded from the scope (a tool call waiting on
+        # its server's question) looks here to give up its wait.
+        self.cancelled: set[TurnId] = set()
+
+    def cancel(self, turn_id: TurnId) -> None:
+        self.cancelled.add(turn_id)
+        if self.turn_id == turn_id and self.scope is not None:
+            self.scope.cancel()
