@@ -33,12 +33,12 @@ from parley.storage.base import (
     NewToolCall,
     QueuedMessageRecord,
     SessionRecord,
-    Store,
     TaskRecord,
     TurnRecord,
     TurnStatus,
 )
 from parley.storage.migrations import MIGRATIONS
+from parley.storage.ports import Store
 from parley.storage.sqlite import open_sqlite_store
 
 pytestmark = pytest.mark.anyio

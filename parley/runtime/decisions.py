@@ -14,7 +14,8 @@ from parley.errors import DecisionConflict, HumanApprovalOnly, InterruptNotFound
 from parley.ids import SessionId, TurnId, is_interrupt_id
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
-from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store
+from parley.storage.base import InterruptRecord, Resolution, SessionRecord
+from parley.storage.ports import Store
 
 MAX_ANSWER_CHARS = 20_000
 MAX_REASON_CHARS = 2_000

@@ -21,7 +21,8 @@ from parley.ids import new_interrupt_id
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import InterruptRecord, Resolution, SessionRecord, Store, ToolCallRecord
+from parley.storage.base import InterruptRecord, Resolution, SessionRecord, ToolCallRecord
+from parley.storage.ports import Store
 
 MAX_QUESTION_CHARS = 4000
 MAX_CHOICES = 100

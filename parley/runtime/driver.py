@@ -27,7 +27,8 @@ from parley.runtime.step_context import DriverTimings, StepContext, TurnControl
 from parley.runtime.tool_runner import ToolRunner
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import TurnEnd
-from parley.storage.base import SessionRecord, SessionStatus, Store
+from parley.storage.base import SessionRecord, SessionStatus
+from parley.storage.ports import Store
 
 __all__ = ["DriverTimings", "SessionDriver"]
 

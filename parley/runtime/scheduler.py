@@ -11,7 +11,7 @@ from anyio.abc import TaskStatus
 from parley.ids import SessionId
 from parley.runtime.driver import DriverTimings, SessionDriver
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import Store
+from parley.storage.ports import Store
 
 logger = logging.getLogger(__name__)
 

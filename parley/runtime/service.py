@@ -49,10 +49,10 @@ from parley.storage.base import (
     QueuedMessageRecord,
     Resolution,
     SessionRecord,
-    Store,
     ToolCallRecord,
     TurnRecord,
 )
+from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})

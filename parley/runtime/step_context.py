@@ -13,7 +13,7 @@ from parley.ids import TurnId
 from parley.runtime.faults import FaultPoints
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import Store
+from parley.storage.ports import Store
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

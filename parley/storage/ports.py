@@ -1,0 +1,169 @@
+"""The storage ports: small protocols split by role, and `Store`, all of them at once (what a
+backend implements and the composition root holds). The runtime names the narrowest port it
+needs. Every port is safe to call from many tasks at once."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from parley.ids import QueuedMessageId, SessionId, TurnId
+from parley.storage.base import (
+    EventRecord,
+    InterruptRecord,
+    MessageRecord,
+    QueuedMessageRecord,
+    SessionPage,
+    SessionRecord,
+    StepRecord,
+    TaskPage,
+    TaskRecord,
+    TaskStatus,
+    ToolCallRecord,
+    TurnRecord,
+)
+from parley.storage.changes import StepStore
+
+
+class SessionStarts(Protocol):
+    """Creating sessions, and finding what a retry with the same client_message_id started."""
+
+    async def create_session(
+        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+    ) -> bool:
+        """False (and nothing written) when the owner already used session.start_client_message_id."""
+        ...
+
+    async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
+        """The session that start_session created with this client_message_id."""
+        ...
+
+    async def find_sent(self, session_id: SessionId, client_message_id: str) -> QueuedMessageRecord | None:
+        """The message sent to this session with this client_message_id, whatever became of it."""
+        ...
+
+    async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None: ...
+
+
+class Leases(Protocol):
+    """Which process drives which session, and which sessions need a driver."""
+
+    async def try_acquire_lease(
+        self, session_id: SessionId, owner: str, now: float, ttl_s: float
+    ) -> bool: ...
+
+    async def renew_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> SessionRecord:
+        """Extend the lease and return the session as stored. Raises LeaseLost."""
+        ...
+
+    async def release_lease(self, session_id: SessionId, owner: str) -> None: ...
+
+    async def count_leases(self, owner: str, now: float) -> int:
+        """Sessions whose lease `owner` holds now (for health reports)."""
+        ...
+
+    async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
+        """Running sessions whose lease is free or expired."""
+        ...
+
+
+class SessionReads(Protocol):
+    """Reading sessions, turns, tool calls, queued messages and interrupts."""
+
+    async def get_session(self, session_id: SessionId) -> SessionRecord | None: ...
+
+    async def list_sessions(
+        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+    ) -> SessionPage: ...
+
+    async def get_turn(self, turn_id: TurnId) -> TurnRecord | None: ...
+
+    async def list_turns(self, session_id: SessionId) -> list[TurnRecord]: ...
+
+    async def list_tool_calls(self, turn_id: TurnId) -> list[ToolCallRecord]: ...
+
+    async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]: ...
+
+    async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None: ...
+
+    async def steer_pending(self, session_id: SessionId) -> bool: ...
+
+    async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]: ...
+
+    async def list_all_pending(self, limit: int) -> list[InterruptRecord]: ...
+
+
+class Transcripts(Protocol):
+    """The transcript, its compaction summaries and the committed steps."""
+
+    async def list_messages(
+        self, session_id: SessionId, from_seq: int | None, limit: int | None
+    ) -> list[MessageRecord]: ...
+
+    async def count_messages(self, session_id: SessionId) -> int: ...
+
+    async def list_steps(self, session_id: SessionId) -> list[StepRecord]: ...
+
+    async def save_summary(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
+    ) -> None:
+        """Store a compaction summary of the messages up to `upto_seq` (the transcript stays whole)."""
+        ...
+
+    async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
+        """(upto_seq, text) of the newest summary."""
+        ...
+
+
+class EventLog(Protocol):
+    """The append-only record of what happened, for progress and live views."""
+
+    async def record_event(
+        self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
+    ) -> None:
+        """Append an event that changes no state (a warning, a tool's progress)."""
+        ...
+
+    async def latest_event_seq(self, session_id: SessionId) -> int: ...
+
+    async def event_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
+        """The latest event number of each session (a session that changed wrote an event)."""
+        ...
+
+    async def list_events(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]: ...
+
+
+class TaskStore(Protocol):
+    """MCP tasks: stored handles on turns."""
+
+    async def create_task(self, task: TaskRecord) -> None: ...
+
+    async def get_task(self, task_id: str, now: float) -> TaskRecord | None:
+        """The task, or None when there is none or it has expired."""
+        ...
+
+    async def update_task(
+        self,
+        task_id: str,
+        *,
+        status: TaskStatus,
+        status_message: str | None,
+        turn_id: TurnId | None,
+        result: dict[str, Any] | None,
+        now: float,
+    ) -> TaskRecord | None:
+        """Record a new state of an open task. An ended task is never changed: the first end
+        wins, and the record as stored is returned."""
+        ...
+
+    async def list_tasks(self, owner: str, cursor: str | None, limit: int, now: float) -> TaskPage:
+        """The owner's live tasks, oldest first, a page at a time."""
+        ...
+
+    async def purge_tasks(self, now: float) -> int:
+        """Delete expired tasks; return how many."""
+        ...
+
+
+class Store(StepStore, SessionStarts, Leases, SessionReads, Transcripts, EventLog, TaskStore, Protocol):
+    """Every port: durable state of every session."""
