@@ -23,8 +23,12 @@ from anyio.abc import Process
 from mcp import Client
 from mcp.shared.message import SessionMessage
 
-# One deadline for every indefinite wait in the tests; generous for subprocesses on 2 cores.
+# One deadline for every wait in the tests (a state to be reached, a process to start or exit, a
+# lock to be free); generous for subprocesses on 2 cores. Every other wait derives from it.
 TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
+# A tool call may wait on the server for up to the configured wait (max_wait_s below, the same
+# deadline) and then needs the deadline again to come back.
+CALL_DEADLINE_S = 2 * TEST_DEADLINE_S
 
 # (transport, client mode): every conversation-level behaviour is checked on each.
 TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http", "auto")]
@@ -32,8 +36,9 @@ TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http
 FAST_RUNTIME = {
     "poll_interval_s": 0.1,
     "lease_ttl_s": 1.0,
-    "default_wait_s": 20.0,
-    "max_wait_s": 30.0,
+    # A call without wait_seconds waits for its turn as long as a test waits for anything.
+    "default_wait_s": TEST_DEADLINE_S,
+    "max_wait_s": TEST_DEADLINE_S,
     "max_message_chars": 5000,
     "shutdown_grace_s": 1.0,
     "progress_interval_s": 0.2,
@@ -203,7 +208,7 @@ async def running_server(
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     """Call a tool that must succeed; return its structured content."""
-    with anyio.fail_after(TEST_DEADLINE_S + 60):
+    with anyio.fail_after(CALL_DEADLINE_S):
         result = await client.call_tool(tool, arguments)
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     assert not result.is_error, f"{tool} failed: {text}"
@@ -235,7 +240,7 @@ def db_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple
     """Read the real database file directly (what a second tool or an operator would see)."""
     import sqlite3
 
-    with sqlite3.connect(db_path, timeout=10) as conn:
+    with sqlite3.connect(db_path, timeout=TEST_DEADLINE_S) as conn:
         return list(conn.execute(sql, params).fetchall())
 
 

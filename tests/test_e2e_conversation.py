@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from mcp import Client
 
-from tests.support import TRANSPORTS, call, call_error, running_server, write_config
+from tests.support import TEST_DEADLINE_S, TRANSPORTS, call, call_error, running_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +50,7 @@ async def test_message_sent_while_a_turn_runs_is_answered_in_its_own_next_turn(c
     assert second["status"] == "answered"
     assert second["answer"] == "You said: second (message 2 of this session)"
     assert second["turn_id"] != first["turn_id"]
-    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=20)
+    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     texts = [(m["role"], m["text"]) for m in snapshot["messages"]]
     assert texts == [
         ("user", "/sleep 0.5\nfirst"),
@@ -66,7 +66,7 @@ async def test_short_wait_returns_running_and_get_session_keeps_waiting(client: 
     started = await call(client, "start_session", agent="demo", message="/sleep 1\nslow", wait_seconds=0.2)
     assert started["status"] == "running"
     sid = started["session_id"]
-    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=20)
+    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     assert snapshot["status"] == "idle"
     assert snapshot["last_turn"]["status"] == "answered"
     assert snapshot["last_turn"]["answer"] == "You said: slow (message 1 of this session)"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import FAST_RUNTIME, ServerProcess, call, db_rows, running_server
+from tests.support import FAST_RUNTIME, TEST_DEADLINE_S, ServerProcess, call, db_rows, running_server
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +66,9 @@ async def _crash_at(setup: Setup, fault: str, message: str) -> str:
 
 async def _after_restart(setup: Setup, sid: str) -> dict[str, Any]:
     async with running_server(setup.config, name="restarted") as (_, client):
-        return await call(client, "get_session", session_id=sid, wait_seconds=20, messages_from=1)
+        return await call(
+            client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S, messages_from=1
+        )
 
 
 async def test_crash_after_the_model_step_runs_the_calls_once_after_restart(setup: Setup) -> None:
@@ -115,7 +117,7 @@ async def test_crash_after_an_approval_was_raised_keeps_waiting_and_runs_once_wh
 ) -> None:
     sid = await _crash_at(setup, "interrupt_raised", '/tool fixture__bare {"text": "careful"}')
     async with running_server(setup.config, name="restarted") as (_, client):
-        waiting = await call(client, "get_session", session_id=sid, wait_seconds=20)
+        waiting = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert waiting["status"] == "waiting_for_input"
         [pending] = waiting["pending"]
         done = await call(

@@ -582,7 +582,7 @@ async def test_tasks_list_pages_through_this_principals_tasks_only(stdio_legacy:
         # (Connected: the server has created its database.) A task of somebody else, as a
         # second principal's call would have stored it; only local callers exist on stdio.
         now = time.time()
-        with sqlite3.connect(served.db, timeout=10) as conn:
+        with sqlite3.connect(served.db, timeout=TEST_DEADLINE_S) as conn:
             conn.execute(
                 "INSERT INTO tasks (id, owner, generation, tool, status, poll_interval_ms, created_at,"
                 " updated_at, ttl_ms, expires_at) VALUES (?, 'someone-else', ?, 'start_session', 'working',"

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ServerProcess, call, db_rows, eventually, running_server, write_config
+from tests.support import (
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    running_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +74,7 @@ async def test_a_turn_ended_during_its_model_call_is_resumed_after_restart(tmp_p
     assert db_rows(db, "SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(0,)]
 
     async with running_server(config, name="second") as (_, client):
-        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=20)
+        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert snapshot["status"] == "idle"
         assert snapshot["last_turn"]["status"] == "answered"
         assert snapshot["last_turn"]["answer"] == "You said: survive (message 1 of this session)"

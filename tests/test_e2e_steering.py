@@ -11,7 +11,7 @@ import pytest
 import yaml
 from mcp import Client
 
-from tests.support import call, call_error, db_rows, eventually, running_server, write_config
+from tests.support import TEST_DEADLINE_S, call, call_error, db_rows, eventually, running_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +48,9 @@ async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(ser
     steered = await call(served.client, "send_message", session_id=sid, message="change of plan", steer=True)
     assert steered["status"] == "answered"
     assert steered["answer"] == "You said: change of plan (message 2 of this session)"
-    snapshot = await call(served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=20)
+    snapshot = await call(
+        served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=TEST_DEADLINE_S
+    )
     # The step in progress finished (its answer is kept), the turn ended there, the steer went first.
     texts = [m["text"] for m in snapshot["messages"]]
     assert texts[:4] == [
@@ -83,7 +85,9 @@ async def test_a_queued_message_can_be_deleted_or_promoted_to_a_steer(served: Se
         served.client, "send_message", session_id=sid, steer=True, queued_message_id=keep["queued_message_id"]
     )
     assert promoted["answer"] == "You said: urgent (message 2 of this session)"
-    snapshot = await call(served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=20)
+    snapshot = await call(
+        served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=TEST_DEADLINE_S
+    )
     assert "never mind" not in [m["text"] for m in snapshot["messages"]]
     text = await call_error(
         served.client, "delete_queued_message", session_id=sid, queued_message_id=keep["queued_message_id"]
@@ -112,7 +116,7 @@ async def test_a_cancel_naming_an_older_turn_changes_nothing(served: Served) -> 
     stale = await call(served.client, "cancel_turn", session_id=sid, turn_id=first["turn_id"], wait_seconds=0)
     assert stale["turn_id"] == first["turn_id"] and stale["status"] == "answered"
     assert any("nothing was cancelled" in n for n in stale["notes"])
-    snapshot = await call(served.client, "get_session", session_id=sid, wait_seconds=20)
+    snapshot = await call(served.client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     assert snapshot["last_turn"]["status"] == "answered"
     assert snapshot["last_turn"]["answer"] == "You said: second (message 2 of this session)"
     assert running["status"] == "running"

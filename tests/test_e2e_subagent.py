@@ -19,7 +19,7 @@ import pytest
 import yaml
 from mcp import Client
 
-from tests.support import ServerProcess, call, db_rows, eventually, write_config
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -91,7 +91,9 @@ def _delegate(message: str) -> str:
 
 
 async def _start(client: Client, message: str) -> dict[str, Any]:
-    return await call(client, "start_session", agent="boss", message=_delegate(message), wait_seconds=20)
+    return await call(
+        client, "start_session", agent="boss", message=_delegate(message), wait_seconds=TEST_DEADLINE_S
+    )
 
 
 def _remote_of(db: Path, session_id: str) -> list[tuple[Any, ...]]:
@@ -114,7 +116,7 @@ async def test_a_sub_agents_question_is_answered_in_the_outer_session(served: Se
             session_id=out["session_id"],
             interrupt_id=question["id"],
             answer="blue",
-            wait_seconds=20,
+            wait_seconds=TEST_DEADLINE_S,
         )
     assert out["status"] == "answered", out
     assert "The user answered: blue" in out["answer"]
@@ -133,7 +135,7 @@ async def test_a_decline_reaches_the_sub_agent_as_a_decline(served: Served) -> N
             session_id=out["session_id"],
             interrupt_id=out["pending"][0]["id"],
             decline=True,
-            wait_seconds=20,
+            wait_seconds=TEST_DEADLINE_S,
         )
     assert out["status"] == "answered", out
     assert "declined" in out["answer"].lower()
@@ -151,7 +153,7 @@ async def test_cancelling_the_outer_turn_cancels_the_inner_task(served: Served) 
             return bool(rows) and rows[0][0] == "waiting_for_task"
 
         await eventually(polling, "the outer call waits on the inner task")
-        cancelled = await call(client, "cancel_turn", session_id=session_id, wait_seconds=20)
+        cancelled = await call(client, "cancel_turn", session_id=session_id, wait_seconds=TEST_DEADLINE_S)
     assert cancelled["status"] == "cancelled", cancelled
     # The inner task was cancelled, and with it the inner turn.
     inner = db_rows(served.sub_db, "SELECT status, turn_id FROM tasks ORDER BY created_at DESC LIMIT 1")
@@ -179,7 +181,7 @@ async def test_a_2025_11_25_task_offered_by_the_server_is_taken_and_its_question
             "start_session",
             agent="boss_legacy",
             message=f"/tool legacy_sub__start_session {message}",
-            wait_seconds=20,
+            wait_seconds=TEST_DEADLINE_S,
         )
         assert out["status"] == "waiting_for_input", out
         (question,) = out["pending"]
@@ -192,7 +194,7 @@ async def test_a_2025_11_25_task_offered_by_the_server_is_taken_and_its_question
             session_id=out["session_id"],
             interrupt_id=question["id"],
             answer="large",
-            wait_seconds=20,
+            wait_seconds=TEST_DEADLINE_S,
         )
     assert out["status"] == "answered", out
     assert "The user answered: large" in out["answer"]

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.support import ServerProcess, call, db_rows, eventually, write_config
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -96,7 +96,7 @@ async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair:
     owner = db_rows(pair.db, "SELECT lease_owner FROM sessions WHERE id = ?", (sid,))[0][0]
     driver_is_a = owner == pair.a.process_id()
     other = pair.client_b if driver_is_a else pair.client_a
-    with anyio.fail_after(10):
+    with anyio.fail_after(TEST_DEADLINE_S):
         cancelled = await call(other, "cancel_turn", session_id=sid)
     assert cancelled["status"] == "cancelled"
     snapshot = await call(other, "get_session", session_id=sid)
