@@ -12,14 +12,17 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import httpx2
 import mcp.types as types
 import yaml
 from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import Client
 from mcp.shared.message import SessionMessage
 
@@ -29,6 +32,11 @@ TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
 # A tool call may wait on the server for up to the configured wait (max_wait_s below, the same
 # deadline) and then needs the deadline again to come back.
 CALL_DEADLINE_S = 2 * TEST_DEADLINE_S
+
+REPO = Path(__file__).resolve().parent.parent
+# Our MCP server for tests (tests/mcp_servers/fixture_server.py); it logs every call it really runs.
+FIXTURE_SERVER = [sys.executable, "-m", "tests.mcp_servers.fixture_server"]
+FIXTURE_LOG = "fixture.jsonl"
 
 # (transport, client mode): every conversation-level behaviour is checked on each.
 TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http", "auto")]
@@ -51,10 +59,23 @@ def write_config(
     db_name: str = "parley.db",
     runtime: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
+    storage: dict[str, Any] | None = None,
+    mcp_servers: dict[str, dict[str, Any]] | None = None,
+    **sections: Any,
 ) -> Path:
-    """Write parley.yaml (fast timings) and agent files into `directory`; return the config path."""
+    """Write parley.yaml (fast timings) and agent files into `directory`; return the config path.
+
+    `storage` and `runtime` add to the defaults; `mcp_servers` and any other top-level
+    `sections` (e.g. `tasks`) go into parley.yaml as given.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
+    config = {
+        "storage": {"path": db_name, **(storage or {})},
+        "runtime": {**FAST_RUNTIME, **(runtime or {})},
+        **sections,
+    }
+    if mcp_servers:
+        config["mcp_servers"] = mcp_servers
     path = directory / "parley.yaml"
     path.write_text(yaml.safe_dump(config))
     if agents:
@@ -63,6 +84,32 @@ def write_config(
         for name, body in agents.items():
             (agents_dir / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **body}))
     return path
+
+
+def fixture_server(log: Path, *args: str, **settings: Any) -> dict[str, Any]:
+    """The parley.yaml entry of our fixture MCP server over stdio (command-line `args`, server
+    `settings`), logging every call it runs to `log` (`fixture_calls` reads it)."""
+    return {
+        "command": FIXTURE_SERVER[0],
+        "args": [*FIXTURE_SERVER[1:], *args],
+        "cwd": str(REPO),
+        "env": {"FIXTURE_LOG": str(log)},
+        **settings,
+    }
+
+
+def fixture_calls(log: Path) -> list[dict[str, Any]]:
+    """Every call the fixture server really ran (`{"tool", "arguments"}`), oldest first."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def fixture_runs(directory: Path, tool: str, **arguments: Any) -> int:
+    """How often the fixture server logging into `directory` really ran `tool` with these arguments."""
+    return sum(
+        1 for r in fixture_calls(directory / FIXTURE_LOG) if r["tool"] == tool and r["arguments"] == arguments
+    )
 
 
 class ServerProcess:
@@ -139,46 +186,28 @@ class ServerProcess:
                 return line.split(" started as ", 1)[1].split()[0]
         raise AssertionError("the server has not logged its process id yet:\n" + self.log())
 
-    @asynccontextmanager
-    async def transport(self) -> AsyncIterator[tuple[Any, Any]]:
+    def transport(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
         """Read/write streams over the process pipes, for `mcp.Client`."""
         process = self.process
-        assert process.stdout is not None and process.stdin is not None
-        to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](100)
-        to_server, from_client = anyio.create_memory_object_stream[SessionMessage](100)
+        stdout, stdin = process.stdout, process.stdin
+        assert stdout is not None and stdin is not None
 
-        async def read_stdout() -> None:
+        async def read_stdout(to_client: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
             buffer = b""
-            try:
-                async for chunk in process.stdout:  # type: ignore[union-attr]
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if line.strip():
-                            msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                            await to_client.send(SessionMessage(msg))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                pass
-            finally:
-                to_client.close()
+            async for chunk in stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                        await to_client.send(SessionMessage(msg))
 
-        async def write_stdin() -> None:
-            try:
-                async for message in from_client:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await process.stdin.send(data.encode())  # type: ignore[union-attr]
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                to_client.close()
+        async def write_stdin(from_client: MemoryObjectReceiveStream[SessionMessage]) -> None:
+            async for message in from_client:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                await stdin.send(data.encode())
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_stdout)
-            tg.start_soon(write_stdin)
-            try:
-                yield from_server, to_server
-            finally:
-                tg.cancel_scope.cancel()
-        for stream in (to_client, from_server, to_server, from_client):
-            stream.close()
+        return message_pump(read_stdout, write_stdin)
 
     @asynccontextmanager
     async def client(self, mode: str = "auto") -> AsyncIterator[Client]:
@@ -199,11 +228,97 @@ class ServerProcess:
 
 
 @asynccontextmanager
+async def message_pump(
+    inbound: Callable[[MemoryObjectSendStream[SessionMessage | Exception]], Awaitable[None]],
+    outbound: Callable[[MemoryObjectReceiveStream[SessionMessage]], Awaitable[None]],
+) -> AsyncIterator[tuple[Any, Any]]:
+    """A client transport made of two pumps: `inbound` sends what the server says to the client,
+    `outbound` takes what the client sends to the server. Yields the client's (read, write) streams.
+
+    The server side ending (closed, broken, end of stream) ends the client's reads; the pumps are
+    cancelled when the client is done.
+    """
+    to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](100)
+    to_server, from_client = anyio.create_memory_object_stream[SessionMessage](100)
+
+    async def pump_in() -> None:
+        async with to_client:
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                await inbound(to_client)
+
+    async def pump_out() -> None:
+        try:
+            async with from_client:
+                await outbound(from_client)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            to_client.close()  # the server is gone: nothing more will arrive either
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump_in)
+        tg.start_soon(pump_out)
+        try:
+            yield from_server, to_server
+        finally:
+            tg.cancel_scope.cancel()
+    for stream in (to_client, from_server, to_server, from_client):
+        stream.close()
+
+
+@asynccontextmanager
 async def running_server(
     config_path: Path, mode: str = "auto", name: str = "server", http: bool = False
 ) -> AsyncIterator[tuple[ServerProcess, Client]]:
     async with ServerProcess(config_path, name=name, http=http) as server, server.client(mode) as client:
         yield server, client
+
+
+@dataclass
+class Served:
+    """A `parley serve` that a test module starts once: the process, the directory of its
+    parley.yaml (its database, its fixture server's log) and the module's client, if it keeps one."""
+
+    server: ServerProcess
+    directory: Path
+    connected: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        assert self.connected is not None, "this module's server was started without a client"
+        return self.connected
+
+    @property
+    def db(self) -> Path:
+        return self.directory / "parley.db"
+
+    def runs(self, tool: str, **arguments: Any) -> int:
+        """How often the fixture server really ran `tool` with these arguments."""
+        return fixture_runs(self.directory, tool, **arguments)
+
+
+ServedT = TypeVar("ServedT", bound=Served)
+
+
+@asynccontextmanager
+async def serving(
+    config_path: Path,
+    *,
+    mode: str | None = "auto",
+    name: str = "server",
+    http: bool = False,
+    clean_log: bool = False,
+    world: type[ServedT] = Served,  # type: ignore[assignment]  # the default is the bound itself
+) -> AsyncIterator[ServedT]:
+    """Start `parley serve` on `config_path` and connect one client in `mode` (None: no client,
+    each test connects its own); yield them as a `world` (a `Served`, or a module's subclass).
+    `clean_log`: on a normal exit the server's log must hold no traceback."""
+    async with ServerProcess(config_path, name=name, http=http) as server:
+        if mode is None:
+            yield world(server, config_path.parent)
+        else:
+            async with server.client(mode) as client:
+                yield world(server, config_path.parent, client)
+        if clean_log:
+            assert "Traceback" not in server.log(), server.log()
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -234,6 +349,22 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, interval_s
                 await anyio.sleep(interval_s)
     except TimeoutError:
         raise AssertionError(f"timed out after {TEST_DEADLINE_S}s waiting for {what}") from None
+
+
+async def until_listening(url: str, what: str, check_alive: Callable[[], None] | None = None) -> None:
+    """Wait until an HTTP server answers at `url` (any status); `check_alive` may raise meanwhile."""
+
+    async def listening() -> bool:
+        if check_alive is not None:
+            check_alive()
+        try:
+            async with httpx2.AsyncClient() as http:
+                await http.get(url)
+        except httpx2.TransportError:
+            return False
+        return True
+
+    await eventually(listening, what)
 
 
 def db_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

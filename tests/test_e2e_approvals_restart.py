@@ -9,8 +9,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, running_server
-from tests.test_e2e_approvals import fixture_runs, parley_cli, write_world_config
+from tests.support import (
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    fixture_runs,
+    running_server,
+)
+from tests.test_e2e_approvals import parley_cli, write_world_config
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,11 +11,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import FAST_RUNTIME, TEST_DEADLINE_S, ServerProcess, call, db_rows, running_server
+from tests.support import (
+    FAST_RUNTIME,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    fixture_calls,
+    fixture_server,
+    running_server,
+)
 
 pytestmark = pytest.mark.anyio
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -26,22 +32,13 @@ class Setup:
     log: Path
 
     def tool_runs(self, tool: str) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
-        return [line for line in lines if line["tool"] == tool]
+        return [line for line in fixture_calls(self.log) if line["tool"] == tool]
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Setup:
     log = tmp_path / "fixture.jsonl"
-    fixture = {
-        "command": sys.executable,
-        "args": ["-m", "tests.mcp_servers.fixture_server"],
-        "cwd": str(REPO),
-        "env": {"FIXTURE_LOG": str(log)},
-        "tools": {"append_note": {"approval": "never"}},
-    }
+    fixture = fixture_server(log, tools={"append_note": {"approval": "never"}})
     # A short lease: the restarted server takes over the killed one's session sooner.
     runtime = {**FAST_RUNTIME, "lease_ttl_s": 0.3}
     config = {"storage": {"path": "parley.db"}, "runtime": runtime, "mcp_servers": {"fixture": fixture}}

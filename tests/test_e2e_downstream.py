@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -43,7 +42,10 @@ from tests.support import (
     call,
     db_rows,
     eventually,
+    fixture_calls,
+    fixture_server,
     running_server,
+    until_listening,
 )
 
 # everything_bin is a fixture (session-scoped: installs server-everything from npm once);
@@ -52,7 +54,6 @@ __all__ = ["everything_bin"]
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parent.parent
 RESEARCH = "simulate-research-query"
 # server-everything asks for a poll interval of 1 s; a ceiling of 1 s keeps polls from backing off.
 TASK_TIMINGS = {"task_poll_min_s": 0.2, "task_poll_max_s": 1.0, "input_wait_s": 20}
@@ -145,17 +146,12 @@ async def _serve_everything_http(
     ):
         try:
 
-            async def listening() -> bool:
+            def alive() -> None:
                 assert process.poll() is None, "server-everything exited:\n" + log.read_text()
-                try:
-                    async with httpx2.AsyncClient() as http:
-                        await http.get(f"http://127.0.0.1:{port}/mcp")
-                    return True
-                except httpx2.TransportError:
-                    return False
 
-            await eventually(listening, "server-everything to listen over HTTP")
-            yield EverythingHttp(f"http://127.0.0.1:{port}/mcp", log)
+            url = f"http://127.0.0.1:{port}/mcp"
+            await until_listening(url, "server-everything to listen over HTTP", alive)
+            yield EverythingHttp(url, log)
         finally:
             process.terminate()
             process.wait(timeout=TEST_DEADLINE_S)
@@ -189,10 +185,8 @@ class World:
 
     def painted(self, item: str) -> list[dict[str, Any]]:
         """The runs of `paint` the fixture server logged for this item."""
-        if not self.paint_log.exists():
-            return []
-        lines = [json.loads(line) for line in self.paint_log.read_text().splitlines() if line.strip()]
-        return [r["arguments"] for r in lines if r["tool"] == "paint" and r["arguments"]["item"] == item]
+        runs = fixture_calls(self.paint_log)
+        return [r["arguments"] for r in runs if r["tool"] == "paint" and r["arguments"]["item"] == item]
 
     async def health(self) -> dict[str, Any]:
         assert self.server.url is not None
@@ -204,14 +198,7 @@ class World:
 
 
 def _paint_server(log: Path, **settings: Any) -> dict[str, Any]:
-    return {
-        "command": sys.executable,
-        "args": ["-m", "tests.mcp_servers.fixture_server"],
-        "cwd": str(REPO),
-        "env": {"FIXTURE_LOG": str(log)},
-        "tools": {"paint": NO_APPROVAL},
-        **settings,
-    }
+    return fixture_server(log, tools={"paint": NO_APPROVAL}, **settings)
 
 
 PAINTERS = {

@@ -11,7 +11,6 @@ would have its own process). The restart test runs its own servers on a database
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import sqlite3
@@ -26,10 +25,21 @@ from typing import Any
 
 import anyio
 import pytest
-import yaml
 from mcp import Client, MCPError
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
+from tests.support import (
+    FIXTURE_LOG,
+    REPO,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    fixture_server,
+    serving,
+    write_config,
+)
+from tests.support import Served as ServedBase
 from tests.task_client import (
     IMMEDIATE_RESPONSE_META,
     LEGACY,
@@ -55,7 +65,6 @@ from tests.task_client import (
 
 pytestmark = pytest.mark.anyio
 
-REPO = str(Path(__file__).resolve().parent.parent)
 TASK_TOOLS = {"start_session", "send_message", "approve", "answer_question"}
 TASKS_SETTINGS = {"poll_interval_s": 0.1, "status_poll_s": 0.2, "list_page_size": 3}
 INTERRUPT_ID = re.compile(r"int_[0-9a-f]{32}")
@@ -67,41 +76,18 @@ APPROVE = {"action": "accept", "content": {"decision": "approve"}}
 def write_tasks_config(directory: Path, runtime: dict[str, Any] | None = None) -> Path:
     """parley.yaml with fast timings, the task settings, the fixture MCP server (logging every
     call it really runs to fixture.jsonl) and the agent `worker` that uses it."""
-    config = write_config(
+    return write_config(
         directory,
         runtime=runtime,
         agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+        tasks=TASKS_SETTINGS,
     )
-    settings = yaml.safe_load(config.read_text())
-    settings["tasks"] = TASKS_SETTINGS
-    settings["mcp_servers"] = {
-        "fixture": {
-            "command": sys.executable,
-            "args": ["-m", "tests.mcp_servers.fixture_server"],
-            "cwd": REPO,
-            "env": {"FIXTURE_LOG": str(directory / "fixture.jsonl")},
-        }
-    }
-    config.write_text(yaml.safe_dump(settings))
-    return config
 
 
 @dataclass
-class Served:
-    server: ServerProcess
-    directory: Path
-
-    @property
-    def db(self) -> Path:
-        return self.directory / "parley.db"
-
-    def runs(self, tool: str, **arguments: Any) -> int:
-        """How often the fixture server really ran `tool` with these arguments."""
-        log = self.directory / "fixture.jsonl"
-        if not log.exists():
-            return 0
-        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-        return sum(1 for r in records if r["tool"] == tool and r["arguments"] == arguments)
+class Served(ServedBase):
+    """A server for this module; each test connects its own task clients."""
 
     def legacy(
         self, recorder: TaskRecorder | None = None
@@ -119,9 +105,8 @@ class Served:
 
 async def _serve(directory: Path, *, http: bool) -> AsyncIterator[Served]:
     config = write_tasks_config(directory)
-    async with ServerProcess(config, name="tasks", http=http) as server:
-        yield Served(server, directory)
-        assert "Traceback" not in server.log(), server.log()
+    async with serving(config, mode=None, name="tasks", http=http, clean_log=True, world=Served) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-import yaml
-from mcp import Client
 
-from tests.support import TEST_DEADLINE_S, call, call_error, db_rows, eventually, running_server, write_config
+from tests.support import (
+    FIXTURE_LOG,
+    TEST_DEADLINE_S,
+    Served,
+    call,
+    call_error,
+    db_rows,
+    eventually,
+    fixture_server,
+    serving,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
-
-REPO = str(Path(__file__).resolve().parent.parent)
-
-
-@dataclass
-class Served:
-    client: Client
-    db: Path
 
 
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp("steer")
-    async with running_server(write_config(directory)) as (_, client):
-        yield Served(client, directory / "parley.db")
+    async with serving(write_config(tmp_path_factory.mktemp("steer"))) as served:
+        yield served
 
 
 async def _in_model_call(served: Served, sid: str) -> None:
@@ -135,19 +132,10 @@ async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
         "worker": {"mcp_servers": ["fixture"]},
     }
     runtime = {"model_retry_backoff_s": 0.05, "max_model_attempts": 3}
-    config = write_config(directory, agents=agents, runtime=runtime)
-    settings = yaml.safe_load(config.read_text())
-    settings["mcp_servers"] = {
-        "fixture": {
-            "command": sys.executable,
-            "args": ["-m", "tests.mcp_servers.fixture_server"],
-            "cwd": REPO,
-            "env": {"FIXTURE_LOG": str(directory / "fixture.jsonl")},
-        }
-    }
-    config.write_text(yaml.safe_dump(settings))
-    async with running_server(config) as (_, client):
-        yield Served(client, directory / "parley.db")
+    mcp_servers = {"fixture": fixture_server(directory / FIXTURE_LOG)}
+    config = write_config(directory, agents=agents, runtime=runtime, mcp_servers=mcp_servers)
+    async with serving(config) as served:
+        yield served
 
 
 async def test_transient_model_failures_are_retried_as_attempts_of_the_step(limited: Served) -> None:

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import pytest
-from mcp import Client
 
-from tests.support import call, call_error, db_rows, running_server, write_config
+from tests.support import Served, call, call_error, db_rows, serving, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -37,21 +34,14 @@ REPORTER = {
 CASES = [("stdio", "legacy"), ("http", "auto")]
 
 
-@dataclass
-class Served:
-    client: Client
-    db: Path
-
-
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp("tasks")
-    config = write_config(directory, agents={"reporter": REPORTER})
+    config = write_config(tmp_path_factory.mktemp("tasks"), agents={"reporter": REPORTER})
     transport, mode = request.param
-    async with running_server(config, mode=mode, http=transport == "http") as (_, client):
-        yield Served(client, directory / "parley.db")
+    async with serving(config, mode=mode, http=transport == "http") as served:
+        yield served
 
 
 async def test_list_agents_shows_kinds_and_schemas(served: Served) -> None:
