@@ -32,6 +32,10 @@ TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
 # A tool call may wait on the server for up to the configured wait (max_wait_s below, the same
 # deadline) and then needs the deadline again to come back.
 CALL_DEADLINE_S = 2 * TEST_DEADLINE_S
+# How long a state must last for a test to see it before it passes by itself (a model call that
+# the test steers, a durable timer it watches): a test cannot hold these, so they get a share of
+# the deadline rather than a guess at how fast the machine is.
+STATE_WINDOW_S = TEST_DEADLINE_S / 10
 
 REPO = Path(__file__).resolve().parent.parent
 # Our MCP server for tests (tests/mcp_servers/fixture_server.py); it logs every call it really runs.
@@ -110,6 +114,26 @@ def fixture_runs(directory: Path, tool: str, **arguments: Any) -> int:
     return sum(
         1 for r in fixture_calls(directory / FIXTURE_LOG) if r["tool"] == tool and r["arguments"] == arguments
     )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A file the fixture server's `gate` tool waits for: a tool call that runs until the test
+    opens it, so "while the call runs" never depends on how fast the machine is."""
+
+    path: Path
+
+    def tool_line(self, server: str = "fixture") -> str:
+        """The demo-model directive that calls the gate through fixture server `server`."""
+        return f"/tool {server}__gate {json.dumps({'path': str(self.path)})}"
+
+    @property
+    def passed(self) -> str:
+        """The call's result once the gate is open."""
+        return f"passed the gate {self.path.name}"
+
+    def open(self) -> None:
+        self.path.touch()
 
 
 class ServerProcess:

@@ -21,6 +21,7 @@ from mcp import Client
 from tests.support import (
     FIXTURE_LOG,
     REPO,
+    STATE_WINDOW_S,
     TEST_DEADLINE_S,
     Served,
     ServerProcess,
@@ -350,7 +351,11 @@ async def test_malformed_ask_user_and_durable_wait_calls_go_back_to_the_agent_as
 
 async def test_a_durable_wait_parks_the_turn_until_its_timer_fires(world: World) -> None:
     started = await call(
-        world.client, "start_session", agent="worker", message="/wait 1 let it settle", wait_seconds=0
+        world.client,
+        "start_session",
+        agent="worker",
+        message=f"/wait {STATE_WINDOW_S:g} let it settle",
+        wait_seconds=0,
     )
     sid = started["session_id"]
 
@@ -792,9 +797,7 @@ async def test_a_client_that_never_answers_the_prompt_gets_its_result_at_wait_se
 async def test_an_elicited_answer_outside_the_choices_is_not_accepted(world: World) -> None:
     person = Person.accepting({"answer": "green"})
     async with world.person_client(person) as client:
-        outcome = await call(
-            client, "start_session", agent="worker", message="/ask Colour? | red | blue", wait_seconds=2
-        )
+        outcome = await call(client, "start_session", agent="worker", message="/ask Colour? | red | blue")
     assert person.asked, "the question was put to the person"
     assert "The user answered: green" not in (outcome["answer"] or ""), outcome
     assert outcome["status"] == "waiting_for_input", outcome

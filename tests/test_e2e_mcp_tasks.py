@@ -30,6 +30,7 @@ from mcp import Client, MCPError
 from tests.support import (
     FIXTURE_LOG,
     REPO,
+    STATE_WINDOW_S,
     TEST_DEADLINE_S,
     ServerProcess,
     call,
@@ -418,7 +419,7 @@ async def test_legacy_cancel_stops_the_turn_and_drops_a_queued_message(stdio_leg
     async with stdio_legacy.legacy() as (client, recorder):
         sid = await new_session(client)
         long = await call_tool_as_task(
-            client, "send_message", {"session_id": sid, "message": "/sleep 30\nlong"}
+            client, "send_message", {"session_id": sid, "message": "/sleep 3600\nlong"}
         )
         await poll_until(
             lambda: get_task(client, long["taskId"]), lambda t: "is running" in (t.get("statusMessage") or "")
@@ -471,7 +472,7 @@ async def test_modern_cancel_acknowledges_and_cancels_the_turn(stdio_modern: Ser
     async with stdio_modern.modern() as (client, _):
         sid = await new_session(client)
         handle = await call_tool_modern(
-            client, "send_message", {"session_id": sid, "message": "/sleep 30\nstop"}
+            client, "send_message", {"session_id": sid, "message": "/sleep 3600\nstop"}
         )
         assert handle["resultType"] == "task"
         assert is_ack(await cancel_task_modern(client, handle["taskId"]))
@@ -736,6 +737,10 @@ async def test_legacy_task_augmented_call_of_a_forbidden_tool_is_method_not_foun
 # ------------------------------------------------------------------ 6. a task outlives its process
 
 
+# A turn that must still be running when its process is killed, and end by itself afterwards.
+SLOW_SURVIVOR = f"/sleep {max(3.0, STATE_WINDOW_S):g}\nslow survivor"
+
+
 async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path) -> None:
     config = write_tasks_config(tmp_path, runtime={"lease_ttl_s": 0.3})
     first = ServerProcess(config, name="doomed")
@@ -744,15 +749,16 @@ async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path) ->
         async with served.legacy() as (client, _):
             slow_sid = await new_session(client)
             parked_sid = await new_session(client)
-            slow = await call_tool_as_task(
-                client, "send_message", {"session_id": slow_sid, "message": "/sleep 3\nslow survivor"}
-            )
             parked = await call_tool_as_task(
                 client,
                 "send_message",
                 {"session_id": parked_sid, "message": '/tool fixture__bare {"text": "survivor"}'},
             )
             await legacy_until(client, parked["taskId"], "input_required")
+            # Started last, and the process is killed as soon as its turn is seen running.
+            slow = await call_tool_as_task(
+                client, "send_message", {"session_id": slow_sid, "message": SLOW_SURVIVOR}
+            )
             await poll_until(
                 lambda: get_task(client, slow["taskId"]),
                 lambda t: "is running" in (t.get("statusMessage") or ""),

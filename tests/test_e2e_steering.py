@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
+import anyio
 import pytest
 
 from tests.support import (
     FIXTURE_LOG,
+    STATE_WINDOW_S,
     TEST_DEADLINE_S,
+    Gate,
     Served,
     call,
     call_error,
@@ -20,6 +24,11 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.anyio
+
+# The wall-time limit of the agent "brief": its first model call must start inside it.
+WALL_LIMIT_S = STATE_WINDOW_S
+# A model call the test steers: it must still run when the steer arrives.
+SLOW_STEP = f"/sleep {STATE_WINDOW_S:g}"
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +46,7 @@ async def _in_model_call(served: Served, sid: str) -> None:
 
 async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(served: Served) -> None:
     first = await call(
-        served.client, "start_session", agent="demo", message="/sleep 1\nslow one", wait_seconds=0
+        served.client, "start_session", agent="demo", message=f"{SLOW_STEP}\nslow one", wait_seconds=0
     )
     sid = first["session_id"]
     queued = await call(served.client, "send_message", session_id=sid, message="queued one", wait_seconds=0)
@@ -51,7 +60,7 @@ async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(ser
     # The step in progress finished (its answer is kept), the turn ended there, the steer went first.
     texts = [m["text"] for m in snapshot["messages"]]
     assert texts[:4] == [
-        "/sleep 1\nslow one",
+        f"{SLOW_STEP}\nslow one",
         "You said: slow one (message 1 of this session)",
         "change of plan",
         "You said: change of plan (message 2 of this session)",
@@ -63,7 +72,9 @@ async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(ser
 
 
 async def test_a_queued_message_can_be_deleted_or_promoted_to_a_steer(served: Served) -> None:
-    first = await call(served.client, "start_session", agent="demo", message="/sleep 1\nbusy", wait_seconds=0)
+    # The first turn waits on a question, so the messages below queue behind it however slow we are.
+    first = await call(served.client, "start_session", agent="demo", message="/ask Busy? | yes | no")
+    assert first["status"] == "waiting_for_input", first
     sid = first["session_id"]
     drop = await call(served.client, "send_message", session_id=sid, message="never mind", wait_seconds=0)
     keep = await call(served.client, "send_message", session_id=sid, message="urgent", wait_seconds=0)
@@ -127,7 +138,7 @@ async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
     agents = {
         "frugal": {"limits": {"max_session_tokens": 300}},
         "frugal_task": {"kinds": ["task"], "limits": {"max_session_tokens": 300}},
-        "brief": {"limits": {"max_session_seconds": 0.5}},
+        "brief": {"limits": {"max_session_seconds": WALL_LIMIT_S}},
         "short": {"limits": {"max_turns": 2}},
         "worker": {"mcp_servers": ["fixture"]},
     }
@@ -136,6 +147,35 @@ async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
     config = write_config(directory, agents=agents, runtime=runtime, mcp_servers=mcp_servers)
     async with serving(config) as served:
         yield served
+
+
+async def _tool_running(served: Served, sid: str) -> None:
+    async def running() -> bool:
+        return db_rows(served.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,)) == [
+            ("running",)
+        ]
+
+    await eventually(running, "the tool call to start")
+
+
+async def _while_the_gate_is_shut(
+    served: Served, sid: str, gate: Gate, request: Awaitable[dict[str, Any]], recorded_sql: str
+) -> dict[str, Any]:
+    """Send `request` while the gated tool call runs; open the gate once the server has recorded
+    it (`recorded_sql` on the session id reads true); return the request's outcome."""
+    outcome: list[dict[str, Any]] = []
+
+    async def send() -> None:
+        outcome.append(await request)
+
+    async def recorded() -> bool:
+        return bool(db_rows(served.db, recorded_sql, (sid,))[0][0])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send)
+        await eventually(recorded, "the server to record the request while the tool runs")
+        gate.open()
+    return outcome[0]
 
 
 async def test_transient_model_failures_are_retried_as_attempts_of_the_step(limited: Served) -> None:
@@ -181,34 +221,34 @@ async def test_a_token_limit_closes_a_chat_session_and_fails_a_task_session(limi
 
 
 async def test_a_wall_time_limit_closes_the_session_with_its_reason(limited: Served) -> None:
-    first = await call(limited.client, "start_session", agent="brief", message="/sleep 0.6\nslow")
+    # The first model call starts inside the limit and ends past it (it sleeps longer than the limit).
+    slow = f"/sleep {WALL_LIMIT_S + 0.2:g}\nslow"
+    first = await call(limited.client, "start_session", agent="brief", message=slow)
     sid = first["session_id"]
     assert first["status"] == "answered", "the limit is checked before a model call, not during one"
     late = await call(limited.client, "send_message", session_id=sid, message="too late")
-    assert late["status"] == "failed" and "wall-time limit of 0.5s" in late["error"]
+    assert late["status"] == "failed" and f"wall-time limit of {WALL_LIMIT_S:g}s" in late["error"]
     snapshot = await call(limited.client, "get_session", session_id=sid)
     assert snapshot["status"] == "closed"
 
 
 async def test_cancel_during_a_tool_call_keeps_its_result_and_the_session_goes_on(limited: Served) -> None:
+    gate = Gate(limited.directory / "gate-cancel")
     started = await call(
-        limited.client,
-        "start_session",
-        agent="worker",
-        message='/tool fixture__slow_progress {"steps": 8}',
-        wait_seconds=0,
+        limited.client, "start_session", agent="worker", message=gate.tool_line(), wait_seconds=0
     )
     sid = started["session_id"]
-
-    async def tool_running() -> bool:
-        rows = db_rows(limited.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,))
-        return rows == [("running",)]
-
-    await eventually(tool_running, "the tool call to start")
-    cancelled = await call(limited.client, "cancel_turn", session_id=sid)
+    await _tool_running(limited, sid)
+    cancelled = await _while_the_gate_is_shut(
+        limited,
+        sid,
+        gate,
+        call(limited.client, "cancel_turn", session_id=sid),
+        "SELECT cancel_requested_turn IS NOT NULL FROM sessions WHERE id = ?",
+    )
     assert cancelled["status"] == "cancelled"
     [tool_call] = cancelled["tool_calls"]
-    assert tool_call["status"] == "succeeded" and "done after 8 steps" in tool_call["result"], (
+    assert tool_call["status"] == "succeeded" and gate.passed in tool_call["result"], (
         "a started call finishes"
     )
     after = await call(limited.client, "send_message", session_id=sid, message="next")
@@ -227,25 +267,22 @@ async def test_the_turn_limit_closes_the_session_with_its_reason(limited: Served
 
 
 async def test_steering_while_a_slow_tool_runs_keeps_its_result(limited: Served) -> None:
+    gate = Gate(limited.directory / "gate-steer")
     started = await call(
-        limited.client,
-        "start_session",
-        agent="worker",
-        message='/tool fixture__slow_progress {"steps": 6}',
-        wait_seconds=0,
+        limited.client, "start_session", agent="worker", message=gate.tool_line(), wait_seconds=0
     )
     sid = started["session_id"]
-
-    async def tool_running() -> bool:
-        return db_rows(limited.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,)) == [
-            ("running",)
-        ]
-
-    await eventually(tool_running, "the tool call to start")
-    steered = await call(limited.client, "send_message", session_id=sid, message="new direction", steer=True)
+    await _tool_running(limited, sid)
+    steered = await _while_the_gate_is_shut(
+        limited,
+        sid,
+        gate,
+        call(limited.client, "send_message", session_id=sid, message="new direction", steer=True),
+        "SELECT COUNT(*) > 0 FROM queued_messages WHERE session_id = ? AND steer = 1",
+    )
     assert steered["answer"] == "You said: new direction (message 2 of this session)"
     calls = db_rows(limited.db, "SELECT status, result FROM tool_calls WHERE session_id = ?", (sid,))
-    assert calls[0][0] == "succeeded" and "done after 6 steps" in calls[0][1], "the started tool finished"
+    assert calls[0][0] == "succeeded" and gate.passed in calls[0][1], "the started tool finished"
 
 
 async def test_steering_while_an_approval_is_pending_withdraws_it(limited: Served) -> None:

@@ -120,7 +120,7 @@ async def test_a_decline_reaches_the_sub_agent_as_a_decline(served: Served) -> N
 
 async def test_cancelling_the_outer_turn_cancels_the_inner_task(served: Served) -> None:
     client = served.client
-    out = await call(client, "start_session", agent="boss", message=_delegate("/sleep 60"), wait_seconds=0)
+    out = await call(client, "start_session", agent="boss", message=_delegate("/sleep 3600"), wait_seconds=0)
     session_id = out["session_id"]
 
     async def polling() -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import pytest
@@ -140,25 +141,34 @@ async def test_a_retried_send_message_produces_one_message_and_one_turn(served: 
 
 async def test_a_retry_while_the_turn_runs_waits_for_the_same_turn(served: Served) -> None:
     sid = (await call(served.client, "start_session", agent="demo"))["session_id"]
-    slow = "/sleep 1\nslow"
+    # The turn waits on a question until the test answers it, so the retries arrive while it runs.
+    asking = "/ask Go on? | yes | no"
     first = await call(
-        served.client, "send_message", session_id=sid, message=slow, client_message_id="s", wait_seconds=0
+        served.client, "send_message", session_id=sid, message=asking, client_message_id="s", wait_seconds=0
     )
     assert first["status"] == "running"
-    results: list[dict[str, object]] = []
+    results: list[dict[str, Any]] = []
 
     async def retry() -> None:
         results.append(
-            await call(served.client, "send_message", session_id=sid, message=slow, client_message_id="s")
+            await call(served.client, "send_message", session_id=sid, message=asking, client_message_id="s")
         )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(retry)
         tg.start_soon(retry)
-    assert [r["status"] for r in results] == ["answered", "answered"]
+    assert [r["status"] for r in results] == ["waiting_for_input", "waiting_for_input"]
     turn_ids = {r["turn_id"] for r in results}
     assert len(turn_ids) == 1
     assert first["turn_id"] in (None, *turn_ids)
+    [question] = {p["id"] for r in results for p in r["pending"]}
+    answered = await call(
+        served.client, "answer_question", session_id=sid, interrupt_id=question, answer="yes"
+    )
+    assert answered["status"] == "answered" and answered["turn_id"] in turn_ids
+    # A retry after the turn ended gets that same turn's answer.
+    await retry()
+    assert results[-1]["status"] == "answered" and results[-1]["turn_id"] in turn_ids
     turns = db_rows(served.db, "SELECT COUNT(*) FROM turns WHERE session_id = ?", (sid,))
     assert turns == [(1,)]
 

@@ -84,7 +84,7 @@ async def test_concurrent_messages_through_both_processes_never_run_a_step_twice
 
 async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair: Pair) -> None:
     started = await call(
-        pair.client_b, "start_session", agent="demo", message="/sleep 60\nlong", wait_seconds=0
+        pair.client_b, "start_session", agent="demo", message="/sleep 3600\nlong", wait_seconds=0
     )
     sid = started["session_id"]
 
