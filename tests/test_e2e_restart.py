@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import (
+    STATE_WINDOW_S,
     TEST_DEADLINE_S,
     ServerProcess,
     call,
@@ -59,9 +60,9 @@ async def test_a_turn_ended_during_its_model_call_is_resumed_after_restart(tmp_p
     config = write_config(tmp_path)
     db = tmp_path / "parley.db"
     async with ServerProcess(config, name="first") as server, server.client() as client:
-        started = await call(
-            client, "start_session", agent="demo", message="/sleep 2\nsurvive", wait_seconds=0
-        )
+        # The model call must still run when the test ends the process once it sees it.
+        slow = f"/sleep {STATE_WINDOW_S:g}\nsurvive"
+        started = await call(client, "start_session", agent="demo", message=slow, wait_seconds=0)
         sid = started["session_id"]
 
         async def in_model_call() -> bool:
