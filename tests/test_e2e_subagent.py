@@ -73,6 +73,14 @@ async def _start(client: Client, message: str) -> dict[str, Any]:
     )
 
 
+async def _answer(
+    client: Client, waiting: dict[str, Any], interrupt_id: str, **answer: Any
+) -> dict[str, Any]:
+    """Answer (or decline) the outer session's question and wait for the turn it resumes."""
+    arguments = {"session_id": waiting["session_id"], "interrupt_id": interrupt_id, **answer}
+    return await call(client, "answer_question", wait_seconds=TEST_DEADLINE_S, **arguments)
+
+
 def _remote_of(db: Path, session_id: str) -> list[tuple[Any, ...]]:
     return db_rows(db, "SELECT status, remote FROM tool_calls WHERE session_id = ?", (session_id,))
 
@@ -87,14 +95,7 @@ async def test_a_sub_agents_question_is_answered_in_the_outer_session(served: Se
     # The outer call waits on the inner task, stored on the call.
     ((status, remote),) = _remote_of(served.db, out["session_id"])
     assert status == "awaiting_answer" and json.loads(remote)["task_id"].startswith("task_")
-    out = await call(
-        client,
-        "answer_question",
-        session_id=out["session_id"],
-        interrupt_id=question["id"],
-        answer="blue",
-        wait_seconds=TEST_DEADLINE_S,
-    )
+    out = await _answer(client, out, question["id"], answer="blue")
     assert out["status"] == "answered", out
     assert "The user answered: blue" in out["answer"]
     assert [(c["tool"], c["status"]) for c in out["tool_calls"]] == [("sub__start_session", "succeeded")]
@@ -106,14 +107,7 @@ async def test_a_decline_reaches_the_sub_agent_as_a_decline(served: Served) -> N
     client = served.client
     out = await _start(client, "/ask Ship it? | yes | no")
     assert out["status"] == "waiting_for_input", out
-    out = await call(
-        client,
-        "answer_question",
-        session_id=out["session_id"],
-        interrupt_id=out["pending"][0]["id"],
-        decline=True,
-        wait_seconds=TEST_DEADLINE_S,
-    )
+    out = await _answer(client, out, out["pending"][0]["id"], decline=True)
     assert out["status"] == "answered", out
     assert "declined" in out["answer"].lower()
 
@@ -163,14 +157,7 @@ async def test_a_2025_11_25_task_offered_by_the_server_is_taken_and_its_question
     assert question["question"] == "Which size?" and question["choices"] == ["small", "large"]
     ((_status, remote),) = _remote_of(served.db, out["session_id"])
     assert json.loads(remote)["generation"] == "2025-11-25"
-    out = await call(
-        client,
-        "answer_question",
-        session_id=out["session_id"],
-        interrupt_id=question["id"],
-        answer="large",
-        wait_seconds=TEST_DEADLINE_S,
-    )
+    out = await _answer(client, out, question["id"], answer="large")
     assert out["status"] == "answered", out
     assert "The user answered: large" in out["answer"]
     assert [(c["tool"], c["status"]) for c in out["tool_calls"]] == [
