@@ -24,6 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support import TEST_DEADLINE_S
+
 
 @dataclass
 class Recorded:
@@ -377,7 +379,7 @@ async def serving_fake_providers() -> AsyncIterator[FakeProviders]:
     server.capture_signals = _no_signals  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
-        with anyio.fail_after(30):
+        with anyio.fail_after(TEST_DEADLINE_S):
             while not server.started:  # noqa: ASYNC110 - uvicorn exposes only a flag
                 await anyio.sleep(0.02)
         fake.port = server.servers[0].sockets[0].getsockname()[1]

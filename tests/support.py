@@ -12,19 +12,35 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
+import httpx2
 import mcp.types as types
 import yaml
 from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import Client
 from mcp.shared.message import SessionMessage
 
-# One deadline for every indefinite wait in the tests; generous for subprocesses on 2 cores.
+# One deadline for every wait in the tests (a state to be reached, a process to start or exit, a
+# lock to be free); generous for subprocesses on 2 cores. Every other wait derives from it.
 TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
+# A tool call may wait on the server for up to the configured wait (max_wait_s below, the same
+# deadline) and then needs the deadline again to come back.
+CALL_DEADLINE_S = 2 * TEST_DEADLINE_S
+# How long a state must last for a test to see it before it passes by itself (a model call that
+# the test steers, a durable timer it watches): a test cannot hold these, so they get a share of
+# the deadline rather than a guess at how fast the machine is.
+STATE_WINDOW_S = TEST_DEADLINE_S / 10
+
+REPO = Path(__file__).resolve().parent.parent
+# Our MCP server for tests (tests/mcp_servers/fixture_server.py); it logs every call it really runs.
+FIXTURE_SERVER = [sys.executable, "-m", "tests.mcp_servers.fixture_server"]
+FIXTURE_LOG = "fixture.jsonl"
 
 # (transport, client mode): every conversation-level behaviour is checked on each.
 TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http", "auto")]
@@ -32,8 +48,9 @@ TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http
 FAST_RUNTIME = {
     "poll_interval_s": 0.1,
     "lease_ttl_s": 1.0,
-    "default_wait_s": 20.0,
-    "max_wait_s": 30.0,
+    # A call without wait_seconds waits for its turn as long as a test waits for anything.
+    "default_wait_s": TEST_DEADLINE_S,
+    "max_wait_s": TEST_DEADLINE_S,
     "max_message_chars": 5000,
     "shutdown_grace_s": 1.0,
     "progress_interval_s": 0.2,
@@ -46,13 +63,23 @@ def write_config(
     db_name: str = "parley.db",
     runtime: dict[str, Any] | None = None,
     agents: dict[str, dict[str, Any]] | None = None,
-    http: dict[str, Any] | None = None,
+    storage: dict[str, Any] | None = None,
+    mcp_servers: dict[str, dict[str, Any]] | None = None,
+    **sections: Any,
 ) -> Path:
-    """Write parley.yaml (fast timings) and agent files into `directory`; return the config path."""
+    """Write parley.yaml (fast timings) and agent files into `directory`; return the config path.
+
+    `storage` and `runtime` add to the defaults; `mcp_servers` and any other top-level
+    `sections` (e.g. `tasks`) go into parley.yaml as given.
+    """
     directory.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {"storage": {"path": db_name}, "runtime": {**FAST_RUNTIME, **(runtime or {})}}
-    if http:
-        config["http"] = http
+    config: dict[str, Any] = {
+        "storage": {"path": db_name, **(storage or {})},
+        "runtime": {**FAST_RUNTIME, **(runtime or {})},
+        **sections,
+    }
+    if mcp_servers:
+        config["mcp_servers"] = mcp_servers
     path = directory / "parley.yaml"
     path.write_text(yaml.safe_dump(config))
     if agents:
@@ -61,6 +88,52 @@ def write_config(
         for name, body in agents.items():
             (agents_dir / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **body}))
     return path
+
+
+def fixture_server(log: Path, *args: str, **settings: Any) -> dict[str, Any]:
+    """The parley.yaml entry of our fixture MCP server over stdio (command-line `args`, server
+    `settings`), logging every call it runs to `log` (`fixture_calls` reads it)."""
+    return {
+        "command": FIXTURE_SERVER[0],
+        "args": [*FIXTURE_SERVER[1:], *args],
+        "cwd": str(REPO),
+        "env": {"FIXTURE_LOG": str(log)},
+        **settings,
+    }
+
+
+def fixture_calls(log: Path) -> list[dict[str, Any]]:
+    """Every call the fixture server really ran (`{"tool", "arguments"}`), oldest first."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def fixture_runs(directory: Path, tool: str, **arguments: Any) -> int:
+    """How often the fixture server logging into `directory` really ran `tool` with these arguments."""
+    return sum(
+        1 for r in fixture_calls(directory / FIXTURE_LOG) if r["tool"] == tool and r["arguments"] == arguments
+    )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A file the fixture server's `gate` tool waits for: a tool call that runs until the test
+    opens it, so "while the call runs" never depends on how fast the machine is."""
+
+    path: Path
+
+    def tool_line(self, server: str = "fixture") -> str:
+        """The demo-model directive that calls the gate through fixture server `server`."""
+        return f"/tool {server}__gate {json.dumps({'path': str(self.path)})}"
+
+    @property
+    def passed(self) -> str:
+        """The call's result once the gate is open."""
+        return f"passed the gate {self.path.name}"
+
+    def open(self) -> None:
+        self.path.touch()
 
 
 class ServerProcess:
@@ -139,46 +212,28 @@ class ServerProcess:
                 return line.split(" started as ", 1)[1].split()[0]
         raise AssertionError("the server has not logged its process id yet:\n" + self.log())
 
-    @asynccontextmanager
-    async def transport(self) -> AsyncIterator[tuple[Any, Any]]:
+    def transport(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
         """Read/write streams over the process pipes, for `mcp.Client`."""
         process = self.process
-        assert process.stdout is not None and process.stdin is not None
-        to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](100)
-        to_server, from_client = anyio.create_memory_object_stream[SessionMessage](100)
+        stdout, stdin = process.stdout, process.stdin
+        assert stdout is not None and stdin is not None
 
-        async def read_stdout() -> None:
+        async def read_stdout(to_client: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
             buffer = b""
-            try:
-                async for chunk in process.stdout:  # type: ignore[union-attr]
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        if line.strip():
-                            msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-                            await to_client.send(SessionMessage(msg))
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                pass
-            finally:
-                to_client.close()
+            async for chunk in stdout:
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        msg = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                        await to_client.send(SessionMessage(msg))
 
-        async def write_stdin() -> None:
-            try:
-                async for message in from_client:
-                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await process.stdin.send(data.encode())  # type: ignore[union-attr]
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                to_client.close()
+        async def write_stdin(from_client: MemoryObjectReceiveStream[SessionMessage]) -> None:
+            async for message in from_client:
+                data = message.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                await stdin.send(data.encode())
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(read_stdout)
-            tg.start_soon(write_stdin)
-            try:
-                yield from_server, to_server
-            finally:
-                tg.cancel_scope.cancel()
-        for stream in (to_client, from_server, to_server, from_client):
-            stream.close()
+        return message_pump(read_stdout, write_stdin)
 
     @asynccontextmanager
     async def client(self, mode: str = "auto") -> AsyncIterator[Client]:
@@ -199,6 +254,43 @@ class ServerProcess:
 
 
 @asynccontextmanager
+async def message_pump(
+    inbound: Callable[[MemoryObjectSendStream[SessionMessage | Exception]], Awaitable[None]],
+    outbound: Callable[[MemoryObjectReceiveStream[SessionMessage]], Awaitable[None]],
+) -> AsyncIterator[tuple[Any, Any]]:
+    """A client transport made of two pumps: `inbound` sends what the server says to the client,
+    `outbound` takes what the client sends to the server. Yields the client's (read, write) streams.
+
+    The server side ending (closed, broken, end of stream) ends the client's reads; the pumps are
+    cancelled when the client is done.
+    """
+    to_client, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](100)
+    to_server, from_client = anyio.create_memory_object_stream[SessionMessage](100)
+
+    async def pump_in() -> None:
+        async with to_client:
+            with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                await inbound(to_client)
+
+    async def pump_out() -> None:
+        try:
+            async with from_client:
+                await outbound(from_client)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            to_client.close()  # the server is gone: nothing more will arrive either
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump_in)
+        tg.start_soon(pump_out)
+        try:
+            yield from_server, to_server
+        finally:
+            tg.cancel_scope.cancel()
+    for stream in (to_client, from_server, to_server, from_client):
+        stream.close()
+
+
+@asynccontextmanager
 async def running_server(
     config_path: Path, mode: str = "auto", name: str = "server", http: bool = False
 ) -> AsyncIterator[tuple[ServerProcess, Client]]:
@@ -206,9 +298,58 @@ async def running_server(
         yield server, client
 
 
+@dataclass
+class Served:
+    """A `parley serve` that a test module starts once: the process, the directory of its
+    parley.yaml (its database, its fixture server's log) and the module's client, if it keeps one."""
+
+    server: ServerProcess
+    directory: Path
+    connected: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        assert self.connected is not None, "this module's server was started without a client"
+        return self.connected
+
+    @property
+    def db(self) -> Path:
+        return self.directory / "parley.db"
+
+    def runs(self, tool: str, **arguments: Any) -> int:
+        """How often the fixture server really ran `tool` with these arguments."""
+        return fixture_runs(self.directory, tool, **arguments)
+
+
+ServedT = TypeVar("ServedT", bound=Served)
+
+
+@asynccontextmanager
+async def serving(
+    config_path: Path,
+    *,
+    mode: str | None = "auto",
+    name: str = "server",
+    http: bool = False,
+    clean_log: bool = False,
+    world: type[ServedT] = Served,  # type: ignore[assignment]  # the default is the bound itself
+) -> AsyncIterator[ServedT]:
+    """Start `parley serve` on `config_path` and connect one client in `mode` (None: no client,
+    each test connects its own); yield them as a `world` (a `Served`, or a module's subclass).
+    `clean_log`: on a normal exit the server's log must hold no traceback."""
+    async with ServerProcess(config_path, name=name, http=http) as server:
+        if mode is None:
+            yield world(server, config_path.parent)
+        else:
+            async with server.client(mode) as client:
+                yield world(server, config_path.parent, client)
+        if clean_log:
+            assert "Traceback" not in server.log(), server.log()
+
+
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
     """Call a tool that must succeed; return its structured content."""
-    with anyio.fail_after(TEST_DEADLINE_S + 60):
+    with anyio.fail_after(CALL_DEADLINE_S):
         result = await client.call_tool(tool, arguments)
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     assert not result.is_error, f"{tool} failed: {text}"
@@ -236,11 +377,27 @@ async def eventually(check: Callable[[], Awaitable[bool]], what: str, interval_s
         raise AssertionError(f"timed out after {TEST_DEADLINE_S}s waiting for {what}") from None
 
 
+async def until_listening(url: str, what: str, check_alive: Callable[[], None] | None = None) -> None:
+    """Wait until an HTTP server answers at `url` (any status); `check_alive` may raise meanwhile."""
+
+    async def listening() -> bool:
+        if check_alive is not None:
+            check_alive()
+        try:
+            async with httpx2.AsyncClient() as http:
+                await http.get(url)
+        except httpx2.TransportError:
+            return False
+        return True
+
+    await eventually(listening, what)
+
+
 def db_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """Read the real database file directly (what a second tool or an operator would see)."""
     import sqlite3
 
-    with sqlite3.connect(db_path, timeout=10) as conn:
+    with sqlite3.connect(db_path, timeout=TEST_DEADLINE_S) as conn:
         return list(conn.execute(sql, params).fetchall())
 
 

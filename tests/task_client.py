@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import mcp.types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from jsonschema import validators
 from jsonschema.exceptions import ValidationError as SchemaError
 from jsonschema.exceptions import relevance
@@ -62,7 +63,7 @@ from pydantic import (
     model_validator,
 )
 
-from tests.support import TEST_DEADLINE_S
+from tests.support import TEST_DEADLINE_S, message_pump
 
 if TYPE_CHECKING:
     from mcp.client._transport import Transport, TransportStreams
@@ -366,40 +367,26 @@ def tap(inner: Transport, recorder: TaskRecorder) -> Transport:
     @asynccontextmanager
     async def tapped() -> AsyncIterator[TransportStreams]:
         async with inner as (read, write):
-            to_client, from_tap = anyio.create_memory_object_stream[SessionMessage | Exception](100)
-            to_tap, from_client = anyio.create_memory_object_stream[SessionMessage](100)
 
-            async def pump_in() -> None:
-                async with to_client:
-                    try:
-                        async for item in read:
-                            if isinstance(item, SessionMessage):
-                                recorder.observe_received(item)
-                            await to_client.send(item)
-                    except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                        pass
+            async def pump_in(to_client: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+                async for item in read:
+                    if isinstance(item, SessionMessage):
+                        recorder.observe_received(item)
+                    await to_client.send(item)
 
-            async def pump_out() -> None:
+            async def pump_out(from_client: MemoryObjectReceiveStream[SessionMessage]) -> None:
                 try:
-                    async with from_client:
-                        async for item in from_client:
-                            recorder.observe_sent(item)
-                            await write.send(item)
+                    async for item in from_client:
+                        recorder.observe_sent(item)
+                        await write.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
                 finally:
                     with anyio.CancelScope(shield=True):
                         await write.aclose()
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pump_in)
-                tg.start_soon(pump_out)
-                try:
-                    yield from_tap, to_tap
-                finally:
-                    tg.cancel_scope.cancel()
-            for stream in (to_client, from_tap, to_tap, from_client):
-                stream.close()
+            async with message_pump(pump_in, pump_out) as streams:
+                yield streams
 
     transport: Transport = tapped()
     return transport

@@ -8,6 +8,7 @@ import pytest
 from parley.runtime.builtin_tools import WRITE_TODOS
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.model import ChatMessage, ModelRequest, ModelToolCall, RequestedCall, ToolSpec
+from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
 
@@ -128,7 +129,7 @@ async def test_results_of_an_earlier_message_are_not_quoted_for_a_new_one() -> N
     ],
 )
 async def test_a_malformed_directive_gets_a_clear_text_answer_and_no_call(line: str, problem: str) -> None:
-    with anyio.fail_after(5):  # a rejected /sleep must not sleep
+    with anyio.fail_after(TEST_DEADLINE_S):  # a rejected /sleep must not sleep
         text = await ask(said(f"hi\n{line}\n/tool write_todos {{}}"))
     assert text.startswith(
         "You said: hi (message 1 of this session)\n\nI could not follow your directives:\n- "
@@ -172,12 +173,12 @@ async def test_sleep_delays_only_the_first_model_call_for_the_message() -> None:
     assert anyio.current_time() - start >= 0.05 - 1e-3
     assert [c.name for c in first.tool_calls] == ["lookup"]
 
-    # The follow-up call, with the tool result, must not sleep again (a 60 s sleep would trip the deadline).
+    # The follow-up call, with the tool result, must not sleep again (an hour's sleep would trip the deadline).
     calls = (ModelToolCall(id="c1", name="lookup", arguments={}),)
-    with anyio.fail_after(5):
+    with anyio.fail_after(TEST_DEADLINE_S):
         second = await client.complete(
             request(
-                said("wait\n/sleep 60\n/tool lookup {}"),
+                said("wait\n/sleep 3600\n/tool lookup {}"),
                 ChatMessage(role="assistant", text=first.text, tool_calls=calls),
                 ChatMessage(role="tool", text="found", tool_call_id="c1", tool_name="lookup"),
             )

@@ -22,12 +22,12 @@ from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord
 from parley.storage.sqlite import SqliteStore, open_sqlite_store
+from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
 
 PROC = "proc_driver_test"
 LEASE_TTL_S = 30.0
-DEADLINE_S = 10.0
 
 
 @pytest.fixture
@@ -78,7 +78,7 @@ async def session_with_message(store: SqliteStore, text: str, agent_name: str = 
 
 async def drive(store: SqliteStore, planner: AgentConfig, model: ModelClient, sid: SessionId) -> None:
     assert await store.try_acquire_lease(sid, PROC, time.time(), LEASE_TTL_S)
-    with anyio.fail_after(DEADLINE_S):
+    with anyio.fail_after(TEST_DEADLINE_S):
         await driver(store, planner, model).drive(sid)
 
 

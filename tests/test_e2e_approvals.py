@@ -4,7 +4,6 @@ the fixture MCP server (which logs every call it really runs)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -17,15 +16,27 @@ import anyio
 import httpx2
 import mcp.types as types
 import pytest
-import yaml
 from mcp import Client
 
-from tests.support import FAST_RUNTIME, TEST_DEADLINE_S, ServerProcess, call, call_error, db_rows, eventually
+from tests.support import (
+    FIXTURE_LOG,
+    REPO,
+    STATE_WINDOW_S,
+    TEST_DEADLINE_S,
+    Served,
+    ServerProcess,
+    call,
+    call_error,
+    db_rows,
+    eventually,
+    fixture_runs,
+    fixture_server,
+    serving,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURE = [sys.executable, "-m", "tests.mcp_servers.fixture_server"]
 UNKNOWN_INTERRUPT = "int_" + "0" * 32
 MAX_TIMER_S = 60
 
@@ -43,30 +54,12 @@ AGENTS: dict[str, dict[str, Any]] = {
 
 def write_world_config(directory: Path) -> Path:
     """parley.yaml with the fixture MCP server (logging to fixture.jsonl) and the agents above."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fixture = {
-        "command": FIXTURE[0],
-        "args": FIXTURE[1:],
-        "cwd": str(REPO),
-        "env": {"FIXTURE_LOG": str(directory / "fixture.jsonl")},
-    }
-    runtime = {**FAST_RUNTIME, "max_timer_s": MAX_TIMER_S}
-    config = {"storage": {"path": "parley.db"}, "runtime": runtime, "mcp_servers": {"fixture": fixture}}
-    (directory / "parley.yaml").write_text(yaml.safe_dump(config))
-    agents_dir = directory / "configs" / "agents"
-    agents_dir.mkdir(parents=True, exist_ok=True)
-    for name, body in AGENTS.items():
-        (agents_dir / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **body}))
-    return directory / "parley.yaml"
-
-
-def fixture_runs(directory: Path, tool: str, **arguments: Any) -> int:
-    """How often the fixture server really ran `tool` with these arguments."""
-    path = directory / "fixture.jsonl"
-    if not path.exists():
-        return 0
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return sum(1 for r in records if r["tool"] == tool and r["arguments"] == arguments)
+    return write_config(
+        directory,
+        runtime={"max_timer_s": MAX_TIMER_S},
+        agents=AGENTS,
+        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+    )
 
 
 def parley_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -101,21 +94,10 @@ class Person:
 
 
 @dataclass
-class World:
-    server: ServerProcess
-    client: Client
-    config: Path
-
+class World(Served):
     @property
-    def directory(self) -> Path:
-        return self.config.parent
-
-    @property
-    def db(self) -> Path:
-        return self.directory / "parley.db"
-
-    def runs(self, tool: str, **arguments: Any) -> int:
-        return fixture_runs(self.directory, tool, **arguments)
+    def config(self) -> Path:
+        return self.server.config_path
 
     def interrupts(self, session_id: str) -> list[tuple[str, str, str | None]]:
         return db_rows(
@@ -154,9 +136,8 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     """One HTTP server for the module: plain clients decide with the tools, eliciting clients
     connect next to them."""
     config = write_world_config(tmp_path_factory.mktemp("approvals"))
-    async with ServerProcess(config, name="approvals", http=True) as server, server.client() as client:
-        yield World(server, client, config)
-        assert "Traceback" not in server.log(), server.log()
+    async with serving(config, name="approvals", http=True, clean_log=True, world=World) as world:
+        yield world
 
 
 async def _park(world: World, message: str, agent: str = "worker") -> dict[str, Any]:
@@ -370,7 +351,11 @@ async def test_malformed_ask_user_and_durable_wait_calls_go_back_to_the_agent_as
 
 async def test_a_durable_wait_parks_the_turn_until_its_timer_fires(world: World) -> None:
     started = await call(
-        world.client, "start_session", agent="worker", message="/wait 1 let it settle", wait_seconds=0
+        world.client,
+        "start_session",
+        agent="worker",
+        message=f"/wait {STATE_WINDOW_S:g} let it settle",
+        wait_seconds=0,
     )
     sid = started["session_id"]
 
@@ -812,9 +797,7 @@ async def test_a_client_that_never_answers_the_prompt_gets_its_result_at_wait_se
 async def test_an_elicited_answer_outside_the_choices_is_not_accepted(world: World) -> None:
     person = Person.accepting({"answer": "green"})
     async with world.person_client(person) as client:
-        outcome = await call(
-            client, "start_session", agent="worker", message="/ask Colour? | red | blue", wait_seconds=2
-        )
+        outcome = await call(client, "start_session", agent="worker", message="/ask Colour? | red | blue")
     assert person.asked, "the question was put to the person"
     assert "The user answered: green" not in (outcome["answer"] or ""), outcome
     assert outcome["status"] == "waiting_for_input", outcome

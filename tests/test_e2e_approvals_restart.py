@@ -9,8 +9,16 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support import ServerProcess, call, db_rows, eventually, running_server
-from tests.test_e2e_approvals import fixture_runs, parley_cli, write_world_config
+from tests.support import (
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    fixture_runs,
+    running_server,
+)
+from tests.test_e2e_approvals import parley_cli, write_world_config
 
 pytestmark = pytest.mark.anyio
 
@@ -66,12 +74,12 @@ async def test_sessions_waiting_for_a_person_or_a_timer_survive_sigkill_and_reso
         assert answered["status"] == "answered", answered
         assert "The user answered: red" in answered["answer"]
 
-        woken = await call(client, "get_session", session_id=timer_sid, wait_seconds=20)
+        woken = await call(client, "get_session", session_id=timer_sid, wait_seconds=TEST_DEADLINE_S)
         assert woken["status"] == "idle", woken
         assert woken["last_turn"]["status"] == "answered"
         assert "The wait is over; carry on." in woken["last_turn"]["answer"]
 
-        offline = await call(client, "get_session", session_id=offline_sid, wait_seconds=20)
+        offline = await call(client, "get_session", session_id=offline_sid, wait_seconds=TEST_DEADLINE_S)
         assert offline["status"] == "idle", offline
         assert offline["last_turn"]["status"] == "answered"
         assert "appended decided offline" in offline["last_turn"]["answer"]

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
+import anyio
 import pytest
 from mcp import Client
 
-from tests.support import TRANSPORTS, call, call_error, running_server, write_config
+from tests.support import (
+    TEST_DEADLINE_S,
+    TRANSPORTS,
+    call,
+    call_error,
+    eventually,
+    running_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -43,18 +53,43 @@ async def test_conversation_keeps_history(client: Client) -> None:
 
 
 async def test_message_sent_while_a_turn_runs_is_answered_in_its_own_next_turn(client: Client) -> None:
-    first = await call(client, "start_session", agent="demo", message="/sleep 0.5\nfirst", wait_seconds=0)
+    # The first turn waits on a question until the test answers it, so "second" arrives while it runs.
+    asking = "/ask Ready? | yes | no\nfirst"
+    first = await call(client, "start_session", agent="demo", message=asking, wait_seconds=0)
     assert first["status"] == "running"
     sid = first["session_id"]
-    second = await call(client, "send_message", session_id=sid, message="second")
+    outcomes: list[dict[str, Any]] = []
+
+    async def send_second() -> None:
+        outcomes.append(await call(client, "send_message", session_id=sid, message="second"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send_second)
+        waiting: dict[str, Any] = {}
+
+        async def second_queued_behind_the_question() -> bool:
+            waiting.update(await call(client, "get_session", session_id=sid))
+            queued = [q["message"] for q in waiting["queued_messages"]]
+            return queued == ["second"] and bool(waiting["pending"])
+
+        await eventually(second_queued_behind_the_question, "'second' to queue behind the question")
+        await call(
+            client, "answer_question", session_id=sid, interrupt_id=waiting["pending"][0]["id"], answer="yes"
+        )
+    [second] = outcomes
     assert second["status"] == "answered"
     assert second["answer"] == "You said: second (message 2 of this session)"
     assert second["turn_id"] != first["turn_id"]
-    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=20)
+    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     texts = [(m["role"], m["text"]) for m in snapshot["messages"]]
     assert texts == [
-        ("user", "/sleep 0.5\nfirst"),
-        ("assistant", "You said: first (message 1 of this session)"),
+        ("user", asking),
+        ("assistant", "Calling ask_user."),
+        ("tool", "The user answered: yes"),
+        (
+            "assistant",
+            "You said: first (message 1 of this session)\n\nTool results:\n1. ask_user (ok): The user answered: yes",
+        ),
         ("user", "second"),
         ("assistant", "You said: second (message 2 of this session)"),
     ]
@@ -66,7 +101,7 @@ async def test_short_wait_returns_running_and_get_session_keeps_waiting(client: 
     started = await call(client, "start_session", agent="demo", message="/sleep 1\nslow", wait_seconds=0.2)
     assert started["status"] == "running"
     sid = started["session_id"]
-    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=20)
+    snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     assert snapshot["status"] == "idle"
     assert snapshot["last_turn"]["status"] == "answered"
     assert snapshot["last_turn"]["answer"] == "You said: slow (message 1 of this session)"
@@ -99,7 +134,7 @@ async def test_unknown_tool_is_a_tool_error_the_model_sees(client: Client) -> No
 async def test_cancel_turn_stops_a_sleeping_turn_and_the_session_takes_the_next_message(
     client: Client,
 ) -> None:
-    started = await call(client, "start_session", agent="demo", message="/sleep 60\nnever", wait_seconds=0)
+    started = await call(client, "start_session", agent="demo", message="/sleep 3600\nnever", wait_seconds=0)
     sid = started["session_id"]
     cancelled = await call(client, "cancel_turn", session_id=sid)
     assert cancelled["status"] == "cancelled"
@@ -123,7 +158,7 @@ async def test_closed_session_stays_readable_and_refuses_messages(client: Client
 
 
 async def test_close_cancels_the_running_turn_and_drops_queued_messages(client: Client) -> None:
-    started = await call(client, "start_session", agent="demo", message="/sleep 60\nlong", wait_seconds=0)
+    started = await call(client, "start_session", agent="demo", message="/sleep 3600\nlong", wait_seconds=0)
     sid = started["session_id"]
     queued = await call(client, "send_message", session_id=sid, message="queued", wait_seconds=0)
     assert queued["status"] == "running"
@@ -132,7 +167,7 @@ async def test_close_cancels_the_running_turn_and_drops_queued_messages(client: 
     snapshot = await call(client, "get_session", session_id=sid)
     assert snapshot["last_turn"]["status"] == "cancelled"
     assert snapshot["queued_messages"] == []
-    assert [m["text"] for m in snapshot["messages"]] == ["/sleep 60\nlong"]
+    assert [m["text"] for m in snapshot["messages"]] == ["/sleep 3600\nlong"]
 
 
 async def test_list_sessions_pages_through_the_callers_sessions(client: Client) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,11 +11,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import FAST_RUNTIME, ServerProcess, call, db_rows, running_server
+from tests.support import (
+    FAST_RUNTIME,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    fixture_calls,
+    fixture_server,
+    running_server,
+)
 
 pytestmark = pytest.mark.anyio
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @dataclass
@@ -26,22 +32,13 @@ class Setup:
     log: Path
 
     def tool_runs(self, tool: str) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
-        return [line for line in lines if line["tool"] == tool]
+        return [line for line in fixture_calls(self.log) if line["tool"] == tool]
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> Setup:
     log = tmp_path / "fixture.jsonl"
-    fixture = {
-        "command": sys.executable,
-        "args": ["-m", "tests.mcp_servers.fixture_server"],
-        "cwd": str(REPO),
-        "env": {"FIXTURE_LOG": str(log)},
-        "tools": {"append_note": {"approval": "never"}},
-    }
+    fixture = fixture_server(log, tools={"append_note": {"approval": "never"}})
     # A short lease: the restarted server takes over the killed one's session sooner.
     runtime = {**FAST_RUNTIME, "lease_ttl_s": 0.3}
     config = {"storage": {"path": "parley.db"}, "runtime": runtime, "mcp_servers": {"fixture": fixture}}
@@ -66,7 +63,9 @@ async def _crash_at(setup: Setup, fault: str, message: str) -> str:
 
 async def _after_restart(setup: Setup, sid: str) -> dict[str, Any]:
     async with running_server(setup.config, name="restarted") as (_, client):
-        return await call(client, "get_session", session_id=sid, wait_seconds=20, messages_from=1)
+        return await call(
+            client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S, messages_from=1
+        )
 
 
 async def test_crash_after_the_model_step_runs_the_calls_once_after_restart(setup: Setup) -> None:
@@ -115,7 +114,7 @@ async def test_crash_after_an_approval_was_raised_keeps_waiting_and_runs_once_wh
 ) -> None:
     sid = await _crash_at(setup, "interrupt_raised", '/tool fixture__bare {"text": "careful"}')
     async with running_server(setup.config, name="restarted") as (_, client):
-        waiting = await call(client, "get_session", session_id=sid, wait_seconds=20)
+        waiting = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert waiting["status"] == "waiting_for_input"
         [pending] = waiting["pending"]
         done = await call(

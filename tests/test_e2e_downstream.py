@@ -21,7 +21,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -43,7 +42,10 @@ from tests.support import (
     call,
     db_rows,
     eventually,
+    fixture_calls,
+    fixture_server,
     running_server,
+    until_listening,
 )
 
 # everything_bin is a fixture (session-scoped: installs server-everything from npm once);
@@ -52,14 +54,16 @@ __all__ = ["everything_bin"]
 
 pytestmark = pytest.mark.anyio
 
-REPO = Path(__file__).resolve().parent.parent
 RESEARCH = "simulate-research-query"
 # server-everything asks for a poll interval of 1 s; a ceiling of 1 s keeps polls from backing off.
-TASK_TIMINGS = {"task_poll_min_s": 0.2, "task_poll_max_s": 1.0, "input_wait_s": 20}
+# How long a downstream question waits for the user: longer than any wait of a test, so a question
+# expires only where a test configures it to, and a cancel that waited for it would fail.
+QUESTION_WAIT_S = 4 * TEST_DEADLINE_S
+TASK_TIMINGS = {"task_poll_min_s": 0.2, "task_poll_max_s": 1.0, "input_wait_s": QUESTION_WAIT_S}
 NO_APPROVAL = {"approval": "never"}
-# How long the cancel tests' downstream question waits, and how soon a cancel must end the turn.
-CANCEL_WAIT_S = 6.0
-CANCEL_WITHIN_S = 3.0
+# The call timeout of paint_short_call, and how long its user takes to answer (longer than that).
+SHORT_CALL_TIMEOUT_S = 1.0
+SLOW_USER_S = 1.5 * SHORT_CALL_TIMEOUT_S
 TASK_STORE_MODULE = "dist/esm/experimental/tasks/stores/in-memory.js"
 
 
@@ -145,17 +149,12 @@ async def _serve_everything_http(
     ):
         try:
 
-            async def listening() -> bool:
+            def alive() -> None:
                 assert process.poll() is None, "server-everything exited:\n" + log.read_text()
-                try:
-                    async with httpx2.AsyncClient() as http:
-                        await http.get(f"http://127.0.0.1:{port}/mcp")
-                    return True
-                except httpx2.TransportError:
-                    return False
 
-            await eventually(listening, "server-everything to listen over HTTP")
-            yield EverythingHttp(f"http://127.0.0.1:{port}/mcp", log)
+            url = f"http://127.0.0.1:{port}/mcp"
+            await until_listening(url, "server-everything to listen over HTTP", alive)
+            yield EverythingHttp(url, log)
         finally:
             process.terminate()
             process.wait(timeout=TEST_DEADLINE_S)
@@ -189,10 +188,8 @@ class World:
 
     def painted(self, item: str) -> list[dict[str, Any]]:
         """The runs of `paint` the fixture server logged for this item."""
-        if not self.paint_log.exists():
-            return []
-        lines = [json.loads(line) for line in self.paint_log.read_text().splitlines() if line.strip()]
-        return [r["arguments"] for r in lines if r["tool"] == "paint" and r["arguments"]["item"] == item]
+        runs = fixture_calls(self.paint_log)
+        return [r["arguments"] for r in runs if r["tool"] == "paint" and r["arguments"]["item"] == item]
 
     async def health(self) -> dict[str, Any]:
         assert self.server.url is not None
@@ -204,14 +201,7 @@ class World:
 
 
 def _paint_server(log: Path, **settings: Any) -> dict[str, Any]:
-    return {
-        "command": sys.executable,
-        "args": ["-m", "tests.mcp_servers.fixture_server"],
-        "cwd": str(REPO),
-        "env": {"FIXTURE_LOG": str(log)},
-        "tools": {"paint": NO_APPROVAL},
-        **settings,
-    }
+    return fixture_server(log, tools={"paint": NO_APPROVAL}, **settings)
 
 
 PAINTERS = {
@@ -235,17 +225,14 @@ async def world(
     }
     agents = {"r": _researcher("everything"), "rh": _researcher("everything_http")}
     for (protocol, wait), name in PAINTERS.items():
-        settings: dict[str, Any] = {"input_wait_s": 0.5 if wait == "impatient" else 20}
+        settings: dict[str, Any] = {"input_wait_s": 0.5 if wait == "impatient" else QUESTION_WAIT_S}
         if protocol == "legacy":
             settings["protocol"] = "legacy"
         servers[name] = _paint_server(paint_log, **settings)
         agents[name] = {"mcp_servers": [name]}
-    # A question that waits a few seconds for the user (see the cancel tests).
-    servers["paint_legacy_cancel"] = _paint_server(paint_log, protocol="legacy", input_wait_s=CANCEL_WAIT_S)
-    agents["paint_legacy_cancel"] = {"mcp_servers": ["paint_legacy_cancel"]}
     # A call timeout shorter than the user takes to answer: the question's time must not count.
     servers["paint_short_call"] = _paint_server(
-        paint_log, protocol="legacy", call_timeout_s=1, input_wait_s=20
+        paint_log, protocol="legacy", call_timeout_s=SHORT_CALL_TIMEOUT_S, input_wait_s=QUESTION_WAIT_S
     )
     agents["paint_short_call"] = {"mcp_servers": ["paint_short_call"]}
     config = _write(directory, servers, agents)
@@ -419,7 +406,7 @@ async def test_a_user_slower_than_the_call_timeout_still_gets_the_answer_to_the_
         world.client, "start_session", agent=server, message=f'/tool {server}__paint {{"item": "{item}"}}'
     )
     assert started["status"] == "waiting_for_input", started
-    await anyio.sleep(1.5)  # the user thinks for longer than the server's call_timeout_s (1 s)
+    await anyio.sleep(SLOW_USER_S)  # the scenario: the user thinks for longer than the call timeout
     done = await call(
         world.client,
         "answer_question",
@@ -506,8 +493,9 @@ async def test_cancelling_the_turn_cancels_the_downstream_task(world: World) -> 
 async def test_cancelling_the_turn_while_a_downstream_question_waits_ends_it_at_once(
     world: World, protocol: str
 ) -> None:
-    """The question waits CANCEL_WAIT_S for the user; cancel_turn must not wait that long."""
-    server = "paint_legacy_cancel" if protocol == "legacy" else PAINTERS[("modern", "patient")]
+    """The question waits QUESTION_WAIT_S for the user, longer than cancel_turn's wait: a cancel
+    that waited for the question would come back 'running'."""
+    server = PAINTERS[(protocol, "patient")]
     item = f"shed-{protocol}"
     started = await call(
         world.client, "start_session", agent=server, message=f'/tool {server}__paint {{"item": "{item}"}}'
@@ -515,7 +503,7 @@ async def test_cancelling_the_turn_while_a_downstream_question_waits_ends_it_at_
     assert started["status"] == "waiting_for_input", started
     sid = started["session_id"]
     try:
-        cancelled = await call(world.client, "cancel_turn", session_id=sid, wait_seconds=CANCEL_WITHIN_S)
+        cancelled = await call(world.client, "cancel_turn", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     finally:
         ended = await _ended(world, sid)  # nothing is left running for the next tests
     assert cancelled["status"] == "cancelled", cancelled
@@ -713,8 +701,8 @@ async def test_a_question_of_a_call_that_died_with_parley_does_not_keep_the_turn
         def turn_over() -> bool:
             return db_rows(db, "SELECT current_turn_id FROM sessions WHERE id = ?", (sid,)) == [(None,)]
 
-        # The restarted parley has its poll interval and then some to notice the question is over.
-        with anyio.move_on_after(max(0.0, deadline - time.time()) + CANCEL_WITHIN_S):
+        # The restarted parley has until the question is over, and the test deadline, to notice.
+        with anyio.move_on_after(max(0.0, deadline - time.time()) + TEST_DEADLINE_S):
             while not turn_over():  # noqa: ASYNC110 - the state is in another process's database
                 await anyio.sleep(0.05)
         snapshot = await call(client, "get_session", session_id=sid)

@@ -11,7 +11,6 @@ would have its own process). The restart test runs its own servers on a database
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import sqlite3
@@ -26,10 +25,22 @@ from typing import Any
 
 import anyio
 import pytest
-import yaml
 from mcp import Client, MCPError
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
+from tests.support import (
+    FIXTURE_LOG,
+    REPO,
+    STATE_WINDOW_S,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    fixture_server,
+    serving,
+    write_config,
+)
+from tests.support import Served as ServedBase
 from tests.task_client import (
     IMMEDIATE_RESPONSE_META,
     LEGACY,
@@ -55,7 +66,6 @@ from tests.task_client import (
 
 pytestmark = pytest.mark.anyio
 
-REPO = str(Path(__file__).resolve().parent.parent)
 TASK_TOOLS = {"start_session", "send_message", "approve", "answer_question"}
 TASKS_SETTINGS = {"poll_interval_s": 0.1, "status_poll_s": 0.2, "list_page_size": 3}
 INTERRUPT_ID = re.compile(r"int_[0-9a-f]{32}")
@@ -67,41 +77,18 @@ APPROVE = {"action": "accept", "content": {"decision": "approve"}}
 def write_tasks_config(directory: Path, runtime: dict[str, Any] | None = None) -> Path:
     """parley.yaml with fast timings, the task settings, the fixture MCP server (logging every
     call it really runs to fixture.jsonl) and the agent `worker` that uses it."""
-    config = write_config(
+    return write_config(
         directory,
         runtime=runtime,
         agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+        tasks=TASKS_SETTINGS,
     )
-    settings = yaml.safe_load(config.read_text())
-    settings["tasks"] = TASKS_SETTINGS
-    settings["mcp_servers"] = {
-        "fixture": {
-            "command": sys.executable,
-            "args": ["-m", "tests.mcp_servers.fixture_server"],
-            "cwd": REPO,
-            "env": {"FIXTURE_LOG": str(directory / "fixture.jsonl")},
-        }
-    }
-    config.write_text(yaml.safe_dump(settings))
-    return config
 
 
 @dataclass
-class Served:
-    server: ServerProcess
-    directory: Path
-
-    @property
-    def db(self) -> Path:
-        return self.directory / "parley.db"
-
-    def runs(self, tool: str, **arguments: Any) -> int:
-        """How often the fixture server really ran `tool` with these arguments."""
-        log = self.directory / "fixture.jsonl"
-        if not log.exists():
-            return 0
-        records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-        return sum(1 for r in records if r["tool"] == tool and r["arguments"] == arguments)
+class Served(ServedBase):
+    """A server for this module; each test connects its own task clients."""
 
     def legacy(
         self, recorder: TaskRecorder | None = None
@@ -119,9 +106,8 @@ class Served:
 
 async def _serve(directory: Path, *, http: bool) -> AsyncIterator[Served]:
     config = write_tasks_config(directory)
-    async with ServerProcess(config, name="tasks", http=http) as server:
-        yield Served(server, directory)
-        assert "Traceback" not in server.log(), server.log()
+    async with serving(config, mode=None, name="tasks", http=http, clean_log=True, world=Served) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -433,7 +419,7 @@ async def test_legacy_cancel_stops_the_turn_and_drops_a_queued_message(stdio_leg
     async with stdio_legacy.legacy() as (client, recorder):
         sid = await new_session(client)
         long = await call_tool_as_task(
-            client, "send_message", {"session_id": sid, "message": "/sleep 30\nlong"}
+            client, "send_message", {"session_id": sid, "message": "/sleep 3600\nlong"}
         )
         await poll_until(
             lambda: get_task(client, long["taskId"]), lambda t: "is running" in (t.get("statusMessage") or "")
@@ -486,7 +472,7 @@ async def test_modern_cancel_acknowledges_and_cancels_the_turn(stdio_modern: Ser
     async with stdio_modern.modern() as (client, _):
         sid = await new_session(client)
         handle = await call_tool_modern(
-            client, "send_message", {"session_id": sid, "message": "/sleep 30\nstop"}
+            client, "send_message", {"session_id": sid, "message": "/sleep 3600\nstop"}
         )
         assert handle["resultType"] == "task"
         assert is_ack(await cancel_task_modern(client, handle["taskId"]))
@@ -582,7 +568,7 @@ async def test_tasks_list_pages_through_this_principals_tasks_only(stdio_legacy:
         # (Connected: the server has created its database.) A task of somebody else, as a
         # second principal's call would have stored it; only local callers exist on stdio.
         now = time.time()
-        with sqlite3.connect(served.db, timeout=10) as conn:
+        with sqlite3.connect(served.db, timeout=TEST_DEADLINE_S) as conn:
             conn.execute(
                 "INSERT INTO tasks (id, owner, generation, tool, status, poll_interval_ms, created_at,"
                 " updated_at, ttl_ms, expires_at) VALUES (?, 'someone-else', ?, 'start_session', 'working',"
@@ -751,6 +737,10 @@ async def test_legacy_task_augmented_call_of_a_forbidden_tool_is_method_not_foun
 # ------------------------------------------------------------------ 6. a task outlives its process
 
 
+# A turn that must still be running when its process is killed, and end by itself afterwards.
+SLOW_SURVIVOR = f"/sleep {max(3.0, STATE_WINDOW_S):g}\nslow survivor"
+
+
 async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path) -> None:
     config = write_tasks_config(tmp_path, runtime={"lease_ttl_s": 0.3})
     first = ServerProcess(config, name="doomed")
@@ -759,15 +749,16 @@ async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path) ->
         async with served.legacy() as (client, _):
             slow_sid = await new_session(client)
             parked_sid = await new_session(client)
-            slow = await call_tool_as_task(
-                client, "send_message", {"session_id": slow_sid, "message": "/sleep 3\nslow survivor"}
-            )
             parked = await call_tool_as_task(
                 client,
                 "send_message",
                 {"session_id": parked_sid, "message": '/tool fixture__bare {"text": "survivor"}'},
             )
             await legacy_until(client, parked["taskId"], "input_required")
+            # Started last, and the process is killed as soon as its turn is seen running.
+            slow = await call_tool_as_task(
+                client, "send_message", {"session_id": slow_sid, "message": SLOW_SURVIVOR}
+            )
             await poll_until(
                 lambda: get_task(client, slow["taskId"]),
                 lambda t: "is running" in (t.get("statusMessage") or ""),

@@ -7,36 +7,31 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
-import yaml
 from mcp import Client
 
 from parley.runtime.mcp.naming import exposed_name
 from tests.mcp_servers.fixture_server import LONG_NAME
-from tests.support import FAST_RUNTIME, TEST_DEADLINE_S, call, db_rows, eventually, running_server
+from tests.support import (
+    FIXTURE_SERVER,
+    REPO,
+    TEST_DEADLINE_S,
+    call,
+    db_rows,
+    fixture_calls,
+    fixture_server,
+    running_server,
+    until_listening,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURE = [sys.executable, "-m", "tests.mcp_servers.fixture_server"]
-
-
-def _stdio(log: Path, *extra: str, **settings: Any) -> dict[str, Any]:
-    return {
-        "command": FIXTURE[0],
-        "args": [*FIXTURE[1:], *extra],
-        "cwd": str(REPO),
-        "env": {"FIXTURE_LOG": str(log)},
-        **settings,
-    }
 
 
 def _free_port() -> int:
@@ -52,10 +47,7 @@ class World:
     logs: Path
 
     def calls(self, server: str) -> list[dict[str, Any]]:
-        path = self.logs / f"{server}.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return fixture_calls(self.logs / f"{server}.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +58,20 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     port = _free_port()
     http_log = logs / "fixture_http.jsonl"
     servers = {
-        "fixture": _stdio(
+        "fixture": fixture_server(
             logs / "fixture.jsonl", max_result_chars=1000, tools={"crash": {"approval": "never"}}
         ),
         "fixture_http": {"url": f"http://127.0.0.1:{port}/mcp"},
-        "alpha": _stdio(logs / "alpha.jsonl"),
-        "beta": _stdio(logs / "beta.jsonl"),
-        "untrusted": _stdio(logs / "untrusted.jsonl", trust_annotations=False),
-        "flaky": _stdio(logs / "flaky.jsonl", "--crash-on-first-read"),
+        "alpha": fixture_server(logs / "alpha.jsonl"),
+        "beta": fixture_server(logs / "beta.jsonl"),
+        "untrusted": fixture_server(logs / "untrusted.jsonl", trust_annotations=False),
+        "flaky": fixture_server(logs / "flaky.jsonl", "--crash-on-first-read"),
         "down": {"command": str(directory / "no-such-server")},
-        "hanging": _stdio(logs / "hanging.jsonl", "--hang-list", list_timeout_s=0.5, connect_timeout_s=5),
-        "slowcall": _stdio(logs / "slowcall.jsonl", call_timeout_s=0.5),
-        "private": _stdio(logs / "private.jsonl", scope="per_session"),
+        "hanging": fixture_server(
+            logs / "hanging.jsonl", "--hang-list", list_timeout_s=0.5, connect_timeout_s=5
+        ),
+        "slowcall": fixture_server(logs / "slowcall.jsonl", call_timeout_s=0.5),
+        "private": fixture_server(logs / "private.jsonl", scope="per_session"),
         "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]},
     }
     agents = {
@@ -104,32 +98,19 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             ]
         },
     }
-    config = {"storage": {"path": "parley.db"}, "runtime": FAST_RUNTIME, "mcp_servers": servers}
-    (directory / "parley.yaml").write_text(yaml.safe_dump(config))
-    (directory / "configs" / "agents").mkdir(parents=True)
-    for name, body in agents.items():
-        (directory / "configs" / "agents" / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **body}))
+    config = write_config(directory, agents=agents, mcp_servers=servers)
 
     env = {**os.environ, "FIXTURE_LOG": str(http_log)}
     with subprocess.Popen(  # noqa: ASYNC220 - started once per module, before any await depends on it
-        [*FIXTURE, "--http", str(port)],
+        [*FIXTURE_SERVER, "--http", str(port)],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     ) as http_fixture:
         try:
-
-            async def http_fixture_up() -> bool:
-                try:
-                    async with httpx2.AsyncClient() as http:
-                        await http.get(f"http://127.0.0.1:{port}/mcp")
-                    return True
-                except httpx2.TransportError:
-                    return False
-
-            await eventually(http_fixture_up, "the HTTP fixture server to listen")
-            async with running_server(directory / "parley.yaml", http=True) as (_, client):
+            await until_listening(f"http://127.0.0.1:{port}/mcp", "the HTTP fixture server to listen")
+            async with running_server(config, http=True) as (_, client):
                 yield World(client, directory / "parley.db", logs)
         finally:
             http_fixture.terminate()

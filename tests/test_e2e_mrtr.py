@@ -3,34 +3,28 @@ out as an input-required result, and the SDK client retries the same call with t
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import mcp.types as types
 import pytest
-import yaml
 from mcp import Client
 
-from tests.support import ServerProcess, call, db_rows, write_config
+from tests.support import FIXTURE_LOG, call, db_rows, fixture_server, serving, write_config
+from tests.support import Served as ServedBase
 
 pytestmark = pytest.mark.anyio
 
-REPO = str(Path(__file__).resolve().parent.parent)
-
 
 @dataclass
-class Served:
-    server: ServerProcess
-    db: Path
-    log: Path
+class Served(ServedBase):
+    """The module's server; each test connects a client that answers forms from `answers`."""
+
     answers: list[dict[str, Any]] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)
 
-    def client(self) -> Any:
+    def eliciting_client(self) -> Client:
         async def on_elicit(ctx: Any, params: Any) -> types.ElicitResult:
             self.asked.append(params.message)
             answer = self.answers.pop(0) if self.answers else {"action": "cancel"}
@@ -39,42 +33,30 @@ class Served:
         target: Any = self.server.url if self.server.http else self.server.transport()
         return Client(target, elicitation_callback=on_elicit)
 
-    def runs(self, tool: str) -> int:
-        if not self.log.exists():
-            return 0
-        return sum(1 for line in self.log.read_text().splitlines() if json.loads(line)["tool"] == tool)
-
 
 @pytest.fixture(scope="module", params=["stdio", "http"])
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
     directory = tmp_path_factory.mktemp("mrtr")
-    log = directory / "fixture.jsonl"
-    config = write_config(directory, agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}})
-    settings = yaml.safe_load(config.read_text())
-    settings["mcp_servers"] = {
-        "fixture": {
-            "command": sys.executable,
-            "args": ["-m", "tests.mcp_servers.fixture_server"],
-            "cwd": REPO,
-            "env": {"FIXTURE_LOG": str(log)},
-        }
-    }
-    config.write_text(yaml.safe_dump(settings))
-    async with ServerProcess(config, http=request.param == "http") as server:
-        yield Served(server, directory / "parley.db", log)
+    config = write_config(
+        directory,
+        agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+    )
+    async with serving(config, mode=None, http=request.param == "http", world=Served) as served:
+        yield served
 
 
 async def _with_client(served: Served, work: Callable[[Client], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-    async with served.client() as client:
+    async with served.eliciting_client() as client:
         assert client.protocol_version == "2026-07-28"
         return await work(client)
 
 
 async def test_an_approval_is_answered_through_input_required_inside_one_call(served: Served) -> None:
     served.answers = [{"action": "accept", "content": {"decision": "approve"}}]
-    before = served.runs("bare")
+    before = served.runs("bare", text="via mrtr")
 
     async def work(client: Client) -> dict[str, Any]:
         return await call(
@@ -83,7 +65,7 @@ async def test_an_approval_is_answered_through_input_required_inside_one_call(se
 
     outcome = await _with_client(served, work)
     assert outcome["status"] == "answered" and "bare via mrtr" in outcome["answer"]
-    assert served.runs("bare") == before + 1
+    assert served.runs("bare", text="via mrtr") == before + 1
     assert any("fixture__bare" in m for m in served.asked)
     users = db_rows(
         served.db,

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ServerProcess, call, db_rows, eventually, running_server, write_config
+from tests.support import (
+    STATE_WINDOW_S,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    running_server,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -51,9 +60,9 @@ async def test_a_turn_ended_during_its_model_call_is_resumed_after_restart(tmp_p
     config = write_config(tmp_path)
     db = tmp_path / "parley.db"
     async with ServerProcess(config, name="first") as server, server.client() as client:
-        started = await call(
-            client, "start_session", agent="demo", message="/sleep 2\nsurvive", wait_seconds=0
-        )
+        # The model call must still run when the test ends the process once it sees it.
+        slow = f"/sleep {STATE_WINDOW_S:g}\nsurvive"
+        started = await call(client, "start_session", agent="demo", message=slow, wait_seconds=0)
         sid = started["session_id"]
 
         async def in_model_call() -> bool:
@@ -66,7 +75,7 @@ async def test_a_turn_ended_during_its_model_call_is_resumed_after_restart(tmp_p
     assert db_rows(db, "SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(0,)]
 
     async with running_server(config, name="second") as (_, client):
-        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=20)
+        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert snapshot["status"] == "idle"
         assert snapshot["last_turn"]["status"] == "answered"
         assert snapshot["last_turn"]["answer"] == "You said: survive (message 1 of this session)"

@@ -2,33 +2,39 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
 
+import anyio
 import pytest
-import yaml
-from mcp import Client
 
-from tests.support import call, call_error, db_rows, eventually, running_server, write_config
+from tests.support import (
+    FIXTURE_LOG,
+    STATE_WINDOW_S,
+    TEST_DEADLINE_S,
+    Gate,
+    Served,
+    call,
+    call_error,
+    db_rows,
+    eventually,
+    fixture_server,
+    serving,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
-REPO = str(Path(__file__).resolve().parent.parent)
-
-
-@dataclass
-class Served:
-    client: Client
-    db: Path
+# The wall-time limit of the agent "brief": its first model call must start inside it.
+WALL_LIMIT_S = STATE_WINDOW_S
+# A model call the test steers: it must still run when the steer arrives.
+SLOW_STEP = f"/sleep {STATE_WINDOW_S:g}"
 
 
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp("steer")
-    async with running_server(write_config(directory)) as (_, client):
-        yield Served(client, directory / "parley.db")
+    async with serving(write_config(tmp_path_factory.mktemp("steer"))) as served:
+        yield served
 
 
 async def _in_model_call(served: Served, sid: str) -> None:
@@ -40,7 +46,7 @@ async def _in_model_call(served: Served, sid: str) -> None:
 
 async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(served: Served) -> None:
     first = await call(
-        served.client, "start_session", agent="demo", message="/sleep 1\nslow one", wait_seconds=0
+        served.client, "start_session", agent="demo", message=f"{SLOW_STEP}\nslow one", wait_seconds=0
     )
     sid = first["session_id"]
     queued = await call(served.client, "send_message", session_id=sid, message="queued one", wait_seconds=0)
@@ -48,11 +54,13 @@ async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(ser
     steered = await call(served.client, "send_message", session_id=sid, message="change of plan", steer=True)
     assert steered["status"] == "answered"
     assert steered["answer"] == "You said: change of plan (message 2 of this session)"
-    snapshot = await call(served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=20)
+    snapshot = await call(
+        served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=TEST_DEADLINE_S
+    )
     # The step in progress finished (its answer is kept), the turn ended there, the steer went first.
     texts = [m["text"] for m in snapshot["messages"]]
     assert texts[:4] == [
-        "/sleep 1\nslow one",
+        f"{SLOW_STEP}\nslow one",
         "You said: slow one (message 1 of this session)",
         "change of plan",
         "You said: change of plan (message 2 of this session)",
@@ -64,7 +72,9 @@ async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(ser
 
 
 async def test_a_queued_message_can_be_deleted_or_promoted_to_a_steer(served: Served) -> None:
-    first = await call(served.client, "start_session", agent="demo", message="/sleep 1\nbusy", wait_seconds=0)
+    # The first turn waits on a question, so the messages below queue behind it however slow we are.
+    first = await call(served.client, "start_session", agent="demo", message="/ask Busy? | yes | no")
+    assert first["status"] == "waiting_for_input", first
     sid = first["session_id"]
     drop = await call(served.client, "send_message", session_id=sid, message="never mind", wait_seconds=0)
     keep = await call(served.client, "send_message", session_id=sid, message="urgent", wait_seconds=0)
@@ -83,7 +93,9 @@ async def test_a_queued_message_can_be_deleted_or_promoted_to_a_steer(served: Se
         served.client, "send_message", session_id=sid, steer=True, queued_message_id=keep["queued_message_id"]
     )
     assert promoted["answer"] == "You said: urgent (message 2 of this session)"
-    snapshot = await call(served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=20)
+    snapshot = await call(
+        served.client, "get_session", session_id=sid, messages_from=1, wait_seconds=TEST_DEADLINE_S
+    )
     assert "never mind" not in [m["text"] for m in snapshot["messages"]]
     text = await call_error(
         served.client, "delete_queued_message", session_id=sid, queued_message_id=keep["queued_message_id"]
@@ -112,7 +124,7 @@ async def test_a_cancel_naming_an_older_turn_changes_nothing(served: Served) -> 
     stale = await call(served.client, "cancel_turn", session_id=sid, turn_id=first["turn_id"], wait_seconds=0)
     assert stale["turn_id"] == first["turn_id"] and stale["status"] == "answered"
     assert any("nothing was cancelled" in n for n in stale["notes"])
-    snapshot = await call(served.client, "get_session", session_id=sid, wait_seconds=20)
+    snapshot = await call(served.client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     assert snapshot["last_turn"]["status"] == "answered"
     assert snapshot["last_turn"]["answer"] == "You said: second (message 2 of this session)"
     assert running["status"] == "running"
@@ -126,24 +138,44 @@ async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
     agents = {
         "frugal": {"limits": {"max_session_tokens": 300}},
         "frugal_task": {"kinds": ["task"], "limits": {"max_session_tokens": 300}},
-        "brief": {"limits": {"max_session_seconds": 0.5}},
+        "brief": {"limits": {"max_session_seconds": WALL_LIMIT_S}},
         "short": {"limits": {"max_turns": 2}},
         "worker": {"mcp_servers": ["fixture"]},
     }
     runtime = {"model_retry_backoff_s": 0.05, "max_model_attempts": 3}
-    config = write_config(directory, agents=agents, runtime=runtime)
-    settings = yaml.safe_load(config.read_text())
-    settings["mcp_servers"] = {
-        "fixture": {
-            "command": sys.executable,
-            "args": ["-m", "tests.mcp_servers.fixture_server"],
-            "cwd": REPO,
-            "env": {"FIXTURE_LOG": str(directory / "fixture.jsonl")},
-        }
-    }
-    config.write_text(yaml.safe_dump(settings))
-    async with running_server(config) as (_, client):
-        yield Served(client, directory / "parley.db")
+    mcp_servers = {"fixture": fixture_server(directory / FIXTURE_LOG)}
+    config = write_config(directory, agents=agents, runtime=runtime, mcp_servers=mcp_servers)
+    async with serving(config) as served:
+        yield served
+
+
+async def _tool_running(served: Served, sid: str) -> None:
+    async def running() -> bool:
+        return db_rows(served.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,)) == [
+            ("running",)
+        ]
+
+    await eventually(running, "the tool call to start")
+
+
+async def _while_the_gate_is_shut(
+    served: Served, sid: str, gate: Gate, request: Awaitable[dict[str, Any]], recorded_sql: str
+) -> dict[str, Any]:
+    """Send `request` while the gated tool call runs; open the gate once the server has recorded
+    it (`recorded_sql` on the session id reads true); return the request's outcome."""
+    outcome: list[dict[str, Any]] = []
+
+    async def send() -> None:
+        outcome.append(await request)
+
+    async def recorded() -> bool:
+        return bool(db_rows(served.db, recorded_sql, (sid,))[0][0])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(send)
+        await eventually(recorded, "the server to record the request while the tool runs")
+        gate.open()
+    return outcome[0]
 
 
 async def test_transient_model_failures_are_retried_as_attempts_of_the_step(limited: Served) -> None:
@@ -189,34 +221,34 @@ async def test_a_token_limit_closes_a_chat_session_and_fails_a_task_session(limi
 
 
 async def test_a_wall_time_limit_closes_the_session_with_its_reason(limited: Served) -> None:
-    first = await call(limited.client, "start_session", agent="brief", message="/sleep 0.6\nslow")
+    # The first model call starts inside the limit and ends past it (it sleeps longer than the limit).
+    slow = f"/sleep {WALL_LIMIT_S + 0.2:g}\nslow"
+    first = await call(limited.client, "start_session", agent="brief", message=slow)
     sid = first["session_id"]
     assert first["status"] == "answered", "the limit is checked before a model call, not during one"
     late = await call(limited.client, "send_message", session_id=sid, message="too late")
-    assert late["status"] == "failed" and "wall-time limit of 0.5s" in late["error"]
+    assert late["status"] == "failed" and f"wall-time limit of {WALL_LIMIT_S:g}s" in late["error"]
     snapshot = await call(limited.client, "get_session", session_id=sid)
     assert snapshot["status"] == "closed"
 
 
 async def test_cancel_during_a_tool_call_keeps_its_result_and_the_session_goes_on(limited: Served) -> None:
+    gate = Gate(limited.directory / "gate-cancel")
     started = await call(
-        limited.client,
-        "start_session",
-        agent="worker",
-        message='/tool fixture__slow_progress {"steps": 8}',
-        wait_seconds=0,
+        limited.client, "start_session", agent="worker", message=gate.tool_line(), wait_seconds=0
     )
     sid = started["session_id"]
-
-    async def tool_running() -> bool:
-        rows = db_rows(limited.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,))
-        return rows == [("running",)]
-
-    await eventually(tool_running, "the tool call to start")
-    cancelled = await call(limited.client, "cancel_turn", session_id=sid)
+    await _tool_running(limited, sid)
+    cancelled = await _while_the_gate_is_shut(
+        limited,
+        sid,
+        gate,
+        call(limited.client, "cancel_turn", session_id=sid),
+        "SELECT cancel_requested_turn IS NOT NULL FROM sessions WHERE id = ?",
+    )
     assert cancelled["status"] == "cancelled"
     [tool_call] = cancelled["tool_calls"]
-    assert tool_call["status"] == "succeeded" and "done after 8 steps" in tool_call["result"], (
+    assert tool_call["status"] == "succeeded" and gate.passed in tool_call["result"], (
         "a started call finishes"
     )
     after = await call(limited.client, "send_message", session_id=sid, message="next")
@@ -235,25 +267,22 @@ async def test_the_turn_limit_closes_the_session_with_its_reason(limited: Served
 
 
 async def test_steering_while_a_slow_tool_runs_keeps_its_result(limited: Served) -> None:
+    gate = Gate(limited.directory / "gate-steer")
     started = await call(
-        limited.client,
-        "start_session",
-        agent="worker",
-        message='/tool fixture__slow_progress {"steps": 6}',
-        wait_seconds=0,
+        limited.client, "start_session", agent="worker", message=gate.tool_line(), wait_seconds=0
     )
     sid = started["session_id"]
-
-    async def tool_running() -> bool:
-        return db_rows(limited.db, "SELECT status FROM tool_calls WHERE session_id = ?", (sid,)) == [
-            ("running",)
-        ]
-
-    await eventually(tool_running, "the tool call to start")
-    steered = await call(limited.client, "send_message", session_id=sid, message="new direction", steer=True)
+    await _tool_running(limited, sid)
+    steered = await _while_the_gate_is_shut(
+        limited,
+        sid,
+        gate,
+        call(limited.client, "send_message", session_id=sid, message="new direction", steer=True),
+        "SELECT COUNT(*) > 0 FROM queued_messages WHERE session_id = ? AND steer = 1",
+    )
     assert steered["answer"] == "You said: new direction (message 2 of this session)"
     calls = db_rows(limited.db, "SELECT status, result FROM tool_calls WHERE session_id = ?", (sid,))
-    assert calls[0][0] == "succeeded" and "done after 6 steps" in calls[0][1], "the started tool finished"
+    assert calls[0][0] == "succeeded" and gate.passed in calls[0][1], "the started tool finished"
 
 
 async def test_steering_while_an_approval_is_pending_withdraws_it(limited: Served) -> None:

@@ -8,16 +8,13 @@ import contextlib
 import resource
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-import yaml
-from mcp import Client
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, call_error, db_rows, write_config
+from tests.support import TEST_DEADLINE_S, Served, call, call_error, db_rows, serving, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -27,22 +24,11 @@ PAGE_SIZE = 4096
 LONG_MESSAGE = "a long message " * 300
 
 
-@dataclass
-class Served:
-    server: ServerProcess
-    client: Client
-    db: Path
-
-
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp("storage")
-    config = write_config(directory)
-    data = yaml.safe_load(config.read_text())
-    data["storage"]["max_size_mb"] = MAX_SIZE_MB
-    config.write_text(yaml.safe_dump(data))
-    async with ServerProcess(config, name="storage", http=True) as server, server.client() as client:
-        yield Served(server, client, directory / "parley.db")
+    config = write_config(tmp_path_factory.mktemp("storage"), storage={"max_size_mb": MAX_SIZE_MB})
+    async with serving(config, name="storage", http=True) as served:
+        yield served
 
 
 async def _health(served: Served) -> dict[str, Any]:

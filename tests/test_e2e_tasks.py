@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
-from mcp import Client
 
-from tests.support import call, call_error, db_rows, running_server, write_config
+from tests.support import Served, call, call_error, db_rows, serving, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -37,21 +35,14 @@ REPORTER = {
 CASES = [("stdio", "legacy"), ("http", "auto")]
 
 
-@dataclass
-class Served:
-    client: Client
-    db: Path
-
-
 @pytest.fixture(scope="module", params=CASES, ids=["-".join(c) for c in CASES])
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp("tasks")
-    config = write_config(directory, agents={"reporter": REPORTER})
+    config = write_config(tmp_path_factory.mktemp("tasks"), agents={"reporter": REPORTER})
     transport, mode = request.param
-    async with running_server(config, mode=mode, http=transport == "http") as (_, client):
-        yield Served(client, directory / "parley.db")
+    async with serving(config, mode=mode, http=transport == "http") as served:
+        yield served
 
 
 async def test_list_agents_shows_kinds_and_schemas(served: Served) -> None:
@@ -150,25 +141,34 @@ async def test_a_retried_send_message_produces_one_message_and_one_turn(served: 
 
 async def test_a_retry_while_the_turn_runs_waits_for_the_same_turn(served: Served) -> None:
     sid = (await call(served.client, "start_session", agent="demo"))["session_id"]
-    slow = "/sleep 1\nslow"
+    # The turn waits on a question until the test answers it, so the retries arrive while it runs.
+    asking = "/ask Go on? | yes | no"
     first = await call(
-        served.client, "send_message", session_id=sid, message=slow, client_message_id="s", wait_seconds=0
+        served.client, "send_message", session_id=sid, message=asking, client_message_id="s", wait_seconds=0
     )
     assert first["status"] == "running"
-    results: list[dict[str, object]] = []
+    results: list[dict[str, Any]] = []
 
     async def retry() -> None:
         results.append(
-            await call(served.client, "send_message", session_id=sid, message=slow, client_message_id="s")
+            await call(served.client, "send_message", session_id=sid, message=asking, client_message_id="s")
         )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(retry)
         tg.start_soon(retry)
-    assert [r["status"] for r in results] == ["answered", "answered"]
+    assert [r["status"] for r in results] == ["waiting_for_input", "waiting_for_input"]
     turn_ids = {r["turn_id"] for r in results}
     assert len(turn_ids) == 1
     assert first["turn_id"] in (None, *turn_ids)
+    [question] = {p["id"] for r in results for p in r["pending"]}
+    answered = await call(
+        served.client, "answer_question", session_id=sid, interrupt_id=question, answer="yes"
+    )
+    assert answered["status"] == "answered" and answered["turn_id"] in turn_ids
+    # A retry after the turn ended gets that same turn's answer.
+    await retry()
+    assert results[-1]["status"] == "answered" and results[-1]["turn_id"] in turn_ids
     turns = db_rows(served.db, "SELECT COUNT(*) FROM turns WHERE session_id = ?", (sid,))
     assert turns == [(1,)]
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.support import ServerProcess, call, db_rows, eventually, write_config
+from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -84,7 +84,7 @@ async def test_concurrent_messages_through_both_processes_never_run_a_step_twice
 
 async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair: Pair) -> None:
     started = await call(
-        pair.client_b, "start_session", agent="demo", message="/sleep 60\nlong", wait_seconds=0
+        pair.client_b, "start_session", agent="demo", message="/sleep 3600\nlong", wait_seconds=0
     )
     sid = started["session_id"]
 
@@ -96,7 +96,7 @@ async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair:
     owner = db_rows(pair.db, "SELECT lease_owner FROM sessions WHERE id = ?", (sid,))[0][0]
     driver_is_a = owner == pair.a.process_id()
     other = pair.client_b if driver_is_a else pair.client_a
-    with anyio.fail_after(10):
+    with anyio.fail_after(TEST_DEADLINE_S):
         cancelled = await call(other, "cancel_turn", session_id=sid)
     assert cancelled["status"] == "cancelled"
     snapshot = await call(other, "get_session", session_id=sid)

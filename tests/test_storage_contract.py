@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -40,6 +39,7 @@ from parley.storage.base import (
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.ports import Store
 from parley.storage.sqlite import open_sqlite_store
+from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
 
@@ -73,11 +73,11 @@ class _SqliteBackend(_Backend):
         return open_sqlite_store(self.path)
 
     def schema_versions(self) -> list[int]:
-        with sqlite3.connect(self.path, timeout=10) as conn:
+        with sqlite3.connect(self.path, timeout=TEST_DEADLINE_S) as conn:
             return [row[0] for row in conn.execute("SELECT version FROM schema_version ORDER BY version")]
 
     def set_schema_version(self, version: int) -> None:
-        with sqlite3.connect(self.path, timeout=10) as conn:
+        with sqlite3.connect(self.path, timeout=TEST_DEADLINE_S) as conn:
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
 
 
@@ -847,19 +847,21 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
     async with open_sqlite_store(path) as store:
         session = await _one_running_session(store)
         # Another process holds the write lock for a moment, as a busy peer would.
-        blocker = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        blocker = sqlite3.connect(
+            path, timeout=TEST_DEADLINE_S, isolation_level=None, check_same_thread=False
+        )
         blocker.execute("BEGIN IMMEDIATE")
-        release = threading.Timer(0.5, lambda: blocker.execute("ROLLBACK"))
-        release.start()
         try:
-            with anyio.move_on_after(0.1):
+            # The peer holds the lock until the write has been cancelled, however slow the machine.
+            with anyio.move_on_after(0.1) as waiting:
                 await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+            assert waiting.cancelled_caught, "the write went through while the peer held the lock"
         finally:
-            release.join()
+            blocker.execute("ROLLBACK")
             blocker.close()
         # The cancelled write must not have left this connection inside a transaction.
         assert await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
-        other = sqlite3.connect(path, timeout=2, isolation_level=None)
+        other = sqlite3.connect(path, timeout=TEST_DEADLINE_S, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")
             other.execute("ROLLBACK")

@@ -120,6 +120,15 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
             await anyio.sleep(0.1)
         return f"done after {steps} steps"
 
+    @server.tool(annotations=read_only, structured_output=False)
+    async def gate(path: str, ctx: Context) -> str:
+        """Finish once the file `path` exists: a call that runs until the test opens the gate."""
+        _log(ctx, "gate", {"path": path})
+        # The test is another process; a file is the simplest thing both can see.
+        while not await anyio.Path(path).exists():  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+        return f"passed the gate {Path(path).name}"
+
     @server.tool(annotations=non_idempotent, structured_output=False)
     async def crash(ctx: Context) -> str:
         """Kill the server in the middle of the call."""
