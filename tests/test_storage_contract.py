@@ -851,13 +851,22 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
             path, timeout=TEST_DEADLINE_S, isolation_level=None, check_same_thread=False
         )
         blocker.execute("BEGIN IMMEDIATE")
+        waiting = anyio.CancelScope(deadline=anyio.current_time() + 0.1)
+
+        async def peer() -> None:
+            # The peer holds the lock until the write has been cancelled, however slow the machine,
+            # then lets go (the cancelled write's cleanup waits for the lock).
+            while not waiting.cancel_called:  # noqa: ASYNC110 - a flag of this task group, no event
+                await anyio.sleep(0.01)
+            blocker.execute("ROLLBACK")
+
         try:
-            # The peer holds the lock until the write has been cancelled, however slow the machine.
-            with anyio.move_on_after(0.1) as waiting:
-                await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(peer)
+                with waiting:
+                    await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
             assert waiting.cancelled_caught, "the write went through while the peer held the lock"
         finally:
-            blocker.execute("ROLLBACK")
             blocker.close()
         # The cancelled write must not have left this connection inside a transaction.
         assert await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
