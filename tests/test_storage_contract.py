@@ -38,6 +38,8 @@ from parley.storage.base import (
     TurnRecord,
     TurnStatus,
 )
+from parley.storage.memory import open_memory_store
+from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite import open_sqlite_store
 
@@ -54,6 +56,9 @@ PROC_B = "proc_b"
 
 class _Backend:
     """One database, opened as many times as a test needs (each open is like another process)."""
+
+    # A database with a schema (versions, migrations); tests of it skip the others.
+    has_schema = True
 
     def open(self) -> AbstractAsyncContextManager[Store]:
         raise NotImplementedError
@@ -81,7 +86,17 @@ class _SqliteBackend(_Backend):
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
 
 
-BACKENDS: dict[str, Callable[[Path], _Backend]] = {"sqlite": _SqliteBackend}
+class _MemoryBackend(_Backend):
+    has_schema = False
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.database = MemoryDatabase()
+
+    def open(self) -> AbstractAsyncContextManager[Store]:
+        return open_memory_store(self.database)
+
+
+BACKENDS: dict[str, Callable[[Path], _Backend]] = {"sqlite": _SqliteBackend, "memory": _MemoryBackend}
 _BACKEND_KEY = pytest.StashKey[_Backend]()
 
 
@@ -97,6 +112,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 def backend(request: pytest.FixtureRequest, store: Store) -> _Backend:
     """The database behind `store`, to open it again or inspect it."""
     backend: _Backend = request.node.stash[_BACKEND_KEY]
+    return backend
+
+
+@pytest.fixture
+def schema_backend(backend: _Backend) -> _Backend:
+    """The backend, for tests of a database's schema versions; a backend without one skips them."""
+    if not backend.has_schema:
+        pytest.skip(f"{type(backend).__name__} has no schema to version or migrate")
     return backend
 
 
@@ -211,8 +234,9 @@ async def status_of(store: Store, sid: SessionId) -> tuple[str, str | None]:
 
 
 async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_data(
-    store: Store, backend: _Backend
+    store: Store, schema_backend: _Backend
 ) -> None:
+    backend = schema_backend
     sid = await new_session(store, "kept")
     assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
     async with backend.open() as again:
@@ -247,8 +271,9 @@ async def test_two_processes_opening_a_fresh_database_at_once_both_succeed(tmp_p
 
 
 async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_versions(
-    store: Store, backend: _Backend
+    store: Store, schema_backend: _Backend
 ) -> None:
+    backend = schema_backend
     newer = len(MIGRATIONS) + 41
     backend.set_schema_version(newer)
     with pytest.raises(StorageError) as refused:
