@@ -22,6 +22,7 @@ from parley.storage.base import (
     InterruptRecord,
     MessageRecord,
     QueuedMessageRecord,
+    Role,
     SessionRecord,
     StepRecord,
     TaskRecord,
@@ -147,7 +148,7 @@ class MemoryTables:
         )
 
     def append_message(
-        self, session_id: SessionId, turn_id: TurnId | None, role: Any, content: dict[str, Any], now: float
+        self, session_id: SessionId, turn_id: TurnId | None, role: Role, content: dict[str, Any], now: float
     ) -> None:
         seq = self.next_seq(session_id, "message")
         self.messages[(session_id, seq)] = row(
