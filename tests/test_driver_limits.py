@@ -1,4 +1,5 @@
-"""The session driver against a real SQLite store and a scripted model: limits and tool errors."""
+"""The session driver against each store backend (SQLite in a file, and in memory) and a scripted
+model: limits and tool errors."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord
-from parley.storage.sqlite import SqliteStore, open_sqlite_store
+from parley.storage.memory import open_memory_store
+from parley.storage.ports import Store
+from parley.storage.sqlite import open_sqlite_store
 from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
@@ -30,9 +33,10 @@ PROC = "proc_driver_test"
 LEASE_TTL_S = 30.0
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with open_sqlite_store(tmp_path / "x.db") as opened:
+@pytest.fixture(params=["sqlite", "memory"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    opening = open_sqlite_store(tmp_path / "x.db") if request.param == "sqlite" else open_memory_store()
+    async with opening as opened:
         yield opened
 
 
@@ -46,7 +50,7 @@ def agent(max_model_calls: int = 8) -> AgentConfig:
     )
 
 
-def driver(store: SqliteStore, planner: AgentConfig, model: ModelClient) -> SessionDriver:
+def driver(store: Store, planner: AgentConfig, model: ModelClient) -> SessionDriver:
     return SessionDriver(
         store=store,
         agents={planner.name: planner},
@@ -59,7 +63,7 @@ def driver(store: SqliteStore, planner: AgentConfig, model: ModelClient) -> Sess
     )
 
 
-async def session_with_message(store: SqliteStore, text: str, agent_name: str = "planner") -> SessionId:
+async def session_with_message(store: Store, text: str, agent_name: str = "planner") -> SessionId:
     now = time.time()
     sid = new_session_id()
     record = SessionRecord.new(sid, agent=agent_name, owner="alice", kind="chat", now=now)
@@ -76,13 +80,13 @@ async def session_with_message(store: SqliteStore, text: str, agent_name: str = 
     return sid
 
 
-async def drive(store: SqliteStore, planner: AgentConfig, model: ModelClient, sid: SessionId) -> None:
+async def drive(store: Store, planner: AgentConfig, model: ModelClient, sid: SessionId) -> None:
     assert await store.try_acquire_lease(sid, PROC, time.time(), LEASE_TTL_S)
     with anyio.fail_after(TEST_DEADLINE_S):
         await driver(store, planner, model).drive(sid)
 
 
-async def only_turn(store: SqliteStore, sid: SessionId) -> TurnRecord:
+async def only_turn(store: Store, sid: SessionId) -> TurnRecord:
     [turn] = await store.list_turns(sid)
     return turn
 
@@ -95,7 +99,7 @@ def todos_call(*items: str) -> RequestedCall:
 
 
 async def test_tools_asked_for_past_the_model_call_limit_end_the_turn_failed_without_running(
-    store: SqliteStore,
+    store: Store,
 ) -> None:
     model = ScriptedModelClient(
         [
@@ -147,7 +151,7 @@ async def test_tools_asked_for_past_the_model_call_limit_end_the_turn_failed_wit
     assert session.lease_owner is None
 
 
-async def test_an_agent_allowed_one_model_call_is_never_offered_tools(store: SqliteStore) -> None:
+async def test_an_agent_allowed_one_model_call_is_never_offered_tools(store: Store) -> None:
     model = ScriptedModelClient([ModelResponse(text="Straight answer.")])
     sid = await session_with_message(store, "quick one")
     await drive(store, agent(max_model_calls=1), model, sid)
@@ -161,7 +165,7 @@ async def test_an_agent_allowed_one_model_call_is_never_offered_tools(store: Sql
 
 
 async def test_an_unknown_tool_becomes_a_tool_error_the_model_sees_and_the_turn_still_answers(
-    store: SqliteStore,
+    store: Store,
 ) -> None:
     model = ScriptedModelClient(
         [
@@ -195,7 +199,7 @@ async def test_an_unknown_tool_becomes_a_tool_error_the_model_sees_and_the_turn_
     assert session is not None and (session.status, session.todos) == ("idle", [])
 
 
-async def test_invalid_arguments_to_a_built_in_tool_come_back_as_a_tool_error(store: SqliteStore) -> None:
+async def test_invalid_arguments_to_a_built_in_tool_come_back_as_a_tool_error(store: Store) -> None:
     model = ScriptedModelClient(
         [
             ModelResponse(
@@ -214,7 +218,7 @@ async def test_invalid_arguments_to_a_built_in_tool_come_back_as_a_tool_error(st
     assert (turn.status, turn.answer) == ("answered", "Fixed it.")
 
 
-async def test_a_failed_model_call_fails_the_turn_with_its_message(store: SqliteStore) -> None:
+async def test_a_failed_model_call_fails_the_turn_with_its_message(store: Store) -> None:
     model = ScriptedModelClient([ModelError("provider is down")])
     sid = await session_with_message(store, "hello")
     await drive(store, agent(), model, sid)
@@ -232,7 +236,7 @@ async def test_a_failed_model_call_fails_the_turn_with_its_message(store: Sqlite
 class _LeaseThief:
     """A model call during which another process takes the session over."""
 
-    def __init__(self, store: SqliteStore, session_id: SessionId) -> None:
+    def __init__(self, store: Store, session_id: SessionId) -> None:
         self._store = store
         self._session_id = session_id
 
@@ -242,7 +246,7 @@ class _LeaseThief:
         return ModelResponse(text="an answer nobody may commit")
 
 
-async def test_a_driver_that_loses_its_lease_stops_quietly_and_commits_nothing(store: SqliteStore) -> None:
+async def test_a_driver_that_loses_its_lease_stops_quietly_and_commits_nothing(store: Store) -> None:
     sid = await session_with_message(store, "hello")
     await drive(store, agent(), _LeaseThief(store, sid), sid)
     session = await store.get_session(sid)

@@ -10,6 +10,7 @@ import re
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from parley.errors import LeaseLost, StorageError
 from parley.ids import (
     SessionId,
     TurnId,
+    new_interrupt_id,
     new_queued_message_id,
     new_session_id,
     new_tool_call_id,
@@ -28,14 +30,19 @@ from parley.ids import (
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.transitions import TurnEnd, starting
 from parley.storage.base import (
+    InterruptRecord,
     ModelStep,
     NewToolCall,
     QueuedMessageRecord,
+    Resolution,
     SessionRecord,
     TaskRecord,
     TurnRecord,
     TurnStatus,
 )
+from parley.storage.changes import Changes, NewEvent, NewMessage
+from parley.storage.memory import open_memory_store
+from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.ports import Store
 from parley.storage.sqlite import open_sqlite_store
@@ -54,6 +61,9 @@ PROC_B = "proc_b"
 
 class _Backend:
     """One database, opened as many times as a test needs (each open is like another process)."""
+
+    # A database with a schema (versions, migrations); tests of it skip the others.
+    has_schema = True
 
     def open(self) -> AbstractAsyncContextManager[Store]:
         raise NotImplementedError
@@ -81,7 +91,17 @@ class _SqliteBackend(_Backend):
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
 
 
-BACKENDS: dict[str, Callable[[Path], _Backend]] = {"sqlite": _SqliteBackend}
+class _MemoryBackend(_Backend):
+    has_schema = False
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.database = MemoryDatabase()
+
+    def open(self) -> AbstractAsyncContextManager[Store]:
+        return open_memory_store(self.database)
+
+
+BACKENDS: dict[str, Callable[[Path], _Backend]] = {"sqlite": _SqliteBackend, "memory": _MemoryBackend}
 _BACKEND_KEY = pytest.StashKey[_Backend]()
 
 
@@ -97,6 +117,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 def backend(request: pytest.FixtureRequest, store: Store) -> _Backend:
     """The database behind `store`, to open it again or inspect it."""
     backend: _Backend = request.node.stash[_BACKEND_KEY]
+    return backend
+
+
+@pytest.fixture
+def schema_backend(backend: _Backend) -> _Backend:
+    """The backend, for tests of a database's schema versions; a backend without one skips them."""
+    if not backend.has_schema:
+        pytest.skip(f"{type(backend).__name__} has no schema to version or migrate")
     return backend
 
 
@@ -212,8 +240,9 @@ async def status_of(store: Store, sid: SessionId) -> tuple[str, str | None]:
 
 
 async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_data(
-    store: Store, backend: _Backend
+    store: Store, schema_backend: _Backend
 ) -> None:
+    backend = schema_backend
     sid = await new_session(store, "kept")
     assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
     async with backend.open() as again:
@@ -224,32 +253,10 @@ async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_da
     assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
 
 
-async def test_two_processes_opening_a_fresh_database_at_once_both_succeed(tmp_path: Path) -> None:
-    # Every desktop client window starts its own server on the same default file. The race is
-    # narrow, so it is tried on many fresh files; the first failure ends the test.
-    for attempt in range(100):
-        path = tmp_path / f"fresh{attempt}.db"
-        failures: list[BaseException] = []
-
-        async def open_once(path: Path = path, failures: list[BaseException] = failures) -> None:
-            try:
-                async with open_sqlite_store(path) as opened:
-                    assert await opened.get_session(SessionId("ses_none")) is None
-            except (StorageError, sqlite3.Error) as exc:
-                failures.append(exc)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(open_once)
-            tg.start_soon(open_once)
-        assert failures == [], f"attempt {attempt}: {failures[0]!r}"
-        with sqlite3.connect(path) as conn:
-            versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
-        assert versions == list(range(1, len(MIGRATIONS) + 1))
-
-
 async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_versions(
-    store: Store, backend: _Backend
+    store: Store, schema_backend: _Backend
 ) -> None:
+    backend = schema_backend
     newer = len(MIGRATIONS) + 41
     backend.set_schema_version(newer)
     with pytest.raises(StorageError) as refused:
@@ -370,6 +377,119 @@ async def test_request_cancel_before_a_queued_message_starts_records_it_as_a_can
     ]
     assert await store.list_queued(sid) == []
     assert await status_of(store, sid) == ("idle", None)
+
+
+async def test_a_second_start_with_an_owners_client_message_id_is_refused_and_writes_nothing(
+    store: Store,
+) -> None:
+    first = replace(session_record(owner="alice"), start_client_message_id="start-1")
+    message = queued(first.id, "hello")
+    assert await store.create_session(starting(first, message), message, T0)
+    again = replace(session_record(owner="alice"), start_client_message_id="start-1")
+    assert not await store.create_session(again, queued(again.id, "hello"), T0 + 1)
+    assert await store.get_session(again.id) is None
+    assert await store.list_events(again.id, 0, 10) == []
+    found = await store.find_started("alice", "start-1")
+    assert found is not None and found.id == first.id
+    assert await store.find_started("alice", "start-2") is None
+    # Client message ids are the owner's own: someone else may use the same one.
+    bobs = replace(session_record(owner="bob"), start_client_message_id="start-1")
+    assert await store.create_session(bobs, None, T0 + 2)
+    assert await store.find_started("bob", "start-1") is not None
+    # The same session id twice is refused as well.
+    assert not await store.create_session(session_record(sid=first.id), None, T0 + 3)
+    session = await store.get_session(first.id)
+    assert session is not None and session.created_at == T0
+
+
+async def test_a_message_sent_with_a_client_message_id_is_found_by_it_and_not_queued_twice(
+    store: Store,
+) -> None:
+    sid = await new_session(store, "first")
+    message = replace(queued(sid, "once"), client_message_id="send-1")
+    assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 1) == "queued"
+    again = replace(queued(sid, "once"), client_message_id="send-1")
+    assert await SessionSteps(store).enqueue_message(sid, "alice", again, 10, T0 + 2) == "duplicate"
+    found = await store.find_sent(sid, "send-1")
+    assert found is not None and (found.id, found.text, found.status) == (message.id, "once", "queued")
+    assert await store.find_sent(sid, "send-2") is None
+    assert await store.find_sent(await new_session(store), "send-1") is None
+    first = await store.first_message(sid)
+    assert first is not None and first.text == "first"
+    assert [q.text for q in await store.list_queued(sid)] == ["first", "once"]
+
+
+async def test_messages_events_and_the_queue_are_numbered_per_session_from_one_without_gaps(
+    store: Store,
+) -> None:
+    a = await new_session(store, "a1")
+    b = await new_session(store)
+    for text in ("a2", "a3"):
+        assert await SessionSteps(store).enqueue_message(a, "alice", queued(a, text), 10, T0) == "queued"
+    assert await SessionSteps(store).enqueue_message(b, "alice", queued(b, "b1"), 10, T0) == "queued"
+    assert [q.seq for q in await store.list_queued(a)] == [1, 2, 3]
+    assert [q.seq for q in await store.list_queued(b)] == [1]
+    await store.record_event(a, None, "progress", {"n": 1}, T0 + 1)
+
+    events = await store.list_events(a, 0, 100)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert events[-1].kind == "progress" and events[-1].data == {"n": 1}
+    assert [e.seq for e in await store.list_events(a, 2, 2)] == [3, 4]
+    assert await store.latest_event_seq(a) == len(events)
+    b_events = await store.list_events(b, 0, 100)
+    unknown = new_session_id()
+    assert await store.latest_event_seq(unknown) == 0
+    assert await store.event_seqs([a, b, unknown]) == {a: len(events), b: len(b_events)}
+
+    assert await store.try_acquire_lease(a, PROC_A, T0, TTL)
+    for step_no in (1, 2):
+        turn = await SessionSteps(store).start_turn(a, PROC_A, new_turn_id(), T0 + step_no)
+        assert turn is not None
+        await SessionSteps(store).commit_model_step(a, PROC_A, model_step(turn.id, 1), T0 + step_no)
+        await _finish(store, a, PROC_A, turn.id, "answered", "ok", None, T0 + step_no)
+    messages = await store.list_messages(a, None, None)
+    assert [(m.seq, m.role) for m in messages] == [
+        (1, "user"),
+        (2, "assistant"),
+        (3, "user"),
+        (4, "assistant"),
+    ]
+    assert [m.seq for m in await store.list_messages(a, 2, 2)] == [2, 3]
+    assert await store.count_messages(a) == 4
+    assert await store.list_messages(b, None, None) == []
+
+
+async def test_an_event_for_a_session_that_does_not_exist_is_refused(store: Store) -> None:
+    with pytest.raises(StorageError):
+        await store.record_event(new_session_id(), None, "progress", {}, T0)
+
+
+async def test_a_record_read_from_the_store_is_the_callers_own_copy(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    todos = [{"content": "plan", "status": "pending"}]
+    step = model_step(turn.id, 1, "write_todos")
+    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
+    call_id = step.tool_calls[0].id
+    await SessionSteps(store).commit_tool_result(
+        sid, PROC_A, call_id, "succeeded", {"text": "saved"}, T0 + 3, todos=todos
+    )
+    todos[0]["status"] = "changed by the caller after the write"
+    session = await store.get_session(sid)
+    assert session is not None and session.todos == [{"content": "plan", "status": "pending"}]
+    session.todos.append({"content": "changed by a reader"})
+    [call] = await store.list_tool_calls(turn.id)
+    assert call.result is not None
+    call.result["text"] = "changed by a reader"
+    call.arguments.clear()
+    [message] = [m for m in await store.list_messages(sid, None, None) if m.role == "assistant"]
+    message.content.clear()
+
+    again = await store.get_session(sid)
+    assert again is not None and again.todos == [{"content": "plan", "status": "pending"}]
+    [call] = await store.list_tool_calls(turn.id)
+    assert (call.result, call.arguments) == ({"text": "saved"}, {"i": 0})
+    [message] = [m for m in await store.list_messages(sid, None, None) if m.role == "assistant"]
+    assert message.content == step.assistant
 
 
 # ---------------------------------------------------------------------------- turns
@@ -768,6 +888,35 @@ async def test_a_lease_checked_write_by_a_process_that_lost_the_lease_raises_and
     assert await snapshot(other_store, sid, turn.id) == before
 
 
+async def test_count_leases_counts_the_sessions_whose_lease_a_process_holds_now(
+    store: Store, other_store: Store
+) -> None:
+    held = await new_session(store, "held")
+    lapsed = await new_session(store, "lapsed")
+    theirs = await new_session(store, "theirs")
+    assert await store.try_acquire_lease(held, PROC_A, T0 + 20, TTL)
+    assert await store.try_acquire_lease(lapsed, PROC_A, T0, TTL)
+    assert await other_store.try_acquire_lease(theirs, PROC_B, T0 + 20, TTL)
+    assert await store.count_leases(PROC_A, T0 + 10) == 2
+    assert await store.count_leases(PROC_A, T0 + TTL + 1) == 1  # the lease on `lapsed` ran out
+    assert await other_store.count_leases(PROC_B, T0 + TTL + 1) == 1
+    assert await store.count_leases("proc_none", T0) == 0
+
+
+async def test_steer_pending_tells_whether_a_queued_message_steers_the_running_turn(store: Store) -> None:
+    sid, _ = await running_turn(store)
+    assert not await store.steer_pending(sid)
+    assert (
+        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "later"), 10, T0 + 2) == "queued"
+    )
+    assert not await store.steer_pending(sid)
+    steer = replace(queued(sid, "now"), steer=True)
+    assert await SessionSteps(store).enqueue_message(sid, "alice", steer, 10, T0 + 3) == "queued"
+    assert await store.steer_pending(sid)
+    [stored] = [q for q in await store.list_queued(sid) if q.id == steer.id]
+    assert stored.steer is True
+
+
 # ---------------------------------------------------------------------------- reads
 
 
@@ -840,58 +989,156 @@ async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or
     assert held in await store.sessions_needing_work(now, 100)
 
 
-async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_unlocked(
-    tmp_path: Path,
+# ---------------------------------------------------------------------------- the step port
+
+
+async def test_a_transaction_on_a_session_that_does_not_exist_has_no_snapshot(store: Store) -> None:
+    async with store.session_transaction(new_session_id()) as tx:
+        assert tx is None
+
+
+async def test_a_transactions_changes_are_seen_together_when_it_ends_and_not_before(
+    store: Store, other_store: Store
 ) -> None:
-    path = tmp_path / "locked.db"
-    async with open_sqlite_store(path) as store:
-        session = await _one_running_session(store)
-        # Another process holds the write lock for a moment, as a busy peer would.
-        blocker = sqlite3.connect(
-            path, timeout=TEST_DEADLINE_S, isolation_level=None, check_same_thread=False
+    sid = await new_session(store, "hello")
+    before = await snapshot(other_store, sid)
+    [waiting] = await store.list_queued(sid)
+    async with store.session_transaction(sid) as tx:
+        assert tx is not None
+        assert tx.snapshot.session.id == sid and [q.id for q in tx.snapshot.queued] == [waiting.id]
+        await tx.apply(
+            Changes(
+                session={"phase": "model", "todos": [{"content": "x"}]},
+                queued={waiting.id: {"status": "consumed"}},
+                messages=[NewMessage(None, "user", {"text": "hello"})],
+                events=[NewEvent(None, "progress", {"n": 1})],
+            ),
+            T0 + 5,
         )
-        blocker.execute("BEGIN IMMEDIATE")
-        waiting = anyio.CancelScope(deadline=anyio.current_time() + 0.1)
-
-        async def peer() -> None:
-            # The peer holds the lock until the write has been cancelled, however slow the machine,
-            # then lets go (the cancelled write's cleanup waits for the lock).
-            while not waiting.cancel_called:  # noqa: ASYNC110 - a flag of this task group, no event
-                await anyio.sleep(0.01)
-            blocker.execute("ROLLBACK")
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(peer)
-                with waiting:
-                    await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
-            assert waiting.cancelled_caught, "the write went through while the peer held the lock"
-        finally:
-            blocker.close()
-        # The cancelled write must not have left this connection inside a transaction.
-        assert await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
-        other = sqlite3.connect(path, timeout=TEST_DEADLINE_S, isolation_level=None)
-        try:
-            other.execute("BEGIN IMMEDIATE")
-            other.execute("ROLLBACK")
-        finally:
-            other.close()
+        # Another process sees the session as it was until the transaction ends.
+        assert await snapshot(other_store, sid) == before
+    session = await other_store.get_session(sid)
+    assert session is not None
+    assert (session.phase, session.todos, session.updated_at) == ("model", [{"content": "x"}], T0 + 5)
+    assert await other_store.list_queued(sid) == []
+    assert [(m.seq, m.content) for m in await other_store.list_messages(sid, None, None)] == [
+        (1, {"text": "hello"})
+    ]
+    assert (await other_store.list_events(sid, 0, 100))[-1].kind == "progress"
 
 
-async def _one_running_session(store: Store) -> SessionId:
-    sid = new_session_id()
-    record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=1.0)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
+async def test_a_transaction_left_by_an_exception_writes_nothing_and_takes_no_numbers(store: Store) -> None:
+    sid = await new_session(store, "hello")
+    before = await snapshot(store, sid)
+    with pytest.raises(RuntimeError, match="decided badly"):
+        async with store.session_transaction(sid) as tx:
+            assert tx is not None
+            await tx.apply(
+                Changes(
+                    session={"phase": "model"},
+                    messages=[NewMessage(None, "user", {"text": "lost"})],
+                    events=[NewEvent(None, "progress", {})],
+                    new_queued=[queued(sid, "lost too")],
+                ),
+                T0 + 5,
+            )
+            raise RuntimeError("decided badly")
+    assert await snapshot(store, sid) == before
+    async with store.session_transaction(sid) as tx:
+        assert tx is not None
+        await tx.apply(Changes(messages=[NewMessage(None, "user", {"text": "kept"})]), T0 + 6)
+    assert [m.seq for m in await store.list_messages(sid, None, None)] == [1]
+    assert [q.seq for q in await store.list_queued(sid)] == [1]
+
+
+async def test_a_change_to_a_field_no_record_has_is_refused_and_writes_nothing(store: Store) -> None:
+    sid = await new_session(store, "hello")
+    before = await snapshot(store, sid)
+    with pytest.raises(StorageError, match="no_such_field"):
+        async with store.session_transaction(sid) as tx:
+            assert tx is not None
+            await tx.apply(
+                Changes(
+                    session={"no_such_field": 1},
+                    new_queued=[queued(sid, "never stored")],
+                    messages=[NewMessage(None, "user", {"text": "never appended"})],
+                ),
+                T0 + 5,
+            )
+    assert await snapshot(store, sid) == before
+
+
+# ---------------------------------------------------------------------------- interrupts
+
+
+async def _pending_approval(store: Store, sid: SessionId, turn: TurnRecord, now: float) -> InterruptRecord:
+    step = model_step(turn.id, 1, "deploy")
+    await SessionSteps(store).commit_model_step(sid, PROC_A, step, now)
+    interrupt = InterruptRecord(
+        id=new_interrupt_id(),
         session_id=sid,
-        seq=0,
-        text="hi",
-        status="queued",
-        turn_id=None,
-        created_at=1.0,
+        turn_id=turn.id,
+        tool_call_id=step.tool_calls[0].id,
+        kind="approval",
+        status="pending",
+        payload={"tool": "deploy", "arguments": {"i": 0}},
+        created_at=now,
+        deadline=now + 600,
     )
-    assert await store.create_session(starting(record, first), first, 1.0)
-    return sid
+    await SessionSteps(store).raise_interrupt(sid, PROC_A, interrupt, now)
+    return interrupt
+
+
+async def test_interrupts_are_listed_per_session_and_pending_ones_across_sessions_oldest_first(
+    store: Store, other_store: Store
+) -> None:
+    first_sid, first_turn = await running_turn(store)
+    second_sid, second_turn = await running_turn(store)
+    later = await _pending_approval(store, first_sid, first_turn, T0 + 20)
+    earlier = await _pending_approval(store, second_sid, second_turn, T0 + 10)
+    [stored] = await store.list_interrupts(first_sid, pending_only=True)
+    assert (stored.id, stored.kind, stored.status, stored.payload, stored.deadline) == (
+        later.id,
+        "approval",
+        "pending",
+        {"tool": "deploy", "arguments": {"i": 0}},
+        T0 + 620,
+    )
+    assert [i.id for i in await store.list_all_pending(10)] == [earlier.id, later.id]
+    assert [i.id for i in await store.list_all_pending(1)] == [earlier.id]
+
+    decided = await SessionSteps(other_store).resolve_interrupt(
+        first_sid, later.id, Resolution(approved=True), "alice", T0 + 30
+    )
+    assert decided.outcome == "resolved"
+    again = await SessionSteps(store).resolve_interrupt(
+        first_sid, later.id, Resolution(approved=False), "bob", T0 + 31
+    )
+    assert again.outcome == "conflict"
+    assert await store.list_interrupts(first_sid, pending_only=True) == []
+    [resolved] = await store.list_interrupts(first_sid, pending_only=False)
+    assert (resolved.status, resolved.resolved_by, resolved.resolved_at) == ("approved", "alice", T0 + 30)
+    assert [i.id for i in await other_store.list_all_pending(10)] == [earlier.id]
+
+
+# ---------------------------------------------------------------------------- summaries
+
+
+async def test_the_latest_summary_is_the_one_up_to_the_highest_message_and_needs_the_lease(
+    store: Store, other_store: Store
+) -> None:
+    sid, turn = await running_turn(store)
+    assert await store.latest_summary(sid) is None
+    await store.save_summary(sid, PROC_A, turn.id, 4, "up to four", T0 + 2)
+    await store.save_summary(sid, PROC_A, turn.id, 9, "up to nine", T0 + 3)
+    await store.save_summary(sid, PROC_A, turn.id, 4, "up to four, again", T0 + 4)
+    assert await other_store.latest_summary(sid) == (9, "up to nine")
+    assert (await store.list_events(sid, 0, 100))[-1].kind == "compacted"
+    before = await snapshot(store, sid, turn.id)
+    with pytest.raises(LeaseLost):
+        await other_store.save_summary(sid, PROC_B, turn.id, 12, "not the holder's", T0 + 5)
+    assert await store.latest_summary(sid) == (9, "up to nine")
+    assert await snapshot(store, sid, turn.id) == before
 
 
 # ---------------------------------------------------------------------------- MCP tasks
@@ -963,3 +1210,85 @@ async def test_list_tasks_pages_through_the_owners_live_tasks_once_oldest_first(
         if cursor is None:
             break
     assert seen == [f"task_{i}" for i in range(7)]
+
+
+# ---------------------------------------------------------------------------- the SQLite file
+# These open SQLite files themselves (the race of two processes creating one, a lock held by
+# another process), so they run once, on SQLite only.
+
+
+async def test_two_processes_opening_a_fresh_database_at_once_both_succeed(tmp_path: Path) -> None:
+    # Every desktop client window starts its own server on the same default file. The race is
+    # narrow, so it is tried on many fresh files; the first failure ends the test.
+    for attempt in range(100):
+        path = tmp_path / f"fresh{attempt}.db"
+        failures: list[BaseException] = []
+
+        async def open_once(path: Path = path, failures: list[BaseException] = failures) -> None:
+            try:
+                async with open_sqlite_store(path) as opened:
+                    assert await opened.get_session(SessionId("ses_none")) is None
+            except (StorageError, sqlite3.Error) as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(open_once)
+            tg.start_soon(open_once)
+        assert failures == [], f"attempt {attempt}: {failures[0]!r}"
+        with sqlite3.connect(path) as conn:
+            versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
+        assert versions == list(range(1, len(MIGRATIONS) + 1))
+
+
+async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_unlocked(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    async with open_sqlite_store(path) as store:
+        session = await _one_running_session(store)
+        # Another process holds the write lock, as a busy peer would.
+        blocker = sqlite3.connect(
+            path, timeout=TEST_DEADLINE_S, isolation_level=None, check_same_thread=False
+        )
+        blocker.execute("BEGIN IMMEDIATE")
+        waiting = anyio.CancelScope(deadline=anyio.current_time() + 0.1)
+
+        async def peer() -> None:
+            # The peer holds the lock until the write has been cancelled, however slow the machine,
+            # then lets go (the cancelled write's cleanup waits for the lock).
+            while not waiting.cancel_called:  # noqa: ASYNC110 - a flag of this task group, no event
+                await anyio.sleep(0.01)
+            blocker.execute("ROLLBACK")
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(peer)
+                with waiting:
+                    await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+            assert waiting.cancelled_caught, "the write went through while the peer held the lock"
+        finally:
+            blocker.close()
+        # The cancelled write must not have left this connection inside a transaction.
+        assert await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+        other = sqlite3.connect(path, timeout=TEST_DEADLINE_S, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+
+
+async def _one_running_session(store: Store) -> SessionId:
+    sid = new_session_id()
+    record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=1.0)
+    first = QueuedMessageRecord(
+        id=new_queued_message_id(),
+        session_id=sid,
+        seq=0,
+        text="hi",
+        status="queued",
+        turn_id=None,
+        created_at=1.0,
+    )
+    assert await store.create_session(starting(record, first), first, 1.0)
+    return sid

@@ -72,16 +72,6 @@ BUSY_TIMEOUT_MS = 10_000
 _dumps = dumps
 
 
-def _asked_of_server(interrupt: InterruptRecord) -> bool:
-    """A question a downstream server asked about one of its calls (runtime/downstream_questions.py)."""
-    return interrupt.kind == "question" and bool(interrupt.payload.get("downstream"))
-
-
-def _asked_in_place(interrupt: InterruptRecord) -> bool:
-    """...asked while the call is still open at the server (rather than to be sent with a retry)."""
-    return _asked_of_server(interrupt) and interrupt.payload["downstream"].get("mode") != "retry"
-
-
 class SqliteStore(SqliteSteps):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
