@@ -21,7 +21,7 @@ from parley.storage.base import (
     ToolCallStatus,
     TurnRecord,
 )
-from parley.storage.changes import Changes, SessionSnapshot, StepStore
+from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope, StepStore
 
 T = TypeVar("T")
 
@@ -33,10 +33,18 @@ class SessionSteps:
         self._store = store
 
     async def _decide(
-        self, session_id: SessionId, decide: Decide[T], missing: T, now: float, **load: Any
+        self,
+        session_id: SessionId,
+        decide: Decide[T],
+        missing: T,
+        now: float,
+        *,
+        lease: str | None = None,
+        **scope: Any,
     ) -> T:
-        """Load, decide and write in one transaction; `missing` when the session does not exist."""
-        async with self._store.session_transaction(session_id, **load) as tx:
+        """Load, decide and write in one transaction; `missing` when the session does not exist.
+        `scope` names what the snapshot holds (see SnapshotScope)."""
+        async with self._store.session_transaction(session_id, SnapshotScope(**scope), lease=lease) as tx:
             if tx is None:
                 return missing
             result, changes = decide(tx.snapshot)

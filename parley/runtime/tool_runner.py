@@ -105,17 +105,18 @@ class ToolRunner:
     ) -> None:
         parsed = parse_ask_user(call.arguments)
         if isinstance(parsed, ToolOutcome):
-            await self._ctx.steps.commit_tool_result(
-                session.id,
-                self._ctx.process_id,
-                call.id,
-                "failed",
-                {"text": parsed.text, "is_error": True},
-                now,
-            )
+            await self._refuse(session, call, parsed, now)
             return
         deadline = now + agent.question_deadline_s if agent.question_deadline_s else None
         await self._raise(session, call, "question", parsed, deadline, now)
+
+    async def _refuse(
+        self, session: SessionRecord, call: ToolCallRecord, refusal: ToolOutcome, now: float
+    ) -> None:
+        """A built-in call with unusable arguments fails at once; the model reads why."""
+        await self._ctx.steps.commit_tool_result(
+            session.id, self._ctx.process_id, call.id, "failed", {"text": refusal.text, "is_error": True}, now
+        )
 
     async def _raise(
         self,
@@ -152,14 +153,7 @@ class ToolRunner:
     async def _start_timer(self, session: SessionRecord, call: ToolCallRecord, now: float) -> None:
         parsed = parse_durable_wait(call.arguments, self._ctx.timings.max_timer_s)
         if isinstance(parsed, ToolOutcome):
-            await self._ctx.steps.commit_tool_result(
-                session.id,
-                self._ctx.process_id,
-                call.id,
-                "failed",
-                {"text": parsed.text, "is_error": True},
-                now,
-            )
+            await self._refuse(session, call, parsed, now)
             return
         seconds, _reason = parsed
         await self._ctx.steps.set_timer(session.id, self._ctx.process_id, call.id, now + seconds, now)

@@ -45,6 +45,22 @@ class SessionSnapshot:
         return next((i for i in self.interrupts if i.id == interrupt_id), None)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotScope:
+    """Which turn a snapshot holds (the session's current one unless another is named, directly
+    or as the turn of an interrupt or a call), and which queued messages it looks up besides
+    the queue (one by id, and the one sent with a client_message_id)."""
+
+    turn_id: TurnId | None = None
+    interrupt_id: str | None = None
+    call_id: ToolCallId | None = None
+    message_id: QueuedMessageId | None = None
+    client_message_id: str | None = None
+
+
+CURRENT_TURN = SnapshotScope()
+
+
 @dataclass(frozen=True, slots=True)
 class NewMessage:
     """A transcript entry to append (the backend gives it the session's next sequence number)."""
@@ -128,18 +144,8 @@ class StepStore(Protocol):
     """Decisions on a session, each in one transaction under the backend's lock."""
 
     def session_transaction(
-        self,
-        session_id: SessionId,
-        *,
-        turn_id: TurnId | None = None,
-        lease: str | None = None,
-        interrupt_id: str | None = None,
-        call_id: ToolCallId | None = None,
-        message_id: QueuedMessageId | None = None,
-        client_message_id: str | None = None,
+        self, session_id: SessionId, scope: SnapshotScope = CURRENT_TURN, *, lease: str | None = None
     ) -> AbstractAsyncContextManager[SessionTransaction | None]:
-        """Load the snapshot (None if the session does not exist) with the session's current turn,
-        or `turn_id`, or the turn `interrupt_id` or `call_id` belongs to; `message_id` and `client_message_id`
-        load those queued messages too. With `lease`, LeaseLost unless that process still holds
-        the session's lease (nothing is written)."""
+        """Load the snapshot of `scope` (None if the session does not exist). With `lease`,
+        LeaseLost unless that process still holds the session's lease (nothing is written)."""
         ...

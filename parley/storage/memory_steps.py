@@ -9,23 +9,19 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from parley.errors import LeaseLost, StorageError
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.ids import SessionId, TurnId
 from parley.storage.base import InterruptRecord, StepRecord, ToolCallRecord, TurnRecord
-from parley.storage.changes import Changes, SessionSnapshot
+from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot, SnapshotScope
 from parley.storage.memory_tables import MemoryTables, row, updated
 from parley.storage.memory_tasks import MemoryTasks
 
 
 def load_snapshot(
-    tables: MemoryTables,
-    session_id: SessionId,
-    turn_id: TurnId | None,
-    interrupt_id: str | None,
-    call_id: ToolCallId | None,
-    message_id: QueuedMessageId | None,
-    client_message_id: str | None,
+    tables: MemoryTables, session_id: SessionId, scope: SnapshotScope
 ) -> SessionSnapshot | None:
     """The snapshot SqliteSteps._snapshot loads, from the same rows."""
+    turn_id, interrupt_id, call_id = scope.turn_id, scope.interrupt_id, scope.call_id
+    message_id, client_message_id = scope.message_id, scope.client_message_id
     session = tables.sessions.get(session_id)
     if session is None:
         return None
@@ -220,22 +216,12 @@ class MemorySteps(MemoryTasks):
 
     @asynccontextmanager
     async def session_transaction(
-        self,
-        session_id: SessionId,
-        *,
-        turn_id: TurnId | None = None,
-        lease: str | None = None,
-        interrupt_id: str | None = None,
-        call_id: ToolCallId | None = None,
-        message_id: QueuedMessageId | None = None,
-        client_message_id: str | None = None,
+        self, session_id: SessionId, scope: SnapshotScope = CURRENT_TURN, *, lease: str | None = None
     ) -> AsyncIterator[_Transaction | None]:
         # The lock is held from the snapshot to the commit, so no other write comes between them.
         async with self._db.lock:
             tables = self._db.tables
-            snapshot = load_snapshot(
-                tables, session_id, turn_id, interrupt_id, call_id, message_id, client_message_id
-            )
+            snapshot = load_snapshot(tables, session_id, scope)
             if snapshot is None:
                 yield None
                 return

@@ -11,8 +11,8 @@ from typing import Any
 import aiosqlite
 
 from parley.errors import LeaseLost, StorageError
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
-from parley.storage.changes import Changes, SessionSnapshot
+from parley.ids import SessionId, TurnId
+from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot, SnapshotScope
 from parley.storage.sqlite_plumbing import dumps
 from parley.storage.sqlite_rows import (
     CALL_COLUMNS,
@@ -231,20 +231,10 @@ class SqliteSteps(SqliteTasks):
 
     @asynccontextmanager
     async def session_transaction(
-        self,
-        session_id: SessionId,
-        *,
-        turn_id: TurnId | None = None,
-        lease: str | None = None,
-        interrupt_id: str | None = None,
-        call_id: ToolCallId | None = None,
-        message_id: QueuedMessageId | None = None,
-        client_message_id: str | None = None,
+        self, session_id: SessionId, scope: SnapshotScope = CURRENT_TURN, *, lease: str | None = None
     ) -> AsyncIterator[_Transaction | None]:
         async with self._tx() as db:
-            snapshot = await self._snapshot(
-                db, session_id, turn_id, interrupt_id, call_id, message_id, client_message_id
-            )
+            snapshot = await self._snapshot(db, session_id, scope)
             if snapshot is None:
                 yield None
                 return
@@ -254,14 +244,11 @@ class SqliteSteps(SqliteTasks):
 
     @staticmethod
     async def _snapshot(
-        db: aiosqlite.Connection,
-        session_id: SessionId,
-        turn_id: TurnId | None,
-        interrupt_id: str | None,
-        call_id: ToolCallId | None,
-        message_id: QueuedMessageId | None,
-        client_message_id: str | None,
+        db: aiosqlite.Connection, session_id: SessionId, scope: SnapshotScope
     ) -> SessionSnapshot | None:
+        turn_id, interrupt_id, call_id = scope.turn_id, scope.interrupt_id, scope.call_id
+        message_id, client_message_id = scope.message_id, scope.client_message_id
+
         async def rows(sql: str, params: tuple[Any, ...]) -> list[sqlite3.Row]:
             async with db.execute(sql, params) as cur:
                 return list(await cur.fetchall())
