@@ -25,6 +25,9 @@ from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope, Step
 
 T = TypeVar("T")
 
+# The turn row alone (a decision that reads neither its calls, its interrupts nor the queue).
+_TURN_ONLY: dict[str, Any] = {"calls": False, "interrupts": False, "queue": False}
+
 Decide = Callable[[SessionSnapshot], tuple[T, Changes]]
 
 
@@ -81,32 +84,48 @@ class SessionSteps:
             "not_found",
             now,
             client_message_id=message.client_message_id,
+            turn=False,
         )
 
     async def promote_to_steer(
         self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
     ) -> QueuedMessageRecord | None:
         return await self._decide(
-            session_id, lambda s: transitions.promote_to_steer(s, owner), None, now, message_id=message_id
+            session_id,
+            lambda s: transitions.promote_to_steer(s, owner),
+            None,
+            now,
+            message_id=message_id,
+            turn=False,
+            queue=False,
         )
 
     async def delete_queued(
         self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float
     ) -> QueuedMessageRecord | None:
         return await self._decide(
-            session_id, lambda s: transitions.delete_queued(s, owner), None, now, message_id=message_id
+            session_id,
+            lambda s: transitions.delete_queued(s, owner),
+            None,
+            now,
+            message_id=message_id,
+            turn=False,
         )
 
     async def request_cancel(
         self, session_id: SessionId, owner: str, now: float, queued_turn_id: TurnId
     ) -> TurnId | None:
         return await self._decide(
-            session_id, lambda s: transitions.request_cancel(s, owner, queued_turn_id, now), None, now
+            session_id,
+            lambda s: transitions.request_cancel(s, owner, queued_turn_id, now),
+            None,
+            now,
+            turn=False,
         )
 
     async def request_close(self, session_id: SessionId, owner: str, reason: str, now: float) -> None:
         await self._decide(
-            session_id, lambda s: (None, transitions.request_close(s, owner, reason)), None, now
+            session_id, lambda s: (None, transitions.request_close(s, owner, reason)), None, now, turn=False
         )
 
     async def resolve_interrupt(
@@ -125,6 +144,7 @@ class SessionSteps:
             ResolveResult(outcome="not_found"),
             now,
             interrupt_id=interrupt_id,
+            queue=False,
         )
 
     # ------------------------------------------------------------------ the lease holder's steps
@@ -133,7 +153,7 @@ class SessionSteps:
         self, session_id: SessionId, lease: str, turn_id: TurnId, now: float
     ) -> TurnRecord | None:
         return await self._decide(
-            session_id, lambda s: transitions.start_turn(s, turn_id, now), None, now, lease=lease
+            session_id, lambda s: transitions.start_turn(s, turn_id, now), None, now, lease=lease, turn=False
         )
 
     async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:
@@ -143,18 +163,29 @@ class SessionSteps:
             lambda s: transitions.model_step(s, step, lease, now),
             now,
             turn_id=step.turn_id,
+            calls=False,
+            interrupts=False,
+            queue=False,
         )
 
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
     ) -> None:
-        await self._write(session_id, lease, lambda s: transitions.nudge(s, text), now, turn_id=turn_id)
+        await self._write(
+            session_id, lease, lambda s: transitions.nudge(s, text), now, turn_id=turn_id, **_TURN_ONLY
+        )
 
     async def mark_tool_call_started(
         self, session_id: SessionId, lease: str, call_id: ToolCallId, now: float
     ) -> None:
         await self._write(
-            session_id, lease, lambda s: transitions.tool_started(s, call_id), now, call_id=call_id
+            session_id,
+            lease,
+            lambda s: transitions.tool_started(s, call_id),
+            now,
+            call_id=call_id,
+            interrupts=False,
+            queue=False,
         )
 
     async def commit_tool_result(
@@ -173,6 +204,7 @@ class SessionSteps:
             lambda s: transitions.tool_result(s, call_id, status, result, now, todos),
             now,
             call_id=call_id,
+            queue=False,
         )
 
     async def raise_interrupt(
@@ -183,12 +215,19 @@ class SessionSteps:
             lease,
             lambda s: transitions.raise_interrupt(s, interrupt, now),
             now,
-            turn_id=interrupt.turn_id,
+            turn=False,
+            queue=False,
         )
 
     async def drop_questions_in_place(self, session_id: SessionId, lease: str, now: float) -> int:
         return await self._decide(
-            session_id, lambda s: transitions.drop_questions_in_place(s, now), 0, now, lease=lease
+            session_id,
+            lambda s: transitions.drop_questions_in_place(s, now),
+            0,
+            now,
+            lease=lease,
+            calls=False,
+            queue=False,
         )
 
     async def ask_remote(
@@ -206,6 +245,8 @@ class SessionSteps:
             lambda s: transitions.ask_remote(s, call_id, remote, questions, now),
             now,
             call_id=call_id,
+            interrupts=False,
+            queue=False,
         )
 
     async def wait_remote(
@@ -224,13 +265,15 @@ class SessionSteps:
             lambda s: transitions.wait_remote(s, call_id, status, remote, wake_at),
             now,
             call_id=call_id,
+            interrupts=False,
+            queue=False,
         )
 
     async def set_timer(
         self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
     ) -> None:
         await self._write(
-            session_id, lease, lambda s: transitions.set_timer(call_id, wake_at), now, call_id=call_id
+            session_id, lease, lambda s: transitions.set_timer(call_id, wake_at), now, turn=False, queue=False
         )
 
     async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
@@ -240,7 +283,7 @@ class SessionSteps:
             changes = transitions.park_turn(snapshot)
             return (changes is not None), (changes or Changes())
 
-        return await self._decide(session_id, decide, False, now, turn_id=turn_id, lease=lease)
+        return await self._decide(session_id, decide, False, now, turn_id=turn_id, lease=lease, queue=False)
 
     async def finish_turn(
         self, session_id: SessionId, lease: str, turn_id: TurnId, end: TurnEnd, now: float
@@ -254,4 +297,4 @@ class SessionSteps:
 
     async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
         """A session without a turn closes, runs on with its queue, or rests; True if it rests."""
-        return await self._decide(session_id, transitions.rest_session, True, now, lease=lease)
+        return await self._decide(session_id, transitions.rest_session, True, now, lease=lease, turn=False)

@@ -48,14 +48,21 @@ class SessionSnapshot:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotScope:
     """Which turn a snapshot holds (the session's current one unless another is named, directly
-    or as the turn of an interrupt or a call), and which queued messages it looks up besides
-    the queue (one by id, and the one sent with a client_message_id)."""
+    or as the turn of an interrupt or a call), which queued messages it looks up besides the
+    queue (one by id, and the one sent with a client_message_id), and which parts it loads at
+    all: a part left out is empty in the snapshot."""
 
     turn_id: TurnId | None = None
     interrupt_id: str | None = None
     call_id: ToolCallId | None = None
     message_id: QueuedMessageId | None = None
     client_message_id: str | None = None
+    # What a decision does not read need not be loaded (each is a query per write): the turn
+    # (with its calls and interrupts), and the queue.
+    turn: bool = True
+    calls: bool = True
+    interrupts: bool = True
+    queue: bool = True
 
 
 CURRENT_TURN = SnapshotScope()

@@ -33,9 +33,15 @@ def load_snapshot(
         turn_id = call.turn_id if call is not None and call.session_id == session_id else None
     else:
         turn_id = turn_id or session.current_turn_id
-    queued = sorted(
-        (q for q in tables.queued.values() if q.session_id == session_id and q.status == "queued"),
-        key=lambda q: q.seq,
+    if not scope.turn:
+        turn_id = None
+    queued = (
+        sorted(
+            (q for q in tables.queued.values() if q.session_id == session_id and q.status == "queued"),
+            key=lambda q: q.seq,
+        )
+        if scope.queue
+        else []
     )
     message = tables.queued.get(message_id) if message_id is not None else None
     sent = (
@@ -57,8 +63,12 @@ def load_snapshot(
         session=row(session),
         turn=row(turn) if turn is not None and turn.session_id == session_id else None,
         # A turn named but not found still loads its calls and interrupts (as SQLite's queries do).
-        calls=tuple(map(row, calls_of(tables, turn_id))) if turn_id is not None else (),
-        interrupts=tuple(map(row, interrupts_of(tables, turn_id))) if turn_id is not None else (),
+        calls=tuple(map(row, calls_of(tables, turn_id))) if turn_id is not None and scope.calls else (),
+        interrupts=(
+            tuple(map(row, interrupts_of(tables, turn_id)))
+            if turn_id is not None and scope.interrupts
+            else ()
+        ),
         queued=tuple(map(row, queued)),
         message=row(message) if message is not None else None,
         sent=row(sent) if sent is not None else None,

@@ -269,9 +269,16 @@ class SqliteSteps(SqliteTasks):
             turn_id = owner_turn[0][0] if owner_turn else None
         else:
             turn_id = turn_id or session.current_turn_id
-        queued = await rows(
-            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
-            (session_id,),
+        if not scope.turn:
+            turn_id = None
+        queued = (
+            await rows(
+                f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND status = 'queued' "
+                "ORDER BY seq",
+                (session_id,),
+            )
+            if scope.queue
+            else []
         )
         probes: dict[str, Any] = {}
         if message_id is not None:
@@ -293,13 +300,21 @@ class SqliteSteps(SqliteTasks):
         turn = await rows(
             f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ? AND session_id = ?", (turn_id, session_id)
         )
-        calls = await rows(
-            f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index",
-            (turn_id,),
+        calls = (
+            await rows(
+                f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index",
+                (turn_id,),
+            )
+            if scope.calls
+            else []
         )
-        interrupts = await rows(
-            f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE turn_id = ? ORDER BY created_at, id",
-            (turn_id,),
+        interrupts = (
+            await rows(
+                f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE turn_id = ? ORDER BY created_at, id",
+                (turn_id,),
+            )
+            if scope.interrupts
+            else []
         )
         return SessionSnapshot(
             session=session,
