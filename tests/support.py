@@ -45,6 +45,20 @@ FIXTURE_LOG = "fixture.jsonl"
 # (transport, client mode): every conversation-level behaviour is checked on each.
 TRANSPORTS = [("stdio", "legacy"), ("stdio", "auto"), ("http", "legacy"), ("http", "auto")]
 
+# A raw 2025-06-18 `initialize` over streamable HTTP, and the headers every MCP POST carries
+# (tests that speak HTTP without the SDK client, to see status codes and limits).
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-http-test", "version": "0"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
 FAST_RUNTIME = {
     "poll_interval_s": 0.1,
     "lease_ttl_s": 1.0,

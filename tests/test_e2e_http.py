@@ -15,21 +15,18 @@ import httpx2
 import pytest
 from mcp import Client
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
+from tests.support import (
+    INITIALIZE,
+    MCP_HEADERS,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    db_rows,
+    eventually,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw-http-test", "version": "0"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")

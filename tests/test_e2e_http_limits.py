@@ -16,7 +16,15 @@ import anyio
 import httpx2
 import pytest
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, eventually, write_config
+from tests.support import (
+    INITIALIZE,
+    MCP_HEADERS,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    call,
+    eventually,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -31,17 +39,6 @@ LIMITS = {
     "body_read_timeout_s": 0.5,
     "keep_alive_timeout_s": 1.0,
 }
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "abandoning-client", "version": "0"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 from jsonschema import Draft202012Validator
@@ -49,6 +49,7 @@ from parley.storage.base import (
     QueuedMessageRecord,
     Resolution,
     SessionRecord,
+    SessionStatus,
     ToolCallRecord,
     TurnRecord,
 )
@@ -71,11 +72,18 @@ class _Again:
 AGAIN = _Again()
 
 
+# A turn's status as a caller sees it: how it ended, or that it waits, still runs, or (a session
+# started without a message) that nothing ran yet.
+OutcomeStatus = Literal[
+    "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
+]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnOutcome:
     session_id: SessionId
     turn_id: TurnId | None
-    status: str
+    status: OutcomeStatus
     answer: str | None = None
     error: str | None = None
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
@@ -84,7 +92,7 @@ class TurnOutcome:
     cached_tokens: int = 0
     model_calls: int = 0
     queued_message_id: QueuedMessageId | None = None
-    session_status: str | None = None
+    session_status: SessionStatus | None = None
     result: Any = None
     pending: list[InterruptRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -810,7 +818,7 @@ class SessionService:
     async def turn_outcome(self, turn: TurnRecord, message_id: QueuedMessageId | None = None) -> TurnOutcome:
         calls = await self._store.list_tool_calls(turn.id)
         session = await self._store.get_session(turn.session_id)
-        status: str = turn.status
+        status: OutcomeStatus = turn.status
         pending: list[InterruptRecord] = []
         if turn.status == "running" and session is not None and _waits_for_input(session, turn.id):
             status = "waiting_for_input"

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from parley.runtime.effect_policy import Mishap, Verdict, judge
+
+# Final (succeeded, failed, outcome_unknown), or a wait at the call's MCP server.
+RunStatus = Literal["succeeded", "failed", "outcome_unknown", "waiting_for_task", "awaiting_answer"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -13,7 +16,7 @@ class ToolRun:
     # succeeded | failed | outcome_unknown (final); waiting_for_task: `remote` says which
     # downstream task to poll, at `wake_at`; awaiting_answer: `remote` holds the server's
     # questions and the state to send back with the answers.
-    status: str
+    status: RunStatus
     result: dict[str, Any]
     todos: list[dict[str, Any]] | None = None
     remote: dict[str, Any] | None = None

@@ -246,7 +246,7 @@ class ToolRunner:
             session.id,
             self._ctx.process_id,
             call.id,
-            run.status,  # type: ignore[arg-type]
+            run.status,
             run.result,
             self._ctx.clock(),
             todos=run.todos,

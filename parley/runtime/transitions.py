@@ -20,6 +20,7 @@ from parley.runtime.effect_policy import abandoned_status
 from parley.storage.base import (
     EnqueueOutcome,
     InterruptRecord,
+    InterruptStatus,
     ModelStep,
     QueuedMessageRecord,
     Resolution,
@@ -44,7 +45,7 @@ TIMED_CALLS = frozenset({"waiting_for_timer", "waiting_for_task"})
 # ---------------------------------------------------------------------- interrupts
 
 
-def resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallStatus, str]:
+def resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallStatus, InterruptStatus]:
     """The tool result the model reads, the call's final status, and the interrupt's status."""
     if kind == "approval":
         if resolution.expired:
@@ -109,7 +110,7 @@ def resolve_interrupt(
         interrupt_status = "approved"
     resolved = replace(
         interrupt,
-        status=interrupt_status,  # type: ignore[arg-type]
+        status=interrupt_status,
         resolution=resolution.as_dict(),
         resolved_by=by,
         resolved_at=now,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import anyio
 from anyio.abc import TaskGroup
@@ -39,7 +39,7 @@ from pydantic import Field
 
 from parley.errors import InvalidArgument, RequestError
 from parley.ids import QueuedMessageId, SessionId, TurnId
-from parley.runtime.service import TurnOutcome
+from parley.runtime.service import OutcomeStatus, TurnOutcome
 from parley.runtime.tasks import TaskEnded, TaskNotFound, TaskService
 from parley.server.connections import connection_of
 from parley.server.elicitation import (
@@ -386,6 +386,7 @@ def _outcome_of(structured: Mapping[str, Any]) -> TurnOutcome:
     return TurnOutcome(
         session_id=SessionId(str(structured.get("session_id"))),
         turn_id=TurnId(turn) if turn else None,
-        status=str(structured.get("status")),
+        # Our own structured content: its status is one of the outcome statuses.
+        status=cast(OutcomeStatus, structured.get("status")),
         queued_message_id=QueuedMessageId(queued) if queued else None,
     )

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from parley.config import AgentConfig
-from parley.runtime.service import SessionDetails, TurnOutcome
+from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (
     InterruptRecord,
@@ -19,10 +19,6 @@ from parley.storage.base import (
     SessionRecord,
     ToolCallRecord,
 )
-
-OutcomeStatus = Literal[
-    "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
-]
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
 RESULT_PREVIEW_CHARS = 2000
