@@ -121,8 +121,9 @@ def poll_once(connection: sqlite3.Connection, owner: str) -> tuple[int, int, int
         answered = connection.execute("SELECT COUNT(*) FROM turns WHERE status = 'answered'").fetchone()[0]
         leased, expired, overdue = connection.execute(
             "SELECT COUNT(*), COALESCE(SUM(lease_expires_at < ?), 0), COALESCE(MAX(? - lease_expires_at), 0) "
-            "FROM sessions WHERE lease_owner = ?",
-            (now, now, owner),
+            # A lease token is "<process id>#<epoch>".
+            "FROM sessions WHERE substr(lease_owner, 1, ?) = ?",
+            (now, now, len(owner) + 1, owner + "#"),
         ).fetchone()
     finally:
         connection.execute("COMMIT")
@@ -293,8 +294,9 @@ def check_after(db: Path, ids: dict[str, int], blocker_id: str, kill_wall: float
     blocker_turns = [status for sid, status, *_ in turns if sid == blocker_id]
     turns = [row for row in turns if row[0] != blocker_id]
     steps = Counter(sid for (sid,) in query(db, "SELECT session_id FROM steps WHERE kind = 'model'"))
-    step_owners = Counter(
-        owner for (owner,) in query(db, "SELECT process_id FROM steps WHERE kind = 'model'")
+    step_owners = Counter(  # each step names its lease token "<process id>#<epoch>"
+        token.rpartition("#")[0]
+        for (token,) in query(db, "SELECT process_id FROM steps WHERE kind = 'model'")
     )
     problems: list[str] = []
     if blocker is None or blocker[0] != "closed" or blocker_turns != ["cancelled"]:

@@ -21,7 +21,7 @@ from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord
+from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord, lease_holder
 from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
 from parley.storage.sqlite import open_sqlite_store
@@ -81,9 +81,10 @@ async def session_with_message(store: Store, text: str, agent_name: str = "plann
 
 
 async def drive(store: Store, planner: AgentConfig, model: ModelClient, sid: SessionId) -> None:
-    assert await store.try_acquire_lease(sid, PROC, time.time(), LEASE_TTL_S)
+    lease = await store.try_acquire_lease(sid, PROC, time.time(), LEASE_TTL_S)
+    assert lease is not None
     with anyio.fail_after(TEST_DEADLINE_S):
-        await driver(store, planner, model).drive(sid)
+        await driver(store, planner, model).drive(sid, lease)
 
 
 async def only_turn(store: Store, sid: SessionId) -> TurnRecord:
@@ -250,7 +251,7 @@ async def test_a_driver_that_loses_its_lease_stops_quietly_and_commits_nothing(s
     sid = await session_with_message(store, "hello")
     await drive(store, agent(), _LeaseThief(store, sid), sid)
     session = await store.get_session(sid)
-    assert session is not None and session.lease_owner == "proc_thief"
+    assert session is not None and lease_holder(session.lease_owner) == "proc_thief"
     assert await store.list_steps(sid) == []
     assert [m.role for m in await store.list_messages(sid, None, None)] == ["user"]
 

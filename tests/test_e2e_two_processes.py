@@ -93,8 +93,8 @@ async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair:
         return rows[0][0] is not None and rows[0][1] == "model"
 
     await eventually(leased, "a process to take the turn into its model call")
-    owner = db_rows(pair.db, "SELECT lease_owner FROM sessions WHERE id = ?", (sid,))[0][0]
-    driver_is_a = owner == pair.a.process_id()
+    token = db_rows(pair.db, "SELECT lease_owner FROM sessions WHERE id = ?", (sid,))[0][0]
+    driver_is_a = token.rpartition("#")[0] == pair.a.process_id()  # a lease token: "<process>#<epoch>"
     other = pair.client_b if driver_is_a else pair.client_a
     with anyio.fail_after(TEST_DEADLINE_S):
         cancelled = await call(other, "cancel_turn", session_id=sid)

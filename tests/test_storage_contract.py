@@ -39,6 +39,7 @@ from parley.storage.base import (
     TaskRecord,
     TurnRecord,
     TurnStatus,
+    lease_token,
 )
 from parley.storage.changes import Changes, NewEvent, NewMessage
 from parley.storage.memory import open_memory_store
@@ -54,6 +55,9 @@ T0 = 1_000_000.0
 TTL = 30.0
 PROC_A = "proc_a"
 PROC_B = "proc_b"
+# The token of the first holding of a session\'s lease by each (what every write names).
+LEASE_A = lease_token(PROC_A, 1)
+LEASE_B = lease_token(PROC_B, 1)
 
 
 # ---------------------------------------------------------------------------- backends
@@ -188,11 +192,12 @@ async def new_session(
 
 
 async def running_turn(
-    store: Store, first: str = "hello", *, lease: str = PROC_A
+    store: Store, first: str = "hello", *, owner: str = PROC_A
 ) -> tuple[SessionId, TurnRecord]:
-    """A session whose first turn has started under `lease`."""
+    """A session whose first turn has started under the first holding of its lease by `owner`."""
     sid = await new_session(store, first)
-    assert await store.try_acquire_lease(sid, lease, T0, TTL)
+    lease = await store.try_acquire_lease(sid, owner, T0, TTL)
+    assert lease == lease_token(owner, 1)
     turn = await SessionSteps(store).start_turn(sid, lease, new_turn_id(), T0 + 1)
     assert turn is not None
     return sid, turn
@@ -347,7 +352,7 @@ async def test_enqueue_is_refused_once_turns_taken_plus_messages_queued_reach_th
         await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
     )
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
-    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0) is not None
+    assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0) is not None
     # One turn taken and one message queued still fill both allowed turns.
     assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
     assert [q.text for q in await store.list_queued(sid)] == ["two"]
@@ -443,10 +448,10 @@ async def test_messages_events_and_the_queue_are_numbered_per_session_from_one_w
 
     assert await store.try_acquire_lease(a, PROC_A, T0, TTL)
     for step_no in (1, 2):
-        turn = await SessionSteps(store).start_turn(a, PROC_A, new_turn_id(), T0 + step_no)
+        turn = await SessionSteps(store).start_turn(a, LEASE_A, new_turn_id(), T0 + step_no)
         assert turn is not None
-        await SessionSteps(store).commit_model_step(a, PROC_A, model_step(turn.id, 1), T0 + step_no)
-        await _finish(store, a, PROC_A, turn.id, "answered", "ok", None, T0 + step_no)
+        await SessionSteps(store).commit_model_step(a, LEASE_A, model_step(turn.id, 1), T0 + step_no)
+        await _finish(store, a, LEASE_A, turn.id, "answered", "ok", None, T0 + step_no)
     messages = await store.list_messages(a, None, None)
     assert [(m.seq, m.role) for m in messages] == [
         (1, "user"),
@@ -468,10 +473,10 @@ async def test_a_record_read_from_the_store_is_the_callers_own_copy(store: Store
     sid, turn = await running_turn(store)
     todos = [{"content": "plan", "status": "pending"}]
     step = model_step(turn.id, 1, "write_todos")
-    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, step, T0 + 2)
     call_id = step.tool_calls[0].id
     await SessionSteps(store).commit_tool_result(
-        sid, PROC_A, call_id, "succeeded", {"text": "saved"}, T0 + 3, todos=todos
+        sid, LEASE_A, call_id, "succeeded", {"text": "saved"}, T0 + 3, todos=todos
     )
     todos[0]["status"] = "changed by the caller after the write"
     session = await store.get_session(sid)
@@ -505,7 +510,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
 
     turn_id = new_turn_id()
-    turn = await SessionSteps(store).start_turn(sid, PROC_A, turn_id, T0 + 1)
+    turn = await SessionSteps(store).start_turn(sid, LEASE_A, turn_id, T0 + 1)
     assert turn is not None
     assert (turn.id, turn.seq, turn.status, turn.queued_message_id) == (turn_id, 1, "running", first_id)
     assert turn.started_at == T0 + 1 and turn.ended_at is None and turn.model_calls == 0
@@ -532,8 +537,8 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
         1,
     )
 
-    await _finish(store, sid, PROC_A, turn_id, "answered", "ok", None, T0 + 2)
-    second = await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 3)
+    await _finish(store, sid, LEASE_A, turn_id, "answered", "ok", None, T0 + 2)
+    second = await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 3)
     assert second is not None and second.seq == 2
     assert [m.content["text"] for m in await store.list_messages(sid, None, None)] == ["one", "two"]
     assert [t.id for t in await store.list_turns(sid)] == [turn_id, second.id]
@@ -541,8 +546,8 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
 
 async def test_start_turn_returns_none_when_nothing_is_queued(store: Store) -> None:
     sid, turn = await running_turn(store)
-    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 2)
-    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 2)
+    assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 3) is None
     assert len(await store.list_turns(sid)) == 1
 
 
@@ -551,7 +556,7 @@ async def test_a_committed_model_step_stores_the_assistant_message_its_pending_c
 ) -> None:
     sid, turn = await running_turn(store)
     step = model_step(turn.id, 1, "alpha", "beta")
-    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, step, T0 + 2)
 
     messages = await store.list_messages(sid, None, None)
     assert [(m.role, m.content) for m in messages[1:]] == [("assistant", step.assistant)]
@@ -579,13 +584,13 @@ async def test_a_committed_model_step_stores_the_assistant_message_its_pending_c
 async def test_a_tool_result_updates_the_call_appends_a_tool_message_and_saves_todos(store: Store) -> None:
     sid, turn = await running_turn(store)
     step = model_step(turn.id, 1, "write_todos")
-    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, step, T0 + 2)
     call_id = step.tool_calls[0].id
-    await SessionSteps(store).mark_tool_call_started(sid, PROC_A, call_id, T0 + 3)
+    await SessionSteps(store).mark_tool_call_started(sid, LEASE_A, call_id, T0 + 3)
     assert [(c.status, c.attempts) for c in await store.list_tool_calls(turn.id)] == [("running", 1)]
     todos = [{"content": "plan", "status": "pending"}]
     await SessionSteps(store).commit_tool_result(
-        sid, PROC_A, call_id, "succeeded", {"text": "saved", "is_error": False}, T0 + 4, todos=todos
+        sid, LEASE_A, call_id, "succeeded", {"text": "saved", "is_error": False}, T0 + 4, todos=todos
     )
     [call] = await store.list_tool_calls(turn.id)
     assert (call.status, call.result) == ("succeeded", {"text": "saved", "is_error": False})
@@ -599,29 +604,29 @@ async def test_a_tool_result_updates_the_call_appends_a_tool_message_and_saves_t
 async def test_the_same_model_step_cannot_be_committed_twice(store: Store) -> None:
     sid, turn = await running_turn(store)
     await SessionSteps(store).commit_model_step(
-        sid, PROC_A, model_step(turn.id, 1, "alpha", text="first"), T0 + 2
+        sid, LEASE_A, model_step(turn.id, 1, "alpha", text="first"), T0 + 2
     )
     before = await snapshot(store, sid, turn.id)
     # A second process that made the same model call must not commit it again.
     with pytest.raises(LeaseLost):
         await SessionSteps(store).commit_model_step(
-            sid, PROC_A, model_step(turn.id, 1, "beta", text="second"), T0 + 3
+            sid, LEASE_A, model_step(turn.id, 1, "beta", text="second"), T0 + 3
         )
     assert await snapshot(store, sid, turn.id) == before
-    await SessionSteps(store).commit_model_step(sid, PROC_A, model_step(turn.id, 2, text="next"), T0 + 4)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, model_step(turn.id, 2, text="next"), T0 + 4)
     assert [s.step_no for s in await store.list_steps(sid)] == [1, 2]
 
 
 async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(store: Store) -> None:
     sid, turn = await running_turn(store)
     step = model_step(turn.id, 1, "done", "started", "waiting")
-    await SessionSteps(store).commit_model_step(sid, PROC_A, step, T0 + 2)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, step, T0 + 2)
     done, started, waiting = (c.id for c in step.tool_calls)
-    await SessionSteps(store).mark_tool_call_started(sid, PROC_A, done, T0 + 3)
-    await SessionSteps(store).commit_tool_result(sid, PROC_A, done, "succeeded", {"text": "ok"}, T0 + 3)
-    await SessionSteps(store).mark_tool_call_started(sid, PROC_A, started, T0 + 3)
+    await SessionSteps(store).mark_tool_call_started(sid, LEASE_A, done, T0 + 3)
+    await SessionSteps(store).commit_tool_result(sid, LEASE_A, done, "succeeded", {"text": "ok"}, T0 + 3)
+    await SessionSteps(store).mark_tool_call_started(sid, LEASE_A, started, T0 + 3)
 
-    await _finish(store, sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
+    await _finish(store, sid, LEASE_A, turn.id, "cancelled", None, None, T0 + 4)
 
     statuses = {c.id: c.status for c in await store.list_tool_calls(turn.id)}
     assert statuses == {done: "succeeded", started: "cancelled", waiting: "cancelled"}
@@ -639,7 +644,7 @@ async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(st
 
 async def test_finish_turn_records_the_answer_and_the_error(store: Store) -> None:
     sid, turn = await running_turn(store)
-    await _finish(store, sid, PROC_A, turn.id, "failed", "partial", "it broke", T0 + 2)
+    await _finish(store, sid, LEASE_A, turn.id, "failed", "partial", "it broke", T0 + 2)
     ended = await store.get_turn(turn.id)
     assert ended is not None and (ended.status, ended.answer, ended.error) == (
         "failed",
@@ -655,7 +660,7 @@ async def test_finish_turn_keeps_the_session_running_when_messages_are_queued(st
     assert (
         await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
     )
-    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3)
     assert await status_of(store, sid) == ("running", "queued")
     session = await store.get_session(sid)
     assert session is not None and session.current_turn_id is None
@@ -679,7 +684,7 @@ async def test_finish_turn_closes_the_session_when_a_close_was_requested_during_
     )
     assert await store.list_queued(sid) == []
 
-    await _finish(store, sid, PROC_A, turn.id, "cancelled", None, None, T0 + 4)
+    await _finish(store, sid, LEASE_A, turn.id, "cancelled", None, None, T0 + 4)
     session = await store.get_session(sid)
     assert session is not None
     assert (session.status, session.phase, session.closed_reason, session.current_turn_id) == (
@@ -696,7 +701,7 @@ async def test_finish_turn_with_a_close_reason_closes_the_session_and_drops_queu
     sid, turn = await running_turn(store)
     message = queued(sid, "never runs")
     assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 2) == "queued"
-    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "turn limit")
     assert await store.list_queued(sid) == []
@@ -734,8 +739,8 @@ async def test_request_close_before_the_first_turn_drops_queued_messages_and_no_
     )
     # Whoever drives the session next finds nothing to run and lets it close.
     assert await store.try_acquire_lease(sid, PROC_A, T0 + 2, TTL)
-    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 2) is None
-    assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 3)
+    assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 2) is None
+    assert await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 3)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "changed my mind")
     assert await store.list_turns(sid) == []
@@ -746,12 +751,12 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
 ) -> None:
     sid = await new_session(store, "one")
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
-    assert not await SessionSteps(store).rest_session(sid, PROC_A, T0 + 1)  # a message is queued
-    turn = await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 1)
+    assert not await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 1)  # a message is queued
+    turn = await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 1)
     assert turn is not None
-    assert not await SessionSteps(store).rest_session(sid, PROC_A, T0 + 2)  # a turn runs
-    await _finish(store, sid, PROC_A, turn.id, "answered", "ok", None, T0 + 3)
-    assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 4)
+    assert not await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 2)  # a turn runs
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3)
+    assert await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 4)
     assert await status_of(store, sid) == ("idle", None)
 
 
@@ -764,8 +769,8 @@ async def test_rest_session_never_reopens_a_session_that_was_closed_meanwhile(st
     await SessionSteps(store).request_close(sid, "alice", "all done", T0 + 2)
     assert await status_of(store, sid) == ("closed", None)
     # The driver carries on: nothing to start, so it lets the session rest.
-    assert await SessionSteps(store).start_turn(sid, PROC_A, new_turn_id(), T0 + 3) is None
-    assert await SessionSteps(store).rest_session(sid, PROC_A, T0 + 4)
+    assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 3) is None
+    assert await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 4)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "all done")
 
@@ -777,18 +782,26 @@ async def test_a_lease_held_by_one_process_blocks_another_until_it_expires(
     store: Store, other_store: Store
 ) -> None:
     sid = await new_session(store, "work")
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    first = await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert first == lease_token(PROC_A, 1)
     assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
     assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL - 0.001, TTL)
-    # The holder may take its own lease again, which extends it.
-    assert await store.try_acquire_lease(sid, PROC_A, T0 + 10, TTL)
+    # The holder may take its own lease again, which extends it under a new token: a write of
+    # the earlier holding (a stale task of the same process) is refused from now on.
+    second = await store.try_acquire_lease(sid, PROC_A, T0 + 10, TTL)
+    assert second == lease_token(PROC_A, 2)
+    with pytest.raises(LeaseLost):
+        await store.renew_lease(sid, first, T0 + 11, TTL)
+    with pytest.raises(LeaseLost):
+        await SessionSteps(store).start_turn(sid, first, new_turn_id(), T0 + 11)
     assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
-    assert await other_store.try_acquire_lease(sid, PROC_B, T0 + 10 + TTL + 1, TTL)
+    third = await other_store.try_acquire_lease(sid, PROC_B, T0 + 10 + TTL + 1, TTL)
+    assert third == lease_token(PROC_B, 3), "the epoch counts the holdings of the session, by anyone"
     session = await store.get_session(sid)
     assert session is not None
-    assert (session.lease_owner, session.lease_expires_at) == (PROC_B, T0 + 10 + TTL + 1 + TTL)
+    assert (session.lease_owner, session.lease_expires_at) == (third, T0 + 10 + TTL + 1 + TTL)
     with pytest.raises(LeaseLost):
-        await store.renew_lease(sid, PROC_A, T0 + 50, TTL)
+        await store.renew_lease(sid, second, T0 + 50, TTL)
 
 
 async def test_only_a_running_session_can_be_leased(store: Store) -> None:
@@ -803,20 +816,20 @@ async def test_renew_lease_extends_the_holders_lease_and_raises_lease_lost_for_a
 ) -> None:
     sid = await new_session(store, "work")
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
-    renewed = await store.renew_lease(sid, PROC_A, T0 + 5, TTL)
-    assert (renewed.id, renewed.lease_owner, renewed.lease_expires_at) == (sid, PROC_A, T0 + 5 + TTL)
+    renewed = await store.renew_lease(sid, LEASE_A, T0 + 5, TTL)
+    assert (renewed.id, renewed.lease_owner, renewed.lease_expires_at) == (sid, LEASE_A, T0 + 5 + TTL)
     with pytest.raises(LeaseLost):
-        await other_store.renew_lease(sid, PROC_B, T0 + 6, TTL)
+        await other_store.renew_lease(sid, LEASE_B, T0 + 6, TTL)
     session = await store.get_session(sid)
-    assert session is not None and (session.lease_owner, session.lease_expires_at) == (PROC_A, T0 + 5 + TTL)
+    assert session is not None and (session.lease_owner, session.lease_expires_at) == (LEASE_A, T0 + 5 + TTL)
 
 
 async def test_release_lease_frees_the_session_only_for_its_holder(store: Store, other_store: Store) -> None:
     sid = await new_session(store, "work")
     assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
-    await other_store.release_lease(sid, PROC_B)
+    await other_store.release_lease(sid, LEASE_B)
     assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
-    await store.release_lease(sid, PROC_A)
+    await store.release_lease(sid, LEASE_A)
     assert await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
 
 
@@ -869,18 +882,18 @@ LEASE_WRITES: dict[str, _LeaseWrite] = {
 async def test_a_lease_checked_write_by_a_process_that_lost_the_lease_raises_and_writes_nothing(
     store: Store, other_store: Store, write: str
 ) -> None:
-    sid, turn = await running_turn(store, lease=PROC_A)
-    await SessionSteps(store).commit_model_step(sid, PROC_A, model_step(turn.id, 1, "alpha"), T0 + 2)
+    sid, turn = await running_turn(store, owner=PROC_A)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, model_step(turn.id, 1, "alpha"), T0 + 2)
     assert (
         await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "queued next"), 10, T0 + 3)
         == "queued"
     )
-    # PROC_A stalls past its lease; PROC_B takes the session over.
+    # LEASE_A stalls past its lease; LEASE_B takes the session over.
     assert await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
     before = await snapshot(store, sid, turn.id)
 
     with pytest.raises(LeaseLost):
-        await LEASE_WRITES[write](store, sid, turn, PROC_A)
+        await LEASE_WRITES[write](store, sid, turn, LEASE_A)
     with pytest.raises(LeaseLost):
         await LEASE_WRITES[write](other_store, sid, turn, "proc_never_held_it")
 
@@ -985,7 +998,7 @@ async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or
     assert sorted(found) == sorted([free, expired])
     assert idle not in found and held not in found and closed not in found
     assert len(await store.sessions_needing_work(now, 1)) == 1
-    await store.release_lease(held, PROC_A)
+    await store.release_lease(held, LEASE_A)
     assert held in await store.sessions_needing_work(now, 100)
 
 
@@ -1073,7 +1086,7 @@ async def test_a_change_to_a_field_no_record_has_is_refused_and_writes_nothing(s
 
 async def _pending_approval(store: Store, sid: SessionId, turn: TurnRecord, now: float) -> InterruptRecord:
     step = model_step(turn.id, 1, "deploy")
-    await SessionSteps(store).commit_model_step(sid, PROC_A, step, now)
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, step, now)
     interrupt = InterruptRecord(
         id=new_interrupt_id(),
         session_id=sid,
@@ -1085,7 +1098,7 @@ async def _pending_approval(store: Store, sid: SessionId, turn: TurnRecord, now:
         created_at=now,
         deadline=now + 600,
     )
-    await SessionSteps(store).raise_interrupt(sid, PROC_A, interrupt, now)
+    await SessionSteps(store).raise_interrupt(sid, LEASE_A, interrupt, now)
     return interrupt
 
 
@@ -1129,14 +1142,14 @@ async def test_the_latest_summary_is_the_one_up_to_the_highest_message_and_needs
 ) -> None:
     sid, turn = await running_turn(store)
     assert await store.latest_summary(sid) is None
-    await store.save_summary(sid, PROC_A, turn.id, 4, "up to four", T0 + 2)
-    await store.save_summary(sid, PROC_A, turn.id, 9, "up to nine", T0 + 3)
-    await store.save_summary(sid, PROC_A, turn.id, 4, "up to four, again", T0 + 4)
+    await store.save_summary(sid, LEASE_A, turn.id, 4, "up to four", T0 + 2)
+    await store.save_summary(sid, LEASE_A, turn.id, 9, "up to nine", T0 + 3)
+    await store.save_summary(sid, LEASE_A, turn.id, 4, "up to four, again", T0 + 4)
     assert await other_store.latest_summary(sid) == (9, "up to nine")
     assert (await store.list_events(sid, 0, 100))[-1].kind == "compacted"
     before = await snapshot(store, sid, turn.id)
     with pytest.raises(LeaseLost):
-        await other_store.save_summary(sid, PROC_B, turn.id, 12, "not the holder's", T0 + 5)
+        await other_store.save_summary(sid, LEASE_B, turn.id, 12, "not the holder's", T0 + 5)
     assert await store.latest_summary(sid) == (9, "up to nine")
     assert await snapshot(store, sid, turn.id) == before
 

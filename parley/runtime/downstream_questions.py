@@ -141,18 +141,21 @@ class DownstreamQuestions:
         store: Store,
         signals: SessionSignals,
         clock: Callable[[], float],
-        process_id: str,
         poll_interval_s: float,
     ) -> None:
         self._store = store
         self._steps = SessionSteps(store)
         self._signals = signals
         self._clock = clock
-        self._process_id = process_id
         self._poll_interval_s = poll_interval_s
 
     def asker(
-        self, session: SessionRecord, call: ToolCallRecord, wait_s: float, cancelled: Callable[[], bool]
+        self,
+        session: SessionRecord,
+        call: ToolCallRecord,
+        wait_s: float,
+        cancelled: Callable[[], bool],
+        lease: str,
     ) -> Asker:
         """Asks the user in place; gives up (answering 'cancel') at `wait_s`, or at once when
         `cancelled()` says the turn is being cancelled or the process is stopping."""
@@ -160,7 +163,7 @@ class DownstreamQuestions:
         async def ask(params: ElicitRequestFormParams) -> ElicitResult:
             now = self._clock()
             interrupt = _question(call, question_payload(params, call), now, wait_s)
-            await self._steps.raise_interrupt(session.id, self._process_id, interrupt, now)
+            await self._steps.raise_interrupt(session.id, lease, interrupt, now)
             self._signals.notify(session.id)
             with anyio.move_on_after(wait_s):
                 while not cancelled():

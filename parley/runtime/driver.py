@@ -98,9 +98,9 @@ class SessionDriver:
         """Shutdown: finish the step in progress, then release the session without starting another."""
         self._ctx.stopping = True
 
-    async def drive(self, session_id: SessionId) -> None:
-        """Work the session until it rests; the caller has acquired its lease."""
-        control = TurnControl()
+    async def drive(self, session_id: SessionId, lease: str) -> None:
+        """Work the session until it rests, under the lease token the caller acquired."""
+        control = TurnControl(lease)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
@@ -111,7 +111,7 @@ class SessionDriver:
             logger.warning("lost the lease of session %s; another process drives it now", session_id)
         finally:
             with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
-                await self._ctx.store.release_lease(session_id, self._ctx.process_id)
+                await self._ctx.store.release_lease(session_id, lease)
                 ended = await self._ctx.store.get_session(session_id)
                 if ended is not None and ended.status in ("closed", "completed", "failed"):
                     self._toolbox.release_session(session_id)  # its per-session MCP connections
@@ -131,7 +131,7 @@ class SessionDriver:
             if anyio.current_time() - renewed_at >= renew_every:
                 try:
                     session = await self._ctx.store.renew_lease(
-                        session_id, self._ctx.process_id, self._ctx.clock(), ttl
+                        session_id, control.lease, self._ctx.clock(), ttl
                     )
                 except LeaseLost:
                     tg.cancel_scope.cancel()
@@ -139,7 +139,7 @@ class SessionDriver:
                 renewed_at = anyio.current_time()
             else:
                 found = await self._ctx.store.get_session(session_id)
-                if found is None or found.lease_owner != self._ctx.process_id:
+                if found is None or found.lease_owner != control.lease:
                     tg.cancel_scope.cancel()
                     raise LeaseLost(session_id)
                 session = found
@@ -158,7 +158,7 @@ class SessionDriver:
                 first
                 and session.status == "waiting_for_input"
                 and await self._ctx.steps.drop_questions_in_place(
-                    session_id, self._ctx.process_id, self._ctx.clock()
+                    session_id, control.lease, self._ctx.clock()
                 )
             ):
                 continue
@@ -176,12 +176,12 @@ class SessionDriver:
                 if session.status != "running":
                     return
                 turn = await self._ctx.steps.start_turn(
-                    session_id, self._ctx.process_id, new_turn_id(), self._ctx.clock()
+                    session_id, control.lease, new_turn_id(), self._ctx.clock()
                 )
                 if turn is not None:
                     logger.info("session %s: turn %s started", session_id, turn.id, extra=about(session))
                 if turn is None and await self._ctx.steps.rest_session(
-                    session_id, self._ctx.process_id, self._ctx.clock()
+                    session_id, control.lease, self._ctx.clock()
                 ):
                     self._ctx.signals.notify(session_id)
                     return
@@ -189,7 +189,9 @@ class SessionDriver:
                 continue
             if await self._ctx.store.steer_pending(session_id):
                 # Steered: end the turn at this step boundary; the next turn takes the steered messages.
-                await self._finish(session, session.current_turn_id, FinishTurn("cancelled", None, STEERED))
+                await self._finish(
+                    control, session, session.current_turn_id, FinishTurn("cancelled", None, STEERED)
+                )
                 self._ctx.signals.notify(session_id)
                 continue
             await self._step(session, session.current_turn_id, control)
@@ -201,13 +203,14 @@ class SessionDriver:
         agent = self._agents.get(session.agent)
         if agent is None:
             await self._finish(
+                control,
                 session,
                 turn_id,
                 FinishTurn("failed", None, f"agent '{session.agent}' is no longer configured"),
             )
             return
         if session.cancel_requested_turn == turn_id:
-            await self._finish(session, turn_id, FinishTurn("cancelled", None, None))
+            await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))
             return
         turn = await self._ctx.store.get_turn(turn_id)
         if turn is None:
@@ -227,38 +230,43 @@ class SessionDriver:
 
         if isinstance(action, FinishTurn):
             self._ctx.faults.hit("turn_finishing", action.answer or "")
-            await self._finish(session, turn_id, action)
+            await self._finish(control, session, turn_id, action)
             return
         if only_finish:
             return
         if isinstance(action, Nudge):
             await self._ctx.steps.append_nudge(
-                session.id, self._ctx.process_id, turn_id, action.text, self._ctx.clock()
+                session.id, control.lease, turn_id, action.text, self._ctx.clock()
             )
             return
         if isinstance(action, CallModel):
             exceeded = _session_limit(limits, session, self._ctx.clock())
             if exceeded is not None:
                 await self._finish(
-                    session, turn_id, FinishTurn("failed", None, exceeded), limit_reason=exceeded
+                    control, session, turn_id, FinishTurn("failed", None, exceeded), limit_reason=exceeded
                 )
                 return
         with anyio.CancelScope() as scope:
             control.turn_id, control.scope = turn_id, scope
             try:
                 if isinstance(action, CallModel):
-                    failure = await self._models.call(session, agent, turn, action, messages)
+                    failure = await self._models.call(session, agent, turn, action, messages, control.lease)
                     if failure is not None:
-                        await self._finish(session, turn_id, failure)
+                        await self._finish(control, session, turn_id, failure)
                 elif isinstance(action, RunTools):
                     await self._tools.run(session, agent, action.calls, control)
             finally:
                 control.turn_id, control.scope = None, None
         if scope.cancelled_caught:
-            await self._finish(session, turn_id, FinishTurn("cancelled", None, None))
+            await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))
 
     async def _finish(
-        self, session: SessionRecord, turn_id: TurnId, action: FinishTurn, limit_reason: str | None = None
+        self,
+        control: TurnControl,
+        session: SessionRecord,
+        turn_id: TurnId,
+        action: FinishTurn,
+        limit_reason: str | None = None,
     ) -> None:
         agent = self._agents.get(session.agent)
         if action.status in ("cancelled", "failed"):
@@ -284,9 +292,7 @@ class SessionDriver:
                 close_reason=close_reason,
                 session_status=session_status,
             )
-            await self._ctx.steps.finish_turn(
-                session.id, self._ctx.process_id, turn_id, end, self._ctx.clock()
-            )
+            await self._ctx.steps.finish_turn(session.id, control.lease, turn_id, end, self._ctx.clock())
         ended = f"session %s: turn %s {action.status}" + (": %s" if action.error else "")
         args = (session.id, turn_id, action.error) if action.error else (session.id, turn_id)
         level = logging.WARNING if action.status == "failed" else logging.INFO

@@ -85,8 +85,10 @@ class _ModelView:
         model: ModelClient,
         spec: ModelSpec,
         tools: tuple[ToolSpec, ...],
+        lease: str,
     ) -> None:
         self._caller, self._session, self._agent, self._turn = caller, session, agent, turn
+        self._lease = lease
         self._model, self._spec, self._tools = model, spec, tools
 
     async def messages(self, records: list[MessageRecord], force: bool = False) -> tuple[ChatMessage, ...]:
@@ -113,7 +115,7 @@ class _ModelView:
         self._caller._ctx.faults.hit("compacting", self._session.id)
         await store.save_summary(
             self._session.id,
-            self._caller._ctx.process_id,
+            self._lease,
             self._turn.id,
             plan.upto_seq,
             new_summary,
@@ -190,6 +192,7 @@ class ModelCaller:
         turn: TurnRecord,
         action: CallModel,
         messages: list[MessageRecord],
+        lease: str,
     ) -> FinishTurn | None:
         turn_id = turn.id
         # The turn's own copy of the settings decides the model, also after a restart.
@@ -208,7 +211,7 @@ class ModelCaller:
             # The last call a turn may make must answer; a task session may still hand in its result.
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
         stream = _TextStream(self._ctx, session.id, turn_id)
-        view = _ModelView(self, session, agent, turn, model, model_spec, tools)
+        view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease)
         try:
             chat = await view.messages(messages)
             request = ModelRequest(
@@ -259,7 +262,7 @@ class ModelCaller:
             cached_tokens=response.cached_tokens,
         )
         # Committed in one transaction: the answer, the calls it asked for, and its usage.
-        await self._ctx.steps.commit_model_step(session.id, self._ctx.process_id, step, self._ctx.clock())
+        await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
         self._ctx.faults.hit("model_committed", response.text)
         return None
 

@@ -91,15 +91,16 @@ class Scheduler:
             retry = self._retry_at.get(session_id)
             if retry is not None and retry[0] > now:
                 continue
-            if await self._store.try_acquire_lease(
+            lease = await self._store.try_acquire_lease(
                 session_id, self._process_id, now, self._timings.lease_ttl_s
-            ):
+            )
+            if lease is not None:
                 self._driving.add(session_id)
-                tg.start_soon(self._drive, session_id)
+                tg.start_soon(self._drive, session_id, lease)
 
-    async def _drive(self, session_id: SessionId) -> None:
+    async def _drive(self, session_id: SessionId, lease: str) -> None:
         try:
-            await self._driver.drive(session_id)
+            await self._driver.drive(session_id, lease)
             self._retry_at.pop(session_id, None)
         except Exception:
             _, pause = self._retry_at.get(session_id, (0.0, self._timings.poll_interval_s))

@@ -45,9 +45,11 @@ class StepContext:
 
 
 class TurnControl:
-    """The cancel scope of the step in progress, so the keeper can stop the current turn."""
+    """One drive of a session: the lease token every write of it names, and the cancel scope of
+    the step in progress, so the keeper can stop the current turn."""
 
-    def __init__(self) -> None:
+    def __init__(self, lease: str) -> None:
+        self.lease = lease
         self.turn_id: TurnId | None = None
         self.scope: anyio.CancelScope | None = None
         # Turns whose cancel was requested: work shielded from the scope (a tool call waiting on

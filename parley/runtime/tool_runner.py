@@ -41,7 +41,6 @@ class ToolRunner:
             store=ctx.store,
             signals=ctx.signals,
             clock=ctx.clock,
-            process_id=ctx.process_id,
             poll_interval_s=ctx.timings.poll_interval_s,
         )
 
@@ -54,21 +53,21 @@ class ToolRunner:
     ) -> None:
         """Run what can run now; park calls that need a person or a timer, then park the turn
         if nothing else is left, so the process holds no task for a waiting session."""
-        now = self._ctx.clock()
+        now, lease = self._ctx.clock(), control.lease
         runnable: list[ToolCallRecord] = []
         polls: list[ToolCallRecord] = []
         for call in calls:
             if call.status == "pending" and call.requires_approval and call.decision != "approved":
-                await self._ask_approval(session, agent, call, now)
+                await self._ask_approval(session, agent, call, lease, now)
             elif call.status == "pending" and call.source == "builtin" and call.name == "ask_user":
-                await self._ask_question(session, agent, call, now)
+                await self._ask_question(session, agent, call, lease, now)
             elif call.status == "pending" and call.source == "builtin" and call.name == "durable_wait":
-                await self._start_timer(session, call, now)
+                await self._start_timer(session, call, lease, now)
             elif call.status == "waiting_for_timer":
                 if call.wake_at is not None and call.wake_at <= now:
                     await self._ctx.steps.commit_tool_result(
                         session.id,
-                        self._ctx.process_id,
+                        lease,
                         call.id,
                         "succeeded",
                         {"text": "The wait is over; carry on.", "is_error": False},
@@ -85,10 +84,10 @@ class ToolRunner:
             for call in polls:
                 tg.start_soon(self._poll_remote, session, call, control)
         await self._expire_deadlines(session, self._ctx.clock())
-        await self._ctx.steps.park_turn(session.id, self._ctx.process_id, calls[0].turn_id, self._ctx.clock())
+        await self._ctx.steps.park_turn(session.id, lease, calls[0].turn_id, self._ctx.clock())
 
     async def _ask_approval(
-        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, now: float
+        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, lease: str, now: float
     ) -> None:
         payload = {
             "tool": call.name,
@@ -98,30 +97,31 @@ class ToolRunner:
             "question": f"Allow {call.name} ({call.effect}) with these arguments?",
         }
         deadline = now + agent.approval_deadline_s if agent.approval_deadline_s else None
-        await self._raise(session, call, "approval", payload, deadline, now)
+        await self._raise(session, call, lease, "approval", payload, deadline, now)
 
     async def _ask_question(
-        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, now: float
+        self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, lease: str, now: float
     ) -> None:
         parsed = parse_ask_user(call.arguments)
         if isinstance(parsed, ToolOutcome):
-            await self._refuse(session, call, parsed, now)
+            await self._refuse(session, call, lease, parsed, now)
             return
         deadline = now + agent.question_deadline_s if agent.question_deadline_s else None
-        await self._raise(session, call, "question", parsed, deadline, now)
+        await self._raise(session, call, lease, "question", parsed, deadline, now)
 
     async def _refuse(
-        self, session: SessionRecord, call: ToolCallRecord, refusal: ToolOutcome, now: float
+        self, session: SessionRecord, call: ToolCallRecord, lease: str, refusal: ToolOutcome, now: float
     ) -> None:
         """A built-in call with unusable arguments fails at once; the model reads why."""
         await self._ctx.steps.commit_tool_result(
-            session.id, self._ctx.process_id, call.id, "failed", {"text": refusal.text, "is_error": True}, now
+            session.id, lease, call.id, "failed", {"text": refusal.text, "is_error": True}, now
         )
 
     async def _raise(
         self,
         session: SessionRecord,
         call: ToolCallRecord,
+        lease: str,
         kind: InterruptKind,
         payload: dict[str, Any],
         deadline: float | None,
@@ -138,7 +138,7 @@ class ToolRunner:
             created_at=now,
             deadline=deadline,
         )
-        await self._ctx.steps.raise_interrupt(session.id, self._ctx.process_id, interrupt, now)
+        await self._ctx.steps.raise_interrupt(session.id, lease, interrupt, now)
         logger.info(
             "session %s: waiting for %s %s on call %s (%s)",
             session.id,
@@ -150,13 +150,15 @@ class ToolRunner:
         )
         self._ctx.faults.hit("interrupt_raised", call.name)
 
-    async def _start_timer(self, session: SessionRecord, call: ToolCallRecord, now: float) -> None:
+    async def _start_timer(
+        self, session: SessionRecord, call: ToolCallRecord, lease: str, now: float
+    ) -> None:
         parsed = parse_durable_wait(call.arguments, self._ctx.timings.max_timer_s)
         if isinstance(parsed, ToolOutcome):
-            await self._refuse(session, call, parsed, now)
+            await self._refuse(session, call, lease, parsed, now)
             return
         seconds, _reason = parsed
-        await self._ctx.steps.set_timer(session.id, self._ctx.process_id, call.id, now + seconds, now)
+        await self._ctx.steps.set_timer(session.id, lease, call.id, now + seconds, now)
 
     async def _expire_deadlines(self, session: SessionRecord, now: float) -> None:
         for interrupt in await self._ctx.store.list_interrupts(session.id, pending_only=True):
@@ -176,13 +178,11 @@ class ToolRunner:
                 assert verdict.ending is not None
                 run = ended(verdict)
                 await self._ctx.steps.commit_tool_result(
-                    session.id, self._ctx.process_id, call.id, verdict.ending, run.result, self._ctx.clock()
+                    session.id, control.lease, call.id, verdict.ending, run.result, self._ctx.clock()
                 )
                 _log_tool_result(session, call, run)
                 return
-        await self._ctx.steps.mark_tool_call_started(
-            session.id, self._ctx.process_id, call.id, self._ctx.clock()
-        )
+        await self._ctx.steps.mark_tool_call_started(session.id, control.lease, call.id, self._ctx.clock())
 
         async def report(progress: float, total: float | None, message: str | None) -> None:
             data = {
@@ -210,7 +210,7 @@ class ToolRunner:
                     await self._answers(call),
                 )
             self._ctx.faults.hit("tool_ran", call.name)
-            await self._commit_run(session, call, run)
+            await self._commit_run(session, call, run, control.lease)
 
     async def _poll_remote(self, session: SessionRecord, call: ToolCallRecord, control: TurnControl) -> None:
         """One look at the downstream task of a waiting call (see runtime/mcp/task_calls.py)."""
@@ -219,22 +219,24 @@ class ToolRunner:
                 run = await self._toolbox.poll_remote(
                     call, session, self._asker(session, call, control), await self._answers(call)
                 )
-            await self._commit_run(session, call, run)
+            await self._commit_run(session, call, run, control.lease)
 
-    async def _commit_run(self, session: SessionRecord, call: ToolCallRecord, run: ToolRun) -> None:
+    async def _commit_run(
+        self, session: SessionRecord, call: ToolCallRecord, run: ToolRun, lease: str
+    ) -> None:
         if run.status == "awaiting_answer":
             assert run.remote is not None
             wait_s = self._toolbox.input_wait_s(call.server)
             questions = self._questions.retry_questions(session, call, run.remote["forms"], wait_s)
             await self._ctx.steps.ask_remote(
-                session.id, self._ctx.process_id, call.id, run.remote, questions, self._ctx.clock()
+                session.id, lease, call.id, run.remote, questions, self._ctx.clock()
             )
             return
         if run.waits:
             assert run.remote is not None
             await self._ctx.steps.wait_remote(
                 session.id,
-                self._ctx.process_id,
+                lease,
                 call.id,
                 "waiting_for_task",
                 run.remote,
@@ -244,7 +246,7 @@ class ToolRunner:
             return
         await self._ctx.steps.commit_tool_result(
             session.id,
-            self._ctx.process_id,
+            lease,
             call.id,
             run.status,
             run.result,
@@ -278,6 +280,7 @@ class ToolRunner:
             call,
             self._toolbox.input_wait_s(call.server),
             cancelled=lambda: call.turn_id in control.cancelled or self._ctx.stopping,
+            lease=control.lease,
         )
 
 

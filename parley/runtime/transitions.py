@@ -31,6 +31,7 @@ from parley.storage.base import (
     ToolCallStatus,
     TurnRecord,
     TurnStatus,
+    lease_holder,
 )
 from parley.storage.changes import Changes, NewEvent, NewMessage, NewStep, SessionSnapshot
 
@@ -470,7 +471,7 @@ def start_turn(snapshot: SessionSnapshot, turn_id: TurnId, now: float) -> tuple[
     return turn, changes
 
 
-def model_step(snapshot: SessionSnapshot, step: ModelStep, process_id: str, now: float) -> Changes:
+def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: float) -> Changes:
     """A model call's answer, the calls it asked for (pending) and its usage, committed as one step."""
     session, turn = snapshot.session, snapshot.turn
     assert turn is not None and turn.id == step.turn_id, "model_step needs the step's turn in the snapshot"
@@ -479,7 +480,7 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, process_id: str, now:
         turn_id=step.turn_id,
         step_no=step.step_no,
         kind="model",
-        process_id=process_id,
+        process_id=lease_holder(lease) or lease,  # the step records which process made it
         input_tokens=step.input_tokens,
         output_tokens=step.output_tokens,
         cached_tokens=step.cached_tokens,

@@ -67,6 +67,8 @@ class SessionRecord:
     wake_at: float | None = None
     settings: dict[str, Any] = field(default_factory=dict)
     cached_tokens: int = 0
+    # How often the lease was taken; the lease token (lease_owner) is `<process>#<epoch>`.
+    lease_epoch: int = 0
 
     @classmethod
     def new(
@@ -314,3 +316,14 @@ class TaskRecord:
 class TaskPage:
     tasks: list[TaskRecord]
     next_cursor: str | None
+
+
+def lease_token(process_id: str, epoch: int) -> str:
+    """The fencing token of one holding of a session's lease: the process and the holding's epoch.
+    Every write of the holder names it, so a write from an earlier holding is refused."""
+    return f"{process_id}#{epoch}"
+
+
+def lease_holder(token: str | None) -> str | None:
+    """The process that holds a lease, from its token."""
+    return token.rpartition("#")[0] if token else None

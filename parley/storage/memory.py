@@ -26,6 +26,8 @@ from parley.storage.base import (
     StepRecord,
     ToolCallRecord,
     TurnRecord,
+    lease_holder,
+    lease_token,
 )
 from parley.storage.memory_steps import MemorySteps, calls_of
 from parley.storage.memory_tables import Counters, MemoryDatabase, MemoryTables, Summary, row, rows
@@ -133,38 +135,46 @@ class MemoryStore(MemorySteps):
 
     # ------------------------------------------------------------------ leases
 
-    async def try_acquire_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> bool:
+    async def try_acquire_lease(
+        self, session_id: SessionId, owner: str, now: float, ttl_s: float
+    ) -> str | None:
         async with self._db.write() as tables:
             session = tables.sessions.get(session_id)
             if (
                 session is None
                 or session.status not in ("running", "waiting_for_input")
-                or not (_lease_is_free(session, now) or session.lease_owner == owner)
+                or not (_lease_is_free(session, now) or lease_holder(session.lease_owner) == owner)
             ):
-                return False
-            tables.sessions[session_id] = replace(session, lease_owner=owner, lease_expires_at=now + ttl_s)
-            return True
+                return None
+            epoch = session.lease_epoch + 1
+            token = lease_token(owner, epoch)
+            tables.sessions[session_id] = replace(
+                session, lease_owner=token, lease_epoch=epoch, lease_expires_at=now + ttl_s
+            )
+            return token
 
-    async def renew_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> SessionRecord:
+    async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         async with self._db.write() as tables:
             session = tables.sessions.get(session_id)
-            if session is None or session.lease_owner != owner:
+            if session is None or session.lease_owner != lease:
                 raise LeaseLost(session_id)
             renewed = replace(session, lease_expires_at=now + ttl_s)
             tables.sessions[session_id] = renewed
             return row(renewed)
 
-    async def release_lease(self, session_id: SessionId, owner: str) -> None:
+    async def release_lease(self, session_id: SessionId, lease: str) -> None:
         async with self._db.write() as tables:
             session = tables.sessions.get(session_id)
-            if session is not None and session.lease_owner == owner:
+            if session is not None and session.lease_owner == lease:
                 tables.sessions[session_id] = replace(session, lease_owner=None, lease_expires_at=None)
 
     async def count_leases(self, owner: str, now: float) -> int:
         return sum(
             1
             for s in (await self._committed()).sessions.values()
-            if s.lease_owner == owner and s.lease_expires_at is not None and s.lease_expires_at >= now
+            if lease_holder(s.lease_owner) == owner
+            and s.lease_expires_at is not None
+            and s.lease_expires_at >= now
         )
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:

@@ -209,4 +209,10 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE tool_calls ADD COLUMN remote TEXT;
     """,
+    # 11: the lease's epoch: each acquisition of a session's lease counts one up, and the lease
+    # token (lease_owner) names the process and the epoch, so a write of an earlier holding of the
+    # same process is refused as well as another process's (a fencing token)
+    """
+    ALTER TABLE sessions ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
+    """,
 )

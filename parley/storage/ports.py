@@ -50,16 +50,20 @@ class Leases(Protocol):
 
     async def try_acquire_lease(
         self, session_id: SessionId, owner: str, now: float, ttl_s: float
-    ) -> bool: ...
+    ) -> str | None:
+        """Take the session's lease for process `owner` if it is free, expired or `owner`'s own:
+        the new holding's token (base.lease_token), which every write of this holding names;
+        None if another process holds it or the session needs no driver."""
+        ...
 
-    async def renew_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> SessionRecord:
+    async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         """Extend the lease and return the session as stored. Raises LeaseLost."""
         ...
 
-    async def release_lease(self, session_id: SessionId, owner: str) -> None: ...
+    async def release_lease(self, session_id: SessionId, lease: str) -> None: ...
 
     async def count_leases(self, owner: str, now: float) -> int:
-        """Sessions whose lease `owner` holds now (for health reports)."""
+        """Sessions whose lease process `owner` holds now (for health reports)."""
         ...
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:

@@ -30,6 +30,7 @@ from parley.storage.base import (
     StepRecord,
     ToolCallRecord,
     TurnRecord,
+    lease_token,
 )
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_file import prepare_database_file
@@ -182,38 +183,45 @@ class SqliteStore(SqliteSteps):
 
     # ------------------------------------------------------------------ leases
 
-    async def try_acquire_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> bool:
+    async def try_acquire_lease(
+        self, session_id: SessionId, owner: str, now: float, ttl_s: float
+    ) -> str | None:
+        prefix = lease_token(owner, 0)[:-1]  # "<owner>#": any earlier holding of this process
         async with self._tx() as db:
-            cur = await db.execute(
-                "UPDATE sessions SET lease_owner = ?, lease_expires_at = ? WHERE id = ? "
-                "AND status IN ('running', 'waiting_for_input') "
-                "AND (lease_owner IS NULL OR lease_expires_at < ? OR lease_owner = ?)",
-                (owner, now + ttl_s, session_id, now, owner),
-            )
-            return cur.rowcount == 1
+            async with db.execute(
+                "UPDATE sessions SET lease_epoch = lease_epoch + 1, lease_owner = ? || (lease_epoch + 1), "
+                "lease_expires_at = ? WHERE id = ? AND status IN ('running', 'waiting_for_input') "
+                "AND (lease_owner IS NULL OR lease_expires_at < ? OR substr(lease_owner, 1, ?) = ?) "
+                "RETURNING lease_owner",
+                (prefix, now + ttl_s, session_id, now, len(prefix), prefix),
+            ) as cur:
+                row = await cur.fetchone()
+            return str(row[0]) if row is not None else None
 
-    async def renew_lease(self, session_id: SessionId, owner: str, now: float, ttl_s: float) -> SessionRecord:
+    async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         async with self._tx() as db:
             async with db.execute(
                 f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? "
                 f"RETURNING {_SESSION_COLUMNS}",
-                (now + ttl_s, session_id, owner),
+                (now + ttl_s, session_id, lease),
             ) as cur:
                 row = await cur.fetchone()
             if row is None:
                 raise LeaseLost(session_id)
             return _session(row)
 
-    async def release_lease(self, session_id: SessionId, owner: str) -> None:
+    async def release_lease(self, session_id: SessionId, lease: str) -> None:
         async with self._tx() as db:
             await db.execute(
                 "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = ? AND lease_owner = ?",
-                (session_id, owner),
+                (session_id, lease),
             )
 
     async def count_leases(self, owner: str, now: float) -> int:
+        prefix = lease_token(owner, 0)[:-1]
         row = await self._fetchone(
-            "SELECT COUNT(*) FROM sessions WHERE lease_owner = ? AND lease_expires_at >= ?", (owner, now)
+            "SELECT COUNT(*) FROM sessions WHERE substr(lease_owner, 1, ?) = ? AND lease_expires_at >= ?",
+            (len(prefix), prefix, now),
         )
         return int(row[0]) if row is not None else 0
 

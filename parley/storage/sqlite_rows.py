@@ -17,7 +17,7 @@ SESSION_COLUMNS = (
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
     "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id, "
-    "wake_at, settings, cached_tokens"
+    "wake_at, settings, cached_tokens, lease_epoch"
 )
 TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
@@ -58,6 +58,7 @@ def session_row(row: sqlite3.Row) -> SessionRecord:
         close_requested=bool(row["close_requested"]),
         lease_owner=row["lease_owner"],
         lease_expires_at=row["lease_expires_at"],
+        lease_epoch=row["lease_epoch"],
         result=json.loads(row["result"]) if row["result"] is not None else None,
         inputs=json.loads(row["inputs"]) if row["inputs"] is not None else None,
         start_client_message_id=row["start_client_message_id"],
