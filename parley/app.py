@@ -23,16 +23,16 @@ from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
-from parley.runtime.driver import DriverTimings, SessionDriver
+from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.faults import FaultPoints
 from parley.runtime.mcp.sources import McpToolSources
+from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.model import ModelClient
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
-from parley.runtime.tasks import TaskService
 from parley.runtime.toolbox import Toolbox
 from parley.server.client_logs import ClientLogRelay
 from parley.server.http import (
@@ -58,7 +58,7 @@ class App:
     store: SqliteStore
     process_id: str
     sources: McpToolSources
-    tasks: TaskService
+    tasks: McpTaskService
 
     async def health(self) -> dict[str, Any]:
         # How the latest write ended: "ok", "full", "read_only", "busy" or "error: ...".
@@ -112,7 +112,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         signals = SessionSignals()
         process_id = new_process_id()
         runtime = config.runtime
-        timings = DriverTimings(
+        timings = DriveSettings(
             lease_ttl_s=runtime.lease_ttl_s,
             poll_interval_s=runtime.poll_interval_s,
             max_timer_s=runtime.max_timer_s,
@@ -150,7 +150,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             toolbox=toolbox,
             model_names=sorted(config.models),
         )
-        tasks = TaskService(
+        tasks = McpTaskService(
             store=store,
             service=service,
             signals=signals,

@@ -14,7 +14,7 @@ from parley.config import AgentConfig, AgentLimits, ModelSpec
 from parley.errors import ModelError
 from parley.ids import SessionId, new_queued_message_id, new_session_id
 from parley.runtime.builtin_tools import WRITE_TODOS
-from parley.runtime.driver import DriverTimings, SessionDriver
+from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.machine import model_call_limit_reason
 from parley.runtime.model import ModelClient, ModelRequest, ModelResponse, RequestedCall
 from parley.runtime.scripted_model import ScriptedModelClient
@@ -58,7 +58,7 @@ def driver(store: Store, planner: AgentConfig, model: ModelClient) -> SessionDri
         toolbox=Toolbox(None),
         signals=SessionSignals(),
         process_id=PROC,
-        timings=DriverTimings(lease_ttl_s=LEASE_TTL_S, poll_interval_s=0.05),
+        timings=DriveSettings(lease_ttl_s=LEASE_TTL_S, poll_interval_s=0.05),
         clock=time.time,
     )
 

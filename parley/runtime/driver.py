@@ -23,14 +23,14 @@ from parley.runtime.model import ModelClient
 from parley.runtime.model_caller import ModelCaller
 from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals
-from parley.runtime.step_context import DriverTimings, StepContext, TurnControl
+from parley.runtime.step_context import DriveSettings, StepContext, TurnControl
 from parley.runtime.tool_runner import ToolRunner
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import TurnEnd
 from parley.storage.base import SessionRecord, SessionStatus
 from parley.storage.ports import Store
 
-__all__ = ["DriverTimings", "SessionDriver"]
+__all__ = ["DriveSettings", "SessionDriver"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class SessionDriver:
         faults: FaultPoints | None = None,
         catalog: Mapping[str, ModelSpec] | None = None,
         process_id: str,
-        timings: DriverTimings,
+        timings: DriveSettings,
         clock: Callable[[], float],
     ) -> None:
         self._ctx = StepContext(

@@ -9,7 +9,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from parley.ids import SessionId
-from parley.runtime.driver import DriverTimings, SessionDriver
+from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.signals import SessionSignals
 from parley.storage.ports import Store
 
@@ -30,7 +30,7 @@ class Scheduler:
         driver: SessionDriver,
         signals: SessionSignals,
         process_id: str,
-        timings: DriverTimings,
+        timings: DriveSettings,
         clock: Callable[[], float],
     ) -> None:
         self._store = store

@@ -17,7 +17,7 @@ from parley.storage.ports import Store
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DriverTimings:
+class DriveSettings:
     lease_ttl_s: float
     poll_interval_s: float
     max_timer_s: float = 7 * 86_400
@@ -33,7 +33,7 @@ class StepContext:
     store: Store
     signals: SessionSignals
     process_id: str
-    timings: DriverTimings
+    timings: DriveSettings
     clock: Callable[[], float]
     faults: FaultPoints = field(default_factory=lambda: FaultPoints(None))
     steps: SessionSteps = field(init=False)

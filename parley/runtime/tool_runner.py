@@ -213,7 +213,7 @@ class ToolRunner:
             await self._commit_run(session, call, run, control.lease)
 
     async def _poll_remote(self, session: SessionRecord, call: ToolCallRecord, control: TurnControl) -> None:
-        """One look at the downstream task of a waiting call (see runtime/mcp/task_calls.py)."""
+        """One look at the downstream task of a waiting call (see runtime/mcp/downstream_tasks.py)."""
         with anyio.CancelScope(shield=True):
             async with self._tool_slots:
                 run = await self._toolbox.poll_remote(

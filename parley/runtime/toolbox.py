@@ -24,6 +24,7 @@ from parley.runtime.builtin_tools import (
 )
 from parley.runtime.effect_policy import Mishap, judge
 from parley.runtime.mcp.connection import Asker
+from parley.runtime.mcp.downstream_tasks import DownstreamTasks
 from parley.runtime.mcp.effects import classify
 from parley.runtime.mcp.naming import assign_names
 from parley.runtime.mcp.remote import TaskHandle
@@ -35,7 +36,6 @@ from parley.runtime.mcp.sources import (
     McpToolSources,
     ToolSourceUnavailable,
 )
-from parley.runtime.mcp.task_calls import TaskCalls
 from parley.runtime.model import ToolSpec
 from parley.runtime.tool_run import ToolRun, by_effect, ended
 from parley.runtime.tool_run import failed as _failed
@@ -123,7 +123,7 @@ def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
 class Toolbox:
     def __init__(self, sources: McpToolSources | None) -> None:
         self._sources = sources
-        self._task_calls = TaskCalls(sources, time.time) if sources is not None else None
+        self._downstream_tasks = DownstreamTasks(sources, time.time) if sources is not None else None
 
     # ------------------------------------------------------------------ offering
 
@@ -265,12 +265,12 @@ class Toolbox:
         answers: InputResponses | None = None,
     ) -> ToolRun:
         """Look once at the downstream task of a waiting call."""
-        if self._task_calls is None or (call.server or "") not in self._task_calls.servers:
+        if self._downstream_tasks is None or (call.server or "") not in self._downstream_tasks.servers:
             return by_effect(
                 call.effect,
                 f"Its downstream task was lost: MCP server '{call.server}' is not configured any more.",
             )
-        return await self._task_calls.poll(call, session.id, on_input, answers)
+        return await self._downstream_tasks.poll(call, session.id, on_input, answers)
 
     def input_wait_s(self, server: str | None) -> float:
         """How long a server's question during an open call may wait for the user."""
@@ -278,8 +278,8 @@ class Toolbox:
         return cfg.input_wait_s if cfg is not None else 300.0
 
     async def cancel_remote(self, call: ToolCallRecord, session: SessionRecord) -> None:
-        if self._task_calls is not None:
-            await self._task_calls.cancel(call, session.id)
+        if self._downstream_tasks is not None:
+            await self._downstream_tasks.cancel(call, session.id)
 
     async def _run_mcp(
         self,
@@ -305,11 +305,11 @@ class Toolbox:
         if listed is None:
             listed = await self._listed(server, tool, session.id)
         asked = call.remote if call.remote and call.remote.get("kind") == "input" else None
-        if call.remote and call.remote.get("kind") == "task" and self._task_calls is not None:
+        if call.remote and call.remote.get("kind") == "task" and self._downstream_tasks is not None:
             # The answers to a 2026-07-28 task's input requests go to the task, not to a new call.
-            return await self._task_calls.send_answers(call, session.id, input_responses or {})
-        if asked is None and self._task_calls is not None and self._task_calls.wants_task(server, listed):
-            return await self._task_calls.start(call, session.id)
+            return await self._downstream_tasks.send_answers(call, session.id, input_responses or {})
+        if asked is None and self._downstream_tasks is not None and self._downstream_tasks.wants_task(server, listed):
+            return await self._downstream_tasks.start(call, session.id)
         cfg = self._sources.servers[server]
         request_state = asked.get("request_state") if asked else None
         rounds = int(asked.get("rounds", 0)) if asked else 0
@@ -342,8 +342,8 @@ class Toolbox:
                     continue
                 return ended(verdict)
             if isinstance(result, TaskHandle):
-                assert self._task_calls is not None
-                return self._task_calls.adopt(call, result)
+                assert self._downstream_tasks is not None
+                return self._downstream_tasks.adopt(call, result)
             if isinstance(result, InputRequiredResult):
                 rounds += 1
                 asking = _input_asked(call, server, result, rounds)

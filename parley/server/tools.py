@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.decisions import Decision
+from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.progress import ProgressFn
 from parley.runtime.service import SessionService, TurnOutcome
-from parley.runtime.tasks import TaskService
 from parley.server.arguments import SHOWN_CHARS, argument_errors, text_as_sent
 from parley.server.client_logs import ClientLogRelay
 from parley.server.elicitation import (
@@ -36,9 +36,9 @@ from parley.server.elicitation import (
     input_required,
     retry_state,
 )
+from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.render import render_agents, render_close, render_session, render_sessions
 from parley.server.results import error, ok, outcome_result
-from parley.server.tasks import TaskGateway
 from parley.server.wire import (
     AgentList,
     CloseResult,
@@ -273,7 +273,7 @@ def build_mcp_server(
     version: str,
     request_state_keys: list[str] | None = None,
     *,
-    tasks: TaskService,
+    tasks: McpTaskService,
     watchers: TaskGroup | None = None,
     logs: ClientLogRelay | None = None,
 ) -> MCPServer[Any]:
@@ -281,7 +281,7 @@ def build_mcp_server(
     outlive every connection. `logs` sends callers the log records about their sessions (MCP
     logging); without it the server offers no logging."""
     security = RequestStateSecurity(keys=request_state_keys) if request_state_keys else None
-    gateway = TaskGateway(tasks, owner_of, watchers)
+    gateway = McpTaskGateway(tasks, owner_of, watchers)
     mcp = ParleyMCPServer(
         "parley",
         version=version,

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 BACKOFF = 1.5
 
 
-class TaskCalls:
+class DownstreamTasks:
     def __init__(self, sources: McpToolSources, clock: Callable[[], float]) -> None:
         self._sources = sources
         self._clock = clock

@@ -11,7 +11,7 @@ decision), then stores a task that follows the turn.
 request gets a task handle instead of a blocking call whenever the turn has not already ended;
 `tasks/get` inlines input requests or the result, `tasks/update` carries answers.
 
-Either way a task is only a stored handle on a turn (see parley/runtime/tasks.py).
+Either way a task is only a stored handle on a turn (see parley/runtime/mcp_tasks.py).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from pydantic import Field
 
 from parley.errors import InvalidArgument, RequestError
 from parley.ids import QueuedMessageId, SessionId, TurnId
+from parley.runtime.mcp_tasks import McpTaskService, TaskEnded, TaskNotFound
 from parley.runtime.service import OutcomeStatus, TurnOutcome
-from parley.runtime.tasks import TaskEnded, TaskNotFound, TaskService
 from parley.server.connections import connection_of
 from parley.server.elicitation import (
     CREATING_TASK_META,
@@ -122,13 +122,13 @@ def _cancelled_result(task: TaskRecord) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
-class TaskGateway(Extension):
+class McpTaskGateway(Extension):
     """The extension (2026-07-28), the middleware (task-augmented calls of both generations) and
     the tasks/* methods."""
 
     identifier = EXTENSION
 
-    def __init__(self, tasks: TaskService, owner_of: OwnerOf, watchers: TaskGroup | None) -> None:
+    def __init__(self, tasks: McpTaskService, owner_of: OwnerOf, watchers: TaskGroup | None) -> None:
         self._tasks = tasks
         self._owner_of = owner_of
         self._watchers = watchers

@@ -56,7 +56,7 @@ class TaskState:
     pending: list[InterruptRecord]
 
 
-class TaskService:
+class McpTaskService:
     def __init__(
         self,
         *,
