@@ -3,34 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
-from tests.support import TRANSPORTS, call, call_error, db_rows, running_server, write_config
+from tests.support import TRANSPORTS, Served, call, call_error, db_rows, serving, write_config
 
 pytestmark = pytest.mark.anyio
 
 MAX_CHARS = 5000  # tests/support.py FAST_RUNTIME max_message_chars
 
 
-@dataclass
-class Served:
-    client: Client
-    db: Path
-
-
 @pytest.fixture(scope="module", params=TRANSPORTS, ids=["-".join(t) for t in TRANSPORTS])
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
-    directory = tmp_path_factory.mktemp("bad")
-    config = write_config(directory)
-    async with running_server(config, mode=request.param[1], http=request.param[0] == "http") as (_, client):
-        yield Served(client, directory / "parley.db")
+    config = write_config(tmp_path_factory.mktemp("bad"))
+    transport, mode = request.param
+    async with serving(config, mode=mode, http=transport == "http") as world:
+        yield world
 
 
 def _counts(db: Path) -> tuple[Any, ...]:

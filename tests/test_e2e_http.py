@@ -18,6 +18,7 @@ from mcp import Client
 from tests.support import (
     INITIALIZE,
     MCP_HEADERS,
+    STATE_WINDOW_S,
     TEST_DEADLINE_S,
     ServerProcess,
     call,
@@ -68,14 +69,17 @@ async def test_healthz_reports_ok_with_integer_counts(server: ServerProcess) -> 
 
 async def test_healthz_counts_a_running_turn_until_it_ends(server: ServerProcess) -> None:
     async with server.client() as client:
-        started = await call(client, "start_session", agent="demo", message="/sleep 2\nbusy", wait_seconds=0)
+        message = f"/sleep {STATE_WINDOW_S}\nbusy"
+        started = await call(client, "start_session", agent="demo", message=message, wait_seconds=0)
         assert started["status"] == "running"
 
         async def counted() -> bool:
             return int((await _health(server))["running_turns"]) >= 1
 
         await eventually(counted, "/healthz to count the running turn")
-        done = await call(client, "get_session", session_id=started["session_id"], wait_seconds=10)
+        done = await call(
+            client, "get_session", session_id=started["session_id"], wait_seconds=TEST_DEADLINE_S
+        )
         assert done["last_turn"]["status"] == "answered"
 
     async def released() -> bool:
@@ -147,13 +151,15 @@ async def test_fifty_concurrent_sessions_each_keep_their_own_history(tmp_path: P
     outcomes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
 
     async def converse(client: Client, n: int) -> None:
-        first = await call(client, "start_session", agent="demo", message=f"first from {n}", wait_seconds=10)
+        first = await call(
+            client, "start_session", agent="demo", message=f"first from {n}", wait_seconds=TEST_DEADLINE_S
+        )
         second = await call(
             client,
             "send_message",
             session_id=first["session_id"],
             message=f"second from {n}",
-            wait_seconds=10,
+            wait_seconds=TEST_DEADLINE_S,
         )
         outcomes[n] = (first, second)
 
@@ -234,13 +240,27 @@ async def test_a_cancelled_wait_leaves_the_turn_running_to_its_answer(
     async with server.client(mode) as client:
         start = await call(client, "start_session", agent="demo")
         sid = start["session_id"]
-        with anyio.move_on_after(0.5) as scope:
+        db = server.config_path.parent / "parley.db"
+        answered = anyio.Event()
+
+        async def wait_for_the_answer() -> None:
+            message = f"/sleep {STATE_WINDOW_S}\nabandoned"
             await client.call_tool(
-                "send_message", {"session_id": sid, "message": "/sleep 2\nabandoned", "wait_seconds": 20}
+                "send_message", {"session_id": sid, "message": message, "wait_seconds": TEST_DEADLINE_S}
             )
-        assert scope.cancelled_caught, "the wait should still have been running when the caller gave up"
+            answered.set()
+
+        async def turn_started() -> bool:
+            return db_rows(db, "SELECT COUNT(*) FROM turns WHERE session_id = ?", (sid,)) == [(1,)]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_the_answer)
+            await eventually(turn_started, "the message to be taken into a turn")
+            # The caller gives up while its turn is in the model call.
+            tg.cancel_scope.cancel()
+        assert not answered.is_set(), "the wait should still have been running when the caller gave up"
         assert (await call(client, "get_session", session_id=sid))["status"] == "running"
-        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=10)
+        snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert snapshot["status"] == "idle"
         assert snapshot["last_turn"]["answer"] == "You said: abandoned (message 1 of this session)"
     assert (await _health(server))["status"] == "ok"
@@ -262,7 +282,12 @@ async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
         async with Client(url, mode=mode) as doomed:
             waiting.set()
             await doomed.call_tool(
-                "send_message", {"session_id": sid, "message": "/sleep 2\ndropped", "wait_seconds": 20}
+                "send_message",
+                {
+                    "session_id": sid,
+                    "message": f"/sleep {STATE_WINDOW_S}\ndropped",
+                    "wait_seconds": TEST_DEADLINE_S,
+                },
             )
 
     db = server.config_path.parent / "parley.db"
@@ -279,7 +304,7 @@ async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
 
     async with server.client() as fresh:
         assert (await call(fresh, "get_session", session_id=sid))["status"] == "running"
-        snapshot = await call(fresh, "get_session", session_id=sid, wait_seconds=10)
+        snapshot = await call(fresh, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert snapshot["status"] == "idle"
         assert snapshot["last_turn"]["answer"] == "You said: dropped (message 1 of this session)"
     assert (await _health(server))["status"] == "ok"

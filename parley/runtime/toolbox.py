@@ -308,7 +308,11 @@ class Toolbox:
         if call.remote and call.remote.get("kind") == "task" and self._downstream_tasks is not None:
             # The answers to a 2026-07-28 task's input requests go to the task, not to a new call.
             return await self._downstream_tasks.send_answers(call, session.id, input_responses or {})
-        if asked is None and self._downstream_tasks is not None and self._downstream_tasks.wants_task(server, listed):
+        if (
+            asked is None
+            and self._downstream_tasks is not None
+            and self._downstream_tasks.wants_task(server, listed)
+        ):
             return await self._downstream_tasks.start(call, session.id)
         cfg = self._sources.servers[server]
         request_state = asked.get("request_state") if asked else None
