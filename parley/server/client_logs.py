@@ -135,23 +135,40 @@ class ClientLogRelay(logging.Handler):
         self._background = background
         self._followers: set[Follower] = set()
         self._loop_thread = threading.get_ident()
+        self._target: logging.Logger | None = None
+        self._configured = logging.NOTSET
 
     # ------------------------------------------------------------------ the logging side
 
     async def run(self, logger_name: str = "parley", *, task_status: TaskStatus[None]) -> None:
-        """Receive the records of `logger_name` until cancelled. The logger lets every level
-        through so a client may ask for debug lines; the server's own log keeps the level its
-        handlers were given."""
+        """Receive the records of `logger_name` until cancelled."""
         target = logging.getLogger(logger_name)
         previous = target.level
+        self._target, self._configured = target, target.getEffectiveLevel()
         target.addHandler(self)
-        target.setLevel(logging.DEBUG)
         try:
             task_status.started()
             await anyio.sleep_forever()
         finally:
             target.removeHandler(self)
             target.setLevel(previous)
+            self._target = None
+
+    def _follow(self, follower: Follower) -> None:
+        self._followers.add(follower)
+        self._retune()
+
+    def _unfollow(self, follower: Follower) -> None:
+        self._followers.discard(follower)
+        self._retune()
+
+    def _retune(self) -> None:
+        """The logger lets a level through only while a client asks for it (or the server's own
+        log wants it): records below that are not even made, on every step of every turn. The
+        server's own log keeps the level its handlers were given."""
+        if self._target is not None:
+            wanted = min((f.level for f in self._followers), default=self._configured)
+            self._target.setLevel(min(wanted, self._configured))
 
     def emit(self, record: logging.LogRecord) -> None:
         session_id = getattr(record, SESSION_ATTR, None)
@@ -178,18 +195,19 @@ class ClientLogRelay(logging.Handler):
         follower: Follower | None = connection.state.get(_CONNECTION_FOLLOWER) if connection else None
         if follower is not None:
             follower.level = level
+            self._retune()
             return EmptyResult()
         if connection is None or self._background is None:
             return EmptyResult()  # accepted, but this connection has no channel to send on
         send, receive = anyio.create_memory_object_stream[LogLine](BUFFER)
         follower = Follower(owner=self._owner_of(ctx), level=level, send=send)
         connection.state[_CONNECTION_FOLLOWER] = follower
-        self._followers.add(follower)
+        self._follow(follower)
         standalone = ctx.session
         scope = anyio.CancelScope()
 
         def stop() -> None:
-            self._followers.discard(follower)
+            self._unfollow(follower)
             send.close()
             scope.cancel()
 
@@ -260,7 +278,7 @@ class ClientLogRelay(logging.Handler):
                     except Exception as exc:
                         logger.debug("a log line for the client was not delivered: %s", type(exc).__name__)
 
-        self._followers.add(follower)
+        self._follow(follower)
         token = _CALL_FOLLOWERS.set((*others, follower))
         try:
             async with anyio.create_task_group() as tg:
@@ -268,7 +286,7 @@ class ClientLogRelay(logging.Handler):
                 try:
                     result = await call_next(ctx)
                 finally:
-                    self._followers.discard(follower)
+                    self._unfollow(follower)
                     send.close()
                     # The response waits for the lines made during the call, not for ever.
                     tg.cancel_scope.deadline = anyio.current_time() + FLUSH_S

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId, TurnId
-from parley.storage.base import InterruptRecord, StepRecord, ToolCallRecord, TurnRecord
+from parley.storage.base import InterruptRecord, StepRecord, ToolCallRecord
 from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot, SnapshotScope
 from parley.storage.memory_tables import MemoryTables, row, updated
 from parley.storage.memory_tasks import MemoryTasks
@@ -111,21 +111,18 @@ def _insert_new(tables: MemoryTables, snapshot: SessionSnapshot, changes: Change
             t.session_id == session_id and t.seq == new.seq for t in tables.turns.values()
         ):
             raise StorageError(f"session {session_id} already has turn {new.id} or a turn numbered {new.seq}")
+        # The columns SQLite's insert leaves to their defaults start from them here too.
         tables.turns[new.id] = row(
-            TurnRecord(
-                id=new.id,
+            replace(
+                new,
                 session_id=session_id,
-                seq=new.seq,
-                status=new.status,
-                queued_message_id=new.queued_message_id,
-                started_at=new.started_at,
-                ended_at=new.ended_at,
                 answer=None,
                 error=None,
                 model_calls=0,
                 input_tokens=0,
                 output_tokens=0,
-                settings=new.settings,
+                cached_tokens=0,
+                result=None,
             )
         )
     for message in changes.new_queued:
@@ -137,25 +134,8 @@ def _insert_new(tables: MemoryTables, snapshot: SessionSnapshot, changes: Change
         ):
             raise StorageError(f"tool call {call.id} (or its step and index) is already stored")
         tables.calls[call.id] = row(
-            ToolCallRecord(
-                id=call.id,
-                session_id=session_id,
-                turn_id=call.turn_id,
-                step_no=call.step_no,
-                call_index=call.call_index,
-                name=call.name,
-                arguments=call.arguments,
-                status=call.status,
-                effect=call.effect,
-                result=None,
-                attempts=0,
-                idempotency_key=call.idempotency_key,
-                created_at=call.created_at,
-                updated_at=call.updated_at,
-                source=call.source,
-                server=call.server,
-                tool=call.tool,
-                requires_approval=call.requires_approval,
+            replace(
+                call, session_id=session_id, result=None, attempts=0, wake_at=None, decision=None, remote=None
             )
         )
     for interrupt in changes.new_interrupts:

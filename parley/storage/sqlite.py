@@ -12,6 +12,7 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -91,28 +92,6 @@ class SqliteStore(SqliteSteps):
         )
         return row is not None
 
-    async def _insert_queued(
-        self, db: aiosqlite.Connection, message: QueuedMessageRecord, now: float
-    ) -> None:
-        seq = await self._next_seq(db, message.session_id, "queue_seq")
-        await db.execute(
-            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, client_message_id, "
-            "steer, settings) VALUES (?, ?, ?, ?, 'queued', NULL, ?, ?, ?, ?)",
-            (
-                message.id,
-                message.session_id,
-                seq,
-                message.text,
-                now,
-                message.client_message_id,
-                int(message.steer),
-                _dumps(message.settings) if message.settings is not None else None,
-            ),
-        )
-        await self._event(
-            db, message.session_id, None, "message_queued", {"queued_message_id": message.id}, now
-        )
-
     # ------------------------------------------------------------------ sessions and queue
 
     async def create_session(
@@ -142,7 +121,11 @@ class SqliteStore(SqliteSteps):
                 return False  # the owner already started a session with this client_message_id
             await self._event(db, session.id, None, "session_created", {"agent": session.agent}, now)
             if first_message is not None:
-                await self._insert_queued(db, first_message, now)
+                queued = replace(first_message, status="queued", turn_id=None, created_at=now)
+                await self._insert_queued(db, session.id, queued)
+                await self._event(
+                    db, session.id, None, "message_queued", {"queued_message_id": queued.id}, now
+                )
             return True
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:

@@ -12,6 +12,7 @@ import aiosqlite
 
 from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId, TurnId
+from parley.storage.base import QueuedMessageRecord
 from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot, SnapshotScope
 from parley.storage.sqlite_plumbing import dumps
 from parley.storage.sqlite_rows import (
@@ -96,23 +97,7 @@ class _Transaction:
                 ),
             )
         for new in changes.new_queued:
-            seq = await self._store._next_seq(db, session_id, "queue_seq")
-            await db.execute(
-                "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, "
-                "client_message_id, steer, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    new.id,
-                    session_id,
-                    seq,
-                    new.text,
-                    new.status,
-                    new.turn_id,
-                    new.created_at,
-                    new.client_message_id,
-                    int(new.steer),
-                    dumps(new.settings) if new.settings is not None else None,
-                ),
-            )
+            await self._store._insert_queued(db, session_id, new)
         for call in changes.new_calls:
             await db.execute(
                 "INSERT INTO tool_calls (id, session_id, turn_id, step_no, call_index, name, arguments, "
@@ -228,6 +213,28 @@ class SqliteSteps(SqliteTasks):
             (session_id, seq, turn_id, role, dumps(content), now),
         )
         return seq
+
+    async def _insert_queued(
+        self, db: aiosqlite.Connection, session_id: SessionId, message: QueuedMessageRecord
+    ) -> None:
+        """A new queued message, numbered in the session's queue."""
+        seq = await self._next_seq(db, session_id, "queue_seq")
+        await db.execute(
+            "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, "
+            "client_message_id, steer, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                message.id,
+                session_id,
+                seq,
+                message.text,
+                message.status,
+                message.turn_id,
+                message.created_at,
+                message.client_message_id,
+                int(message.steer),
+                dumps(message.settings) if message.settings is not None else None,
+            ),
+        )
 
     @asynccontextmanager
     async def session_transaction(
