@@ -1,0 +1,76 @@
+"""The MCPServer parley publishes its tools on: argument errors name the field and the fix."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from mcp import MCPError
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    GetPromptResult,
+    Icon,
+    InputRequiredResult,
+    ToolAnnotations,
+)
+from pydantic import ValidationError
+
+from parley.server.arguments import SHOWN_CHARS, argument_errors, text_as_sent
+from parley.server.results import error
+
+
+class ParleyMCPServer(MCPServer[Any]):
+    """MCPServer whose argument errors name the field and the fix, that refuses unknown arguments
+    (a misspelt optional argument would otherwise be dropped silently), and that passes text
+    arguments through as sent (see arguments.py)."""
+
+    def add_tool(
+        self,
+        fn: Callable[..., Any],
+        name: str | None = None,
+        title: str | None = None,
+        description: str | None = None,
+        annotations: ToolAnnotations | None = None,
+        icons: list[Icon] | None = None,
+        meta: dict[str, Any] | None = None,
+        structured_output: bool | None = None,
+    ) -> None:
+        # Every client's model reads the descriptions on every request: no docstring indentation.
+        if description is None and fn.__doc__:
+            description = inspect.cleandoc(fn.__doc__)
+        super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
+        if tool is not None:
+            tool.fn_metadata = text_as_sent(tool.fn_metadata)
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = set(tool.parameters.get("properties", {}))
+            unknown = sorted(set(arguments) - known)
+            if unknown:
+                return error(
+                    f"Unknown argument(s) {', '.join(repr(u[:SHOWN_CHARS]) for u in unknown)} for {name}; "
+                    f"its arguments are: {', '.join(sorted(known)) or 'none'}."
+                )
+            try:
+                tool.fn_metadata.validate_arguments(arguments)
+            except ValidationError as exc:
+                return error(argument_errors(name, exc))
+        return await super().call_tool(name, arguments, context)
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context[Any, Any] | None = None
+    ) -> GetPromptResult | InputRequiredResult:
+        # The SDK answers an unknown prompt with error code 0 and logs a traceback; it is a bad
+        # parameter (-32602), as the specification says.
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Unknown prompt: {name}. parley publishes no prompts."
+            )
+        return await super().get_prompt(name, arguments, context)

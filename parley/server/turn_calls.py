@@ -1,0 +1,127 @@
+"""How a tool call becomes a tool result: the one guard that turns our errors into results, and
+the one path of every tool that starts or resumes a turn (start_session, send_message, approve,
+answer_question), including the retry of a 2026-07-28 input-required round."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import cast
+
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
+
+from parley.errors import RequestError, StorageUnavailable
+from parley.runtime.progress import ProgressFn
+from parley.runtime.service import AskHuman, SessionService, TurnOutcome
+from parley.server.elicitation import (
+    answers_from,
+    ask_human_through,
+    can_ask_by_input_required,
+    input_required,
+    retry_state,
+)
+from parley.server.results import error, outcome_result
+
+logger = logging.getLogger(__name__)
+
+OwnerOf = Callable[[Context], str]
+
+
+async def guarded(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
+    """The one place where our errors become tool results.
+
+    (`work` may also return an InputRequiredResult for a 2026-07-28 client: the SDK passes it
+    through to the wire; it is typed as a CallToolResult here so the tools keep their output schema.)"""
+    try:
+        return await work()
+    except RequestError as exc:
+        logger.info("tool %s refused: %s", tool, type(exc).__name__)
+        return error(str(exc))
+    except StorageUnavailable as exc:
+        # The file's condition, not a bug: no traceback; the store logged the cause once.
+        logger.warning("tool %s failed: the database is %s", tool, exc.condition)
+        return error(str(exc))
+    except Exception:
+        ref = uuid.uuid4().hex[:8]
+        logger.exception("tool %s failed (ref %s)", tool, ref)
+        return error(
+            f"parley hit an internal error (ref {ref}); nothing was changed by this call. Try again."
+        )
+
+
+def progress_of(ctx: Context) -> ProgressFn:
+    async def report(progress: float, message: str) -> None:
+        await ctx.report_progress(progress, None, message)
+
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who makes a turn call, and how the turn reaches them while it runs: progress
+    notifications, and questions asked by form elicitation when the client can show forms."""
+
+    owner: str
+    progress: ProgressFn
+    ask_human: AskHuman | None
+
+
+TurnStart = Callable[[Caller], Awaitable[TurnOutcome]]
+
+
+class TurnCalls:
+    """Declares how a tool that starts or resumes a turn answers: `await calls.answer(name, ctx,
+    wait_seconds, start)` with `start` the service call the tool makes for `Caller`."""
+
+    def __init__(self, service: SessionService, owner_of: OwnerOf) -> None:
+        self._service = service
+        self._owner_of = owner_of
+
+    async def answer(
+        self, tool: str, ctx: Context, wait_seconds: float | None, start: TurnStart
+    ) -> CallToolResult:
+        async def work() -> CallToolResult:
+            caller = Caller(self._owner_of(ctx), progress_of(ctx), ask_human_through(ctx))
+            # The retry of an input-required round applies the answers instead of doing `start`
+            # again (which would send the message twice).
+            resumed, asked = await self._resumed(ctx, caller, wait_seconds)
+            if resumed is not None:
+                return _outcome_or_ask(ctx, resumed, asked)
+            return _outcome_or_ask(ctx, await start(caller), [])
+
+        return await guarded(tool, work)
+
+    async def _resumed(
+        self, ctx: Context, caller: Caller, wait_seconds: float | None
+    ) -> tuple[TurnOutcome | None, list[str]]:
+        """On the retry of an input-required round: apply the answers and wait again."""
+        state = retry_state(ctx) if can_ask_by_input_required(ctx) else None
+        if not state or not state.get("turn_id"):
+            return None, []
+        pending = await self._service.pending(caller.owner, str(state["session_id"]))
+        outcome = await self._service.resume_with_answers(
+            caller.owner,
+            str(state["session_id"]),
+            str(state["turn_id"]),
+            answers_from(ctx, pending),
+            wait_seconds,
+            caller.progress,
+        )
+        return outcome, [str(i) for i in state.get("asked", [])]
+
+
+def _outcome_or_ask(ctx: Context, outcome: TurnOutcome, asked: list[str]) -> CallToolResult:
+    """The turn outcome, or, for a 2026-07-28 client that can show forms, an input-required result
+    asking for the interrupts it was not asked about yet in this call."""
+    fresh = [i for i in outcome.pending if i.id not in asked]
+    if outcome.status == "waiting_for_input" and fresh and can_ask_by_input_required(ctx):
+        state = {
+            "session_id": outcome.session_id,
+            "turn_id": outcome.turn_id,
+            "asked": [*asked, *(i.id for i in fresh)],
+        }
+        return cast(CallToolResult, input_required(outcome.pending, state))
+    return outcome_result(outcome)
