@@ -11,6 +11,7 @@ import pytest
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.runtime import transitions
+from parley.runtime.machine import FinishTurn
 from parley.runtime.transitions import TurnEnd
 from parley.storage.base import (
     InterruptRecord,
@@ -349,6 +350,38 @@ def test_after_its_turn_a_session_rests_runs_on_closes_or_ends(
     assert all(v == {"status": "dropped"} for v in changes.queued.values())
     assert event_kinds(changes)[0] == "turn_ended"
     assert (event_kinds(changes)[1:] or [None])[0] == closing
+
+
+@pytest.mark.parametrize(
+    ("kind", "turn_count", "status", "limit", "close_reason", "session_status"),
+    [
+        # A chat session rests after an answer, or closes once it used its turns.
+        ("chat", 3, "answered", None, None, None),
+        ("chat", 10, "answered", None, "reached the limit of 10 turns per session", None),
+        # A session-level limit closes a chat session, but a task session only fails.
+        ("chat", 3, "failed", "token limit", "token limit", None),
+        ("task", 3, "failed", "token limit", None, "failed"),
+        # A task session ends with its turn when the turn completes or fails, not otherwise.
+        ("task", 3, "completed", None, None, "completed"),
+        ("task", 3, "failed", None, None, "failed"),
+        ("task", 3, "cancelled", None, None, None),
+        ("task", 10, "completed", None, None, "completed"),
+    ],
+)
+def test_how_a_turn_ends_decides_what_its_session_becomes(
+    kind: str,
+    turn_count: int,
+    status: Any,
+    limit: str | None,
+    close_reason: str | None,
+    session_status: str | None,
+) -> None:
+    action = FinishTurn(status, "the answer", "an error" if status == "failed" else None)
+    end = transitions.turn_end(
+        session(kind=kind, turn_count=turn_count), action, limit_reason=limit, max_turns=10
+    )
+    assert (end.close_reason, end.session_status) == (close_reason, session_status)
+    assert (end.status, end.answer, end.error) == (action.status, action.answer, action.error)
 
 
 def test_a_failed_turn_records_its_error_and_a_task_result_is_kept() -> None:

@@ -17,7 +17,9 @@ from anyio.abc import TaskGroup
 from parley.config import AgentConfig, AgentLimits, ModelSpec, effective_limits
 from parley.errors import LeaseLost
 from parley.ids import SessionId, TurnId, new_turn_id
+from parley.runtime import transitions
 from parley.runtime.faults import FaultPoints
+from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model import ModelClient
 from parley.runtime.model_caller import ModelCaller
@@ -26,8 +28,8 @@ from parley.runtime.signals import SessionSignals
 from parley.runtime.step_context import DriveSettings, StepContext, TurnControl
 from parley.runtime.tool_runner import ToolRunner
 from parley.runtime.toolbox import Toolbox
-from parley.runtime.transitions import TurnEnd
-from parley.storage.base import SessionRecord, SessionStatus
+from parley.storage.base import SessionRecord
+from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 __all__ = ["DriveSettings", "SessionDriver"]
@@ -38,6 +40,8 @@ STEERED = (
     "Steered: a new message arrived, so the turn stopped after the step in progress; calls that "
     "had not run and waits of the turn were cancelled."
 )
+# What a step reads: the session, its current turn with its calls, and the queue (for steering).
+STEP_VIEW = SnapshotScope(interrupts=False)
 # Cleanup after a cancel must reach the database even though the task is being cancelled.
 PERSIST_GRACE_S = 10.0
 
@@ -148,10 +152,13 @@ class SessionDriver:
 
     async def _work(self, session_id: SessionId, control: TurnControl) -> None:
         first = True
+        transcript = LeasedTranscript(self._ctx.store, session_id)
         while True:
-            session = await self._ctx.store.get_session(session_id)
-            if session is None:
+            # One read per step: the session, its current turn with its calls, and its queue.
+            snapshot = await self._ctx.steps.look(session_id, STEP_VIEW)
+            if snapshot is None:
                 return
+            session = snapshot.session
             # A question a server asked during a call that was open in a process that stopped
             # can never reach that call: drop it, so the session does not wait for it.
             if (
@@ -167,7 +174,7 @@ class SessionDriver:
                 # Shutdown: start nothing new, but a turn whose last step is committed is ended
                 # now, so its caller sees the answer without waiting for the next process.
                 if session.current_turn_id is not None:
-                    await self._step(session, session.current_turn_id, control, only_finish=True)
+                    await self._step(snapshot, transcript, control, only_finish=True)
                     self._ctx.signals.notify(session_id)
                 return
             if _is_parked(session, self._ctx.clock()):
@@ -187,19 +194,28 @@ class SessionDriver:
                     return
                 self._ctx.signals.notify(session_id)
                 continue
-            if await self._ctx.store.steer_pending(session_id):
+            if any(q.steer for q in snapshot.queued):
                 # Steered: end the turn at this step boundary; the next turn takes the steered messages.
                 await self._finish(
                     control, session, session.current_turn_id, FinishTurn("cancelled", None, STEERED)
                 )
                 self._ctx.signals.notify(session_id)
                 continue
-            await self._step(session, session.current_turn_id, control)
+            await self._step(snapshot, transcript, control)
             self._ctx.signals.notify(session_id)
 
     async def _step(
-        self, session: SessionRecord, turn_id: TurnId, control: TurnControl, *, only_finish: bool = False
+        self,
+        snapshot: SessionSnapshot,
+        transcript: LeasedTranscript,
+        control: TurnControl,
+        *,
+        only_finish: bool = False,
     ) -> None:
+        session, turn = snapshot.session, snapshot.turn
+        turn_id = session.current_turn_id
+        if turn is None or turn_id is None:
+            return
         agent = self._agents.get(session.agent)
         if agent is None:
             await self._finish(
@@ -212,16 +228,12 @@ class SessionDriver:
         if session.cancel_requested_turn == turn_id:
             await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))
             return
-        turn = await self._ctx.store.get_turn(turn_id)
-        if turn is None:
-            return
-        messages = await self._ctx.store.list_messages(session.id, None, None)
+        messages = await transcript.current()
         turn_messages = [m for m in messages if m.turn_id == turn_id]
-        calls = await self._ctx.store.list_tool_calls(turn_id)
         limits = effective_limits(agent.limits, turn.settings)
         action = next_action(
             turn,
-            calls,
+            list(snapshot.calls),
             turn_messages,
             limits.max_model_calls_per_turn,
             kind=session.kind,
@@ -271,27 +283,9 @@ class SessionDriver:
         agent = self._agents.get(session.agent)
         if action.status in ("cancelled", "failed"):
             await self._tools.cancel_remote_tasks(session, turn_id)
-        close_reason = None
-        session_status: SessionStatus | None = None
-        if limit_reason is not None and session.kind != "task":
-            close_reason = limit_reason  # a session-level limit closes a chat session
-        elif session.kind == "task" and action.status == "completed":
-            session_status = "completed"
-        elif session.kind == "task" and action.status == "failed":
-            session_status = "failed"  # in a task session a failed turn fails the session
-        elif agent is not None and session.turn_count >= (
-            max_turns := effective_limits(agent.limits, session.settings).max_turns
-        ):
-            close_reason = f"reached the limit of {max_turns} turns per session"
+        max_turns = effective_limits(agent.limits, session.settings).max_turns if agent else None
+        end = transitions.turn_end(session, action, limit_reason=limit_reason, max_turns=max_turns)
         with anyio.CancelScope(shield=True):
-            end = TurnEnd(
-                status=action.status,
-                answer=action.answer,
-                error=action.error,
-                result=action.result,
-                close_reason=close_reason,
-                session_status=session_status,
-            )
             await self._ctx.steps.finish_turn(session.id, control.lease, turn_id, end, self._ctx.clock())
         ended = f"session %s: turn %s {action.status}" + (": %s" if action.error else "")
         args = (session.id, turn_id, action.error) if action.error else (session.id, turn_id)

@@ -73,6 +73,11 @@ class SessionSteps:
 
         await self._decide(session_id, with_check, None, now, lease=lease, **load)
 
+    async def look(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
+        """A consistent view of the session as one transaction sees it; nothing is written."""
+        async with self._store.session_transaction(session_id, scope) as tx:
+            return tx.snapshot if tx is not None else None
+
     # ------------------------------------------------------------------ a caller's requests
 
     async def enqueue_message(

@@ -17,6 +17,7 @@ from typing import Any
 
 from parley.ids import ToolCallId, TurnId
 from parley.runtime.effect_policy import abandoned_status
+from parley.runtime.machine import FinishTurn
 from parley.storage.base import (
     EnqueueOutcome,
     InterruptRecord,
@@ -191,7 +192,7 @@ def park_turn(snapshot: SessionSnapshot) -> Changes | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnd:
-    """How a turn ends, as the driver decided it (runtime/machine.py and the driver's limits)."""
+    """How a turn ends (see turn_end)."""
 
     status: TurnStatus
     answer: str | None = None
@@ -201,6 +202,32 @@ class TurnEnd:
     close_reason: str | None = None
     # A task session ends with its turn: completed or failed.
     session_status: SessionStatus | None = None
+
+
+def turn_end(
+    session: SessionRecord, action: FinishTurn, *, limit_reason: str | None, max_turns: int | None
+) -> TurnEnd:
+    """What ending a turn this way does to its session: a session-level limit closes a chat
+    session; a task session ends with its turn when the turn completes or fails; a chat session
+    that used its last turn is closed."""
+    close_reason = None
+    session_status: SessionStatus | None = None
+    if limit_reason is not None and session.kind != "task":
+        close_reason = limit_reason
+    elif session.kind == "task" and action.status == "completed":
+        session_status = "completed"
+    elif session.kind == "task" and action.status == "failed":
+        session_status = "failed"
+    elif max_turns is not None and session.turn_count >= max_turns:
+        close_reason = f"reached the limit of {max_turns} turns per session"
+    return TurnEnd(
+        status=action.status,
+        answer=action.answer,
+        error=action.error,
+        result=action.result,
+        close_reason=close_reason,
+        session_status=session_status,
+    )
 
 
 def finish_turn(snapshot: SessionSnapshot, end: TurnEnd, now: float) -> Changes:

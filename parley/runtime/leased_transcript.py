@@ -1,0 +1,28 @@
+"""A leased session's transcript, kept in memory by the process that drives it.
+
+The transcript is append-only, so the driver reads it whole once per lease and afterwards only
+what was committed after the last message it has (its own steps, and the text of a decision
+made by a caller in any process). A model call then costs the same at turn 2,000 as at turn 2.
+The copy lives as long as one `drive` of the session under one lease: when the lease is lost or
+released it is dropped with the driver's frame, so another process's writes are never shadowed.
+"""
+
+from __future__ import annotations
+
+from parley.ids import SessionId
+from parley.storage.base import MessageRecord
+from parley.storage.ports import Transcripts
+
+
+class LeasedTranscript:
+    def __init__(self, store: Transcripts, session_id: SessionId) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._records: list[MessageRecord] = []
+
+    async def current(self) -> list[MessageRecord]:
+        """Every message of the session, oldest first, as committed now. The list is the
+        cache itself: read it, never change it."""
+        after = self._records[-1].seq + 1 if self._records else None
+        self._records.extend(await self._store.list_messages(self._session_id, after, None))
+        return self._records
