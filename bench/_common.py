@@ -338,9 +338,16 @@ def stdio_server_parameters(
     return StdioServerParameters(
         command="/bin/sh",
         args=["-c", script],
-        env=dict(env) if env is not None else {"PYTHONUNBUFFERED": "1"},
+        env=_with_pythonpath(env if env is not None else {"PYTHONUNBUFFERED": "1"}),
         cwd=str(directory),
     )
+
+
+def _with_pythonpath(env: Mapping[str, str]) -> dict[str, str]:
+    """A PYTHONPATH of ours reaches the server too, so a snapshot of another revision put on it
+    (`PYTHONPATH=/tmp/snap bench/x.py`) is what runs, not the installed checkout."""
+    path = os.environ.get("PYTHONPATH")
+    return {**env, "PYTHONPATH": path} if path else dict(env)
 
 
 def read_server_pid(pid_file: Path) -> int:

@@ -107,7 +107,11 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     clock = time.time
     async with AsyncExitStack() as stack:
         store = await stack.enter_async_context(
-            open_sqlite_store(config.db_path, max_size_mb=config.storage.max_size_mb)
+            open_sqlite_store(
+                config.db_path,
+                max_size_mb=config.storage.max_size_mb,
+                synchronous=config.storage.synchronous,
+            )
         )
         signals = SessionSignals()
         process_id = new_process_id()

@@ -262,6 +262,14 @@ class StorageConfig(_Strict):
             "until space is freed. Default: no limit but the disk."
         ),
     )
+    synchronous: Literal["normal", "full"] = Field(
+        "normal",
+        description=(
+            "How SQLite syncs commits to disk. 'normal': a crash of the process loses nothing; a power "
+            "loss may lose the last commits, but never the start of a call that must not run twice "
+            "(those commits are always synced before the call is sent). 'full': every commit is synced."
+        ),
+    )
 
 
 class RuntimeConfig(_Strict):

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from parley.errors import StorageError
-from parley.ids import SessionId
+from parley.ids import SessionId, new_tool_call_id
+from parley.runtime.session_steps import SessionSteps
+from parley.storage.base import ModelStep, NewToolCall, lease_token
 from parley.storage.sqlite import open_sqlite_store
+from tests.test_storage_contract import PROC_A, T0, running_turn
 
 pytestmark = pytest.mark.anyio
 
@@ -66,3 +69,41 @@ async def test_a_database_path_that_is_a_folder_is_refused(tmp_path: Path) -> No
     with pytest.raises(StorageError, match="it is a folder; give the path of a file"):
         async with open_sqlite_store(tmp_path):
             pass
+
+
+@pytest.mark.parametrize(
+    ("effect", "synced"),
+    [("non_idempotent_write", True), ("unclassified", True), ("read", False), ("idempotent_write", False)],
+)
+async def test_under_normal_sync_the_start_of_a_call_that_must_not_run_twice_is_synced_to_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, effect: str, synced: bool
+) -> None:
+    """storage.synchronous = normal leaves WAL commits to the OS, except the one that marks a call
+    started that a power loss must never make look unsent: that one syncs the WAL file."""
+    db = tmp_path / "parley.db"
+    async with open_sqlite_store(db, synchronous="normal") as store:
+        sid, turn = await running_turn(store)
+        lease = lease_token(PROC_A, 1)
+        steps = SessionSteps(store)
+        call = NewToolCall(id=new_tool_call_id(), call_index=0, name="t", arguments={}, effect=effect)
+        step = ModelStep(
+            turn_id=turn.id,
+            step_no=1,
+            assistant={"text": ""},
+            tool_calls=[call],
+            input_tokens=1,
+            output_tokens=1,
+        )
+        await steps.commit_model_step(sid, lease, step, T0 + 2)
+        synced_files: list[str] = []
+        real_fsync = os.fsync
+
+        def recording_fsync(fd: int) -> None:
+            synced_files.append(os.readlink(f"/proc/self/fd/{fd}"))
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", recording_fsync)
+        await steps.mark_tool_call_started(sid, lease, call.id, T0 + 3)
+        (started,) = await store.list_tool_calls(turn.id)
+        assert started.status == "running"
+    assert (f"{db}-wal" in synced_files) == synced

@@ -589,3 +589,13 @@ def test_a_model_step_adds_its_calls_and_counts_its_usage() -> None:
     assert new.status == "pending" and new.idempotency_key == f"{SID}/{TID}/c9"
     assert changes.turn["model_calls"] == 2 and changes.session["input_tokens"] == 10
     assert changes.session["phase"] == "tools"
+
+
+@pytest.mark.parametrize(
+    ("effect", "durable"),
+    [("read", False), ("idempotent_write", False), ("non_idempotent_write", True), ("unclassified", True)],
+)
+def test_the_start_of_a_call_that_must_not_run_twice_is_committed_durably(effect: str, durable: bool) -> None:
+    changes = transitions.tool_started(snap(calls=(call("pending", effect),)), CALL)
+    assert changes.calls[CALL]["status"] == "running"
+    assert changes.durable == durable

@@ -47,6 +47,13 @@ def retryable(effect: str) -> bool:
     return effect in RETRYABLE_EFFECTS
 
 
+def start_must_be_durable(effect: str) -> bool:
+    """Whether the commit that marks a call started must be on disk, not only handed to the
+    operating system, before the call is sent: a call that cannot be retried must never look
+    unsent after a power loss, or it would be sent again."""
+    return not retryable(effect)
+
+
 def judge(effect: str, mishap: Mishap, attempts: int, detail: str) -> Verdict:
     """The verdict on a call of `effect` after `attempts` attempts ended in `mishap`; `detail`
     says what happened, in a sentence the model reads."""

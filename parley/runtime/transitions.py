@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from parley.ids import ToolCallId, TurnId
-from parley.runtime.effect_policy import abandoned_status
+from parley.runtime.effect_policy import abandoned_status, start_must_be_durable
 from parley.runtime.machine import FinishTurn
 from parley.storage.base import (
     EnqueueOutcome,
@@ -580,6 +580,7 @@ def tool_started(snapshot: SessionSnapshot, call_id: ToolCallId) -> Changes:
         return changes
     changes.calls[call.id] = {"status": "running", "attempts": call.attempts + 1}
     changes.events.append(NewEvent(call.turn_id, "tool_started", {"call_id": call.id, "tool": call.name}))
+    changes.durable = start_must_be_durable(call.effect)
     return changes
 
 

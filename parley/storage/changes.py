@@ -120,6 +120,9 @@ class Changes:
     new_calls: list[ToolCallRecord] = field(default_factory=list)
     new_interrupts: list[InterruptRecord] = field(default_factory=list)
     new_queued: list[QueuedMessageRecord] = field(default_factory=list)
+    # The commit must reach the disk before the decision takes effect (whatever the backend's
+    # usual durability): set for the start of a call that must never run twice.
+    durable: bool = False
 
     def is_empty(self) -> bool:
         return not (

@@ -35,7 +35,7 @@ from parley.storage.base import (
 )
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_file import prepare_database_file
-from parley.storage.sqlite_plumbing import dumps, unavailable
+from parley.storage.sqlite_plumbing import Synchronous, dumps, unavailable
 from parley.storage.sqlite_rows import (
     CALL_COLUMNS as _CALL_COLUMNS,
 )
@@ -449,7 +449,9 @@ async def _cap_size(db: aiosqlite.Connection, max_size_mb: float) -> None:
 
 
 @asynccontextmanager
-async def open_sqlite_store(path: Path, *, max_size_mb: float | None = None) -> AsyncIterator[SqliteStore]:
+async def open_sqlite_store(
+    path: Path, *, max_size_mb: float | None = None, synchronous: Synchronous = "full"
+) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the SQLite database at `path`.
 
     A new folder is created 0700 and a new file 0600 (see sqlite_file.py). With `max_size_mb`,
@@ -469,15 +471,16 @@ async def open_sqlite_store(path: Path, *, max_size_mb: float | None = None) -> 
         try:
             await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             await _enable_wal(db)
-            # FULL: a committed step survives a power loss too, not only a process crash.
-            await db.execute("PRAGMA synchronous = FULL")
+            # FULL: every commit survives a power loss; NORMAL: a process crash loses nothing, a
+            # power loss may lose the last commits, except those marked durable (see _make_durable).
+            await db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             await db.execute("PRAGMA foreign_keys = ON")
             if max_size_mb is not None:
                 await _cap_size(db, max_size_mb)
             await _migrate(db, path)
         except sqlite3.Error as exc:
             raise _open_failed(path, exc) from exc
-        yield SqliteStore(db, path)
+        yield SqliteStore(db, path, synchronous)
     finally:
         with anyio.CancelScope(shield=True):
             await db.close()

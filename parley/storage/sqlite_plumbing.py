@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiosqlite
 import anyio
@@ -19,6 +20,22 @@ import anyio
 from parley.errors import StorageCondition, StorageError, StorageUnavailable
 
 logger = logging.getLogger(__name__)
+
+# How SQLite syncs commits (storage.synchronous): "full" syncs every commit, "normal" syncs the
+# WAL at checkpoints only (a process crash loses nothing; a power loss may lose the last commits).
+Synchronous = Literal["normal", "full"]
+
+
+def sync_file(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return  # no WAL: everything is in the database file, synced by the last checkpoint
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
 
 # Primary SQLite result codes that describe the file's condition rather than our SQL. Any other
 # error (a constraint, a misuse) is a bug and is left as it is.
@@ -69,12 +86,21 @@ class StorageHealth:
 class SqliteBase:
     """The connection and its transactions; the store's parts build on it."""
 
-    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+    def __init__(self, db: aiosqlite.Connection, path: Path, synchronous: Synchronous = "full") -> None:
         self._db = db
         self.path = path
+        self.synchronous = synchronous
         self.health = StorageHealth()
         # One connection serves every task of the process; transactions must not interleave.
         self._lock = anyio.Lock()
+
+    async def _make_durable(self) -> None:
+        """Put every commit so far on disk. Under `synchronous = NORMAL` a WAL commit reaches the
+        operating system but is synced only at checkpoints; syncing the WAL file makes it (and
+        every commit before it) survive a power loss. Under FULL each commit is synced already."""
+        if self.synchronous == "full":
+            return
+        await anyio.to_thread.run_sync(sync_file, Path(f"{self.path}-wal"))
 
     @asynccontextmanager
     async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:

@@ -51,6 +51,7 @@ class _Transaction:
         self._store = store
         self._db = db
         self._snapshot = snapshot
+        self.durable = False
 
     @property
     def snapshot(self) -> SessionSnapshot:
@@ -60,6 +61,7 @@ class _Transaction:
         snapshot = self._snapshot
         session_id = snapshot.session.id
         db = self._db
+        self.durable = self.durable or changes.durable
         if changes.new_step is not None:
             step = changes.new_step
             try:
@@ -240,6 +242,7 @@ class SqliteSteps(SqliteTasks):
     async def session_transaction(
         self, session_id: SessionId, scope: SnapshotScope = CURRENT_TURN, *, lease: str | None = None
     ) -> AsyncIterator[_Transaction | None]:
+        transaction = None
         async with self._tx() as db:
             snapshot = await self._snapshot(db, session_id, scope)
             if snapshot is None:
@@ -247,7 +250,10 @@ class SqliteSteps(SqliteTasks):
                 return
             if lease is not None and snapshot.session.lease_owner != lease:
                 raise LeaseLost(session_id)
-            yield _Transaction(self, db, snapshot)
+            transaction = _Transaction(self, db, snapshot)
+            yield transaction
+        if transaction.durable:
+            await self._make_durable()
 
     @staticmethod
     async def _snapshot(
