@@ -15,6 +15,7 @@ from parley.runtime.machine import FinishTurn
 from parley.runtime.transitions import TurnEnd
 from parley.storage.base import (
     InterruptRecord,
+    ModelStep,
     QueuedMessageRecord,
     Resolution,
     SessionRecord,
@@ -599,3 +600,13 @@ def test_the_start_of_a_call_that_must_not_run_twice_is_committed_durably(effect
     changes = transitions.tool_started(snap(calls=(call("pending", effect),)), CALL)
     assert changes.calls[CALL]["status"] == "running"
     assert changes.durable == durable
+
+
+def test_streamed_text_not_yet_published_goes_out_with_the_model_step_before_its_event() -> None:
+    step = ModelStep(
+        turn_id=TID, step_no=2, assistant={"text": "whole"}, tool_calls=[], input_tokens=1, output_tokens=1
+    )
+    assert event_kinds(transitions.model_step(snap(), step, "p#1", NOW)) == ["model_step"]
+    tailed = transitions.model_step(snap(), replace(step, streamed_tail="le"), "p#1", NOW)
+    assert event_kinds(tailed) == ["text_delta", "model_step"]
+    assert tailed.events[0].data == {"text": "le"}

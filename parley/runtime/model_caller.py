@@ -45,9 +45,11 @@ class _TextStream:
     ) -> None:
         self._ctx, self._session_id, self._turn_id = ctx, session_id, turn_id
         self._pending: list[str] = []
-        # The first piece goes out at once (a caller waits for the first sign of an answer);
-        # later ones are batched.
-        self._last = float("-inf")
+        # Pieces go out in batches of about TEXT_FLUSH_S: the first once the call has taken that
+        # long (a model that answers at once commits its whole text with the step instead: an
+        # event, a transaction and a sync fewer per call).
+        self._last = anyio.current_time()
+        self._published = False
 
     async def add(self, text: str) -> None:
         self._pending.append(text)
@@ -57,10 +59,17 @@ class _TextStream:
         ):
             await self.flush()
 
+    def tail(self) -> str:
+        """The text not published yet, to commit with the model step; nothing when no piece went
+        out (the step's own event carries the whole text then)."""
+        text, self._pending = "".join(self._pending), []
+        return text if self._published else ""
+
     async def flush(self) -> None:
         if not self._pending:
             return
         text, self._pending, self._last = "".join(self._pending), [], anyio.current_time()
+        self._published = True
         ctx = self._ctx
         await ctx.store.record_event(
             self._session_id, self._turn_id, "text_delta", {"text": text}, ctx.clock()
@@ -230,7 +239,6 @@ class ModelCaller:
                 # The provider says the prompt is too long: compact now and try once more.
                 chat = await view.messages(messages, force=True)
                 response = await self.complete(model, replace(request, messages=chat), session, turn_id)
-            await stream.flush()
         except ModelError as exc:
             logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
             return FinishTurn("failed", None, f"The model call failed: {exc}")
@@ -260,6 +268,7 @@ class ModelCaller:
             input_tokens=response.input_tokens,
             output_tokens=response.output_tokens,
             cached_tokens=response.cached_tokens,
+            streamed_tail=stream.tail(),
         )
         # Committed in one transaction: the answer, the calls it asked for, and its usage.
         await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())

@@ -550,6 +550,8 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
         phase="tools" if step.tool_calls else "model",
         wake_at=None,
     )
+    if step.streamed_tail:
+        changes.events.append(NewEvent(step.turn_id, "text_delta", {"text": step.streamed_tail}))
     changes.events.append(
         NewEvent(
             step.turn_id,

@@ -270,6 +270,8 @@ class ModelStep:
     input_tokens: int
     output_tokens: int
     cached_tokens: int = 0
+    # Streamed text not yet published as a text_delta event: it goes out with the step.
+    streamed_tail: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
