@@ -164,6 +164,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         )
         async with anyio.create_task_group() as tg:
             await tg.start(sources.run)
+            sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
             await tg.start(scheduler.run)
             await tg.start(tasks.run_purge)
             await tg.start(tasks.run_watch)

@@ -24,6 +24,7 @@ from tests.support import (
     TEST_DEADLINE_S,
     call,
     db_rows,
+    eventually,
     fixture_calls,
     fixture_server,
     running_server,
@@ -380,3 +381,25 @@ async def test_a_server_from_the_package_registry_works_as_a_tool_source(world: 
     assert "UTC" in calls["time__get_current_time"]["result"]
     assert calls["time__convert_time"]["status"] == "succeeded"
     assert "21:00" in calls["time__convert_time"]["result"]
+
+
+async def test_shared_tool_servers_start_with_parley_not_on_the_first_turn(tmp_path: Path) -> None:
+    """The first turn after start does not wait for a shared MCP server's process to start: parley
+    starts the servers its agents use (and lists their tools) as it starts, once."""
+    started = tmp_path / "fixture.started"
+    server = fixture_server(tmp_path / "calls.jsonl")
+    server["env"]["FIXTURE_STARTED"] = str(started)
+    config = write_config(
+        tmp_path,
+        agents={"worker": {"model": {"provider": "demo"}, "mcp_servers": [{"server": "fixture"}]}},
+        mcp_servers={"fixture": server},
+    )
+    async with running_server(config) as (_, client):
+
+        async def fixture_started() -> bool:
+            return started.exists() and bool(started.read_text().strip())
+
+        await eventually(fixture_started, "the fixture server to start without any call")
+        outcome = await call(client, "start_session", agent="worker", message="hello")
+        assert outcome["status"] == "answered"
+    assert len(started.read_text().split()) == 1  # the turn used the process started at start-up

@@ -183,6 +183,10 @@ def main() -> None:
     parser.add_argument("--hang-list", action="store_true")
     parser.add_argument("--crash-on-first-read", action="store_true")
     args = parser.parse_args()
+    started = os.environ.get("FIXTURE_STARTED")
+    if started:  # a test that asks when (and how often) this server was started
+        with Path(started).open("a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
     server = build(args)
     if args.http is None:
         server.run("stdio")

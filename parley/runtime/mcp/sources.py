@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
@@ -79,6 +79,9 @@ class _Listing:
     retry_at: float = 0.0
     error: str | None = None
     refreshing: bool = False
+    # Set once the warm-up's first listing ended (a turn that needs the tools waits for it
+    # instead of listing a second time).
+    warmed: anyio.Event | None = None
 
 
 @dataclass(slots=True)
@@ -188,6 +191,30 @@ class McpToolSources:
                     conn.close()
                     del self._slots[(server, owner)]
 
+    def warm_up(self, servers: Iterable[str]) -> None:
+        """Start the shared servers among `servers` and list their tools in the background, so
+        the first turn after start does not wait for a process to start (a server that fails
+        here is tried again, as usual, when a turn needs it)."""
+        if self._tg is None:
+            return
+        for server in sorted(set(servers)):
+            cfg = self._servers.get(server)
+            if cfg is None or cfg.scope == "per_session" or server in self._listings:
+                continue
+            listing = self._listings[server] = _Listing(refreshing=True, warmed=anyio.Event())
+            self._tg.start_soon(self._warm, server, listing)
+
+    async def _warm(self, server: str, listing: _Listing) -> None:
+        try:
+            await self._refresh(server, None)
+        except ToolSourceUnavailable as exc:
+            logger.warning("%s; a turn that needs its tools will try again", exc)
+        finally:
+            listing.refreshing = False
+            assert listing.warmed is not None
+            listing.warmed.set()
+            listing.warmed = None
+
     # ------------------------------------------------------------------ listing
 
     async def list_tools(self, server: str, session_id: str | None) -> list[Tool]:
@@ -195,6 +222,8 @@ class McpToolSources:
         if server not in self._servers:
             raise ToolSourceUnavailable(server, "not configured in parley.yaml")
         listing = self._listings.setdefault(server, _Listing())
+        if listing.tools is None and listing.warmed is not None:
+            await listing.warmed.wait()  # bounded by the connect and list timeouts
         now = anyio.current_time()
         if listing.tools is not None:
             if now >= listing.expires_at and not listing.refreshing and self._tg is not None:
