@@ -41,7 +41,7 @@ from parley.storage.base import (
     TurnStatus,
     lease_token,
 )
-from parley.storage.changes import Changes, NewEvent, NewMessage
+from parley.storage.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
 from parley.storage.memory import open_memory_store
 from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.migrations import MIGRATIONS
@@ -1005,31 +1005,34 @@ async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or
 # ---------------------------------------------------------------------------- the step port
 
 
-async def test_a_transaction_on_a_session_that_does_not_exist_has_no_snapshot(store: Store) -> None:
-    async with store.session_transaction(new_session_id()) as tx:
-        assert tx is None
+def _writing(changes: Changes) -> Callable[[SessionSnapshot | None], tuple[SessionSnapshot | None, Changes]]:
+    """A decision that writes `changes` and returns the snapshot it was made on."""
+    return lambda snapshot: (snapshot, changes)
 
 
-async def test_a_transactions_changes_are_seen_together_when_it_ends_and_not_before(
+async def test_a_decision_on_a_session_that_does_not_exist_gets_no_snapshot_and_writes_nothing(
+    store: Store,
+) -> None:
+    sid = new_session_id()
+    seen = await store.decide(sid, CURRENT_TURN, _writing(Changes(session={"phase": "model"})), T0)
+    assert seen is None
+    assert await store.get_session(sid) is None
+
+
+async def test_a_decisions_changes_are_written_together_for_every_process(
     store: Store, other_store: Store
 ) -> None:
     sid = await new_session(store, "hello")
-    before = await snapshot(other_store, sid)
     [waiting] = await store.list_queued(sid)
-    async with store.session_transaction(sid) as tx:
-        assert tx is not None
-        assert tx.snapshot.session.id == sid and [q.id for q in tx.snapshot.queued] == [waiting.id]
-        await tx.apply(
-            Changes(
-                session={"phase": "model", "todos": [{"content": "x"}]},
-                queued={waiting.id: {"status": "consumed"}},
-                messages=[NewMessage(None, "user", {"text": "hello"})],
-                events=[NewEvent(None, "progress", {"n": 1})],
-            ),
-            T0 + 5,
-        )
-        # Another process sees the session as it was until the transaction ends.
-        assert await snapshot(other_store, sid) == before
+    changes = Changes(
+        session={"phase": "model", "todos": [{"content": "x"}]},
+        queued={waiting.id: {"status": "consumed"}},
+        messages=[NewMessage(None, "user", {"text": "hello"})],
+        events=[NewEvent(None, "progress", {"n": 1})],
+    )
+    seen = await store.decide(sid, CURRENT_TURN, _writing(changes), T0 + 5)
+    assert seen is not None
+    assert seen.session.id == sid and [q.id for q in seen.queued] == [waiting.id]
     session = await other_store.get_session(sid)
     assert session is not None
     assert (session.phase, session.todos, session.updated_at) == ("model", [{"content": "x"}], T0 + 5)
@@ -1040,26 +1043,18 @@ async def test_a_transactions_changes_are_seen_together_when_it_ends_and_not_bef
     assert (await other_store.list_events(sid, 0, 100))[-1].kind == "progress"
 
 
-async def test_a_transaction_left_by_an_exception_writes_nothing_and_takes_no_numbers(store: Store) -> None:
+async def test_a_decision_that_raises_writes_nothing_and_takes_no_numbers(store: Store) -> None:
     sid = await new_session(store, "hello")
     before = await snapshot(store, sid)
+
+    def decide_badly(snapshot: SessionSnapshot | None) -> tuple[None, Changes]:
+        raise RuntimeError("decided badly")
+
     with pytest.raises(RuntimeError, match="decided badly"):
-        async with store.session_transaction(sid) as tx:
-            assert tx is not None
-            await tx.apply(
-                Changes(
-                    session={"phase": "model"},
-                    messages=[NewMessage(None, "user", {"text": "lost"})],
-                    events=[NewEvent(None, "progress", {})],
-                    new_queued=[queued(sid, "lost too")],
-                ),
-                T0 + 5,
-            )
-            raise RuntimeError("decided badly")
+        await store.decide(sid, CURRENT_TURN, decide_badly, T0 + 5)
     assert await snapshot(store, sid) == before
-    async with store.session_transaction(sid) as tx:
-        assert tx is not None
-        await tx.apply(Changes(messages=[NewMessage(None, "user", {"text": "kept"})]), T0 + 6)
+    kept = Changes(messages=[NewMessage(None, "user", {"text": "kept"})])
+    await store.decide(sid, CURRENT_TURN, _writing(kept), T0 + 6)
     assert [m.seq for m in await store.list_messages(sid, None, None)] == [1]
     assert [q.seq for q in await store.list_queued(sid)] == [1]
 
@@ -1067,18 +1062,19 @@ async def test_a_transaction_left_by_an_exception_writes_nothing_and_takes_no_nu
 async def test_a_change_to_a_field_no_record_has_is_refused_and_writes_nothing(store: Store) -> None:
     sid = await new_session(store, "hello")
     before = await snapshot(store, sid)
+    bad = Changes(
+        session={"no_such_field": 1},
+        new_queued=[queued(sid, "never stored")],
+        messages=[NewMessage(None, "user", {"text": "never appended"})],
+        events=[NewEvent(None, "progress", {})],
+    )
     with pytest.raises(StorageError, match="no_such_field"):
-        async with store.session_transaction(sid) as tx:
-            assert tx is not None
-            await tx.apply(
-                Changes(
-                    session={"no_such_field": 1},
-                    new_queued=[queued(sid, "never stored")],
-                    messages=[NewMessage(None, "user", {"text": "never appended"})],
-                ),
-                T0 + 5,
-            )
+        await store.decide(sid, CURRENT_TURN, _writing(bad), T0 + 5)
     assert await snapshot(store, sid) == before
+    kept = Changes(messages=[NewMessage(None, "user", {"text": "kept"})], new_queued=[queued(sid, "next")])
+    await store.decide(sid, CURRENT_TURN, _writing(kept), T0 + 6)
+    assert [m.seq for m in await store.list_messages(sid, None, None)] == [1]
+    assert [q.seq for q in await store.list_queued(sid)] == [1, 2]
 
 
 # ---------------------------------------------------------------------------- interrupts

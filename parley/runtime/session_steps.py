@@ -47,13 +47,13 @@ class SessionSteps:
     ) -> T:
         """Load, decide and write in one transaction; `missing` when the session does not exist.
         `scope` names what the snapshot holds (see SnapshotScope)."""
-        async with self._store.session_transaction(session_id, SnapshotScope(**scope), lease=lease) as tx:
-            if tx is None:
-                return missing
-            result, changes = decide(tx.snapshot)
-            if not changes.is_empty():
-                await tx.apply(changes, now)
-            return result
+
+        def decide_or_missing(snapshot: SessionSnapshot | None) -> tuple[T, Changes]:
+            return (missing, Changes()) if snapshot is None else decide(snapshot)
+
+        return await self._store.decide(
+            session_id, SnapshotScope(**scope), decide_or_missing, now, lease=lease
+        )
 
     async def _write(
         self,
@@ -75,8 +75,7 @@ class SessionSteps:
 
     async def look(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
         """A consistent view of the session as one transaction sees it; nothing is written."""
-        async with self._store.session_transaction(session_id, scope) as tx:
-            return tx.snapshot if tx is not None else None
+        return await self._store.decide(session_id, scope, lambda snapshot: (snapshot, Changes()), 0.0)
 
     # ------------------------------------------------------------------ a caller's requests
 

@@ -1,16 +1,16 @@
 """The step port: a session's snapshot, read and written back in one transaction.
 
 The runtime decides (parley/runtime/transitions.py); a backend only loads the snapshot under its
-lock and writes the `Changes` the decision returned, in the same transaction. A decision made
+lock, calls the decision and writes the `Changes` it returned, in the same transaction. A decision made
 from an earlier snapshot is never written, which is what keeps first-decision-wins and every
 other race atomic. Storage adds nothing to a decision: no status, no text, no rule.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
@@ -141,21 +141,23 @@ class Changes:
         )
 
 
-class SessionTransaction(Protocol):
-    """An open transaction on one session: its snapshot, and the one write of a decision."""
-
-    @property
-    def snapshot(self) -> SessionSnapshot: ...
-
-    async def apply(self, changes: Changes, now: float) -> None: ...
+T = TypeVar("T")
 
 
 class StepStore(Protocol):
     """Decisions on a session, each in one transaction under the backend's lock."""
 
-    def session_transaction(
-        self, session_id: SessionId, scope: SnapshotScope = CURRENT_TURN, *, lease: str | None = None
-    ) -> AbstractAsyncContextManager[SessionTransaction | None]:
-        """Load the snapshot of `scope` (None if the session does not exist). With `lease`,
-        LeaseLost unless that process still holds the session's lease (nothing is written)."""
+    async def decide(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        *,
+        lease: str | None = None,
+    ) -> T:
+        """In one transaction: load the snapshot of `scope` (None if the session does not exist),
+        call `decide` on it and write the `Changes` it returns; return what `decide` returned.
+        `decide` must be a pure function (a backend may call it on its own thread). With `lease`,
+        LeaseLost, and nothing decided or written, unless that holding of the lease is current."""
         ...

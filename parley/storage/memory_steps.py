@@ -1,25 +1,27 @@
-"""The step port in memory: a session's snapshot loaded and its changes written under the
-database's lock, committed together when the transaction ends (see parley/storage/changes.py).
+"""The step port in memory: a session's snapshot loaded, the decision made and its changes
+written under the database's lock, committed together (see parley/storage/changes.py).
 The same row mapping as sqlite_steps.py, and no rule."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId, TurnId
 from parley.storage.base import InterruptRecord, StepRecord, ToolCallRecord
-from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot, SnapshotScope
+from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
 from parley.storage.memory_tables import MemoryTables, row, updated
 from parley.storage.memory_tasks import MemoryTasks
+
+T = TypeVar("T")
 
 
 def load_snapshot(
     tables: MemoryTables, session_id: SessionId, scope: SnapshotScope
 ) -> SessionSnapshot | None:
-    """The snapshot SqliteSteps._snapshot loads, from the same rows."""
+    """The snapshot sqlite_steps.load_snapshot loads, from the same rows."""
     turn_id, interrupt_id, call_id = scope.turn_id, scope.interrupt_id, scope.call_id
     message_id, client_message_id = scope.message_id, scope.client_message_id
     session = tables.sessions.get(session_id)
@@ -183,41 +185,28 @@ def apply_changes(tables: MemoryTables, snapshot: SessionSnapshot, changes: Chan
         tables.append_event(session_id, event.turn_id, event.kind, event.data, now)
 
 
-class _Transaction:
-    def __init__(self, tables: MemoryTables, snapshot: SessionSnapshot) -> None:
-        self._tables = tables
-        self._snapshot = snapshot
-        # The tables as this transaction wrote them; committed when the transaction ends.
-        self.written: MemoryTables | None = None
-
-    @property
-    def snapshot(self) -> SessionSnapshot:
-        return self._snapshot
-
-    async def apply(self, changes: Changes, now: float) -> None:
-        # On a copy, so an apply that fails half way leaves no part of itself behind.
-        draft = (self.written or self._tables).copy()
-        apply_changes(draft, self._snapshot, changes, now)
-        self.written = draft
-
-
 class MemorySteps(MemoryTasks):
-    """`session_transaction` of the step port, for the in-memory store."""
+    """`decide` of the step port, for the in-memory store."""
 
-    @asynccontextmanager
-    async def session_transaction(
-        self, session_id: SessionId, scope: SnapshotScope = CURRENT_TURN, *, lease: str | None = None
-    ) -> AsyncIterator[_Transaction | None]:
+    async def decide(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        *,
+        lease: str | None = None,
+    ) -> T:
         # The lock is held from the snapshot to the commit, so no other write comes between them.
         async with self._db.lock:
             tables = self._db.tables
             snapshot = load_snapshot(tables, session_id, scope)
-            if snapshot is None:
-                yield None
-                return
-            if lease is not None and snapshot.session.lease_owner != lease:
+            if snapshot is not None and lease is not None and snapshot.session.lease_owner != lease:
                 raise LeaseLost(session_id)
-            transaction = _Transaction(tables, snapshot)
-            yield transaction
-            if transaction.written is not None:
-                self._db.tables = transaction.written
+            result, changes = decide(snapshot)
+            if snapshot is not None and not changes.is_empty():
+                # On a copy, so a write that fails half way leaves no part of itself behind.
+                draft = tables.copy()
+                apply_changes(draft, snapshot, changes, now)
+                self._db.tables = draft
+            return result

@@ -1,4 +1,4 @@
-"""SQLite backend of the Store port: one aiosqlite connection per process, WAL mode.
+"""SQLite backend of the Store port: one connection per process, WAL mode.
 
 Several parley processes may open the same file (every desktop client window starts its
 own server). WAL lets readers run beside the one writer, `BEGIN IMMEDIATE` takes the
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import anyio
 
 from parley.errors import LeaseLost, StorageError
@@ -33,9 +33,17 @@ from parley.storage.base import (
     TurnRecord,
     lease_token,
 )
+from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_file import prepare_database_file
-from parley.storage.sqlite_plumbing import Synchronous, dumps, unavailable
+from parley.storage.sqlite_plumbing import (
+    BUSY_ATTEMPT_MS,
+    BUSY_WAIT_S,
+    Connection,
+    Synchronous,
+    dumps,
+    unavailable,
+)
 from parley.storage.sqlite_rows import (
     CALL_COLUMNS as _CALL_COLUMNS,
 )
@@ -66,10 +74,7 @@ from parley.storage.sqlite_rows import (
 from parley.storage.sqlite_rows import (
     turn_row as _turn,
 )
-from parley.storage.sqlite_steps import SqliteSteps
-
-# How long a write waits for another process's transaction before failing.
-BUSY_TIMEOUT_MS = 10_000
+from parley.storage.sqlite_steps import SqliteSteps, append_rows
 
 _dumps = dumps
 
@@ -78,12 +83,10 @@ class SqliteStore(SqliteSteps):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
     @staticmethod
-    async def _check_lease(db: aiosqlite.Connection, session_id: SessionId, lease: str) -> None:
-        async with db.execute(
-            "SELECT 1 FROM sessions WHERE id = ? AND lease_owner = ?", (session_id, lease)
-        ) as cur:
-            if await cur.fetchone() is None:
-                raise LeaseLost(session_id)
+    def _check_lease(db: Connection, session_id: SessionId, lease: str) -> None:
+        found = db.execute("SELECT 1 FROM sessions WHERE id = ? AND lease_owner = ?", (session_id, lease))
+        if found.fetchone() is None:
+            raise LeaseLost(session_id)
 
     async def steer_pending(self, session_id: SessionId) -> bool:
         row = await self._fetchone(
@@ -98,9 +101,10 @@ class SqliteStore(SqliteSteps):
         self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
     ) -> bool:
         status, phase = session.status, session.phase
-        async with self._tx() as db:
+
+        def create(db: Connection) -> bool:
             try:
-                await db.execute(
+                db.execute(
                     "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
                     "start_client_message_id, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
@@ -119,14 +123,15 @@ class SqliteStore(SqliteSteps):
                 )
             except sqlite3.IntegrityError:
                 return False  # the owner already started a session with this client_message_id
-            await self._event(db, session.id, None, "session_created", {"agent": session.agent}, now)
+            events = [NewEvent(None, "session_created", {"agent": session.agent})]
+            queued = []
             if first_message is not None:
-                queued = replace(first_message, status="queued", turn_id=None, created_at=now)
-                await self._insert_queued(db, session.id, queued)
-                await self._event(
-                    db, session.id, None, "message_queued", {"queued_message_id": queued.id}, now
-                )
+                queued.append(replace(first_message, status="queued", turn_id=None, created_at=now))
+                events.append(NewEvent(None, "message_queued", {"queued_message_id": first_message.id}))
+            append_rows(db, session.id, events=events, queued=queued, now=now)
             return True
+
+        return await self._write(create)
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
         row = await self._fetchone(
@@ -170,35 +175,40 @@ class SqliteStore(SqliteSteps):
         self, session_id: SessionId, owner: str, now: float, ttl_s: float
     ) -> str | None:
         prefix = lease_token(owner, 0)[:-1]  # "<owner>#": any earlier holding of this process
-        async with self._tx() as db:
-            async with db.execute(
+
+        def acquire(db: Connection) -> str | None:
+            row = db.execute(
                 "UPDATE sessions SET lease_epoch = lease_epoch + 1, lease_owner = ? || (lease_epoch + 1), "
                 "lease_expires_at = ? WHERE id = ? AND status IN ('running', 'waiting_for_input') "
                 "AND (lease_owner IS NULL OR lease_expires_at < ? OR substr(lease_owner, 1, ?) = ?) "
                 "RETURNING lease_owner",
                 (prefix, now + ttl_s, session_id, now, len(prefix), prefix),
-            ) as cur:
-                row = await cur.fetchone()
+            ).fetchone()
             return str(row[0]) if row is not None else None
 
+        return await self._write(acquire)
+
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
-        async with self._tx() as db:
-            async with db.execute(
+        def renew(db: Connection) -> sqlite3.Row | None:
+            row: sqlite3.Row | None = db.execute(
                 f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? "
                 f"RETURNING {_SESSION_COLUMNS}",
                 (now + ttl_s, session_id, lease),
-            ) as cur:
-                row = await cur.fetchone()
-            if row is None:
-                raise LeaseLost(session_id)
-            return _session(row)
+            ).fetchone()
+            return row
+
+        row = await self._write(renew)
+        if row is None:
+            raise LeaseLost(session_id)
+        return _session(row)
 
     async def release_lease(self, session_id: SessionId, lease: str) -> None:
-        async with self._tx() as db:
-            await db.execute(
+        await self._write(
+            lambda db: db.execute(
                 "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = ? AND lease_owner = ?",
                 (session_id, lease),
             )
+        )
 
     async def count_leases(self, owner: str, now: float) -> int:
         prefix = lease_token(owner, 0)[:-1]
@@ -226,8 +236,9 @@ class SqliteStore(SqliteSteps):
     async def record_event(
         self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
     ) -> None:
-        async with self._tx() as db:
-            await self._event(db, session_id, turn_id, kind, data, now)
+        await self._write(
+            lambda db: append_rows(db, session_id, events=[NewEvent(turn_id, kind, data)], now=now)
+        )
 
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
         sql = f"SELECT {_INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = ?"
@@ -246,15 +257,16 @@ class SqliteStore(SqliteSteps):
     async def save_summary(
         self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
     ) -> None:
-        async with self._tx() as db:
-            await self._check_lease(db, session_id, lease)
-            await db.execute(
+        def save(db: Connection) -> None:
+            self._check_lease(db, session_id, lease)
+            db.execute(
                 "INSERT OR REPLACE INTO summaries (session_id, upto_seq, turn_id, text, created_at) VALUES (?, ?, ?, ?, ?)",
                 (session_id, upto_seq, turn_id, text, now),
             )
-            await self._event(
-                db, session_id, turn_id, "compacted", {"upto_seq": upto_seq, "chars": len(text)}, now
-            )
+            event = NewEvent(turn_id, "compacted", {"upto_seq": upto_seq, "chars": len(text)})
+            append_rows(db, session_id, events=[event], now=now)
+
+        await self._write(save)
 
     async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
         row = await self._fetchone(
@@ -396,23 +408,22 @@ WAL_ATTEMPTS = 50
 WAL_RETRY_S = 0.05
 
 
-async def _enable_wal(db: aiosqlite.Connection) -> None:
+def _enable_wal(db: Connection) -> None:
     for attempt in range(WAL_ATTEMPTS):
         try:
-            await db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
                 raise
-            await anyio.sleep(WAL_RETRY_S)
+            time.sleep(WAL_RETRY_S)  # on the opening thread, before the store serves anyone
 
 
-async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
-    await db.execute("BEGIN IMMEDIATE")
+def _migrate(db: Connection, path: Path) -> None:
+    db.execute("BEGIN IMMEDIATE")
     try:
-        await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        async with db.execute("SELECT MAX(version) FROM schema_version") as cur:
-            row = await cur.fetchone()
+        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
         current = int(row[0]) if row is not None and row[0] is not None else 0
         if current > len(MIGRATIONS):
             raise StorageError(
@@ -422,13 +433,13 @@ async def _migrate(db: aiosqlite.Connection, path: Path) -> None:
         for version in range(current + 1, len(MIGRATIONS) + 1):
             for statement in MIGRATIONS[version - 1].split(";"):
                 if statement.strip():
-                    await db.execute(statement)
-            await db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
-        await db.execute("COMMIT")
+                    db.execute(statement)
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        db.execute("COMMIT")
     except BaseException:
         # SQLite may have rolled back by itself (a full disk); a second ROLLBACK would hide why.
         if db.in_transaction:
-            await db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
         raise
 
 
@@ -439,13 +450,40 @@ def _open_failed(path: Path, exc: sqlite3.Error) -> StorageError:
     return StorageError(f"cannot open the database {path}: {exc}")
 
 
-async def _cap_size(db: aiosqlite.Connection, max_size_mb: float) -> None:
-    async with db.execute("PRAGMA page_size") as cur:
-        row = await cur.fetchone()
+def _cap_size(db: Connection, max_size_mb: float) -> None:
+    row = db.execute("PRAGMA page_size").fetchone()
     page_size = int(row[0]) if row is not None else 4096
     pages = max(1, int(max_size_mb * 1024 * 1024) // page_size)
     # SQLite keeps the cap per connection; a file already larger keeps its size and gains no pages.
-    await db.execute(f"PRAGMA max_page_count = {pages}")
+    db.execute(f"PRAGMA max_page_count = {pages}")
+
+
+def _open(path: Path, max_size_mb: float | None, synchronous: Synchronous) -> Connection:
+    try:
+        # The connection is used from worker threads, one at a time (SqliteBase's limiter).
+        db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise _open_failed(path, exc) from exc
+    try:
+        db.row_factory = sqlite3.Row
+        # Opening waits as long as a call would for another process's lock (a peer migrating).
+        db.execute(f"PRAGMA busy_timeout = {int(BUSY_WAIT_S * 1000)}")
+        _enable_wal(db)
+        # FULL: every commit survives a power loss; NORMAL: a process crash loses nothing, a
+        # power loss may lose the last commits, except those marked durable (see _make_durable).
+        db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        db.execute("PRAGMA foreign_keys = ON")
+        if max_size_mb is not None:
+            _cap_size(db, max_size_mb)
+        _migrate(db, path)
+        db.execute(f"PRAGMA busy_timeout = {BUSY_ATTEMPT_MS}")  # then SqliteBase retries, see there
+    except sqlite3.Error as exc:
+        db.close()
+        raise _open_failed(path, exc) from exc
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 @asynccontextmanager
@@ -462,25 +500,10 @@ async def open_sqlite_store(
             the message names the file and the fix.
     """
     prepare_database_file(path)
+    db = await anyio.to_thread.run_sync(_open, path, max_size_mb, synchronous)
+    store = SqliteStore(db, path, synchronous)
     try:
-        db = await aiosqlite.connect(str(path), isolation_level=None)
-    except sqlite3.Error as exc:
-        raise _open_failed(path, exc) from exc
-    try:
-        db.row_factory = sqlite3.Row
-        try:
-            await db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            await _enable_wal(db)
-            # FULL: every commit survives a power loss; NORMAL: a process crash loses nothing, a
-            # power loss may lose the last commits, except those marked durable (see _make_durable).
-            await db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            await db.execute("PRAGMA foreign_keys = ON")
-            if max_size_mb is not None:
-                await _cap_size(db, max_size_mb)
-            await _migrate(db, path)
-        except sqlite3.Error as exc:
-            raise _open_failed(path, exc) from exc
-        yield SqliteStore(db, path, synchronous)
+        yield store
     finally:
         with anyio.CancelScope(shield=True):
-            await db.close()
+            await store.close()

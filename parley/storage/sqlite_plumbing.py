@@ -1,21 +1,25 @@
-"""The connection plumbing every part of the SQLite store shares: one aiosqlite connection per
-process, a lock so transactions never interleave, and `BEGIN IMMEDIATE` transactions that
-end cleanly even when cancelled, or when SQLite has already rolled them back itself."""
+"""The connection plumbing every part of the SQLite store shares: one connection per process,
+used by one thread at a time, and one hand-off to that thread per transaction.
+
+Each read or write is a plain function of the connection that runs whole on a worker thread
+(`_read`, `_write`): loading a snapshot, deciding and writing a step is one hand-off, not one
+per statement (with a driver per statement, the hand-offs cost more than SQLite's work). A
+function that has started always runs to its end, commit or rollback included, even when its
+caller is cancelled meanwhile, so a transaction never stays open.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-import aiosqlite
 import anyio
+import anyio.lowlevel
 
 from parley.errors import StorageCondition, StorageError, StorageUnavailable
 
@@ -83,61 +87,126 @@ class StorageHealth:
             self.status = failure.condition
 
 
+T = TypeVar("T")
+
+Connection = sqlite3.Connection
+
+# How long one attempt waits for another process's lock on the connection's thread (SQLite's
+# busy_timeout), and how long a call keeps trying before it fails as "busy". Between attempts
+# the thread is free and the caller can be cancelled: a cancelled write never runs later.
+BUSY_ATTEMPT_MS = 50
+BUSY_WAIT_S = 10.0
+
+
+class _Busy(Exception):
+    """Another process holds the lock: nothing was done, try again."""
+
+    def __init__(self, error: sqlite3.Error) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
 class SqliteBase:
     """The connection and its transactions; the store's parts build on it."""
 
-    def __init__(self, db: aiosqlite.Connection, path: Path, synchronous: Synchronous = "full") -> None:
+    def __init__(self, db: Connection, path: Path, synchronous: Synchronous = "full") -> None:
         self._db = db
         self.path = path
         self.synchronous = synchronous
         self.health = StorageHealth()
-        # One connection serves every task of the process; transactions must not interleave.
-        self._lock = anyio.Lock()
+        # One connection serves every task of the process, one function at a time, in order.
+        self._limiter = anyio.CapacityLimiter(1)
 
-    async def _make_durable(self) -> None:
+    async def _run(self, fn: Callable[[], T]) -> T:
+        """Run `fn` on the connection's thread (the one hand-off of a transaction); while another
+        process holds the lock, try again until BUSY_WAIT_S have passed."""
+        started = anyio.current_time()
+        while True:
+            try:
+                return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+            except _Busy as busy:
+                if anyio.current_time() - started >= BUSY_WAIT_S:
+                    raise self._write_failed(busy.error, "waited for another process's lock") from None
+                await anyio.lowlevel.checkpoint()  # a cancelled caller stops here, nothing done
+
+    async def _read(self, fn: Callable[[Connection], T]) -> T:
+        """`fn`'s reads, in one read transaction (so several statements see one state)."""
+        return await self._run(lambda: self._reading(fn))
+
+    async def _write(self, fn: Callable[[Connection], T]) -> T:
+        """`fn`'s writes, in one `BEGIN IMMEDIATE` transaction: all committed or none."""
+        return await self._run(lambda: self._writing(fn))
+
+    async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return await self._run(lambda: self._reading(lambda db: db.execute(sql, params).fetchall()))
+
+    async def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = await self._run(
+            lambda: self._reading(lambda db: db.execute(sql, params).fetchone())
+        )
+        return row
+
+    async def close(self) -> None:
+        await self._run(self._db.close)
+
+    # ------------------------------------------------------------------ on the connection's thread
+
+    def _reading(self, fn: Callable[[Connection], T]) -> T:
+        db = self._db
+        try:
+            db.execute("BEGIN")
+            try:
+                return fn(db)
+            finally:
+                if db.in_transaction:
+                    db.execute("COMMIT")  # a read transaction: nothing to write, nothing to sync
+        except sqlite3.Error as exc:
+            if _is_busy(exc):
+                raise _Busy(exc) from exc  # a read changes nothing: try it again
+            failure = unavailable(self.path, exc)
+            if failure is None:
+                raise
+            raise failure from exc
+
+    def _writing(self, fn: Callable[[Connection], T]) -> T:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if _is_busy(exc):
+                raise _Busy(exc) from exc  # nothing begun: try again
+            raise self._write_failed(exc, "cannot start a transaction") from exc
+        try:
+            result = fn(db)
+        except sqlite3.Error as exc:
+            self._end_failed_tx()
+            failure = unavailable(self.path, exc)
+            if failure is None:
+                raise
+            self._note(failure)
+            raise failure from exc
+        except BaseException:
+            self._end_failed_tx()
+            raise
+        try:
+            db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            self._end_failed_tx()
+            raise self._write_failed(exc, "cannot commit") from exc
+        self.health.record(None)
+        return result
+
+    def _make_durable(self) -> None:
         """Put every commit so far on disk. Under `synchronous = NORMAL` a WAL commit reaches the
         operating system but is synced only at checkpoints; syncing the WAL file makes it (and
         every commit before it) survive a power loss. Under FULL each commit is synced already."""
-        if self.synchronous == "full":
-            return
-        await anyio.to_thread.run_sync(sync_file, Path(f"{self.path}-wal"))
-
-    @asynccontextmanager
-    async def _tx(self) -> AsyncIterator[aiosqlite.Connection]:
-        async with self._lock:
-            try:
-                await self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self._write_failed(exc, "cannot start a transaction") from exc
-            except BaseException:
-                # Cancelled while waiting: the BEGIN still runs in aiosqlite's thread. Without this
-                # ROLLBACK (queued behind it on that thread) the connection would keep the write
-                # lock, and every process would find the database locked.
-                with anyio.CancelScope(shield=True):
-                    await self._rollback_quietly()
-                raise
-            try:
-                yield self._db
-            except sqlite3.Error as exc:
-                with anyio.CancelScope(shield=True):
-                    await self._end_failed_tx()
-                failure = unavailable(self.path, exc)
-                if failure is None:
-                    raise
-                self._note(failure)
-                raise failure from exc
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await self._end_failed_tx()
-                raise
-            else:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await self._db.execute("COMMIT")
-                    except sqlite3.Error as exc:
-                        await self._end_failed_tx()
-                        raise self._write_failed(exc, "cannot commit") from exc
-                self.health.record(None)
+        if self.synchronous != "full":
+            sync_file(Path(f"{self.path}-wal"))
 
     def _write_failed(self, exc: sqlite3.Error, what: str) -> StorageError:
         failure = unavailable(self.path, exc)
@@ -151,36 +220,13 @@ class SqliteBase:
             logger.error("writing to %s failed: %s (%s)", self.path, failure.condition, failure.detail)
         self.health.record(failure)
 
-    async def _end_failed_tx(self) -> None:
+    def _end_failed_tx(self) -> None:
         # On SQLITE_FULL, IOERR, NOMEM or BUSY SQLite may have rolled the transaction back already;
         # a second ROLLBACK would fail with "no transaction is active" and hide the real error.
         if not self._db.in_transaction:
             return
         try:
-            await self._db.execute("ROLLBACK")
+            self._db.execute("ROLLBACK")
         except sqlite3.OperationalError:
             if self._db.in_transaction:
                 raise
-
-    async def _rollback_quietly(self) -> None:
-        # An error here means the BEGIN had not happened: there is no transaction to end.
-        with contextlib.suppress(sqlite3.OperationalError):
-            await self._db.execute("ROLLBACK")
-
-    async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        async with self._lock, self._reading(), self._db.execute(sql, params) as cur:
-            return list(await cur.fetchall())
-
-    async def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        async with self._lock, self._reading(), self._db.execute(sql, params) as cur:
-            return await cur.fetchone()
-
-    @asynccontextmanager
-    async def _reading(self) -> AsyncIterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            failure = unavailable(self.path, exc)
-            if failure is None:
-                raise
-            raise failure from exc

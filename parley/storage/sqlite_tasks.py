@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import TaskPage, TaskRecord, TaskStatus
-from parley.storage.sqlite_plumbing import SqliteBase, dumps
+from parley.storage.sqlite_plumbing import Connection, SqliteBase, dumps
 
 _TASK_COLUMNS = (
     "id, owner, generation, tool, session_id, queued_message_id, turn_id, status, status_message, "
@@ -40,8 +40,8 @@ def _task(row: sqlite3.Row) -> TaskRecord:
 
 class SqliteTasks(SqliteBase):
     async def create_task(self, task: TaskRecord) -> None:
-        async with self._tx() as db:
-            await db.execute(
+        def insert(db: Connection) -> None:
+            db.execute(
                 f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     task.id,
@@ -62,6 +62,8 @@ class SqliteTasks(SqliteBase):
                 ),
             )
 
+        await self._write(insert)
+
     async def get_task(self, task_id: str, now: float) -> TaskRecord | None:
         row = await self._fetchone(
             f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ? AND {_LIVE}", (task_id, now)
@@ -78,8 +80,8 @@ class SqliteTasks(SqliteBase):
         result: dict[str, Any] | None,
         now: float,
     ) -> TaskRecord | None:
-        async with self._tx() as db:
-            await db.execute(
+        def update(db: Connection) -> sqlite3.Row | None:
+            db.execute(
                 f"UPDATE tasks SET status = ?, status_message = ?, turn_id = COALESCE(?, turn_id), result = ?, "
                 f"updated_at = ? WHERE id = ? AND {_OPEN}",
                 (
@@ -91,8 +93,12 @@ class SqliteTasks(SqliteBase):
                     task_id,
                 ),
             )
-            async with db.execute(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,)) as cur:
-                row = await cur.fetchone()
+            row: sqlite3.Row | None = db.execute(
+                f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,)
+            ).fetchone()
+            return row
+
+        row = await self._write(update)
         return _task(row) if row is not None else None
 
     async def list_tasks(self, owner: str, cursor: str | None, limit: int, now: float) -> TaskPage:
@@ -114,8 +120,8 @@ class SqliteTasks(SqliteBase):
         return TaskPage(tasks=tasks, next_cursor=next_cursor)
 
     async def purge_tasks(self, now: float) -> int:
-        async with self._tx() as db:
-            cur = await db.execute(
-                "DELETE FROM tasks WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
-            )
+        def purge(db: Connection) -> int:
+            cur = db.execute("DELETE FROM tasks WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))
             return cur.rowcount
+
+        return await self._write(purge)
