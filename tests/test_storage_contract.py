@@ -1261,12 +1261,11 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
         )
         blocker.execute("BEGIN IMMEDIATE")
         waiting = anyio.CancelScope(deadline=anyio.current_time() + 0.1)
+        cancelled = anyio.Event()
 
         async def peer() -> None:
-            # The peer holds the lock until the write has been cancelled, however slow the machine,
-            # then lets go (the cancelled write's cleanup waits for the lock).
-            while not waiting.cancel_called:  # noqa: ASYNC110 - a flag of this task group, no event
-                await anyio.sleep(0.01)
+            # The peer holds the lock until the write has been cancelled, however slow the machine.
+            await cancelled.wait()
             blocker.execute("ROLLBACK")
 
         try:
@@ -1274,6 +1273,7 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
                 tg.start_soon(peer)
                 with waiting:
                     await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+                cancelled.set()
             assert waiting.cancelled_caught, "the write went through while the peer held the lock"
         finally:
             blocker.close()

@@ -262,7 +262,7 @@ class SessionDriver:
             control.turn_id, control.scope = turn_id, scope
             try:
                 if isinstance(action, CallModel):
-                    failure = await self._models.call(session, agent, turn, action, messages, control.lease)
+                    failure = await self._models.call(session, agent, turn, action, transcript, control.lease)
                     if failure is not None:
                         await self._finish(control, session, turn_id, failure)
                 elif isinstance(action, RunTools):

@@ -16,6 +16,7 @@ from parley.errors import ModelError
 from parley.ids import SessionId, TurnId, new_tool_call_id
 from parley.runtime import compaction
 from parley.runtime.builtin_tools import SET_RESULT_NAME
+from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.machine import CallModel, FinishTurn
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
@@ -95,14 +96,14 @@ class _ModelView:
         spec: ModelSpec,
         tools: tuple[ToolSpec, ...],
         lease: str,
+        transcript: LeasedTranscript,
     ) -> None:
         self._caller, self._session, self._agent, self._turn = caller, session, agent, turn
-        self._lease = lease
+        self._lease, self._transcript = lease, transcript
         self._model, self._spec, self._tools = model, spec, tools
 
     async def messages(self, records: list[MessageRecord], force: bool = False) -> tuple[ChatMessage, ...]:
-        store = self._caller._ctx.store
-        summary = await store.latest_summary(self._session.id)
+        summary = await self._transcript.latest_summary()
         chat = self._assemble(records, summary)
         config = self._agent.compaction
         window = compaction.context_window(self._spec.name, config)
@@ -122,13 +123,8 @@ class _ModelView:
             self._caller._compaction_failures[self._turn.id] = failures + 1
             return chat
         self._caller._ctx.faults.hit("compacting", self._session.id)
-        await store.save_summary(
-            self._session.id,
-            self._lease,
-            self._turn.id,
-            plan.upto_seq,
-            new_summary,
-            self._caller._ctx.clock(),
+        await self._transcript.save_summary(
+            self._lease, self._turn.id, plan.upto_seq, new_summary, self._caller._ctx.clock()
         )
         return self._assemble(records, (plan.upto_seq, new_summary))
 
@@ -200,10 +196,12 @@ class ModelCaller:
         agent: AgentConfig,
         turn: TurnRecord,
         action: CallModel,
-        messages: list[MessageRecord],
+        transcript: LeasedTranscript,
         lease: str,
     ) -> FinishTurn | None:
+        """One model step of the turn, on the transcript as the driver last read it."""
         turn_id = turn.id
+        messages = transcript.records
         # The turn's own copy of the settings decides the model, also after a restart.
         chosen = turn.settings.get("model")
         model = self._models.get(f"catalog:{chosen}") if chosen else None
@@ -220,7 +218,7 @@ class ModelCaller:
             # The last call a turn may make must answer; a task session may still hand in its result.
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
         stream = _TextStream(self._ctx, session.id, turn_id)
-        view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease)
+        view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease, transcript)
         try:
             chat = await view.messages(messages)
             request = ModelRequest(

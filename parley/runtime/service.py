@@ -53,6 +53,7 @@ from parley.storage.base import (
     ToolCallRecord,
     TurnRecord,
 )
+from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096
@@ -726,19 +727,19 @@ class SessionService:
         asked: set[str] = set()
 
         async def rested(last: bool) -> TurnOutcome | _Again | None:
-            turn = await self._store.get_turn(turn_id)
-            if turn is not None and (turn.status in RESTING_TURN or last):
-                await progress.poll()  # what happened last (the end of a streamed text) still goes out
-                return await self.turn_outcome(turn, message_id)
-            if turn is None:
+            # One read: the session with this turn, its calls and its interrupts.
+            snapshot = await self._steps.look(session_id, _turn_view(turn_id))
+            turn = snapshot.turn if snapshot is not None else None
+            if snapshot is None or turn is None:
                 return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running") if last else None
-            session = await self._store.get_session(session_id)
-            if session is None or not _waits_for_input(session, turn_id):
+            if turn.status in RESTING_TURN or last:
+                await progress.poll()  # what happened last (the end of a streamed text) still goes out
+                return _outcome(snapshot, turn, message_id)
+            if not _waits_for_input(snapshot.session, turn_id):
                 return None
-            pending = [i for i in await self._store.list_interrupts(session_id, True) if i.turn_id == turn_id]
-            new = [i for i in pending if i.id not in asked]
+            new = [i for i in snapshot.interrupts if i.status == "pending" and i.id not in asked]
             if ask_human is None or not new:
-                return await self.turn_outcome(turn, message_id)
+                return _outcome(snapshot, turn, message_id)
             # Put each new interrupt to the person through the client; an answer resolves it
             # exactly as approve/answer_question would, and the wait goes on at once.
             for interrupt in new:
@@ -816,29 +817,40 @@ class SessionService:
         return feed
 
     async def turn_outcome(self, turn: TurnRecord, message_id: QueuedMessageId | None = None) -> TurnOutcome:
-        calls = await self._store.list_tool_calls(turn.id)
-        session = await self._store.get_session(turn.session_id)
-        status: OutcomeStatus = turn.status
-        pending: list[InterruptRecord] = []
-        if turn.status == "running" and session is not None and _waits_for_input(session, turn.id):
-            status = "waiting_for_input"
-            pending = [i for i in await self._store.list_interrupts(session.id, True) if i.turn_id == turn.id]
-        return TurnOutcome(
-            session_id=turn.session_id,
-            turn_id=turn.id,
-            status=status,
-            pending=pending,
-            answer=turn.answer,
-            error=turn.error,
-            tool_calls=calls,
-            input_tokens=turn.input_tokens,
-            output_tokens=turn.output_tokens,
-            cached_tokens=turn.cached_tokens,
-            model_calls=turn.model_calls,
-            queued_message_id=message_id or turn.queued_message_id,
-            session_status=session.status if session else None,
-            result=turn.result,
-        )
+        snapshot = await self._steps.look(turn.session_id, _turn_view(turn.id))
+        if snapshot is None or snapshot.turn is None:
+            return TurnOutcome(session_id=turn.session_id, turn_id=turn.id, status=turn.status)
+        return _outcome(snapshot, snapshot.turn, message_id)
+
+
+def _turn_view(turn_id: TurnId) -> SnapshotScope:
+    """The session with one turn, its calls and its interrupts (not the queue)."""
+    return SnapshotScope(turn_id=turn_id, queue=False)
+
+
+def _outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMessageId | None) -> TurnOutcome:
+    session = snapshot.session
+    status: OutcomeStatus = turn.status
+    pending: list[InterruptRecord] = []
+    if turn.status == "running" and _waits_for_input(session, turn.id):
+        status = "waiting_for_input"
+        pending = [i for i in snapshot.interrupts if i.status == "pending"]
+    return TurnOutcome(
+        session_id=turn.session_id,
+        turn_id=turn.id,
+        status=status,
+        pending=pending,
+        answer=turn.answer,
+        error=turn.error,
+        tool_calls=list(snapshot.calls),
+        input_tokens=turn.input_tokens,
+        output_tokens=turn.output_tokens,
+        cached_tokens=turn.cached_tokens,
+        model_calls=turn.model_calls,
+        queued_message_id=message_id or turn.queued_message_id,
+        session_status=session.status,
+        result=turn.result,
+    )
 
 
 # Puts an interrupt to a person through the client (elicitation); None when they dismissed it.

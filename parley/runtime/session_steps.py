@@ -75,7 +75,7 @@ class SessionSteps:
 
     async def look(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
         """A consistent view of the session as one transaction sees it; nothing is written."""
-        return await self._store.decide(session_id, scope, lambda snapshot: (snapshot, Changes()), 0.0)
+        return await self._store.snapshot(session_id, scope)
 
     # ------------------------------------------------------------------ a caller's requests
 

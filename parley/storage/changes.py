@@ -161,3 +161,7 @@ class StepStore(Protocol):
         `decide` must be a pure function (a backend may call it on its own thread). With `lease`,
         LeaseLost, and nothing decided or written, unless that holding of the lease is current."""
         ...
+
+    async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
+        """The snapshot of `scope` as one read sees it (no lock taken, nothing written)."""
+        ...

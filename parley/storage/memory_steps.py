@@ -186,7 +186,10 @@ def apply_changes(tables: MemoryTables, snapshot: SessionSnapshot, changes: Chan
 
 
 class MemorySteps(MemoryTasks):
-    """`decide` of the step port, for the in-memory store."""
+    """`decide` and `snapshot` of the step port, for the in-memory store."""
+
+    async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
+        return load_snapshot(await self._committed(), session_id, scope)
 
     async def decide(
         self,

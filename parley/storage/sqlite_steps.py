@@ -349,7 +349,10 @@ def load_snapshot(db: Connection, session_id: SessionId, scope: SnapshotScope) -
 
 
 class SqliteSteps(SqliteTasks):
-    """`decide` of the step port, for the SQLite store."""
+    """`decide` and `snapshot` of the step port, for the SQLite store."""
+
+    async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
+        return await self._read(lambda db: load_snapshot(db, session_id, scope))
 
     async def decide(
         self,
