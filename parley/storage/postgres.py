@@ -38,6 +38,7 @@ from parley.storage.base import (
     TurnRecord,
     lease_token,
 )
+from parley.storage.postgres_copy import PostgresCopy
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, detail_of
 from parley.storage.postgres_rows import (
     CALL_FIELDS,
@@ -114,7 +115,7 @@ _WORK_SCAN = (
 )
 
 
-class PostgresStore(PostgresSteps):
+class PostgresStore(PostgresSteps, PostgresCopy):
     """The Store on PostgreSQL. Open it with `open_postgres_store`, which migrates the schema."""
 
     # (before, after): the schema versions when this store was opened (`parley db migrate`).
@@ -445,11 +446,12 @@ async def _connect(params: dict[str, Any], retry_s: float, label: str, secrets: 
             return await AsyncConnection.connect(**params, autocommit=True)
         except psycopg.OperationalError as exc:
             detail = detail_of(exc, secrets)
-            if any(word in detail for word in _FOR_GOOD) or anyio.current_time() + pause > deadline:
+            for_good = any(word in detail for word in _FOR_GOOD)
+            if for_good or anyio.current_time() + pause > deadline:
+                tried = "" if for_good else f" (tried for {retry_s:g}s, storage.connect_retry_s)"
                 raise StorageError(
                     f"cannot connect to the PostgreSQL database {label}: {detail}; check that it runs and "
-                    f"that storage.url names the right host, database and user (tried for {retry_s:g}s, "
-                    "storage.connect_retry_s)"
+                    f"that storage.url names the right host, database and user{tried}"
                 ) from None
         await anyio.sleep(pause)
         pause = min(pause * 2, 2.0)

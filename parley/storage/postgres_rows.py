@@ -69,18 +69,30 @@ TASK_FIELDS = _names(
     "result, ttl_ms, poll_interval_ms, created_at, updated_at, expires_at"
 )
 
-# Per table: the columns stored as `json` (JSON values, and outside text as a JSON string).
-JSON_COLUMNS: dict[str, frozenset[str]] = {
-    "sessions": frozenset({"todos", "result", "inputs", "settings", "last_error", "closed_reason"}),
-    "turns": frozenset({"result", "settings", "answer", "error"}),
-    "tool_calls": frozenset({"arguments", "result", "remote", "name"}),
-    "interrupts": frozenset({"payload", "resolution"}),
-    "queued_messages": frozenset({"settings", "text"}),
-    "messages": frozenset({"content"}),
-    "events": frozenset({"data"}),
+# Per table: the text from outside, stored as a JSON string (SQLite: plain text).
+TEXT_AS_JSON: dict[str, frozenset[str]] = {
+    "sessions": frozenset({"last_error", "closed_reason"}),
+    "turns": frozenset({"answer", "error"}),
+    "tool_calls": frozenset({"name"}),
+    "queued_messages": frozenset({"text"}),
     "summaries": frozenset({"text"}),
-    "tasks": frozenset({"result", "status_message"}),
-    "steps": frozenset(),
+    "tasks": frozenset({"status_message"}),
+}
+# Per table: every column stored as `json` (the JSON values, and the text above).
+JSON_COLUMNS: dict[str, frozenset[str]] = {
+    table: values | TEXT_AS_JSON.get(table, frozenset())
+    for table, values in {
+        "sessions": frozenset({"todos", "result", "inputs", "settings"}),
+        "turns": frozenset({"result", "settings"}),
+        "tool_calls": frozenset({"arguments", "result", "remote"}),
+        "interrupts": frozenset({"payload", "resolution"}),
+        "queued_messages": frozenset({"settings"}),
+        "messages": frozenset({"content"}),
+        "events": frozenset({"data"}),
+        "summaries": frozenset(),
+        "tasks": frozenset({"result"}),
+        "steps": frozenset(),
+    }.items()
 }
 # Per table: the columns a change may write (the record's fields).
 WRITABLE: dict[str, frozenset[str]] = {
