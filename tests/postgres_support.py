@@ -7,6 +7,7 @@ CI (`CI=true`), where a missing server is a failure: there it must run.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import secrets
@@ -14,7 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import anyio
+import anyio.abc
 import psycopg
+import psycopg.conninfo
 import pytest
 from psycopg import sql
 
@@ -102,3 +106,73 @@ def schema_for_test(url: str, tag: str) -> Iterator[PgSchema]:
     finally:
         schema.drop()
         schema.close()
+
+
+class DatabaseProxy:
+    """A TCP relay in front of the test server, so a test can take the database away from a store
+    (or a `parley serve`) and give it back, without touching the server others use.
+
+    `cut()` drops every relayed connection and stops listening: the database is unreachable.
+    `restore()` listens again on the same port. Run it with `async with DatabaseProxy(url) as proxy`
+    and give the store `proxy.url`.
+    """
+
+    def __init__(self, url: str) -> None:
+        params = psycopg.conninfo.conninfo_to_dict(url)
+        self._upstream = (str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+        self._url = url
+        self.port = 0
+        self._scope: anyio.CancelScope | None = None
+        self._group: anyio.abc.TaskGroup | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._upstream
+        return self._url.replace(f"{host}:{port}", f"127.0.0.1:{self.port}", 1)
+
+    async def __aenter__(self) -> DatabaseProxy:
+        self._group = await anyio.create_task_group().__aenter__()
+        await self.restore()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._group is not None
+        self._group.cancel_scope.cancel()
+        await self._group.__aexit__(None, None, None)
+
+    async def restore(self) -> None:
+        assert self._group is not None
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=self.port)
+        self.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+        self._scope = await self._group.start(self._serve, listener)
+
+    async def cut(self) -> None:
+        assert self._scope is not None
+        self._scope.cancel()
+
+    async def _serve(
+        self,
+        listener: anyio.abc.Listener[anyio.abc.SocketStream],
+        *,
+        task_status: anyio.abc.TaskStatus[anyio.CancelScope],
+    ) -> None:
+        with anyio.CancelScope() as scope:
+            task_status.started(scope)
+            async with listener, anyio.create_task_group() as relays:
+                await listener.serve(self._relay, relays)
+
+    async def _relay(self, client: anyio.abc.SocketStream) -> None:
+        async with client, await anyio.connect_tcp(*self._upstream) as server:
+
+            async def pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+                with contextlib.suppress(
+                    anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError
+                ):
+                    async for chunk in source:
+                        await sink.send(chunk)
+                # One side ended: end the other, so neither waits for more.
+                relay.cancel_scope.cancel()
+
+            async with anyio.create_task_group() as relay:
+                relay.start_soon(pump, client, server)
+                relay.start_soon(pump, server, client)

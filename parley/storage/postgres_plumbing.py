@@ -146,20 +146,28 @@ class PostgresBase:
         self.schema = schema
         self._secrets = tuple(secrets)
         self.health = PostgresHealth()
+        # Connections handed out and not yet back (the pool's own size also counts connections
+        # still being opened, which says nothing about how busy parley is).
+        self._in_use = 0
 
     # ------------------------------------------------------------------ connections
 
     async def _getconn(self, wait_s: float | None = None) -> Conn:
         try:
-            return await self._pool.getconn(wait_s)
+            conn = await self._pool.getconn(wait_s)
         except PoolTimeout as exc:
             raise self._unavailable(exc) from exc
+        self._in_use += 1
+        return conn
 
     async def _putconn(self, conn: Conn) -> None:
         """Back to the pool, rolled back if a transaction was left open (a failed or cancelled call).
         A connection in the middle of a statement, or broken, is closed and replaced by the pool."""
         with anyio.CancelScope(shield=True):
-            if conn.info.transaction_status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
+            self._in_use -= 1
+            # pgconn's status, not conn.info's: it answers for a closed connection too.
+            status = conn.pgconn.transaction_status
+            if status in (TransactionStatus.INTRANS, TransactionStatus.INERROR):
                 try:
                     await conn.execute("ROLLBACK")
                 except psycopg.Error as exc:
@@ -295,18 +303,15 @@ class PostgresBase:
         return self._unavailable(exc, outcome_known=not lost)
 
     def _saturated(self) -> bool:
-        stats = self._pool.get_stats()
-        return stats.get("pool_size", 0) >= stats.get("pool_max", 0) > 0 and not stats.get(
-            "pool_available", 0
-        )
+        return self._in_use >= self._pool.max_size
 
     def pool_stats(self) -> dict[str, int]:
-        """The pool's connections: open, in use, the most it may open, and callers waiting."""
+        """The pool's connections: open (or being opened), in use, the most it may open, and
+        callers waiting for one."""
         stats = self._pool.get_stats()
-        size, available = stats.get("pool_size", 0), stats.get("pool_available", 0)
         return {
-            "size": size,
-            "in_use": size - available,
-            "max": stats.get("pool_max", 0),
+            "size": stats.get("pool_size", 0),
+            "in_use": self._in_use,
+            "max": self._pool.max_size,
             "waiting": stats.get("requests_waiting", 0),
         }
