@@ -39,7 +39,8 @@ def unreachable_reason() -> str | None:
         with psycopg.connect(POSTGRES_URL, connect_timeout=CONNECT_TIMEOUT_S) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
-        return f"PostgreSQL at {POSTGRES_URL} (PARLEY_TEST_POSTGRES) is unreachable: {str(exc).strip()}"
+        detail = " ".join(line.strip() for line in str(exc).splitlines())
+        return f"PostgreSQL at {POSTGRES_URL} (PARLEY_TEST_POSTGRES) is unreachable: {detail}"
     return None
 
 

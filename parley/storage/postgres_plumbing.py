@@ -194,7 +194,7 @@ class PostgresBase:
                     cur = await conn.execute(query, params)
                     return await cur.fetchall()
             except psycopg.Error as exc:
-                if attempt == 1 and condition_of(exc) == "unreachable" and not isinstance(exc, PoolTimeout):
+                if attempt == 1 and condition_of(exc) == "unreachable":
                     continue
                 raise self._failed(exc, writing=False) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
@@ -235,7 +235,7 @@ class PostgresBase:
                 break
             except psycopg.Error as exc:
                 await self._putconn(conn)
-                if attempt == 1 and condition_of(exc) == "unreachable" and not isinstance(exc, PoolTimeout):
+                if attempt == 1 and condition_of(exc) == "unreachable":
                     continue
                 raise self._failed(exc, writing=False) from exc
             except BaseException:
