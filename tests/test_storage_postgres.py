@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,10 @@ from parley.redaction import mask_url
 from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord
 from parley.storage.changes import Changes, NewEvent
-from parley.storage.postgres import _WORK_SCAN, PostgresStore, open_postgres_store
+from parley.storage.ports import Store
+from parley.storage.postgres import WORK_SCAN, PostgresStore, open_postgres_store
 from parley.storage.postgres_schema import MIGRATIONS
+from parley.storage.sqlite import open_sqlite_store
 from parley.stores import open_store
 from tests.postgres_support import DatabaseProxy, PgSchema, require_postgres, schema_for_test
 from tests.support import TEST_DEADLINE_S, eventually
@@ -43,7 +46,7 @@ async def store(pg_schema: PgSchema) -> AsyncIterator[PostgresStore]:
         yield opened
 
 
-async def running_session(store: PostgresStore, text: str = "hello") -> SessionId:
+async def running_session(store: Store, text: str = "hello") -> SessionId:
     sid = new_session_id()
     first = QueuedMessageRecord(
         id=new_queued_message_id(),
@@ -235,7 +238,7 @@ async def test_the_work_scan_reads_indexes_not_100000_parked_sessions(postgres_u
             due = [await running_session(store) for _ in range(3)]
             schema.rows("ANALYZE sessions")
             assert sorted(await store.sessions_needing_work(T0 + 1, 200)) == sorted(due)
-        [[plan]] = schema.rows("EXPLAIN (FORMAT JSON) " + _WORK_SCAN, {"now": T0 + 1, "limit": 200})
+        [[plan]] = schema.rows("EXPLAIN (FORMAT JSON) " + WORK_SCAN, {"now": T0 + 1, "limit": 200})
     nodes = _plan_nodes(plan[0]["Plan"])
     scans = {(n["Node Type"], n.get("Index Name")) for n in nodes if "Scan" in n["Node Type"]}
     assert ("Seq Scan", None) not in scans, json.dumps(plan, indent=1)
@@ -292,6 +295,22 @@ async def test_opening_a_database_that_does_not_answer_gives_up_after_connect_re
         ):
             async with open_postgres_store(proxy.url, connect_retry_s=0.3):
                 pytest.fail("opened a database that does not answer")
+
+
+# ---------------------------------------------------------------------------- parley db copy
+
+
+async def test_a_copy_refuses_a_table_whose_columns_differ_and_copies_nothing(
+    store: PostgresStore, pg_schema: PgSchema, tmp_path: Path
+) -> None:
+    source = tmp_path / "drifted.db"
+    async with open_sqlite_store(source) as sqlite_store:
+        await running_session(sqlite_store)
+    with sqlite3.connect(source) as conn:
+        conn.execute("ALTER TABLE events ADD COLUMN only_in_sqlite TEXT")
+    with pytest.raises(StorageError, match=r"table events differs .*only_in_sqlite.*nothing was copied"):
+        await store.copy_from_sqlite(source)
+    assert pg_schema.rows("SELECT count(*) FROM sessions") == [(0,)]
 
 
 # ---------------------------------------------------------------------------- configuration

@@ -102,7 +102,7 @@ _FOR_GOOD = (
 #          Index Cond: (lease_expires_at < '1000001'::double precision)
 #   Execution Time: 0.126 ms
 # No sequential scan: a poll reads the sessions that are due, not the ones that are parked.
-_WORK_SCAN = (
+WORK_SCAN = (
     "SELECT id FROM ("
     " SELECT id, updated_at FROM sessions"
     " WHERE (status = 'running' OR (status = 'waiting_for_input' AND wake_at IS NOT NULL))"
@@ -251,7 +251,7 @@ class PostgresStore(PostgresSteps, PostgresCopy):
         return int(row[0]) if row is not None else 0
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
-        rows = await self._fetchall(_WORK_SCAN, {"now": now, "limit": page_limit(limit)})
+        rows = await self._fetchall(WORK_SCAN, {"now": now, "limit": page_limit(limit)})
         return [SessionId(row[0]) for row in rows]
 
     # ------------------------------------------------------------------ events and summaries

@@ -39,6 +39,10 @@ TABLE_NAMES = {
 CHUNK_ROWS = 1000
 
 
+def _table_info(db: sqlite3.Connection, table: str) -> list[Any]:
+    return db.execute(f"PRAGMA table_info({table})").fetchall()
+
+
 def _converter(table: str, column: str) -> Any:
     if column in TEXT_AS_JSON.get(table, ()):
         return lambda value: dumps(value) if value is not None else None
@@ -102,6 +106,17 @@ class PostgresCopy(PostgresBase):
             (table,),
         )
         columns = [str(r[0]) for r in await cur.fetchall()]
+        # The same columns on both sides, or no copy: a column only one side has would be lost
+        # (or missing) without a word.
+        sqlite_columns = {str(r[1]) for r in await anyio.to_thread.run_sync(_table_info, db, table)}
+        if sqlite_columns != set(columns):
+            only_sqlite = ", ".join(sorted(sqlite_columns - set(columns))) or "none"
+            only_postgres = ", ".join(sorted(set(columns) - sqlite_columns)) or "none"
+            raise StorageError(
+                f"table {table} differs between the SQLite database (columns only there: {only_sqlite}) and "
+                f"{self.label} (only there: {only_postgres}): this parley's two schemas disagree, which is a bug; "
+                "nothing was copied"
+            )
         converters = [_converter(table, c) for c in columns]
         listing = ", ".join(columns)
         rows = await anyio.to_thread.run_sync(db.execute, f"SELECT {listing} FROM {table}")
