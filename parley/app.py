@@ -21,6 +21,7 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
+from parley.errors import StorageError
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriveSettings, SessionDriver
@@ -46,7 +47,9 @@ from parley.server.http import (
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
-from parley.storage.sqlite import SqliteStore, open_sqlite_store
+from parley.storage.ports import Store
+from parley.storage.status import StorageStatus
+from parley.stores import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -55,23 +58,39 @@ logger = logging.getLogger(__name__)
 class App:
     service: SessionService
     scheduler: Scheduler
-    store: SqliteStore
+    store: Store
+    storage_status: Callable[[], Awaitable[StorageStatus]]
     process_id: str
     sources: McpToolSources
     tasks: McpTaskService
 
     async def health(self) -> dict[str, Any]:
-        # How the latest write ended: "ok", "full", "read_only", "busy" or "error: ...".
-        storage = self.store.health.status
-        return {
-            "status": "ok" if storage == "ok" else "degraded",
-            "storage": storage,
+        # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
+        # or "unreachable" while a database server does not answer: then the status is
+        # "unavailable" (/healthz answers 503), and nothing that needs the database is counted.
+        storage = await self.storage_status()
+        leased: int | None = None
+        if storage.reachable:
+            try:
+                leased = await self.store.count_leases(self.process_id, time.time())
+            except StorageError:
+                leased = None  # it went away since the probe; the next report says so
+        report: dict[str, Any] = {
+            "status": "ok"
+            if storage.condition == "ok"
+            else "degraded"
+            if storage.reachable
+            else "unavailable",
+            "storage": storage.condition,
             "process_id": self.process_id,
             "running_turns": len(self.scheduler.driving),
-            "leased_sessions": await self.store.count_leases(self.process_id, time.time()),
+            "leased_sessions": leased,
             "downstream_connections": self.sources.open_connections(),
             "downstream_requests": self.sources.requests_in_flight(),
         }
+        if storage.details is not None:
+            report["database"] = storage.details
+        return report
 
 
 def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> dict[str, ModelClient]:
@@ -106,13 +125,8 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     """
     clock = time.time
     async with AsyncExitStack() as stack:
-        store = await stack.enter_async_context(
-            open_sqlite_store(
-                config.db_path,
-                max_size_mb=config.storage.max_size_mb,
-                synchronous=config.storage.synchronous,
-            )
-        )
+        opened = await stack.enter_async_context(open_store(config))
+        store = opened.store
         signals = SessionSignals()
         process_id = new_process_id()
         runtime = config.runtime
@@ -168,12 +182,13 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             await tg.start(scheduler.run)
             await tg.start(tasks.run_purge)
             await tg.start(tasks.run_watch)
-            logger.info("parley %s started as %s on %s", __version__, process_id, config.db_path)
+            logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             try:
                 yield App(
                     service=service,
                     scheduler=scheduler,
                     store=store,
+                    storage_status=opened.status,
                     process_id=process_id,
                     sources=sources,
                     tasks=tasks,

@@ -16,7 +16,7 @@ from parley.config import (
     ServerConfig,
     collect_config_errors,
     config_path_from_env,
-    db_path_from_env,
+    db_override_from_env,
     load_config,
 )
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
@@ -34,7 +34,7 @@ Waiting for MCP messages on stdin (Ctrl-C to stop)...
 
 
 def _load(args: argparse.Namespace) -> ServerConfig:
-    return load_config(config_path_from_env(args.config), db_path_from_env(getattr(args, "db", None)))
+    return load_config(config_path_from_env(args.config), db_override_from_env(getattr(args, "db", None)))
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -58,17 +58,18 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     hint = None
     if sys.stdin.isatty():
         exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
-        hint = CONNECT_HINT.format(version=__version__, db=config.db_path, exe=exe)
+        hint = CONNECT_HINT.format(version=__version__, db=config.db_label, exe=exe)
     anyio.run(serve_stdio, config, hint)
     return 0
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
     config = _load(args)
-    from parley.storage.sqlite import open_sqlite_store
+    from parley.stores import open_store
 
     async def run() -> int:
-        async with open_sqlite_store(config.db_path) as store:
+        async with open_store(config) as opened:
+            store = opened.store
             if args.action == "list":
                 page = await store.list_sessions(args.owner, None, None, None, args.limit)
                 if not page.sessions:
@@ -126,7 +127,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 1
     names = ", ".join(sorted(config.agents))
     print(
-        f"ok: {path or 'embedded defaults'}: {len(config.agents)} agent(s) ({names}); database {config.db_path}"
+        f"ok: {path or 'embedded defaults'}: {len(config.agents)} agent(s) ({names}); database {config.db_label}"
     )
     return 0
 
@@ -134,10 +135,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_pending(args: argparse.Namespace) -> int:
     config = _load(args)
     from parley.ids import SessionId
-    from parley.storage.sqlite import open_sqlite_store
+    from parley.stores import open_store
 
     async def run() -> int:
-        async with open_sqlite_store(config.db_path) as store:
+        async with open_store(config) as opened:
+            store = opened.store
             if args.session:
                 interrupts = await store.list_interrupts(SessionId(args.session), pending_only=True)
             else:
@@ -165,10 +167,11 @@ def _cmd_decide(args: argparse.Namespace) -> int:
     from parley.errors import RequestError
     from parley.ids import SessionId
     from parley.runtime.decisions import Decision, Decisions
-    from parley.storage.sqlite import open_sqlite_store
+    from parley.stores import open_store
 
     async def run() -> int:
-        async with open_sqlite_store(config.db_path) as store:
+        async with open_store(config) as opened:
+            store = opened.store
             session = await store.get_session(SessionId(args.session_id))
             if session is None:
                 print(f"parley: no session {args.session_id}", file=sys.stderr)
@@ -192,6 +195,66 @@ def _cmd_decide(args: argparse.Namespace) -> int:
     return anyio.run(run)
 
 
+def _cmd_db_migrate(args: argparse.Namespace) -> int:
+    """Create or upgrade the database's schema, and nothing else (before replicas start, say)."""
+    config = _load(args)
+    from parley.storage.migrations import MIGRATIONS
+    from parley.stores import open_store
+
+    async def run() -> int:
+        async with open_store(config) as opened:
+            before, after = opened.migrated or (None, len(MIGRATIONS))
+        if before is None:
+            print(f"{opened.label}: schema version {after}")
+        elif before == after:
+            print(f"{opened.label}: schema version {after}, nothing to migrate")
+        else:
+            print(f"{opened.label}: migrated from schema version {before} to {after}")
+        return 0
+
+    return anyio.run(run)
+
+
+def _cmd_db_copy(args: argparse.Namespace) -> int:
+    """Copy a SQLite database into an empty PostgreSQL one (moving a deployment to replicas)."""
+    from parley.config import is_database_url
+
+    if args.target is not None and not is_database_url(args.target):
+        print(
+            f"parley: --to must be a PostgreSQL URL (postgresql://...), not {args.target!r}", file=sys.stderr
+        )
+        return 2
+    config = load_config(config_path_from_env(args.config), db_override_from_env(args.target))
+    if config.db_url is None:
+        print(
+            "parley: name the PostgreSQL database to copy into: --to postgresql://... "
+            "(or storage.url in parley.yaml)",
+            file=sys.stderr,
+        )
+        return 2
+    source = Path(args.source)
+    from parley.storage.postgres import PostgresStore
+    from parley.storage.sqlite import open_sqlite_store
+    from parley.stores import open_store
+
+    if not source.is_file():
+        raise StorageError(f"there is no SQLite database at {source}; give the file with --from")
+
+    async def run() -> int:
+        # Opened through the store first, so a file of an older parley is migrated as serve would.
+        async with open_sqlite_store(source):
+            pass
+        async with open_store(config) as opened:
+            assert isinstance(opened.store, PostgresStore)
+            counts = await opened.store.copy_from_sqlite(source)
+        print(f"copied {source} to {config.db_label}:")
+        for name, count in counts.items():
+            print(f"  {count:>9}  {name}")
+        return 0
+
+    return anyio.run(run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
     parser.add_argument("--version", action="version", version=f"parley {__version__}")
@@ -199,7 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="server config file (parley.yaml); also PARLEY_CONFIG")
-        p.add_argument("--db", help="SQLite database file; also PARLEY_DB")
+        p.add_argument(
+            "--db",
+            help="SQLite database file, or postgresql://user@host/dbname (password from PGPASSWORD); "
+            "also PARLEY_DB",
+        )
 
     serve = sub.add_parser("serve", help="serve MCP over stdio (default) or streamable HTTP")
     common(serve)
@@ -254,6 +321,24 @@ def build_parser() -> argparse.ArgumentParser:
     show = ssub.add_parser("show", help="show one session and its transcript")
     show.add_argument("session_id")
     sessions.set_defaults(func=_cmd_sessions)
+
+    db = sub.add_parser("db", help="database upkeep: migrate the schema, copy SQLite into PostgreSQL")
+    dsub = db.add_subparsers(dest="action", required=True)
+    migrate = dsub.add_parser("migrate", help="create or upgrade the database schema, without serving")
+    common(migrate)
+    migrate.set_defaults(func=_cmd_db_migrate)
+    copy = dsub.add_parser(
+        "copy",
+        help="copy everything of a SQLite database into an empty PostgreSQL database, and print counts",
+    )
+    copy.add_argument(
+        "--config", help="server config file (parley.yaml: storage.schema, ...); also PARLEY_CONFIG"
+    )
+    copy.add_argument("--from", dest="source", required=True, help="the SQLite database file to copy")
+    copy.add_argument(
+        "--to", dest="target", help="postgresql://user@host/dbname (default: storage.url of parley.yaml)"
+    )
+    copy.set_defaults(func=_cmd_db_copy)
     return parser
 
 

@@ -1,7 +1,8 @@
 """Server and agent configuration: pydantic models, YAML loading, the built-in demo agent.
 
-This is the only module that reads environment variables (PARLEY_CONFIG, PARLEY_DB and
-the data-directory variables); everything else receives a loaded `ServerConfig`.
+This is the only module that reads environment variables (PARLEY_CONFIG, PARLEY_DB, the
+data-directory variables, and those a configuration names as ${NAME}); everything else receives
+a loaded `ServerConfig`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -19,6 +21,7 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parley.errors import ConfigError, ConfigErrors
+from parley.redaction import mask_url
 
 BUILTIN_TOOLS = ("write_todos", "ask_user", "durable_wait")
 KNOWN_PROVIDERS = ("demo", "anthropic", "openai")
@@ -259,7 +262,7 @@ class StorageConfig(_Strict):
         gt=0,
         description=(
             "Largest size the database file may grow to; beyond it writes fail as 'full' (nothing is lost) "
-            "until space is freed. Default: no limit but the disk."
+            "until space is freed. Default: no limit but the disk. SQLite only."
         ),
     )
     synchronous: Literal["normal", "full"] = Field(
@@ -270,6 +273,89 @@ class StorageConfig(_Strict):
             "(those commits are always synced before the call is sent). 'full': every commit is synced."
         ),
     )
+    url: str | None = Field(
+        None,
+        description=(
+            "PostgreSQL instead of SQLite: postgresql://user@host:5432/dbname. A password only from the "
+            "environment: write ${PGPASSWORD} (any variable) in its place, or leave it out for libpq's "
+            "PGPASSWORD / PGPASSFILE."
+        ),
+    )
+    db_schema: str = Field(
+        "public",
+        alias="schema",
+        description="PostgreSQL: the schema that holds parley's tables (created if missing).",
+    )
+    pool_size: int = Field(
+        10, ge=1, le=1000, description="PostgreSQL: connections one process keeps open at most."
+    )
+    statement_timeout_s: float = Field(
+        30.0, gt=0, le=86_400, description="PostgreSQL: a statement running longer is stopped (busy)."
+    )
+    connect_retry_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description=(
+            "PostgreSQL: how long parley keeps trying to reach the database at start, and how long a "
+            "call waits for a connection before it fails as unreachable."
+        ),
+    )
+
+
+# What names a database on the command line or in PARLEY_DB: a URL with one of these schemes is
+# PostgreSQL; anything else is a SQLite file.
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# Fields of `storage:` that mean nothing to the other backend.
+_POSTGRES_ONLY = ("schema", "pool_size", "statement_timeout_s", "connect_retry_s")
+_SQLITE_ONLY = ("max_size_mb", "synchronous")
+_PLAIN_SCHEMA = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
+# A URL's parts: the user information (user[:password]) and the rest.
+_URL_PARTS = re.compile(
+    r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:(?P<userinfo>[^/?#]*)@)?(?P<rest>.*)$", re.S
+)
+_PASSWORD_PARAM = re.compile(r"(?:^|[?&])password=(?P<value>[^&#]*)", re.IGNORECASE)
+_ONE_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def is_database_url(value: str) -> bool:
+    return value.startswith(POSTGRES_SCHEMES)
+
+
+def clear_text_password(url: str) -> bool:
+    """Whether `url` (as written, before ${NAME} is expanded) carries a password other than one
+    ${NAME} reference: in its user part or as a `password=` parameter."""
+    parts = _URL_PARTS.match(url)
+    if parts is None:
+        return False
+    userinfo = parts.group("userinfo") or ""
+    written = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    written += [m.group("value") for m in _PASSWORD_PARAM.finditer(parts.group("rest"))]
+    return any(value and not _ONE_REFERENCE.fullmatch(value) for value in written)
+
+
+def expand_database_url(url: str, file: str, where: str) -> str:
+    """`url` with ${NAME} replaced from the environment; in the user part (user and password) the
+    value is percent-encoded, so a password with @, : or / in it keeps the URL whole.
+
+    Raises:
+        ConfigError: a referenced variable is not set.
+    """
+    parts = _URL_PARTS.match(url)
+    if parts is None:
+        return str(_expand_env(url, file, where))
+    userinfo = parts.group("userinfo")
+    rest = str(_expand_env(parts.group("rest"), file, where))
+    if userinfo is None:
+        return parts.group("scheme") + rest
+    encoded = _ENV_REF.sub(lambda m: quote(str(_expand_env(m.group(0), file, where)), safe=""), userinfo)
+    return f"{parts.group('scheme')}{encoded}@{rest}"
+
+
+_CLEAR_TEXT_FIX = (
+    "holds a password in clear text; write ${PGPASSWORD} in its place (the password then comes from "
+    "that environment variable), or leave it out and set PGPASSWORD or PGPASSFILE for libpq"
+)
 
 
 class RuntimeConfig(_Strict):
@@ -457,9 +543,12 @@ DEMO_AGENT = AgentConfig(
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerConfig:
-    """The loaded configuration: where the database is, which agents exist, runtime timings."""
+    """The loaded configuration: where the database is, which agents exist, runtime timings.
 
-    db_path: Path
+    The database is a SQLite file (`db_path`) or a PostgreSQL URL (`db_url`, with its password
+    if the environment gave one: never log it, log `db_label`); exactly one of them is set."""
+
+    db_path: Path | None
     agents: dict[str, AgentConfig]
     runtime: RuntimeConfig
     storage: StorageConfig = field(default_factory=StorageConfig)
@@ -471,6 +560,14 @@ class ServerConfig:
     # Test-only (see parley/runtime/faults.py): where to kill the process.
     fault: str | None = None
     agent_files: dict[str, Path] = field(default_factory=dict)
+    db_url: str | None = None
+
+    @property
+    def db_label(self) -> str:
+        """The database as messages and logs name it: the file, or the URL without its password."""
+        if self.db_url is not None:
+            return f"{mask_url(self.db_url)} (schema {self.storage.db_schema})"
+        return str(self.db_path)
 
 
 def default_data_dir() -> Path:
@@ -495,6 +592,12 @@ def _field_errors(file: str, exc: ValidationError) -> list[ConfigError]:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
+    expanded: dict[str, Any] = _expand_env(_read_raw_yaml(path), str(path), "")
+    return expanded
+
+
+def _read_raw_yaml(path: Path) -> dict[str, Any]:
+    """The file's mapping, ${NAME} references as written."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -505,7 +608,23 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(E_YAML, str(path), "(top level)", "must be a mapping of fields (key: value)")
-    expanded: dict[str, Any] = _expand_env(data, str(path), "")
+    return data
+
+
+def _read_server_yaml(path: Path) -> dict[str, Any]:
+    """parley.yaml with ${NAME} expanded, storage.url by its own rule (expand_database_url), after
+    checking that it holds no password in clear text."""
+    raw = _read_raw_yaml(path)
+    storage = raw.get("storage")
+    url = storage.get("url") if isinstance(storage, dict) else None
+    if not isinstance(url, str):
+        return dict(_expand_env(raw, str(path), ""))
+    assert isinstance(storage, dict)
+    if clear_text_password(url):
+        raise ConfigError(E_FIELD, str(path), "storage.url", _CLEAR_TEXT_FIX)
+    others = {**raw, "storage": {k: v for k, v in storage.items() if k != "url"}}
+    expanded: dict[str, Any] = _expand_env(others, str(path), "")
+    expanded["storage"]["url"] = expand_database_url(url, str(path), "storage.url")
     return expanded
 
 
@@ -628,8 +747,10 @@ def load_agent_file(path: Path) -> tuple[AgentConfig | None, list[ConfigError]]:
     return agent, validate_agent(agent, str(path))
 
 
-def load_config(config_path: Path | None, db_override: Path | None) -> ServerConfig:
-    """Load parley.yaml (or the embedded defaults) plus every agent file.
+def load_config(config_path: Path | None, db_override: Path | str | None) -> ServerConfig:
+    """Load parley.yaml (or the embedded defaults) plus every agent file. `db_override` (from
+    --db or PARLEY_DB, see db_override_from_env) wins over storage.path and storage.url: a
+    PostgreSQL URL as a str, a SQLite file as a Path.
 
     Raises:
         ConfigErrors: every problem found.
@@ -645,7 +766,7 @@ def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
 
 
 def _load(
-    config_path: Path | None, db_override: Path | None
+    config_path: Path | None, db_override: Path | str | None
 ) -> tuple[ServerConfig | None, list[ConfigError]]:
     errors: list[ConfigError] = []
     file_cfg = ServerConfigFile()
@@ -653,11 +774,12 @@ def _load(
     if config_path is not None:
         base_dir = config_path.resolve().parent
         try:
-            file_cfg = ServerConfigFile.model_validate(_read_yaml(config_path))
+            file_cfg = ServerConfigFile.model_validate(_read_server_yaml(config_path))
         except ConfigError as exc:
             return None, [exc]
         except ValidationError as exc:
             return None, _field_errors(str(config_path), exc)
+        errors.extend(_storage_problems(file_cfg.storage, str(config_path)))
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT.name: DEMO_AGENT}
     agent_files: dict[str, Path] = {}
@@ -688,14 +810,21 @@ def _load(
                 ConfigError(E_MISSING, str(config_path), "agents_dir", f"folder {agents_dir} does not exist")
             )
 
-    if db_override is not None:
+    db_path: Path | None = None
+    db_url: str | None = None
+    if isinstance(db_override, str):
+        db_url = db_override
+    elif db_override is not None:
         db_path = db_override
+    elif file_cfg.storage.url is not None:
+        db_url = file_cfg.storage.url
     elif file_cfg.storage.path is not None:
         db_path = base_dir / file_cfg.storage.path
     else:
         db_path = default_data_dir() / "parley.db"
     config = ServerConfig(
         db_path=db_path,
+        db_url=db_url,
         agents=agents,
         runtime=file_cfg.runtime,
         storage=file_cfg.storage,
@@ -720,6 +849,81 @@ def config_path_from_env(cli_value: str | None) -> Path | None:
     return Path(value) if value else None
 
 
-def db_path_from_env(cli_value: str | None) -> Path | None:
+def _storage_problems(storage: StorageConfig, file: str) -> list[ConfigError]:
+    """What the fields of `storage:` say together: one database, and fields for its backend."""
+    given = storage.model_fields_set
+    if storage.url is not None and storage.path is not None:
+        return [
+            ConfigError(
+                E_FIELD,
+                file,
+                "storage.url",
+                "storage.path and storage.url are both set; keep one: path for a SQLite file, url for PostgreSQL",
+            )
+        ]
+    problems = []
+    if storage.url is not None:
+        if not is_database_url(storage.url):
+            problems.append(
+                ConfigError(
+                    E_FIELD,
+                    file,
+                    "storage.url",
+                    "must start with postgresql:// (a SQLite file goes in storage.path)",
+                )
+            )
+        problems += [
+            ConfigError(
+                E_FIELD, file, f"storage.{name}", "applies to SQLite only; remove it (storage.url is set)"
+            )
+            for name in _SQLITE_ONLY
+            if name in given
+        ]
+    else:
+        problems += [
+            ConfigError(
+                E_FIELD,
+                file,
+                f"storage.{name}",
+                "applies to PostgreSQL (storage.url) only; remove it or set storage.url",
+            )
+            for name in _POSTGRES_ONLY
+            if (name if name != "schema" else "db_schema") in given
+        ]
+    if not _PLAIN_SCHEMA.fullmatch(storage.db_schema):
+        problems.append(
+            ConfigError(
+                E_FIELD,
+                file,
+                "storage.schema",
+                f"'{storage.db_schema}' is not a plain PostgreSQL name: use lowercase letters, digits and _ "
+                "(at most 63, not starting with a digit or pg_)",
+            )
+        )
+    return problems
+
+
+def db_override_from_env(cli_value: str | None) -> Path | str | None:
+    """The database named by --db (`cli_value`) or else PARLEY_DB: a PostgreSQL URL (a str; on the
+    command line its ${NAME} references are expanded) or a SQLite file (a Path).
+
+    Raises:
+        ConfigError: a URL on the command line holds a password (every local account can read a
+            command line), or names a variable that is not set.
+    """
     value = cli_value or os.environ.get("PARLEY_DB")
-    return Path(value) if value else None
+    if not value:
+        return None
+    if not is_database_url(value):
+        return Path(value)
+    if not cli_value:
+        return value  # from the environment: taken as it is, a password included
+    if clear_text_password(cli_value):
+        raise ConfigError(
+            E_FIELD,
+            "(command line)",
+            "--db",
+            "holds a password, which every local account can read in the process list; write "
+            "'${PGPASSWORD}' in its place (quoted, so the shell leaves it) or set PGPASSWORD or PGPASSFILE",
+        )
+    return expand_database_url(cli_value, "(command line)", "--db")

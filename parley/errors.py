@@ -15,7 +15,7 @@ ParleyError
 ├─ ConfigErrors            every ConfigError found in one load
 ├─ ListenError             the HTTP server cannot listen on the address asked for
 ├─ StorageError            the database failed or is from a newer parley
-│  ├─ StorageUnavailable    the database is full, read-only, locked or failing; says which and the fix
+│  ├─ StorageUnavailable    the database is full, read-only, locked, unreachable or failing; says which and the fix
 │  └─ LeaseLost             another process took over the session; this one must stop driving it
 └─ ModelError              a model call failed (a turn records it as its error)
 ```
@@ -125,7 +125,7 @@ class StorageError(ParleyError):
     """The database failed, or holds a schema this parley does not know."""
 
 
-StorageCondition = Literal["full", "read_only", "busy", "error"]
+StorageCondition = Literal["full", "read_only", "busy", "unreachable", "error"]
 
 # What each condition means for the file, and what the operator does about it.
 _STORAGE_PROBLEMS: dict[StorageCondition, str] = {
@@ -135,6 +135,8 @@ _STORAGE_PROBLEMS: dict[StorageCondition, str] = {
         "fix its permissions or put it back"
     ),
     "busy": "is locked by another program: end that program's transaction",
+    # A database server (PostgreSQL) that does not answer.
+    "unreachable": "cannot be reached: check that the database server runs and accepts connections",
     "error": "failed",
 }
 

@@ -41,3 +41,19 @@ def redact(text: str, secrets: Iterable[str | None] = ()) -> str:
         if secret and len(secret) >= MIN_SECRET_CHARS:
             text = text.replace(secret, REDACTED)
     return _CREDENTIAL_SHAPES.sub(_credential, text)
+
+
+# A database URL's password: in the user part (scheme://user:PASSWORD@host) or as a parameter
+# (?password=... / &password=...).
+_URL_USERINFO = re.compile(
+    # Up to the last @ before the host, so a password with an (unencoded) @ is masked whole.
+    r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#]*:)[^/?#]*(?=@[^@/?#]*(?:[/?#]|$))"
+)
+_URL_PASSWORD_PARAM = re.compile(r"(?P<head>[?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def mask_url(url: str) -> str:
+    """`url` with its password, if it holds one, replaced by [redacted]: what logs, messages and
+    /healthz may show of a database URL."""
+    url = _URL_USERINFO.sub(lambda m: m.group("head") + REDACTED, url, count=1)
+    return _URL_PASSWORD_PARAM.sub(lambda m: m.group("head") + REDACTED, url)

@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from tests.postgres_support import PgSchema, require_postgres, schema_for_test
 
 # Modules named test_e2e_* start real processes (parley serve, MCP servers, npm tools). Everything
 # else is the fast layer: `pytest -m "not e2e"` runs it alone, with no subprocess.
@@ -16,3 +20,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The test PostgreSQL server (PARLEY_TEST_POSTGRES); its tests skip without one, except on CI."""
+    return require_postgres()
+
+
+@pytest.fixture(scope="module")
+def pg_schema(request: pytest.FixtureRequest, postgres_url: str) -> Iterator[PgSchema]:
+    """A schema of the test server that the tests of one module share, dropped after them."""
+    with schema_for_test(
+        postgres_url, request.module.__name__.rpartition(".")[2].removeprefix("test_")
+    ) as schema:
+        yield schema

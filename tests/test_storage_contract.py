@@ -1,7 +1,9 @@
 """The contract every `Store` backend keeps, run against each backend on a real database.
 
 Add a backend by adding a `_Backend` subclass to `BACKENDS`; every test then runs on it.
-Time is passed explicitly (`now`), so lease expiry is tested without sleeping.
+Time is passed explicitly (`now`), so lease expiry is tested without sleeping. PostgreSQL runs
+on the server PARLEY_TEST_POSTGRES names (see tests/postgres_support.py), in a schema of this
+module's own, emptied before each test.
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ from parley.storage.memory import open_memory_store
 from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.ports import Store
+from parley.storage.postgres import open_postgres_store
+from parley.storage.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
 from parley.storage.sqlite import open_sqlite_store
+from tests.postgres_support import PgSchema
 from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
@@ -68,6 +73,9 @@ class _Backend:
 
     # A database with a schema (versions, migrations); tests of it skip the others.
     has_schema = True
+    # The newest schema version this parley knows for it, and how messages name the database.
+    migrations = 0
+    label = ""
 
     def open(self) -> AbstractAsyncContextManager[Store]:
         raise NotImplementedError
@@ -80,8 +88,11 @@ class _Backend:
 
 
 class _SqliteBackend(_Backend):
-    def __init__(self, tmp_path: Path) -> None:
+    migrations = len(MIGRATIONS)
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
         self.path = tmp_path / "x.db"
+        self.label = str(self.path)
 
     def open(self) -> AbstractAsyncContextManager[Store]:
         return open_sqlite_store(self.path)
@@ -98,20 +109,43 @@ class _SqliteBackend(_Backend):
 class _MemoryBackend(_Backend):
     has_schema = False
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
         self.database = MemoryDatabase()
 
     def open(self) -> AbstractAsyncContextManager[Store]:
         return open_memory_store(self.database)
 
 
-BACKENDS: dict[str, Callable[[Path], _Backend]] = {"sqlite": _SqliteBackend, "memory": _MemoryBackend}
+class _PostgresBackend(_Backend):
+    migrations = len(POSTGRES_MIGRATIONS)
+
+    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        # One schema for the module (made once, by the first open), emptied for each test.
+        self.schema: PgSchema = request.getfixturevalue("pg_schema")
+        self.schema.reset()
+        self.label = self.schema.label
+
+    def open(self) -> AbstractAsyncContextManager[Store]:
+        return open_postgres_store(self.schema.url, schema=self.schema.schema, pool_size=4)
+
+    def schema_versions(self) -> list[int]:
+        return [row[0] for row in self.schema.rows("SELECT version FROM schema_version ORDER BY version")]
+
+    def set_schema_version(self, version: int) -> None:
+        self.schema.rows("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], _Backend]] = {
+    "sqlite": _SqliteBackend,
+    "memory": _MemoryBackend,
+    "postgres": _PostgresBackend,
+}
 _BACKEND_KEY = pytest.StashKey[_Backend]()
 
 
 @pytest.fixture(params=list(BACKENDS))
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    backend = BACKENDS[request.param](tmp_path)
+    backend = BACKENDS[request.param](request, tmp_path)
     request.node.stash[_BACKEND_KEY] = backend
     async with backend.open() as opened:
         yield opened
@@ -249,30 +283,29 @@ async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_da
 ) -> None:
     backend = schema_backend
     sid = await new_session(store, "kept")
-    assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
+    assert backend.schema_versions() == list(range(1, backend.migrations + 1))
     async with backend.open() as again:
         assert await again.get_session(sid) is not None
         assert [q.text for q in await again.list_queued(sid)] == ["kept"]
     async with backend.open():
         pass
-    assert backend.schema_versions() == list(range(1, len(MIGRATIONS) + 1))
+    assert backend.schema_versions() == list(range(1, backend.migrations + 1))
 
 
 async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_versions(
     store: Store, schema_backend: _Backend
 ) -> None:
     backend = schema_backend
-    newer = len(MIGRATIONS) + 41
+    newer = backend.migrations + 41
     backend.set_schema_version(newer)
     with pytest.raises(StorageError) as refused:
         async with backend.open():
             pytest.fail("a database with a newer schema was opened")
     message = str(refused.value)
-    if isinstance(backend, _SqliteBackend):
-        message = message.replace(str(backend.path), "<db>")
-    numbers = re.findall(r"\d+", message)
+    assert "\n" not in message, message
+    numbers = re.findall(r"\d+", message.replace(backend.label, "<db>"))
     assert str(newer) in numbers, message
-    assert str(len(MIGRATIONS)) in numbers, message
+    assert str(backend.migrations) in numbers, message
     assert backend.schema_versions()[-1] == newer  # the refused open changed nothing
 
 

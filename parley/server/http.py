@@ -128,7 +128,9 @@ def build_http_app(server: MCPServer[Any], host: str, health: Health, config: Ht
     sessions = SessionTable(StreamableHTTPASGIApp(manager), session_limits(config))
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok", **(await health()), "mcp_sessions": sessions.open_sessions})
+        report = {"status": "ok", **(await health()), "mcp_sessions": sessions.open_sessions}
+        # Unavailable (the database does not answer): a load balancer sends no traffic here.
+        return JSONResponse(report, status_code=503 if report["status"] == "unavailable" else 200)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,0 +1,270 @@
+"""The PostgreSQL schema: versioned, forward-only migrations of its own DDL (the same tables and
+columns as SQLite's schema after its last migration, parley/storage/migrations.py), applied under
+an advisory lock so that replicas starting at the same moment migrate once.
+
+Append a new entry to MIGRATIONS; never edit a released one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from psycopg import AsyncConnection, sql
+
+from parley.errors import StorageError
+
+# A schema name parley puts in search_path as it is: lowercase, no quoting needed, not pg_*.
+SCHEMA_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
+
+# Identifiers and anything compared or ordered (ids, owners, cursors) use the "C" collation, the
+# byte order SQLite uses, whatever the database's default; text from outside is `json` (see
+# postgres_rows.py); times are seconds since the epoch as double precision, like SQLite's REAL.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the schema of SQLite's migrations 1-11 in one step
+    """
+    CREATE TABLE sessions (
+        id text COLLATE "C" PRIMARY KEY,
+        agent text COLLATE "C" NOT NULL,
+        owner text COLLATE "C" NOT NULL,
+        kind text COLLATE "C" NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        phase text COLLATE "C",
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        turn_count bigint NOT NULL DEFAULT 0,
+        current_turn_id text COLLATE "C",
+        last_turn_id text COLLATE "C",
+        last_error json,
+        closed_reason json,
+        input_tokens bigint NOT NULL DEFAULT 0,
+        output_tokens bigint NOT NULL DEFAULT 0,
+        cached_tokens bigint NOT NULL DEFAULT 0,
+        model_calls bigint NOT NULL DEFAULT 0,
+        todos json NOT NULL DEFAULT '[]',
+        cancel_requested_turn text COLLATE "C",
+        close_requested boolean NOT NULL DEFAULT false,
+        lease_owner text COLLATE "C",
+        lease_expires_at double precision,
+        lease_epoch bigint NOT NULL DEFAULT 0,
+        message_seq bigint NOT NULL DEFAULT 0,
+        event_seq bigint NOT NULL DEFAULT 0,
+        queue_seq bigint NOT NULL DEFAULT 0,
+        start_client_message_id text COLLATE "C",
+        result json,
+        inputs json,
+        wake_at double precision,
+        settings json NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX sessions_owner_created ON sessions (owner, created_at DESC, id DESC);
+    CREATE UNIQUE INDEX sessions_start_client_id ON sessions (owner, start_client_message_id)
+        WHERE start_client_message_id IS NOT NULL;
+    -- The work scan (PostgresStore.sessions_needing_work) reads two small partial indexes, so a
+    -- poll costs the sessions that are due, not the sessions that exist: a session waiting for a
+    -- person without a timer is in neither, and one parked on a future timer is passed over by
+    -- the range condition on its wake-up time.
+    CREATE INDEX sessions_due ON sessions ((coalesce(wake_at, '-Infinity'::double precision)))
+        WHERE status = 'running' OR (status = 'waiting_for_input' AND wake_at IS NOT NULL);
+    CREATE INDEX sessions_waiting_leased ON sessions (lease_expires_at)
+        WHERE status = 'waiting_for_input' AND lease_owner IS NOT NULL;
+    -- Leases held now (count_leases, for /healthz): only sessions being driven have one.
+    CREATE INDEX sessions_leased ON sessions (lease_owner) WHERE lease_owner IS NOT NULL;
+
+    CREATE TABLE turns (
+        id text COLLATE "C" PRIMARY KEY,
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        seq bigint NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        queued_message_id text COLLATE "C",
+        started_at double precision NOT NULL,
+        ended_at double precision,
+        answer json,
+        error json,
+        model_calls bigint NOT NULL DEFAULT 0,
+        input_tokens bigint NOT NULL DEFAULT 0,
+        output_tokens bigint NOT NULL DEFAULT 0,
+        cached_tokens bigint NOT NULL DEFAULT 0,
+        result json,
+        settings json NOT NULL DEFAULT '{}',
+        UNIQUE (session_id, seq)
+    );
+
+    CREATE TABLE messages (
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        seq bigint NOT NULL,
+        turn_id text COLLATE "C",
+        role text COLLATE "C" NOT NULL,
+        content json NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+
+    CREATE TABLE tool_calls (
+        id text COLLATE "C" PRIMARY KEY,
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        turn_id text COLLATE "C" NOT NULL REFERENCES turns(id),
+        step_no bigint NOT NULL,
+        call_index bigint NOT NULL,
+        name json NOT NULL,
+        arguments json NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        effect text COLLATE "C" NOT NULL,
+        result json,
+        attempts bigint NOT NULL DEFAULT 0,
+        idempotency_key text COLLATE "C" NOT NULL,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        source text COLLATE "C" NOT NULL DEFAULT 'builtin',
+        server text COLLATE "C",
+        tool text COLLATE "C",
+        requires_approval boolean NOT NULL DEFAULT false,
+        wake_at double precision,
+        decision text COLLATE "C",
+        remote json,
+        UNIQUE (turn_id, step_no, call_index)
+    );
+
+    CREATE TABLE interrupts (
+        id text COLLATE "C" PRIMARY KEY,
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        turn_id text COLLATE "C" NOT NULL REFERENCES turns(id),
+        tool_call_id text COLLATE "C",
+        kind text COLLATE "C" NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        payload json NOT NULL,
+        created_at double precision NOT NULL,
+        deadline double precision,
+        resolution json,
+        resolved_by text COLLATE "C",
+        resolved_at double precision
+    );
+    CREATE INDEX interrupts_pending ON interrupts (session_id, status);
+    CREATE INDEX interrupts_turn ON interrupts (turn_id);
+    CREATE INDEX interrupts_all_pending ON interrupts (created_at) WHERE status = 'pending';
+
+    CREATE TABLE queued_messages (
+        id text COLLATE "C" PRIMARY KEY,
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        seq bigint NOT NULL,
+        text json NOT NULL,
+        status text COLLATE "C" NOT NULL,
+        turn_id text COLLATE "C",
+        created_at double precision NOT NULL,
+        client_message_id text COLLATE "C",
+        steer boolean NOT NULL DEFAULT false,
+        settings json,
+        UNIQUE (session_id, seq)
+    );
+    CREATE INDEX queued_pending ON queued_messages (session_id, status, seq);
+    CREATE UNIQUE INDEX queued_client_id ON queued_messages (session_id, client_message_id)
+        WHERE client_message_id IS NOT NULL;
+
+    CREATE TABLE events (
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        seq bigint NOT NULL,
+        turn_id text COLLATE "C",
+        kind text COLLATE "C" NOT NULL,
+        data json NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+
+    -- One row per committed step. The primary key is the last line of defence against two
+    -- processes committing the same model call.
+    CREATE TABLE steps (
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        turn_id text COLLATE "C" NOT NULL REFERENCES turns(id),
+        step_no bigint NOT NULL,
+        kind text COLLATE "C" NOT NULL,
+        process_id text COLLATE "C" NOT NULL,
+        input_tokens bigint NOT NULL DEFAULT 0,
+        output_tokens bigint NOT NULL DEFAULT 0,
+        cached_tokens bigint NOT NULL DEFAULT 0,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (turn_id, kind, step_no)
+    );
+    CREATE INDEX steps_session ON steps (session_id);
+
+    CREATE TABLE summaries (
+        session_id text COLLATE "C" NOT NULL REFERENCES sessions(id),
+        upto_seq bigint NOT NULL,
+        turn_id text COLLATE "C",
+        text json NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (session_id, upto_seq)
+    );
+
+    CREATE TABLE tasks (
+        id text COLLATE "C" PRIMARY KEY,
+        owner text COLLATE "C" NOT NULL,
+        generation text COLLATE "C" NOT NULL,
+        tool text COLLATE "C" NOT NULL,
+        session_id text COLLATE "C",
+        queued_message_id text COLLATE "C",
+        turn_id text COLLATE "C",
+        status text COLLATE "C" NOT NULL,
+        status_message json,
+        result json,
+        ttl_ms bigint,
+        poll_interval_ms bigint NOT NULL,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        expires_at double precision
+    );
+    CREATE INDEX tasks_by_owner ON tasks (owner, created_at, id);
+    CREATE INDEX tasks_by_expiry ON tasks (expires_at);
+    """,
+)
+
+# The tables that hold parley's data, parents before children (the order a copy fills them in).
+DATA_TABLES = (
+    "sessions",
+    "turns",
+    "queued_messages",
+    "messages",
+    "tool_calls",
+    "interrupts",
+    "events",
+    "steps",
+    "summaries",
+    "tasks",
+)
+
+
+async def migrate(conn: AsyncConnection[Any], schema: str, label: str) -> tuple[int, int]:
+    """Create `schema` if it is missing and bring it to the newest version; return the versions
+    (before, after). One transaction under an advisory lock on the schema's name: a replica that
+    starts at the same moment waits, then finds nothing left to do. `conn` is in autocommit mode.
+
+    Raises:
+        StorageError: the schema is newer than this parley knows (nothing is changed).
+    """
+    async with conn.transaction():
+        # Taken before anything is looked at: even CREATE SCHEMA IF NOT EXISTS fails when two
+        # sessions run it at once.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('parley schema ' || %s, 0))", (schema,)
+        )
+        found = await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        # Created only when missing: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the
+        # database even when the schema exists, which a user of a shared database may not have.
+        if await found.fetchone() is None:
+            await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        await conn.execute("SELECT set_config('search_path', %s, true)", (schema,))
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_version")
+        row = await cur.fetchone()
+        current = int(row[0]) if row is not None else 0
+        if current > len(MIGRATIONS):
+            raise StorageError(
+                f"the PostgreSQL database {label} has schema version {current}, newer than this parley "
+                f"knows ({len(MIGRATIONS)}); upgrade parley, or point storage.url or storage.schema "
+                "at another database"
+            )
+        for version in range(current + 1, len(MIGRATIONS) + 1):
+            await conn.execute(MIGRATIONS[version - 1].encode())
+            await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+    return current, len(MIGRATIONS)

@@ -1,0 +1,58 @@
+"""The storage part of the composition root (app.py): the configured database opened with its
+backend. Kept apart from app.py so the command line's database commands start without the server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from parley.config import ServerConfig
+from parley.storage.ports import Store
+from parley.storage.status import StorageStatus
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedStore:
+    """An open store, how messages name its database, and its report for /healthz."""
+
+    store: Store
+    label: str
+    status: Callable[[], Awaitable[StorageStatus]]
+    # (before, after): the schema versions when it was opened (after is the newest known).
+    migrated: tuple[int, int] | None = None
+
+
+@asynccontextmanager
+async def open_store(config: ServerConfig) -> AsyncIterator[OpenedStore]:
+    """Open (creating and migrating as needed) the database the configuration names.
+
+    Raises:
+        StorageError: it cannot be opened, reached or migrated; the message names the database
+            (never a password) and the fix.
+    """
+    if config.db_url is not None:
+        from parley.storage.postgres import open_postgres_store
+
+        storage = config.storage
+        async with open_postgres_store(
+            config.db_url,
+            schema=storage.db_schema,
+            pool_size=storage.pool_size,
+            statement_timeout_s=storage.statement_timeout_s,
+            connect_retry_s=storage.connect_retry_s,
+        ) as postgres:
+            yield OpenedStore(postgres, config.db_label, postgres.status, postgres.migrated)
+        return
+    from parley.storage.sqlite import open_sqlite_store
+
+    assert config.db_path is not None
+    async with open_sqlite_store(
+        config.db_path, max_size_mb=config.storage.max_size_mb, synchronous=config.storage.synchronous
+    ) as sqlite:
+
+        async def status() -> StorageStatus:
+            # How the latest write ended: "ok", "full", "read_only", "busy" or "error: ...".
+            return StorageStatus(sqlite.health.status)
+
+        yield OpenedStore(sqlite, config.db_label, status)
