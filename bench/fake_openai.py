@@ -16,6 +16,8 @@ per 4 characters of the request's messages), so it grows with the history like a
 largest number of messages in one request), so a benchmark can check that two servers sent the
 model the same conversation.
 
+`--delay-ms` makes every answer wait that long first (default 0: at once).
+
 Run by itself it prints `listening on http://127.0.0.1:PORT/v1` on stderr and serves until
 SIGTERM or SIGINT:
 
@@ -47,7 +49,8 @@ TOOL_ARGUMENTS = {"name": "x"}
 
 
 class FakeOpenAI:
-    def __init__(self) -> None:
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
         self.stats: dict[str, int] = {
             "requests": 0,
             "streamed": 0,
@@ -78,6 +81,8 @@ class FakeOpenAI:
         messages = body.get("messages") or []
         stats["max_messages"] = max(stats["max_messages"], len(messages))
         stream = bool(body.get("stream", False))
+        if self.delay_s:
+            await anyio.sleep(self.delay_s)
         stats["streamed" if stream else "not_streamed"] += 1
         if not messages:
             return self._error("no messages")
@@ -189,9 +194,9 @@ def bind(port: int) -> socket.socket:
     return sock
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, delay_s: float) -> None:
     sock = bind(port)
-    fake = FakeOpenAI()
+    fake = FakeOpenAI(delay_s)
     config = uvicorn.Config(
         fake.app(), log_level="warning", access_log=False, lifespan="off", backlog=2048, timeout_keep_alive=30
     )
@@ -204,8 +209,9 @@ async def serve(port: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free port)")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="wait this long before each answer")
     args = parser.parse_args()
-    anyio.run(serve, args.port)
+    anyio.run(serve, args.port, args.delay_ms / 1000)
     return 0
 
 

@@ -57,6 +57,7 @@ from _common import (
     add_limit_options,
     base_config,
     call,
+    cpu_seconds,
     db_bytes,
     fixture_over_stdio,
     latency_summary,
@@ -181,6 +182,7 @@ class Target:
     name: str  # floor or parley
     workdir: Path
     model_url: str
+    model_pid: int  # the fake model's process, whose CPU is reported beside the server's
 
     def command(self, http: bool) -> list[str]:
         if self.name == "floor":
@@ -405,7 +407,9 @@ def log_counts(log: Path) -> dict[str, int]:
 # ------------------------------------------------------------------------------------------- HTTP
 
 
-async def measure_level(url: str, pid: int, level: int, args: argparse.Namespace) -> dict[str, Any]:
+async def measure_level(
+    url: str, pid: int, model_pid: int, level: int, args: argparse.Namespace
+) -> dict[str, Any]:
     """`level` clients connect, then all start together: a new session with its first message
     (timed apart), then `--http-turns` - 1 more turns back to back. Memory is read at the end,
     with every client still connected."""
@@ -441,13 +445,14 @@ async def measure_level(url: str, pid: int, level: int, args: argparse.Namespace
         for index in range(level):
             tg.start_soon(caller, index)
         await ready.wait()
-        cpu0, client_cpu0 = tree_cpu_seconds(pid), own_cpu_seconds()
+        cpu0, client_cpu0, model_cpu0 = tree_cpu_seconds(pid), own_cpu_seconds(), cpu_seconds(model_pid)
         start = time.perf_counter()
         go.set()
         await finished.wait()
         wall_s = marks["end"] - start
         cpu_s = tree_cpu_seconds(pid) - cpu0
         client_cpu_s = own_cpu_seconds() - client_cpu0
+        model_cpu_s = cpu_seconds(model_pid) - model_cpu0
         memory = tree_memory(pid)
         release.set()
     total = level * turns
@@ -462,6 +467,7 @@ async def measure_level(url: str, pid: int, level: int, args: argparse.Namespace
         "cpu_ms_per_turn": round(cpu_s / total * 1000, 2),
         "server_cpu_share": round(cpu_s / wall_s, 2),
         "client_cpu_share": round(client_cpu_s / wall_s, 2),
+        "model_cpu_share": round(model_cpu_s / wall_s, 2),
         "rss_mib": memory["rss_mib"],
         "tree_rss_mib": memory["tree_rss_mib"],
         "tree": memory["tree"],
@@ -482,7 +488,7 @@ async def measure_http(target: Target, args: argparse.Namespace) -> dict[str, An
             await turn(client, args.call_timeout, session_id, "warm up again", "warm-up")
         levels = []
         for level in args.concurrency:
-            result = await measure_level(url, process.pid, level, args)
+            result = await measure_level(url, process.pid, target.model_pid, level, args)
             pids = sorted(set(pids) | set(result.pop("tree")))
             levels.append(result)
         exit_code, stop_s, killed = await stop_process(process)
@@ -505,11 +511,11 @@ async def measure_http(target: Target, args: argparse.Namespace) -> dict[str, An
 
 
 @asynccontextmanager
-async def fake_model(workdir: Path) -> AsyncIterator[str]:
+async def fake_model(workdir: Path, delay_ms: float) -> AsyncIterator[tuple[str, int]]:
     log = workdir / "fake_openai.log"
     with log.open("ab") as sink:
         process = await anyio.open_process(
-            [sys.executable, str(BENCH / "fake_openai.py")],
+            [sys.executable, str(BENCH / "fake_openai.py"), "--delay-ms", str(delay_ms)],
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=sink,
@@ -517,7 +523,7 @@ async def fake_model(workdir: Path) -> AsyncIterator[str]:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
     try:
-        yield await wait_for_line(process, log, "listening on http://")
+        yield await wait_for_line(process, log, "listening on http://"), process.pid
     finally:
         with anyio.CancelScope(shield=True):
             await stop_process(process, 10)
@@ -527,10 +533,10 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     load_before = loadavg_1m()
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {name: {} for name in SERVERS}
-    async with fake_model(workdir) as model_url:
+    async with fake_model(workdir, args.model_delay_ms) as (model_url, model_pid):
         for transport in args.transports:
             for name in SERVERS:
-                target = Target(name, workdir / f"{name}-{transport}", model_url)
+                target = Target(name, workdir / f"{name}-{transport}", model_url, model_pid)
                 measure = measure_stdio if transport == "stdio" else measure_http
                 print(f"  ... {transport}: {name}", file=sys.stderr, flush=True)
                 results[name][transport] = await measure(target, args)
@@ -542,6 +548,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "http_turns": args.http_turns,
             "concurrency": args.concurrency,
             "transports": args.transports,
+            "model_delay_ms": args.model_delay_ms,
         },
         "servers": results,
         "model_totals": model_totals,
@@ -702,7 +709,8 @@ def report(r: dict[str, Any]) -> None:
         for entry in r["servers"][name].get("http", {}).get("levels", []):
             print(
                 f"  {name} N={entry['level']}: server tree {entry['server_cpu_share']} of a core, "
-                f"clients {entry['client_cpu_share']} of a core, connect p50 {entry['connect_p50_ms']} ms"
+                f"clients {entry['client_cpu_share']}, fake model {entry['model_cpu_share']}; "
+                f"connect p50 {entry['connect_p50_ms']} ms"
             )
     print(
         f"  load average {r['loadavg_1m_before']} -> {r['loadavg_1m_after']}, nproc {r['nproc']}, "
@@ -732,6 +740,9 @@ def main() -> int:
         type=lambda text: [t for t in text.split(",") if t],
         default=["stdio", "http"],
         help="stdio,http (default both)",
+    )
+    parser.add_argument(
+        "--model-delay-ms", type=float, default=0.0, help="the fake model waits this long per answer (0)"
     )
     add_limit_options(parser, 1800.0)
     args = parser.parse_args()
