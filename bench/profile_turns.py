@@ -4,7 +4,8 @@ trace around N turns over stdio, with the fake model of bench/side_by_side.py.
 Starts the fake OpenAI-compatible model (bench/fake_openai.py) and `parley serve` over stdio on a
 fresh SQLite file in OUT (the `bench` agent of side_by_side.py: the fake model, streamed, and the
 fixture tool server), warms up on a first session, then drives ONE new session for `--turns`
-text turns while any of these watch the server:
+text turns (`--tool`: turns 2..N each call the fixture tool once) while any of these watch the
+server:
 
 - `--py-spy raw|speedscope`: `py-spy record --threads` on the server for the span of the turns
   (py-spy must be installed by hand: `.venv/bin/pip install py-spy`; it is not a dependency).
@@ -56,6 +57,7 @@ from side_by_side import (
     KEY,
     KEY_ENV,
     REPO,
+    TOOL_MESSAGE,
     fake_model,
     read_pid,
     tree_cpu_seconds,
@@ -145,7 +147,7 @@ def proc_io(pid: int) -> dict[str, int]:
 
 
 async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    figures: dict[str, Any] = {"turns": args.turns, "warmup": args.warmup}
+    figures: dict[str, Any] = {"turns": args.turns, "warmup": args.warmup, "tool_turns": args.tool}
     async with fake_model(out, 0.0) as (model_url, _):
         config = write_parley_config(out, model_url)
         params = server_parameters(out, config, args.sql_trace)
@@ -163,7 +165,8 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             t0 = time.perf_counter()
             latencies, session_id = [], None
             for k in range(1, args.turns + 1):
-                session_id, ms = await turn(client, timeout, session_id, f"turn {k}", f"turn {k}", AGENT)
+                message = TOOL_MESSAGE if args.tool and k > 1 else f"turn {k}"
+                session_id, ms = await turn(client, timeout, session_id, message, f"turn {k}", AGENT)
                 latencies.append(ms)
             wall_s = time.perf_counter() - t0
             io1, cpu1 = proc_io(pid), tree_cpu_seconds(pid)
@@ -536,7 +539,8 @@ def thread_cpu_seconds(pid: int, field: str = "both") -> dict[int, float]:
 
 def report(r: dict[str, Any]) -> None:
     print(
-        f"parley, {r['turns']} text turns in one session over stdio (profilers: {', '.join(r['profilers']) or 'none'})"
+        f"parley, {r['turns']} {'tool' if r['tool_turns'] else 'text'} turns in one session over stdio"
+        f" (profilers: {', '.join(r['profilers']) or 'none'})"
     )
     print(
         f"  p50 {r['p50_ms']} ms (first 20 {r['first20_p50_ms']}, last 20 {r['last20_p50_ms']}),"
@@ -597,6 +601,9 @@ def main() -> int:
         "--gil", action="store_true", help="py-spy --gil: only samples of the thread holding the GIL"
     )
     parser.add_argument("--top", type=int, default=30, help="functions to list")
+    parser.add_argument(
+        "--tool", action="store_true", help="turns 2..N each call the fixture tool once (tool turns)"
+    )
     parser.add_argument("--strace", action="store_true")
     parser.add_argument("--sql-trace", action="store_true")
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle seconds after the turns (SQL trace)")
