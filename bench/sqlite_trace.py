@@ -33,7 +33,7 @@ def main() -> int:
         return connection
 
     sqlite3.connect = traced  # type: ignore[assignment]
-    from parley.cli import main as parley_main  # after the patch: aiosqlite looks it up at call time
+    from parley.cli import main as parley_main  # after the patch: the store looks it up at call time
 
     return int(parley_main(sys.argv[2:]))
 
