@@ -19,7 +19,7 @@ from parley.errors import LeaseLost
 from parley.ids import SessionId, TurnId, new_turn_id
 from parley.runtime import transitions
 from parley.runtime.faults import FaultPoints
-from parley.runtime.leased_transcript import LeasedTranscript
+from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model import ModelClient
 from parley.runtime.model_caller import ModelCaller
@@ -97,6 +97,7 @@ class SessionDriver:
         self._toolbox = toolbox
         self._models = ModelCaller(self._ctx, models=models, catalog=catalog or {}, toolbox=toolbox)
         self._tools = ToolRunner(self._ctx, toolbox)
+        self._transcripts = TranscriptCache(store)
 
     def stop_after_current_step(self) -> None:
         """Shutdown: finish the step in progress, then release the session without starting another."""
@@ -119,6 +120,7 @@ class SessionDriver:
                 ended = await self._ctx.store.get_session(session_id)
                 if ended is not None and ended.status in ("closed", "completed", "failed"):
                     self._toolbox.release_session(session_id)  # its per-session MCP connections
+                    self._transcripts.forget(session_id)
             self._ctx.signals.notify(session_id)
 
     async def _keep_lease(self, session_id: SessionId, control: TurnControl, tg: TaskGroup) -> None:
@@ -152,7 +154,7 @@ class SessionDriver:
 
     async def _work(self, session_id: SessionId, control: TurnControl) -> None:
         first = True
-        transcript = LeasedTranscript(self._ctx.store, session_id)
+        transcript = self._transcripts.leased(session_id)
         while True:
             # One read per step: the session, its current turn with its calls, and its queue.
             snapshot = await self._ctx.steps.look(session_id, STEP_VIEW)

@@ -1,25 +1,64 @@
-"""A leased session's transcript, kept in memory by the process that drives it.
+"""The transcripts of the sessions a process drives, kept in memory between model calls.
 
-The transcript is append-only, so the driver reads it whole once per lease and afterwards only
-what was committed after the last message it has (its own steps, and the text of a decision
-made by a caller in any process). A model call then costs the same at turn 2,000 as at turn 2.
-The copy lives as long as one `drive` of the session under one lease: when the lease is lost or
-released it is dropped with the driver's frame, so another process's writes are never shadowed. The newest
-compaction summary is kept the same way (only the lease holder writes one).
+A transcript is append-only: a message, once committed at a sequence number, never changes. So
+a copy of its first messages stays true for good, and every use reads only what was committed
+after the last message the copy has (the driver's own steps, a message taken into a turn, the
+text of a decision made by a caller in any process). A model call then costs the same at turn
+2,000 as at turn 2, and a session that comes back to this process after a rest does not read its
+history again. Nothing can be shadowed: the copy is never trusted for what comes after it.
+
+The newest compaction summary is another matter (a later one replaces it): it is read once per
+holding of the lease, since only the lease holder writes one.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
 from parley.ids import SessionId, TurnId
+from parley.runtime.model import ChatMessage
 from parley.storage.base import MessageRecord
 from parley.storage.ports import Transcripts
 
 
+class TranscriptCache:
+    """The copies of the transcripts this process read lately: the `max_sessions` used last."""
+
+    def __init__(self, store: Transcripts, max_sessions: int = 256) -> None:
+        self._store = store
+        self._max_sessions = max_sessions
+        self._copies: OrderedDict[SessionId, _Copy] = OrderedDict()
+
+    def leased(self, session_id: SessionId) -> LeasedTranscript:
+        """The transcript for one holding of the session's lease."""
+        copy = self._copies.pop(session_id, None) or _Copy()
+        self._copies[session_id] = copy  # the most recently used last
+        while len(self._copies) > self._max_sessions:
+            self._copies.popitem(last=False)
+        return LeasedTranscript(self._store, session_id, copy)
+
+    def forget(self, session_id: SessionId) -> None:
+        """The session ended: it will take no more turns here."""
+        self._copies.pop(session_id, None)
+
+
+@dataclass(slots=True)
+class _Copy:
+    """A transcript's first messages as read, and the model's view of each (see to_chat_messages)."""
+
+    records: list[MessageRecord] = field(default_factory=list)
+    chat: dict[int, ChatMessage] = field(default_factory=dict)
+
+
 class LeasedTranscript:
-    def __init__(self, store: Transcripts, session_id: SessionId) -> None:
+    def __init__(self, store: Transcripts, session_id: SessionId, copy: _Copy | None = None) -> None:
         self._store = store
         self._session_id = session_id
-        self._records: list[MessageRecord] = []
+        copy = copy if copy is not None else _Copy()
+        # Shared with the cache: extended in place, never changed otherwise.
+        self._records = copy.records
+        self.chat_memo = copy.chat
         # (upto_seq, text) of the newest compaction summary; only the lease holder writes one.
         self._summary: tuple[int, str] | None = None
         self._summary_loaded = False

@@ -106,12 +106,14 @@ class _ModelView:
         summary = await self._transcript.latest_summary()
         chat = self._assemble(records, summary)
         config = self._agent.compaction
+        if not (config.enabled or force):
+            return chat
         window = compaction.context_window(self._spec.name, config)
         failures = self._caller._compaction_failures.get(self._turn.id, 0)
         prompt = compaction.estimate_tokens(chat, self._agent.instructions, self._tools)
         if force and window is None:
             window = prompt  # the provider refused this prompt: aim well below it
-        if not (config.enabled or force) or window is None or failures >= MAX_COMPACTION_FAILURES:
+        if window is None or failures >= MAX_COMPACTION_FAILURES:
             return chat
         visible = [r for r in records if summary is None or r.seq > summary[0]]
         turn_start = min((r.seq for r in records if r.turn_id == self._turn.id), default=records[-1].seq)
@@ -128,11 +130,13 @@ class _ModelView:
         )
         return self._assemble(records, (plan.upto_seq, new_summary))
 
-    @staticmethod
-    def _assemble(records: list[MessageRecord], summary: tuple[int, str] | None) -> tuple[ChatMessage, ...]:
+    def _assemble(
+        self, records: list[MessageRecord], summary: tuple[int, str] | None
+    ) -> tuple[ChatMessage, ...]:
+        memo = self._transcript.chat_memo
         if summary is None:
-            return to_chat_messages(records)
-        rest = to_chat_messages([r for r in records if r.seq > summary[0]])
+            return to_chat_messages(records, memo)
+        rest = to_chat_messages([r for r in records if r.seq > summary[0]], memo)
         return (compaction.summary_message(summary[1]), *rest)
 
     async def _summarize(

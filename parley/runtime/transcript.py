@@ -35,53 +35,62 @@ def _with_our_call_ids(raw: Any, calls: Sequence[NewToolCall]) -> Any:
     return out
 
 
-def to_chat_messages(records: Sequence[MessageRecord]) -> tuple[ChatMessage, ...]:
-    """Rebuild the conversation; tool results follow their assistant message in call order."""
+def to_chat_messages(
+    records: Sequence[MessageRecord], memo: dict[int, ChatMessage] | None = None
+) -> tuple[ChatMessage, ...]:
+    """Rebuild the conversation; tool results follow their assistant message in call order.
+    `memo` keeps the user and assistant messages built from records (by sequence number, as
+    records never change) for the next call on the same transcript."""
     out: list[ChatMessage] = []
     results: dict[str, MessageRecord] = {r.content["tool_call_id"]: r for r in records if r.role == "tool"}
+    # Calls before the last user or assistant message are settled: one without a result never ran.
+    last_turn_seq = max((r.seq for r in records if r.role in ("user", "assistant")), default=0)
     for record in records:
-        if record.role == "user":
-            out.append(ChatMessage(role="user", text=str(record.content.get("text", ""))))
-        elif record.role == "assistant":
-            calls = tuple(
-                ModelToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
-                for c in record.content.get("tool_calls", [])
-            )
+        if record.role == "tool":
+            continue
+        message = memo.get(record.seq) if memo is not None else None
+        if message is None:
+            message = _chat_message(record)
+            if memo is not None:
+                memo[record.seq] = message
+        out.append(message)
+        for call in message.tool_calls:
+            result = results.get(call.id)
+            if result is None and record.seq >= last_turn_seq:
+                continue  # still running in the current step
+            # Providers reject a tool call without a result: a call that never ran (a cancel,
+            # the model-call limit) gets one that says so.
+            text = str(result.content.get("text", "")) if result is not None else NOT_RUN_TEXT
             out.append(
                 ChatMessage(
-                    role="assistant",
-                    text=str(record.content.get("text", "")),
-                    tool_calls=calls,
-                    provider=record.content.get("provider"),
-                    raw=record.content.get("raw"),
+                    role="tool",
+                    text=text,
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    is_error=bool(result.content.get("is_error", False)) if result is not None else True,
+                    media=tuple(result.content.get("media", ())) if result is not None else (),
                 )
             )
-            for call in calls:
-                result = results.get(call.id)
-                if result is None and not has_later_model_turn(records, record.seq):
-                    continue  # still running in the current step
-                # Providers reject a tool call without a result: a call that never ran (a cancel,
-                # the model-call limit) gets one that says so.
-                text = str(result.content.get("text", "")) if result is not None else NOT_RUN_TEXT
-                out.append(
-                    ChatMessage(
-                        role="tool",
-                        text=text,
-                        tool_call_id=call.id,
-                        tool_name=call.name,
-                        is_error=bool(result.content.get("is_error", False)) if result is not None else True,
-                        media=tuple(result.content.get("media", ())) if result is not None else (),
-                    )
-                )
     return tuple(out)
 
 
+def _chat_message(record: MessageRecord) -> ChatMessage:
+    if record.role == "user":
+        return ChatMessage(role="user", text=str(record.content.get("text", "")))
+    calls = tuple(
+        ModelToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
+        for c in record.content.get("tool_calls", [])
+    )
+    return ChatMessage(
+        role="assistant",
+        text=str(record.content.get("text", "")),
+        tool_calls=calls,
+        provider=record.content.get("provider"),
+        raw=record.content.get("raw"),
+    )
+
+
 NOT_RUN_TEXT = "This call was not run: the turn ended before it started."
-
-
-def has_later_model_turn(records: Sequence[MessageRecord], seq: int) -> bool:
-    """True when a user or assistant message follows `seq`: the calls at `seq` are settled."""
-    return any(r.seq > seq and r.role in ("user", "assistant") for r in records)
 
 
 def requested_names(calls: Sequence[RequestedCall]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 import httpx2
 
 from parley.errors import ModelError
@@ -17,6 +18,9 @@ from parley.runtime.providers.http import (
     transport_error,
     without_secrets,
 )
+
+# How long the rest of a stream after [DONE] is read before the connection is given up on.
+DRAIN_AFTER_DONE_S = 1.0
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -143,9 +147,15 @@ class OpenAIModelClient:
         calls: dict[int, dict[str, Any]] = {}
         usage: dict[str, Any] = {}
         done = False
-        async for _event, data in sse_events(response):
+        events = sse_events(response)
+        async for _event, data in events:
             if data == "[DONE]":
                 done = True
+                # Read on to the end of the body, which the server ends now: a connection whose
+                # response was left unread is closed, and the next call would open a new one.
+                with anyio.move_on_after(DRAIN_AFTER_DONE_S):
+                    async for _ in events:
+                        pass
                 break
             chunk = json.loads(data)
             if chunk.get("error"):
