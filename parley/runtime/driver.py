@@ -103,9 +103,11 @@ class SessionDriver:
         """Shutdown: finish the step in progress, then release the session without starting another."""
         self._ctx.stopping = True
 
-    async def drive(self, session_id: SessionId, lease: str) -> None:
-        """Work the session until it rests, under the lease token the caller acquired."""
+    async def drive(self, session_id: SessionId, lease: str) -> bool:
+        """Work the session until it rests, under the lease token the caller acquired. True when,
+        as the lease is let go, the session needs a driver again (a message came meanwhile)."""
         control = TurnControl(lease)
+        again = False
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
@@ -121,7 +123,14 @@ class SessionDriver:
                 if ended is not None and ended.status in ("closed", "completed", "failed"):
                     self._toolbox.release_session(session_id)  # its per-session MCP connections
                     self._transcripts.forget(session_id)
+                again = (
+                    ended is not None
+                    and not self._ctx.stopping
+                    and ended.status in ("running", "waiting_for_input")
+                    and not _is_parked(ended, self._ctx.clock())
+                )
             self._ctx.signals.notify(session_id)
+        return again
 
     async def _keep_lease(self, session_id: SessionId, control: TurnControl, tg: TaskGroup) -> None:
         """Watch for cancel requests every poll interval (a read), and renew the lease (a write,

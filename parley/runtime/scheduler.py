@@ -43,6 +43,8 @@ class Scheduler:
         self._draining = False
         self._retry_at: dict[SessionId, tuple[float, float]] = {}
         self._idle = anyio.Event()
+        # A scan or claim found this process driving all it may: scan again when one ends.
+        self._full = False
 
     @property
     def driving(self) -> frozenset[SessionId]:
@@ -70,37 +72,52 @@ class Scheduler:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         async with anyio.create_task_group() as tg:
             task_status.started()
+            named: set[SessionId] = set()
+            scan = True
             while not self._draining:
                 try:
-                    await self._scan(tg)
+                    if scan:
+                        await self._scan(tg)
+                    else:
+                        # Sessions this process just gave work (a message, a decision): claimed
+                        # at once, without a scan; other processes' work waits for the next scan.
+                        for session_id in named:
+                            await self._claim(tg, session_id)
                 except Exception:
                     # A failed scan (database busy, disk hiccup) must not stop the process; retry next tick.
                     logger.exception("scanning for work failed; retrying")
-                await self._signals.wait_for_work(self._timings.poll_interval_s)
+                named, scan = await self._signals.wait_for_work(self._timings.poll_interval_s)
 
     async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
-        now = self._clock()
-        for session_id in await self._store.sessions_needing_work(now, SCAN_BATCH):
-            if session_id in self._driving or self._draining:
-                continue
-            if len(self._driving) >= self._timings.max_driven_sessions:
-                # Take no more than this process can move: the rest stay free for other processes
-                # (and for this one's next scan) instead of holding leases while they queue.
+        for session_id in await self._store.sessions_needing_work(self._clock(), SCAN_BATCH):
+            if not await self._claim(tg, session_id):
                 break
-            now = self._clock()
-            retry = self._retry_at.get(session_id)
-            if retry is not None and retry[0] > now:
-                continue
-            lease = await self._store.try_acquire_lease(
-                session_id, self._process_id, now, self._timings.lease_ttl_s
-            )
-            if lease is not None:
-                self._driving.add(session_id)
-                tg.start_soon(self._drive, session_id, lease)
+
+    async def _claim(self, tg: anyio.abc.TaskGroup, session_id: SessionId) -> bool:
+        """Take the session's lease and drive it, if it is free and needs work. False when this
+        process drives all it may: the rest stay free for other processes (and for this one's
+        next scan) instead of holding leases while they queue."""
+        if session_id in self._driving or self._draining:
+            return True
+        if len(self._driving) >= self._timings.max_driven_sessions:
+            self._full = True
+            return False
+        now = self._clock()
+        retry = self._retry_at.get(session_id)
+        if retry is not None and retry[0] > now:
+            return True
+        lease = await self._store.try_acquire_lease(
+            session_id, self._process_id, now, self._timings.lease_ttl_s
+        )
+        if lease is not None:
+            self._driving.add(session_id)
+            tg.start_soon(self._drive, session_id, lease)
+        return True
 
     async def _drive(self, session_id: SessionId, lease: str) -> None:
+        again: bool | None = None  # unknown after a failure: scan
         try:
-            await self._driver.drive(session_id, lease)
+            again = await self._driver.drive(session_id, lease)
             self._retry_at.pop(session_id, None)
         except Exception:
             _, pause = self._retry_at.get(session_id, (0.0, self._timings.poll_interval_s))
@@ -110,4 +127,10 @@ class Scheduler:
         finally:
             self._driving.discard(session_id)
             self._idle.set()
-            self._signals.work_available()
+            if again is None or self._full:
+                # A failure, or sessions were left for lack of room: look for work again.
+                self._full = False
+                self._signals.work_available()
+            elif again:
+                # The session needs a driver again (a message came as its lease was let go).
+                self._signals.work_available(session_id)

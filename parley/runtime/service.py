@@ -318,7 +318,7 @@ class SessionService:
         )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
-        self._signals.work_available()
+        self._signals.work_available(session_id)
         return await self.wait_for_message(session_id, queued.id, wait_s, on_progress, ask_human)
 
     async def _retry_of_start(
@@ -405,7 +405,7 @@ class SessionService:
                 session_id,
                 f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
             )
-        self._signals.work_available()
+        self._signals.work_available(session.id)
         return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, ask_human)
 
     async def _promote(
@@ -441,7 +441,7 @@ class SessionService:
         if record.status == "dropped":
             raise InvalidArgument("queued_message_id", f"{queued_message_id} was deleted; send it again")
         self._signals.request_cancel(session.id)
-        self._signals.work_available()
+        self._signals.work_available(session.id)
         return await self.wait_for_message(session.id, record.id, wait_s, on_progress, ask_human)
 
     async def delete_queued_message(self, owner: str, session_id: str, queued_message_id: str) -> str:
@@ -535,7 +535,7 @@ class SessionService:
         wait_s = self._wait_s(wait_seconds)
         self._decisions.check_caller_may_decide(session)
         turn_id, notes = await self._decisions.approve(session, decisions, "caller", owner)
-        self._signals.work_available()
+        self._signals.work_available(session.id)
         outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
         return replace(outcome, notes=notes + outcome.notes)
 
@@ -555,7 +555,7 @@ class SessionService:
         wait_s = self._wait_s(wait_seconds)
         self._decisions.check_caller_may_decide(session)
         turn_id, notes = await self._decisions.answer(session, interrupt_id, answer, decline, "caller", owner)
-        self._signals.work_available()
+        self._signals.work_available(session.id)
         outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
         return replace(outcome, notes=notes + outcome.notes)
 
@@ -597,7 +597,7 @@ class SessionService:
         await self._steps.resolve_interrupt(
             session_id, interrupt.id, resolution, "elicitation", self._clock()
         )
-        self._signals.work_available()
+        self._signals.work_available(session_id)
 
     async def put_to_person(self, ask_human: AskHuman, interrupt: InterruptRecord, deadline: float) -> None:
         """Ask the person behind the client about one interrupt (withdrawn if it is resolved some
@@ -649,7 +649,7 @@ class SessionService:
         if session.status != "closed":
             await self._steps.request_close(session.id, owner, "closed by the caller", self._clock())
             self._signals.request_cancel(session.id)
-            self._signals.work_available()
+            self._signals.work_available(session.id)
 
         async def closed(last: bool) -> SessionRecord | None:
             latest = await self._store.get_session(session.id)

@@ -15,6 +15,8 @@ class SessionSignals:
         self._waiting: dict[SessionId, int] = {}
         self._cancel: dict[SessionId, anyio.Event] = {}
         self._work = anyio.Event()
+        self._named: set[SessionId] = set()
+        self._scan_wanted = False
 
     def notify(self, session_id: SessionId) -> None:
         event = self._changed.pop(session_id, None)
@@ -46,10 +48,23 @@ class SessionSignals:
     async def cancel_requested(self, session_id: SessionId) -> None:
         await self._cancel.setdefault(session_id, anyio.Event()).wait()
 
-    def work_available(self) -> None:
+    def work_available(self, session_id: SessionId | None = None) -> None:
+        """Something needs a driver: `session_id` when the caller knows which session (the
+        scheduler then tries that one without scanning for work), None to have it scan."""
+        if session_id is None:
+            self._scan_wanted = True
+        else:
+            self._named.add(session_id)
         self._work.set()
 
-    async def wait_for_work(self, timeout_s: float) -> None:
+    async def wait_for_work(self, timeout_s: float) -> tuple[set[SessionId], bool]:
+        """Wait until work is signalled, `timeout_s` at most: the sessions named since the last
+        call, and whether to scan (asked for, or the time passed: other processes' work)."""
+        signalled = False
         with anyio.move_on_after(timeout_s):
             await self._work.wait()
+            signalled = True
         self._work = anyio.Event()
+        named, self._named = self._named, set()
+        scan, self._scan_wanted = self._scan_wanted or not signalled, False
+        return named, scan
