@@ -96,7 +96,7 @@ class MemoryStore(MemorySteps):
             tables.sessions[session.id] = row(replace(created, status=session.status, phase=session.phase))
             tables.append_event(session.id, None, "session_created", {"agent": session.agent}, now)
             if first_message is not None:
-                message = replace(first_message, status="queued", turn_id=None, created_at=now)
+                message = first_message
                 tables.insert_queued(message)
                 tables.append_event(
                     message.session_id, None, "message_queued", {"queued_message_id": message.id}, now

@@ -31,7 +31,9 @@ class SessionStarts(Protocol):
     async def create_session(
         self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
     ) -> bool:
-        """False (and nothing written) when the owner already used session.start_client_message_id."""
+        """Store the session and its first queued message as given (see transitions.starting),
+        with the events that record them. False (and nothing written) when the owner already used
+        session.start_client_message_id."""
         ...
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -161,7 +160,7 @@ class PostgresStore(PostgresSteps, PostgresCopy):
             "SELECT id, 1, NULL, 'session_created', %(created)s::json, %(now)s FROM s)",
         ]
         if first_message is not None:
-            message = replace(first_message, status="queued", turn_id=None, created_at=now)
+            message = first_message
             values = queued_values(message, session.id, 1)
             params |= {f"q{i}": value for i, value in enumerate(values)}
             params |= {"events": 2, "queue": 1, "queued": json_value({"queued_message_id": message.id})}

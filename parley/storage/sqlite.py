@@ -13,7 +13,6 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +125,7 @@ class SqliteStore(SqliteSteps):
             events = [NewEvent(None, "session_created", {"agent": session.agent})]
             queued = []
             if first_message is not None:
-                queued.append(replace(first_message, status="queued", turn_id=None, created_at=now))
+                queued.append(first_message)
                 events.append(NewEvent(None, "message_queued", {"queued_message_id": first_message.id}))
             append_rows(db, session.id, events=events, queued=queued, now=now)
             return True
