@@ -253,6 +253,10 @@ class ServerProcess:
     async def client(self, mode: str = "auto") -> AsyncIterator[Client]:
         server: Any = self.url if self.http else self.transport()
         async with Client(server, mode=mode) as client:
+            # The SDK checks each tool result against the tool's output schema and lists the tools
+            # the first time: do it now, so no call of a test depends on a second request (the
+            # crash tests' servers die right after answering).
+            await client.list_tools()
             yield client
 
     async def close_stdin(self) -> None:

@@ -22,6 +22,7 @@ import anyio
 import anyio.lowlevel
 
 from parley.errors import StorageCondition, StorageError, StorageUnavailable
+from parley.storage.db_thread import DatabaseThread
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class SqliteBase:
         self.synchronous = synchronous
         self.health = StorageHealth()
         # One connection serves every task of the process, one function at a time, in order.
-        self._limiter = anyio.CapacityLimiter(1)
+        self._thread = DatabaseThread(f"sqlite {path.name}")
 
     async def _run(self, fn: Callable[[], T]) -> T:
         """Run `fn` on the connection's thread (the one hand-off of a transaction); while another
@@ -128,7 +129,7 @@ class SqliteBase:
         started = anyio.current_time()
         while True:
             try:
-                return await anyio.to_thread.run_sync(fn, limiter=self._limiter)
+                return await self._thread.run(fn)
             except _Busy as busy:
                 if anyio.current_time() - started >= BUSY_WAIT_S:
                     raise self._write_failed(busy.error, "waited for another process's lock") from None
@@ -152,7 +153,8 @@ class SqliteBase:
         return row
 
     async def close(self) -> None:
-        await self._run(self._db.close)
+        await self._thread.run(self._db.close)
+        await self._thread.close()
 
     # ------------------------------------------------------------------ on the connection's thread
 
