@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -22,16 +23,18 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 
 class _Job(Generic[T]):
     __slots__ = ("_lock", "_state", "fn", "future", "loop")
 
-    def __init__(self, fn: Callable[[], T], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, fn: Callable[[], T], loop: asyncio.AbstractEventLoop | None) -> None:
         self.fn = fn
         self.loop = loop
-        self.future: asyncio.Future[T] = loop.create_future()
+        self.future: asyncio.Future[T] | None = loop.create_future() if loop is not None else None
         self._lock = threading.Lock()
         self._state = "queued"  # then "started" (by the thread) or "withdrawn" (by the caller)
 
@@ -51,7 +54,7 @@ class _Job(Generic[T]):
             return True
 
     def settle(self, ok: bool, value: Any) -> None:
-        if self.future.done():
+        if self.future is None or self.future.done():
             return
         if ok:
             self.future.set_result(value)
@@ -67,15 +70,21 @@ class DatabaseThread:
 
     async def run(self, fn: Callable[[], T]) -> T:
         job = _Job(fn, asyncio.get_running_loop())
+        future = job.future
+        assert future is not None
         self._jobs.put(job)
         try:
-            return await asyncio.shield(job.future)
+            return await asyncio.shield(future)
         except asyncio.CancelledError:
             if not job.withdraw():
                 with anyio.CancelScope(shield=True):
-                    await asyncio.wait([job.future])
-                job.future.exception()  # seen: the cancellation is what the caller gets
+                    await asyncio.wait([future])
+                future.exception()  # seen: the cancellation is what the caller gets
             raise
+
+    def post(self, fn: Callable[[], object]) -> None:
+        """Run `fn` on the thread when its turn comes, for nobody: a failure is logged."""
+        self._jobs.put(_Job(fn, None))
 
     async def close(self) -> None:
         """Stop the thread once the functions queued before have run."""
@@ -93,6 +102,10 @@ class DatabaseThread:
                 outcome = (True, job.fn())
             except BaseException as exc:  # handed to the caller, whatever it is
                 outcome = (False, exc)
+            if job.loop is None:
+                if not outcome[0]:
+                    logger.error("a database job failed", exc_info=outcome[1])
+                continue
             # RuntimeError: the caller's event loop is closed, nobody waits for this result.
             with contextlib.suppress(RuntimeError):
                 job.loop.call_soon_threadsafe(job.settle, *outcome)

@@ -36,7 +36,6 @@ from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import (
-    BUSY_ATTEMPT_MS,
     BUSY_WAIT_S,
     Connection,
     Synchronous,
@@ -329,7 +328,9 @@ class SqliteStore(SqliteSteps):
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        rows = await self._fetchall(sql, tuple(params))
+        # A whole transcript may be large: read it off the event loop.
+        whole = from_seq is None and limit is None
+        rows = await self._fetchall(sql, tuple(params), inline=not whole)
         return [
             MessageRecord(
                 session_id=r["session_id"],
@@ -475,7 +476,9 @@ def _open(path: Path, max_size_mb: float | None, synchronous: Synchronous) -> Co
         if max_size_mb is not None:
             _cap_size(db, max_size_mb)
         _migrate(db, path)
-        db.execute(f"PRAGMA busy_timeout = {BUSY_ATTEMPT_MS}")  # then SqliteBase retries, see there
+        db.execute("PRAGMA busy_timeout = 0")  # then SqliteBase pauses and tries again, see there
+        if synchronous == "normal":
+            db.execute("PRAGMA wal_autocheckpoint = 0")  # the store checkpoints off the event loop
     except sqlite3.Error as exc:
         db.close()
         raise _open_failed(path, exc) from exc

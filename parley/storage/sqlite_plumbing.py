@@ -1,11 +1,8 @@
 """The connection plumbing every part of the SQLite store shares: one connection per process,
-used by one thread at a time, and one hand-off to that thread per transaction.
-
-Each read or write is a plain function of the connection that runs whole on a worker thread
-(`_read`, `_write`): loading a snapshot, deciding and writing a step is one hand-off, not one
-per statement (with a driver per statement, the hand-offs cost more than SQLite's work). A
-function that has started always runs to its end, commit or rollback included, even when its
-caller is cancelled meanwhile, so a transaction never stays open.
+and each transaction a plain function of it that runs whole, inline or on the store's thread
+(`_read`, `_write`): loading a snapshot, deciding and writing a step is one call, not one
+hand-off per statement. A function that has started always runs to its end, commit or rollback
+included, even when its caller is cancelled meanwhile, so a transaction never stays open.
 """
 
 from __future__ import annotations
@@ -14,6 +11,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -92,11 +90,16 @@ T = TypeVar("T")
 
 Connection = sqlite3.Connection
 
-# How long one attempt waits for another process's lock on the connection's thread (SQLite's
-# busy_timeout), and how long a call keeps trying before it fails as "busy". Between attempts
-# the thread is free and the caller can be cancelled: a cancelled write never runs later.
-BUSY_ATTEMPT_MS = 50
+# Another process's lock is never waited for inside SQLite (busy_timeout 0): a call that finds
+# it taken pauses (from BUSY_FIRST_PAUSE_S, doubling up to BUSY_MAX_PAUSE_S) and tries again,
+# for BUSY_WAIT_S at most, then fails as "busy". Between attempts the caller can be cancelled:
+# a cancelled write never runs later.
+BUSY_FIRST_PAUSE_S = 0.001
+BUSY_MAX_PAUSE_S = 0.05
 BUSY_WAIT_S = 10.0
+# With inline transactions SQLite's automatic checkpoint (run by a commit) is off; the store
+# checkpoints on its thread after this many commits instead.
+CHECKPOINT_EVERY_COMMITS = 200
 
 
 class _Busy(Exception):
@@ -113,47 +116,74 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 
 class SqliteBase:
-    """The connection and its transactions; the store's parts build on it."""
+    """The connection and its transactions; the store's parts build on it.
+
+    Where a commit does not wait for the disk (`synchronous = normal`, WAL), a transaction runs
+    inline on the event loop when the connection is free: a step's transaction takes tens of
+    microseconds there, less than handing it to a thread and back. What may wait for the disk
+    runs on the store's thread instead: every transaction under `synchronous = full`, the sync
+    of a durable commit, checkpoints, and reads that may be large (`inline=False`). Another
+    process's lock is never waited for in either place (see BUSY_WAIT_S)."""
 
     def __init__(self, db: Connection, path: Path, synchronous: Synchronous = "full") -> None:
         self._db = db
         self.path = path
         self.synchronous = synchronous
         self.health = StorageHealth()
-        # One connection serves every task of the process, one function at a time, in order.
         self._thread = DatabaseThread(f"sqlite {path.name}")
+        # Held by whoever uses the connection now, the event loop or the thread: never both.
+        self._in_use = threading.Lock()
+        self._inline = synchronous == "normal"
+        self._commits = 0
 
-    async def _run(self, fn: Callable[[], T]) -> T:
-        """Run `fn` on the connection's thread (the one hand-off of a transaction); while another
-        process holds the lock, try again until BUSY_WAIT_S have passed."""
+    async def _run(self, fn: Callable[[], T], *, inline: bool = True) -> T:
+        """Run `fn` with the connection: inline when allowed and the connection is free, else on
+        the store's thread. While another process holds the lock, pause and try again until
+        BUSY_WAIT_S have passed."""
         started = anyio.current_time()
+        pause = BUSY_FIRST_PAUSE_S
         while True:
             try:
-                return await self._thread.run(fn)
+                if inline and self._inline and self._in_use.acquire(blocking=False):
+                    try:
+                        return fn()
+                    finally:
+                        self._in_use.release()
+                return await self._thread.run(lambda: self._holding(fn))
             except _Busy as busy:
                 if anyio.current_time() - started >= BUSY_WAIT_S:
                     raise self._write_failed(busy.error, "waited for another process's lock") from None
-                await anyio.lowlevel.checkpoint()  # a cancelled caller stops here, nothing done
+                await anyio.sleep(pause)  # a cancelled caller stops here, nothing done
+                pause = min(pause * 2, BUSY_MAX_PAUSE_S)
 
-    async def _read(self, fn: Callable[[Connection], T]) -> T:
+    def _holding(self, fn: Callable[[], T]) -> T:
+        with self._in_use:
+            return fn()
+
+    async def _read(self, fn: Callable[[Connection], T], *, inline: bool = True) -> T:
         """`fn`'s reads, in one read transaction (so several statements see one state)."""
-        return await self._run(lambda: self._reading(fn))
+        return await self._run(lambda: self._reading(fn), inline=inline)
 
     async def _write(self, fn: Callable[[Connection], T]) -> T:
         """`fn`'s writes, in one `BEGIN IMMEDIATE` transaction: all committed or none."""
         return await self._run(lambda: self._writing(fn))
 
-    async def _fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        return await self._run(lambda: self._reading(lambda db: db.execute(sql, params).fetchall()))
+    async def _fetchall(
+        self, sql: str, params: tuple[Any, ...] = (), *, inline: bool = True
+    ) -> list[sqlite3.Row]:
+        return await self._read(lambda db: db.execute(sql, params).fetchall(), inline=inline)
 
     async def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = await self._run(
-            lambda: self._reading(lambda db: db.execute(sql, params).fetchone())
-        )
+        row: sqlite3.Row | None = await self._read(lambda db: db.execute(sql, params).fetchone())
         return row
 
+    async def _sync(self) -> None:
+        """Put every commit so far on disk (see _make_durable), off the event loop."""
+        if self.synchronous != "full":
+            await self._run(self._make_durable, inline=False)
+
     async def close(self) -> None:
-        await self._thread.run(self._db.close)
+        await self._thread.run(lambda: self._holding(self._db.close))
         await self._thread.close()
 
     # ------------------------------------------------------------------ on the connection's thread
@@ -201,14 +231,24 @@ class SqliteBase:
             self._end_failed_tx()
             raise self._write_failed(exc, "cannot commit") from exc
         self.health.record(None)
+        self._commits += 1
+        if self._inline and self._commits % CHECKPOINT_EVERY_COMMITS == 0:
+            self._thread.post(lambda: self._holding(self._checkpoint))
         return result
 
+    def _checkpoint(self) -> None:
+        # PASSIVE: copies what no reader still needs, waits for nobody; a failure is harmless
+        # (the WAL grows until the next one).
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
+            logger.warning("checkpoint of %s failed: %s", self.path, exc)
+
     def _make_durable(self) -> None:
-        """Put every commit so far on disk. Under `synchronous = NORMAL` a WAL commit reaches the
-        operating system but is synced only at checkpoints; syncing the WAL file makes it (and
-        every commit before it) survive a power loss. Under FULL each commit is synced already."""
-        if self.synchronous != "full":
-            sync_file(Path(f"{self.path}-wal"))
+        """Under `synchronous = NORMAL` a WAL commit reaches the operating system but is synced
+        only at checkpoints; syncing the WAL file makes it (and every commit before it) survive a
+        power loss. Under FULL each commit is synced already."""
+        sync_file(Path(f"{self.path}-wal"))
 
     def _write_failed(self, exc: sqlite3.Error, what: str) -> StorageError:
         failure = unavailable(self.path, exc)

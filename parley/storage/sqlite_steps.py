@@ -363,7 +363,7 @@ class SqliteSteps(SqliteTasks):
         *,
         lease: str | None = None,
     ) -> T:
-        def run() -> T:
+        def run() -> tuple[T, bool]:
             durable = False
 
             def transaction(db: Connection) -> T:
@@ -377,9 +377,9 @@ class SqliteSteps(SqliteTasks):
                     durable = changes.durable
                 return result
 
-            result = self._writing(transaction)
-            if durable:
-                self._make_durable()
-            return result
+            return self._writing(transaction), durable
 
-        return await self._run(run)
+        result, durable = await self._run(run)
+        if durable:
+            await self._sync()
+        return result
