@@ -140,7 +140,7 @@ class SqliteBase:
         """Run `fn` with the connection: inline when allowed and the connection is free, else on
         the store's thread. While another process holds the lock, pause and try again until
         BUSY_WAIT_S have passed."""
-        started = anyio.current_time()
+        started: float | None = None  # of the first wait for another process's lock
         pause = BUSY_FIRST_PAUSE_S
         while True:
             try:
@@ -151,7 +151,9 @@ class SqliteBase:
                         self._in_use.release()
                 return await self._thread.run(lambda: self._holding(fn))
             except _Busy as busy:
-                if anyio.current_time() - started >= BUSY_WAIT_S:
+                now = anyio.current_time()
+                started = now if started is None else started
+                if now - started >= BUSY_WAIT_S:
                     raise self._write_failed(busy.error, "waited for another process's lock") from None
                 await anyio.sleep(pause)  # a cancelled caller stops here, nothing done
                 pause = min(pause * 2, BUSY_MAX_PAUSE_S)
