@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 # Bounds on what the authorization server may send us.
 MAX_JWKS_BYTES = 1024 * 1024
 MAX_INTROSPECTION_BYTES = 256 * 1024
+# The longest subject, issuer or client id accepted (they become stored principal names).
+MAX_CLAIM_CHARS = 1024
 # Answers of the introspection endpoint kept at most (by the SHA-256 of their token).
 MAX_CACHED_INTROSPECTIONS = 10_000
 
@@ -69,6 +71,10 @@ def oauth_principal(issuer: str, subject: str) -> str:
     """The owner of what a token's holder creates: issuer and subject (a subject is unique only
     within its issuer). An issuer URL has no fragment, so the first '#' splits the two."""
     return f"{issuer}#{subject}"
+
+
+def _printable(text: str) -> bool:
+    return len(text) <= MAX_CLAIM_CHARS and text.isprintable()
 
 
 class JwksKeys:
@@ -273,14 +279,17 @@ class OAuthVerifier:
         return self._access(claims)
 
     def _access(self, claims: dict[str, Any]) -> AccessToken | Refusal:
-        subject, issuer = claims.get("sub"), claims.get("iss")
+        subject, issuer, client = claims.get("sub"), claims.get("iss"), client_of(claims)
         if not isinstance(subject, str) or not subject or not isinstance(issuer, str):
             return Refusal("The access token has no subject.")
+        if not all(_printable(v) for v in (subject, issuer, client or "")):
+            # A principal is stored, listed and compared: no control characters, within bounds.
+            return Refusal("The access token's subject, issuer or client id is not usable text.")
         exp = claims.get("exp")
         return access_token(
             principal=oauth_principal(issuer, subject),
             scopes=scopes_of(claims),
-            client_id=client_of(claims),
+            client_id=client,
             issuer=issuer,
             subject=subject,
             expires_at=int(exp) if isinstance(exp, int | float) else None,
