@@ -224,7 +224,9 @@ def _cmd_token_new(args: argparse.Namespace) -> int:
         entry = StaticToken(name=args.name, sha256="0" * 64, scopes=scopes)
     except ValidationError as exc:
         for error in exc.errors():
-            where = {"name": "NAME", "scopes": "--scopes"}.get(str(error["loc"][0]) if error["loc"] else "", "")
+            where = {"name": "NAME", "scopes": "--scopes"}.get(
+                str(error["loc"][0]) if error["loc"] else "", ""
+            )
             print(f"parley: {where}: {error['msg'].removeprefix('Value error, ')}", file=sys.stderr)
         return 2
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
