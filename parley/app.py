@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
-from parley.errors import StorageError
+from parley.errors import ConfigErrors, StorageError
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriveSettings, SessionDriver
@@ -264,6 +264,8 @@ async def serve_http(
     insecure_bind: bool,
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
 ) -> None:
+    if config.auth.mode == "tokens" and config.token_problems:
+        raise ConfigErrors(list(config.token_problems))
     check_bind(host, insecure_bind, config.auth.authenticates)
     # Bound before the store opens, so a port in use is reported before anything starts.
     listener = bind_listener(host, port)

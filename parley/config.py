@@ -617,6 +617,8 @@ class ServerConfig:
     auth: AuthConfig = field(default_factory=AuthConfig)
     # auth.tokens as the server holds them: names, scopes and SHA-256 digests, never a token.
     tokens: tuple[TokenEntry, ...] = ()
+    # Why some of auth.tokens cannot be used (an unset token_env...): fatal to `serve --http` only.
+    token_problems: tuple[ConfigError, ...] = ()
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
 
@@ -820,7 +822,8 @@ def load_config(config_path: Path | None, db_override: Path | str | None) -> Ser
 
 
 def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
-    return _load(config_path, None)[1]
+    config, errors = _load(config_path, None)
+    return errors + (list(config.token_problems) if config is not None else [])
 
 
 def _load(
@@ -839,8 +842,9 @@ def _load(
             return None, _field_errors(str(config_path), exc)
         errors.extend(_storage_problems(file_cfg.storage, str(config_path)))
         errors.extend(_http_problems(file_cfg, str(config_path)))
+    # Only serving HTTP needs the tokens: the other commands (the CLI's pending, approve, audit...)
+    # work without their environment variables; `parley check` reports them.
     tokens, token_errors = _resolve_tokens(file_cfg.auth, str(config_path or "(defaults)"))
-    errors.extend(token_errors)
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT.name: DEMO_AGENT}
     agent_files: dict[str, Path] = {}
@@ -898,6 +902,7 @@ def _load(
         agent_files=agent_files,
         auth=file_cfg.auth,
         tokens=tokens,
+        token_problems=tuple(token_errors),
         limits=file_cfg.limits,
         audit=file_cfg.audit,
     )

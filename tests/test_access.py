@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import pytest
 
-from parley.config import load_config
+from parley.config import collect_config_errors, load_config
 from parley.config_auth import LimitsConfig, Members, token_digest
 from parley.errors import RateLimited
 from parley.runtime.access import (
@@ -207,12 +207,6 @@ def test_static_tokens_are_kept_as_hashes_also_when_read_from_the_environment(
             "auth.tokens.0.scopes",
             "unknown scope",
         ),
-        (
-            {"mode": "tokens", "tokens": [{"name": "a", "token_env": "PARLEY_NO_SUCH_VAR"}]},
-            None,
-            "auth.tokens.0.token_env",
-            "not set",
-        ),
         ({"mode": "oauth"}, None, "auth", "needs an oauth section"),
         ({"mode": "oauth", "oauth": {"issuer": "https://a.example"}}, None, "auth.oauth", "give jwks_url"),
         (
@@ -251,6 +245,16 @@ def test_a_wrong_auth_or_http_field_is_named_with_the_fix(
     error = only_error(path)
     assert_names(error, error.code, path, field)
     assert says in error.problem, error.problem
+
+
+def test_an_unset_token_env_is_an_error_of_check_and_of_serving_only(tmp_path: Path) -> None:
+    path = _auth(tmp_path, {"mode": "tokens", "tokens": [{"name": "a", "token_env": "PARLEY_NO_SUCH_VAR"}]})
+    [error] = collect_config_errors(path)
+    assert_names(error, "PARLEY-C011", path, "auth.tokens.0.token_env")
+    assert "PARLEY_NO_SUCH_VAR is not set" in error.problem
+    # The CLI's other commands (pending, approve, audit) need no token.
+    config = load_config(path, None)
+    assert config.tokens == () and [str(e) for e in config.token_problems] == [str(error)]
 
 
 def test_an_agent_names_its_users_and_approvers_by_principal_or_scope(tmp_path: Path) -> None:
