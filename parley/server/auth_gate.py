@@ -205,12 +205,16 @@ def metadata_url(public_url: str) -> str:
 def metadata_routes(public_url: str, authorization_servers: list[str]) -> tuple[list[Route], frozenset[str]]:
     """The RFC 9728 document, at the path-inserted URL of the resource and at the bare well-known
     path (clients try both); returns the routes and their paths."""
-    metadata = ProtectedResourceMetadata(
-        resource=AnyHttpUrl(public_url),
-        authorization_servers=[AnyHttpUrl(url) for url in authorization_servers],
-        scopes_supported=list(SCOPES),
-        bearer_methods_supported=["header"],
-        resource_name="parley",
+    # Validated from strings, so the model keeps a path-less URL as written (an issuer is
+    # compared exactly: RFC 8414; AnyHttpUrl on its own would add a trailing slash).
+    metadata = ProtectedResourceMetadata.model_validate(
+        {
+            "resource": public_url,
+            "authorization_servers": authorization_servers,
+            "scopes_supported": list(SCOPES),
+            "bearer_methods_supported": ["header"],
+            "resource_name": "parley",
+        }
     )
     handler = ProtectedResourceMetadataHandler(metadata)
     paths = {WELL_KNOWN, urlsplit(metadata_url(public_url)).path}
