@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import mcp.types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
@@ -376,6 +377,43 @@ async def test_only_the_agents_approver_decides_and_the_audit_shows_both_attempt
         assert decisions == [("pat", "approve", "ok"), ("alice", "approve", "refused")], decisions
     by_pat = world.cli("audit", "--principal", "pat")
     assert re.search(rf" pat .* approve +ok +{sid} +{pending['id']}", by_pat.stdout), by_pat.stdout
+
+
+async def test_a_persons_form_decides_for_the_owner_but_not_where_only_approvers_may(world: World) -> None:
+    asked: list[str] = []
+
+    async def approve_in_form(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    for mode in ("auto", "legacy"):  # an input-required round (MRTR), then blocking elicitation
+        asked.clear()
+        async with world.client("alice", mode, elicitation_callback=approve_in_form) as alice:
+            text = f"form {mode}"
+            done = await call(
+                alice, "start_session", agent="worker", message=f'/tool fixture__bare {{"text": "{text}"}}'
+            )
+            assert done["status"] == "answered" and f"bare {text}" in done["answer"], done
+            assert asked and fixture_runs(world.directory, "bare", text=text) == 1
+            mine = await call(alice, "get_session", session_id=done["session_id"])
+            [decision] = mine["decisions"]
+            assert (decision["principal"], decision["action"], decision["via"]) == (
+                "alice",
+                "approve",
+                "mrtr" if mode == "auto" else "elicitation",
+            )
+
+            asked.clear()
+            held = await call(
+                alice,
+                "start_session",
+                agent="deployer",
+                message='/tool fixture__bare {"text": "not mine to approve"}',
+            )
+            assert held["status"] == "waiting_for_input" and asked == [], (
+                "only the approvers decide for deployer"
+            )
+            await call(alice, "close_session", session_id=held["session_id"])
 
 
 # ------------------------------------------------------------------ fair use
