@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+import yaml
 
 from parley.config import collect_config_errors, load_config
 from parley.config_auth import LimitsConfig, Members, token_digest
@@ -266,3 +268,23 @@ def test_an_agent_names_its_users_and_approvers_by_principal_or_scope(tmp_path: 
     )
     error = only_error(path)
     assert error.field == "approvers" and "at least one principal or scope" in error.problem
+
+
+def test_parley_token_new_prints_a_token_once_and_the_entry_that_holds_only_its_hash(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from parley.cli import main
+
+    assert main(["token", "new", "ci-bot", "--scopes", "parley:use,parley:metrics"]) == 0
+    out = capsys.readouterr().out
+    [token] = re.findall(r"^  (parley_\S+)$", out, re.MULTILINE)
+    [entry_line] = [line.strip()[2:] for line in out.splitlines() if line.strip().startswith("- {")]
+    entry = yaml.safe_load(entry_line)
+    assert entry == {
+        "name": "ci-bot",
+        "sha256": token_digest(token),
+        "scopes": ["parley:metrics", "parley:use"],
+    }
+    assert entry_line.count(token) == 0 and len(token) >= 40
+    assert main(["token", "new", "local"]) == 2
+    assert "reserved" in capsys.readouterr().err

@@ -416,6 +416,48 @@ async def test_a_persons_form_decides_for_the_owner_but_not_where_only_approvers
             await call(alice, "close_session", session_id=held["session_id"])
 
 
+async def test_an_input_required_round_belongs_to_its_principal(world: World) -> None:
+    arguments = {"agent": "worker", "message": '/tool fixture__bare {"text": "bound to alice"}'}
+
+    async def never(context: Any, params: Any) -> types.ElicitResult:
+        raise AssertionError("the rounds are answered by hand here")
+
+    # Clients that can show forms (so parley asks by an input-required round), driven by hand.
+    async with (
+        world.client("alice", elicitation_callback=never) as alice,
+        world.client("bob", elicitation_callback=never) as bob,
+    ):
+        first = await alice.session.call_tool(
+            "start_session", arguments, read_timeout_seconds=TEST_DEADLINE_S, allow_input_required=True
+        )
+        assert isinstance(first, types.InputRequiredResult), first
+        answers: dict[str, Any] = {
+            key: types.ElicitResult(action="accept", content={"decision": "approve"})
+            for key in first.input_requests or {}
+        }
+        stolen = await _mcp_error(
+            bob.session.call_tool(
+                "start_session",
+                arguments,
+                read_timeout_seconds=TEST_DEADLINE_S,
+                input_responses=answers,
+                request_state=first.request_state,
+            )
+        )
+        assert stolen.error.code == -32602, stolen
+        assert fixture_runs(world.directory, "bare", text="bound to alice") == 0
+        done = await alice.session.call_tool(
+            "start_session",
+            arguments,
+            read_timeout_seconds=TEST_DEADLINE_S,
+            input_responses=answers,
+            request_state=first.request_state,
+        )
+        assert isinstance(done, types.CallToolResult) and not done.is_error
+        assert done.structured_content is not None and done.structured_content["status"] == "answered"
+        assert fixture_runs(world.directory, "bare", text="bound to alice") == 1
+
+
 # ------------------------------------------------------------------ fair use
 
 

@@ -353,7 +353,8 @@ class McpTaskGateway(Extension):
             await self._tasks.answer(
                 self._caller_of(ctx), params.task_id, lambda pending: match_answers(responses, pending)
             )
-        except TaskNotFound as exc:
+        except RequestError as exc:
+            # An unknown task, or a caller whose answers the agent does not take (approvers: ...).
             raise _invalid(exc) from None
         return {"resultType": "complete"}
 
