@@ -288,3 +288,25 @@ def test_parley_token_new_prints_a_token_once_and_the_entry_that_holds_only_its_
     assert entry_line.count(token) == 0 and len(token) >= 40
     assert main(["token", "new", "local"]) == 2
     assert "reserved" in capsys.readouterr().err
+
+
+def test_a_non_loopback_bind_needs_authentication_or_insecure_bind() -> None:
+    from parley.errors import ConfigError
+    from parley.server.http import check_bind
+
+    check_bind("0.0.0.0", insecure_bind=False, authenticated=True)
+    check_bind("0.0.0.0", insecure_bind=True, authenticated=False)
+    with pytest.raises(ConfigError, match=r"auth\.mode"):
+        check_bind("0.0.0.0", insecure_bind=False, authenticated=False)
+
+
+def test_forwarded_headers_are_believed_only_from_the_configured_proxies() -> None:
+    from parley.config import HttpConfig
+    from parley.server.http import uvicorn_config
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("never called")
+
+    assert uvicorn_config(app, HttpConfig()).proxy_headers is False
+    behind = uvicorn_config(app, HttpConfig(trusted_proxies=["10.0.0.0/8"]))
+    assert behind.proxy_headers is True and behind.forwarded_allow_ips == ["10.0.0.0/8"]
