@@ -22,7 +22,8 @@ from parley.errors import InvalidArgument, RequestError
 from parley.ids import SessionId, TurnId, is_task_id, new_task_id
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
-from parley.runtime.service import AskHuman, SessionService, TurnOutcome
+from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.session_access import AskHuman
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import InterruptRecord, Resolution, TaskRecord, TaskStatus
 from parley.storage.ports import Store

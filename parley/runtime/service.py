@@ -20,8 +20,6 @@ from jsonschema import Draft202012Validator
 from parley.config import OVERRIDABLE_LIMITS, AgentConfig, RuntimeConfig, effective_limits
 from parley.config_auth import LimitsConfig
 from parley.errors import (
-    ApproversOnly,
-    HumanApprovalOnly,
     InvalidArgument,
     RequestError,
     SessionBusy,
@@ -41,11 +39,12 @@ from parley.ids import (
     new_turn_id,
 )
 from parley.runtime import audit, transitions
-from parley.runtime.access import DecisionPath, Principal, decision_verdict, is_approver, may_see, may_use
+from parley.runtime.access import Principal, may_see, may_use
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
 from parley.runtime.progress import ProgressFeed, ProgressFn
+from parley.runtime.session_access import AskHuman, Person, SessionAccess
 from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
@@ -140,6 +139,7 @@ class SessionService:
         self._model_names = list(model_names)
         self._decisions = Decisions(store, agents, clock)
         self._audit = Audit(store, clock)
+        self._access = SessionAccess(store, agents, self._audit)
         self._fair_use = FairUse(limits or LimitsConfig(), store)
         self._store = store
         self._steps = SessionSteps(store)
@@ -237,67 +237,17 @@ class SessionService:
             raise InvalidArgument("wait_seconds", "must be 0 or more")
         return min(wait_seconds, self._runtime.max_wait_s)
 
-    async def _visible(self, caller: Principal, session_id: str) -> SessionRecord:
-        """The session, if `caller` owns it or has parley:admin; anything else is not found, the
-        same answer as for an unknown id."""
-        if not is_session_id(session_id):
-            raise SessionNotFound(session_id)
-        session = await self._store.get_session(SessionId(session_id))
-        if session is None or not may_see(caller, session.owner):
-            raise SessionNotFound(session_id)
-        return session
-
-    async def _decidable(self, caller: Principal, session_id: str) -> SessionRecord:
-        """The session, if `caller` may see it or approves for its agent (then only its
-        interrupts); anything else is not found."""
-        if not is_session_id(session_id):
-            raise SessionNotFound(session_id)
-        session = await self._store.get_session(SessionId(session_id))
-        agent = self._agents.get(session.agent) if session is not None else None
-        if session is None or not (may_see(caller, session.owner) or (agent and is_approver(caller, agent))):
-            raise SessionNotFound(session_id)
-        return session
-
-    def _verdict(self, caller: Principal, session: SessionRecord, path: DecisionPath) -> str:
-        agent = self._agents.get(session.agent)
-        if agent is None:
-            # An agent no longer configured: its sessions' owners decide, as before.
-            return "allowed" if may_see(caller, session.owner) else "not_found"
-        return decision_verdict(caller, agent, session.owner, path)
-
-    def _may_ask_person(self, caller: Principal, session: SessionRecord) -> bool:
-        """Whether what the person behind `caller`'s client answers decides this session's interrupts."""
-        return self._verdict(caller, session, "person") == "allowed"
-
     async def may_answer_as_person(self, caller: Principal, session_id: str) -> bool:
-        try:
-            session = await self._decidable(caller, session_id)
-        except SessionNotFound:
-            return False
-        return self._may_ask_person(caller, session)
+        """Whether what the person behind `caller`'s client answers decides this session's interrupts."""
+        return await self._access.may_answer_as_person(caller, session_id)
 
-    async def _check_decider(
-        self,
-        caller: Principal,
-        session: SessionRecord,
-        path: DecisionPath,
-        action: str,
-        targets: Sequence[str],
-    ) -> None:
-        """Refuse (and record the attempt) unless `caller` may decide this session's interrupts by `path`."""
-        verdict = self._verdict(caller, session, path)
-        if verdict == "allowed":
-            return
-        error: RequestError
-        if verdict == "human_only":
-            error = HumanApprovalOnly(session.agent, session.id)
-        elif verdict == "approvers_only":
-            error = ApproversOnly(session.agent, session.id)
-        else:
-            raise SessionNotFound(session.id)
-        for target in targets or [""]:
-            await self._audit.refused(caller, action, session.id, target or None, str(error))
-        raise error
+    async def person_for(
+        self, caller: Principal, session_id: str, ask_human: AskHuman | None
+    ) -> Person | None:
+        return await self._access.person_for(caller, session_id, ask_human)
+
+    async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
+        return await self._access.list_pending(caller, limit)
 
     # ------------------------------------------------------------------ operations
 
@@ -406,7 +356,7 @@ class SessionService:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
         self._signals.work_available()
         return await self.wait_for_message(
-            session_id, queued.id, wait_s, on_progress, self._person(caller, record, ask_human)
+            session_id, queued.id, wait_s, on_progress, self._access.person(caller, record, ask_human)
         )
 
     async def _retry_of_start(
@@ -444,7 +394,7 @@ class SessionService:
         queued_message_id: str | None = None,
         settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
-        session = await self._visible(caller, session_id)
+        session = await self._access.visible(caller, session_id)
         agent = self._agents.get(session.agent)
         if agent is not None and not may_use(caller, agent):
             # The agent's users: changed since the session started; its history stays readable.
@@ -452,7 +402,7 @@ class SessionService:
                 "session_id", f"agent '{agent.name}' is no longer available to {caller.id}; nothing was sent"
             )
         settings = self._check_settings(settings, agent)
-        person = self._person(caller, session, ask_human)
+        person = self._access.person(caller, session, ask_human)
         if queued_message_id is not None:
             return await self._promote(
                 caller, session, queued_message_id, steer, message, wait_seconds, on_progress, person
@@ -547,7 +497,7 @@ class SessionService:
         return await self.wait_for_message(session.id, record.id, wait_s, on_progress, person)
 
     async def delete_queued_message(self, caller: Principal, session_id: str, queued_message_id: str) -> str:
-        session = await self._visible(caller, session_id)
+        session = await self._access.visible(caller, session_id)
         if not is_queued_message_id(queued_message_id):
             raise InvalidArgument(
                 "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
@@ -589,7 +539,7 @@ class SessionService:
         messages_limit: int | None,
         on_progress: ProgressFn | None = None,
     ) -> SessionDetails:
-        session = await self._visible(caller, session_id)
+        session = await self._access.visible(caller, session_id)
         if messages_limit is not None and not 1 <= messages_limit <= MAX_MESSAGES_PAGE:
             raise InvalidArgument("messages_limit", f"must be between 1 and {MAX_MESSAGES_PAGE}")
         if messages_from is not None and messages_from < 1:
@@ -642,23 +592,6 @@ class SessionService:
         page = await self._store.list_sessions(owner, status, agent, cursor, limit)
         return page.sessions, page.next_cursor
 
-    async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
-        """The interrupts `caller` may decide: of its own sessions, and of every session of the
-        agents it approves for (parley:admin: of every session)."""
-        if caller.is_admin:
-            return await self._store.list_pending_for(None, None, limit)
-        approves = [a.name for a in self._agents.values() if is_approver(caller, a)]
-        found = await self._store.list_pending_for(caller.id, approves, limit)
-        return [
-            p
-            for p in found
-            if self._verdict_for(caller, p.agent, p.owner) == "allowed" or p.owner == caller.id
-        ]
-
-    def _verdict_for(self, caller: Principal, agent_name: str, owner: str) -> str:
-        agent = self._agents.get(agent_name)
-        return decision_verdict(caller, agent, owner, "tool") if agent is not None else "not_found"
-
     async def approve(
         self,
         caller: Principal,
@@ -669,9 +602,11 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._decidable(caller, session_id)
+        session = await self._access.decidable(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
-        await self._check_decider(caller, session, "tool", audit.APPROVE, [d.interrupt_id for d in decisions])
+        await self._access.check_decider(
+            caller, session, "tool", audit.APPROVE, [d.interrupt_id for d in decisions]
+        )
         try:
             turn_id, notes = await self._decisions.approve(session, decisions, "caller", session.owner)
         except RequestError as exc:
@@ -702,10 +637,10 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._decidable(caller, session_id)
+        session = await self._access.decidable(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
         action = audit.DECLINE if decline else audit.ANSWER
-        await self._check_decider(caller, session, "tool", action, [interrupt_id])
+        await self._access.check_decider(caller, session, "tool", action, [interrupt_id])
         try:
             turn_id, notes = await self._decisions.answer(
                 session, interrupt_id, answer, decline, "caller", session.owner
@@ -730,7 +665,7 @@ class SessionService:
         """What a decider learns: the owner (and parley:admin) the resumed turn's outcome; an
         approver who may not read the session only whether the turn still waits, and for what."""
         if may_see(caller, session.owner):
-            person = self._person(caller, session, ask_human)
+            person = self._access.person(caller, session, ask_human)
             outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, person)
             return replace(outcome, notes=notes + outcome.notes)
         snapshot = await self._steps.look(session.id, _turn_view(turn_id))
@@ -759,7 +694,7 @@ class SessionService:
     ) -> TurnOutcome:
         """The retry of a call that returned an input-required result: apply the person's answers
         (the message was queued by the first call and is not queued again), then keep waiting."""
-        session = await self._visible(caller, session_id)
+        session = await self._access.visible(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
         await self.apply_answers(caller, session.id, answers, via="mrtr")
         return await self.wait_for_turn(session.id, TurnId(turn_id), wait_s, on_progress)
@@ -774,11 +709,11 @@ class SessionService:
         """Resolve interrupts with what a person answered through `caller`'s client (a form, an
         input-required round, a task's input). An answer outside the choices leaves its
         interrupt pending, to be asked again; an interrupt resolved meanwhile stays as it is."""
-        session = await self._decidable(caller, session_id)
+        session = await self._access.decidable(caller, session_id)
         if not answers:
             return
         action = audit.ANSWER if answers[0][0].kind == "question" else audit.APPROVE
-        await self._check_decider(caller, session, "person", action, [i.id for i, _ in answers])
+        await self._access.check_decider(caller, session, "person", action, [i.id for i, _ in answers])
         for interrupt, resolution in answers:
             await self._resolve_by_person(caller, session.id, interrupt, resolution, via)
 
@@ -818,27 +753,8 @@ class SessionService:
                 person.caller, interrupt.session_id, interrupt, resolution, "elicitation"
             )
 
-    def _person(self, caller: Principal, session: SessionRecord, ask_human: AskHuman | None) -> Person | None:
-        """Whom a waiting call may ask about the session's interrupts: the person behind `caller`'s
-        client, when the client can ask and the agent takes that person's decisions."""
-        if ask_human is None or not self._may_ask_person(caller, session):
-            return None
-        return Person(caller, ask_human)
-
-    async def person_for(
-        self, caller: Principal, session_id: str, ask_human: AskHuman | None
-    ) -> Person | None:
-        """`_person` by session id (an MCP task's `tasks/result` asks through its own request)."""
-        if ask_human is None:
-            return None
-        try:
-            session = await self._decidable(caller, session_id)
-        except SessionNotFound:
-            return None
-        return self._person(caller, session, ask_human)
-
     async def pending(self, caller: Principal, session_id: str) -> list[InterruptRecord]:
-        session = await self._decidable(caller, session_id)
+        session = await self._access.decidable(caller, session_id)
         return await self._store.list_interrupts(session.id, pending_only=True)
 
     async def cancel_turn(
@@ -849,7 +765,7 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         turn_id: str | None = None,
     ) -> TurnOutcome:
-        session = await self._visible(caller, session_id)
+        session = await self._access.visible(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
         if turn_id is not None and turn_id != session.current_turn_id:
             # A stale cancel (the turn it meant has ended) must not stop a newer turn.
@@ -878,7 +794,7 @@ class SessionService:
     async def close_session(
         self, caller: Principal, session_id: str, wait_seconds: float | None
     ) -> SessionRecord:
-        session = await self._visible(caller, session_id)
+        session = await self._access.visible(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
         if session.status != "closed":
             await self._steps.request_close(session.id, session.owner, "closed by the caller", self._clock())
@@ -899,7 +815,7 @@ class SessionService:
     ) -> Literal["deleted", "already deleted"]:
         """Remove a resting session and everything of it; the audit keeps the fact."""
         try:
-            session = await self._visible(caller, session_id)
+            session = await self._access.visible(caller, session_id)
         except SessionNotFound:
             # A retry of a delete that went through: idempotent, for its deleter only.
             earlier = (
@@ -1113,18 +1029,6 @@ def _outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMess
         session_status=session.status,
         result=turn.result,
     )
-
-
-# Puts an interrupt to a person through the client (elicitation); None when they dismissed it.
-AskHuman = Callable[[InterruptRecord], Awaitable[Resolution | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class Person:
-    """The person behind a caller's client, whose answers decide the session's interrupts."""
-
-    caller: Principal
-    ask: AskHuman
 
 
 def _decision_action(interrupt: InterruptRecord, resolution: Resolution) -> str:

@@ -16,7 +16,8 @@ from mcp.types import CallToolResult
 from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.access import Principal
 from parley.runtime.progress import ProgressFn
-from parley.runtime.service import AskHuman, SessionService, TurnOutcome
+from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.session_access import AskHuman
 from parley.server.elicitation import (
     answers_from,
     ask_human_through,
