@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
-from parley.errors import StorageError
+from parley.errors import ConfigErrors, StorageError
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriveSettings, SessionDriver
@@ -35,6 +35,7 @@ from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
+from parley.server.auth_gate import build_http_auth, caller_of
 from parley.server.client_logs import ClientLogRelay
 from parley.server.http import (
     QuietUvicorn,
@@ -46,7 +47,7 @@ from parley.server.http import (
 )
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
-from parley.server.tools import LOCAL_PRINCIPAL, build_mcp_server
+from parley.server.tools import build_mcp_server
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
 from parley.stores import open_store
@@ -167,6 +168,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             clock=clock,
             toolbox=toolbox,
             model_names=sorted(config.models),
+            limits=config.limits,
         )
         tasks = McpTaskService(
             store=store,
@@ -182,6 +184,9 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             await tg.start(scheduler.run)
             await tg.start(tasks.run_purge)
             await tg.start(tasks.run_watch)
+            await tg.start(
+                service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
+            )
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             try:
                 yield App(
@@ -215,13 +220,13 @@ async def _mcp_server(config: ServerConfig, app: App, background: TaskGroup) -> 
     log records to clients) until it is cancelled."""
 
     def owner_of(ctx: Any) -> str:
-        return LOCAL_PRINCIPAL
+        return caller_of(ctx).id
 
     logs = ClientLogRelay(owner_of, background)
     await background.start(logs.run)
     return build_mcp_server(
         app.service,
-        owner_of,
+        caller_of,
         __version__,
         _state_keys(config),
         tasks=app.tasks,
@@ -259,14 +264,22 @@ async def serve_http(
     insecure_bind: bool,
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
 ) -> None:
-    check_bind(host, insecure_bind)
+    if config.auth.mode == "tokens" and config.token_problems:
+        raise ConfigErrors(list(config.token_problems))
+    check_bind(host, insecure_bind, config.auth.authenticates)
     # Bound before the store opens, so a port in use is reported before anything starts.
     listener = bind_listener(host, port)
     with listener:
-        async with running_app(config) as app, anyio.create_task_group() as tg:
+        async with (
+            running_app(config) as app,
+            # The authorization server's keys and introspection; never a caller's token elsewhere.
+            httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
+            anyio.create_task_group() as tg,
+        ):
             server = await _mcp_server(config, app, tg)
+            auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
             uv = QuietUvicorn(
-                uvicorn_config(build_http_app(server, host, app.health, config.http), config.http)
+                uvicorn_config(build_http_app(server, host, app.health, config.http, auth), config.http)
             )
 
             def stop() -> None:

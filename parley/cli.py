@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -20,6 +22,9 @@ from parley.config import (
     load_config,
 )
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
+
+# Static tokens start with this, so secret scanners and people recognise one.
+TOKEN_PREFIX = "parley_"
 
 CONNECT_HINT = """\
 parley {version} speaks MCP over stdio: it is started by an MCP client, not typed at.
@@ -166,12 +171,22 @@ def _cmd_decide(args: argparse.Namespace) -> int:
     config = _load(args)
     from parley.errors import RequestError
     from parley.ids import SessionId
+    from parley.runtime import audit
+    from parley.runtime.access import cli_principal
+    from parley.runtime.audit import Audit
     from parley.runtime.decisions import Decision, Decisions
     from parley.stores import open_store
+
+    operator = cli_principal(getpass.getuser())
+    if args.command == "approve":
+        action = audit.REJECT if args.reject else audit.APPROVE
+    else:
+        action = audit.DECLINE if args.decline else audit.ANSWER
 
     async def run() -> int:
         async with open_store(config) as opened:
             store = opened.store
+            trail = Audit(store, time.time)
             session = await store.get_session(SessionId(args.session_id))
             if session is None:
                 print(f"parley: no session {args.session_id}", file=sys.stderr)
@@ -187,10 +202,60 @@ def _cmd_decide(args: argparse.Namespace) -> int:
                         session, args.interrupt_id, text, args.decline, "cli", None
                     )
             except RequestError as exc:
+                await trail.refused(operator, action, session.id, args.interrupt_id, str(exc))
                 print(f"parley: {exc}", file=sys.stderr)
                 return 1
+            await trail.record(operator, action, session_id=session.id, target=args.interrupt_id, via="cli")
             print("\n".join(notes) or "recorded; the session resumes")
             return 0
+
+    return anyio.run(run)
+
+
+def _cmd_token_new(args: argparse.Namespace) -> int:
+    """A fresh static token, printed once, and the entry of auth.tokens that accepts it (its
+    hash: the token itself is never written to the configuration)."""
+    from pydantic import ValidationError
+
+    from parley.config_auth import StaticToken, token_digest
+
+    scopes = sorted({s for given in args.scopes for s in given.replace(",", " ").split() if s})
+    try:
+        entry = StaticToken(name=args.name, sha256="0" * 64, scopes=scopes)
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = {"name": "NAME", "scopes": "--scopes"}.get(
+                str(error["loc"][0]) if error["loc"] else "", ""
+            )
+            print(f"parley: {where}: {error['msg'].removeprefix('Value error, ')}", file=sys.stderr)
+        return 2
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    line = json.dumps({"name": entry.name, "sha256": token_digest(token), "scopes": entry.scopes})
+    print(f"Token for {entry.name} (shown only now; parley keeps only its SHA-256):\n\n  {token}\n")
+    print("Add this entry under auth.tokens in parley.yaml (with auth.mode: tokens):\n")
+    print(f"  - {line}\n")
+    print(f"Clients send it as the header:  Authorization: Bearer {token[: len(TOKEN_PREFIX) + 4]}...")
+    return 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    """The audit trail, newest first: who sent, decided, cancelled, closed, deleted what."""
+    config = _load(args)
+    from parley.stores import open_store
+
+    async def run() -> int:
+        async with open_store(config) as opened:
+            entries = await opened.store.list_audit(args.session, args.principal, None, args.limit)
+        if not entries:
+            print("no audit entries" + (" match" if args.session or args.principal else ""))
+        for e in entries:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.at))
+            detail = " ".join(f"{k}={v}" for k, v in sorted(e.detail.items()))
+            print(
+                f"{when}Z  {e.principal}  {e.client or '-'}  {e.action}  {e.outcome}  "
+                f"{e.session_id or '-'}  {e.target or '-'}  {detail}".rstrip()
+            )
+        return 0
 
     return anyio.run(run)
 
@@ -321,6 +386,27 @@ def build_parser() -> argparse.ArgumentParser:
     show = ssub.add_parser("show", help="show one session and its transcript")
     show.add_argument("session_id")
     sessions.set_defaults(func=_cmd_sessions)
+
+    token = sub.add_parser("token", help="static bearer tokens for auth.mode tokens")
+    tsub = token.add_subparsers(dest="action", required=True)
+    new = tsub.add_parser(
+        "new", help="print a fresh token once, and the auth.tokens entry (its hash) for parley.yaml"
+    )
+    new.add_argument("name", help="the principal the token stands for (e.g. alice, ci-bot)")
+    new.add_argument(
+        "--scopes",
+        nargs="+",
+        default=["parley:use"],
+        help="parley:use (default), parley:admin, parley:metrics (several: space or comma separated)",
+    )
+    new.set_defaults(func=_cmd_token_new)
+
+    trail = sub.add_parser("audit", help="who sent, decided, cancelled, closed, deleted what (newest first)")
+    common(trail)
+    trail.add_argument("--session", help="only this session (also after it was deleted)")
+    trail.add_argument("--principal", help="only this principal (a token's name, or <issuer>#<subject>)")
+    trail.add_argument("--limit", type=int, default=100)
+    trail.set_defaults(func=_cmd_audit)
 
     db = sub.add_parser("db", help="database upkeep: migrate the schema, copy SQLite into PostgreSQL")
     dsub = db.add_subparsers(dest="action", required=True)

@@ -7,6 +7,7 @@ a loaded `ServerConfig`.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import sys
@@ -20,6 +21,17 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from parley.config_auth import (
+    MIN_TOKEN_CHARS,
+    AuditConfig,
+    AuthConfig,
+    LimitsConfig,
+    Members,
+    TokenEntry,
+    check_allowed_host,
+    check_public_url,
+    token_digest,
+)
 from parley.errors import ConfigError, ConfigErrors
 from parley.redaction import mask_url
 
@@ -232,6 +244,17 @@ class AgentConfig(_Strict):
         description=(
             "caller: the MCP caller may approve and answer with the tools; human: only a person may "
             "(elicitation in the client, the parley CLI)."
+        ),
+    )
+    users: Members | None = Field(
+        None,
+        description="Who may use the agent (principals or scopes); default: every caller with parley:use.",
+    )
+    approvers: Members | None = Field(
+        None,
+        description=(
+            "Who counts as a person for its interrupts (principals or scopes): they decide them whoever "
+            "owns the session, and nobody else does (besides parley:admin and the CLI)."
         ),
     )
     compaction: CompactionConfig = Field(default_factory=lambda: CompactionConfig())
@@ -450,7 +473,32 @@ class HttpConfig(_Strict):
             "rounds, so several parley processes accept each other's retries (default: a key per process)."
         ),
     )
-    host: str = Field("127.0.0.1", description="Address to bind; non-loopback needs --insecure-bind for now.")
+    host: str = Field(
+        "127.0.0.1",
+        description="Address to bind; a non-loopback one needs auth (tokens or oauth), or --insecure-bind.",
+    )
+    public_url: str | None = Field(
+        None,
+        description=(
+            "The URL clients use for MCP (e.g. https://parley.example.com/mcp): the audience OAuth tokens "
+            "must name (RFC 8707) and the resource of the protected resource metadata; its host is accepted "
+            "in Host headers."
+        ),
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Host header values accepted besides loopback (e.g. parley.example.com, or with :port); the "
+            "protection against DNS rebinding answers any other with 421."
+        ),
+    )
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Addresses of reverse proxies whose X-Forwarded-For / X-Forwarded-Proto headers are believed; "
+            "from anyone else they are ignored (the default: nobody)."
+        ),
+    )
     port: int = Field(8765, ge=0, le=65535, description="TCP port (0 picks a free one).")
     max_request_bytes: int = Field(
         4 * 1024 * 1024,
@@ -509,6 +557,11 @@ class ServerConfigFile(_Strict):
     models: dict[str, ModelSpec] = Field(
         default_factory=dict, description="Models a caller may choose by name in session settings."
     )
+    auth: AuthConfig = Field(default_factory=lambda: AuthConfig(), description="Who callers are (over HTTP).")
+    limits: LimitsConfig = Field(
+        default_factory=lambda: LimitsConfig(), description="Fair use per principal."
+    )
+    audit: AuditConfig = Field(default_factory=lambda: AuditConfig(), description="The audit trail.")
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -561,6 +614,13 @@ class ServerConfig:
     fault: str | None = None
     agent_files: dict[str, Path] = field(default_factory=dict)
     db_url: str | None = None
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    # auth.tokens as the server holds them: names, scopes and SHA-256 digests, never a token.
+    tokens: tuple[TokenEntry, ...] = ()
+    # Why some of auth.tokens cannot be used (an unset token_env...): fatal to `serve --http` only.
+    token_problems: tuple[ConfigError, ...] = ()
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
     @property
     def db_label(self) -> str:
@@ -762,7 +822,8 @@ def load_config(config_path: Path | None, db_override: Path | str | None) -> Ser
 
 
 def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
-    return _load(config_path, None)[1]
+    config, errors = _load(config_path, None)
+    return errors + (list(config.token_problems) if config is not None else [])
 
 
 def _load(
@@ -780,6 +841,10 @@ def _load(
         except ValidationError as exc:
             return None, _field_errors(str(config_path), exc)
         errors.extend(_storage_problems(file_cfg.storage, str(config_path)))
+        errors.extend(_http_problems(file_cfg, str(config_path)))
+    # Only serving HTTP needs the tokens: the other commands (the CLI's pending, approve, audit...)
+    # work without their environment variables; `parley check` reports them.
+    tokens, token_errors = _resolve_tokens(file_cfg.auth, str(config_path or "(defaults)"))
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT.name: DEMO_AGENT}
     agent_files: dict[str, Path] = {}
@@ -835,8 +900,99 @@ def _load(
         config_path=config_path,
         fault=os.environ.get("PARLEY_FAULT") or None,
         agent_files=agent_files,
+        auth=file_cfg.auth,
+        tokens=tokens,
+        token_problems=tuple(token_errors),
+        limits=file_cfg.limits,
+        audit=file_cfg.audit,
     )
     return config, errors
+
+
+def _resolve_tokens(auth: AuthConfig, file: str) -> tuple[tuple[TokenEntry, ...], list[ConfigError]]:
+    """auth.tokens with each token_env read and hashed at once (the token is not kept)."""
+    entries: list[TokenEntry] = []
+    errors: list[ConfigError] = []
+    for i, token in enumerate(auth.tokens):
+        where = f"auth.tokens.{i}.token_env"
+        if token.sha256 is not None:
+            digest = token.sha256
+        else:
+            value = os.environ.get(token.token_env or "")
+            if not value:
+                errors.append(
+                    ConfigError(
+                        E_ENV,
+                        file,
+                        where,
+                        f"environment variable {token.token_env} is not set (or empty); set it to the token, "
+                        "or use sha256 instead",
+                    )
+                )
+                continue
+            if len(value.strip()) < MIN_TOKEN_CHARS or value != value.strip():
+                errors.append(
+                    ConfigError(
+                        E_FIELD,
+                        file,
+                        where,
+                        f"the token in {token.token_env} is shorter than {MIN_TOKEN_CHARS} characters or has "
+                        "spaces around it; make one with 'parley token new'",
+                    )
+                )
+                continue
+            digest = token_digest(value)
+        entries.append(
+            TokenEntry(name=token.name, scopes=frozenset(token.scopes), digest=bytes.fromhex(digest))
+        )
+    digests = [e.digest for e in entries]
+    if len(set(digests)) != len(digests):
+        errors.append(
+            ConfigError(
+                E_FIELD, file, "auth.tokens", "two entries hold the same token; give each principal its own"
+            )
+        )
+    return tuple(entries), errors
+
+
+def _http_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
+    """What http: and auth: say together."""
+    http, auth = file_cfg.http, file_cfg.auth
+    problems = []
+    if http.public_url is not None:
+        problem = check_public_url(http.public_url)
+        if problem:
+            problems.append(ConfigError(E_FIELD, file, "http.public_url", problem))
+    elif auth.mode == "oauth":
+        problems.append(
+            ConfigError(
+                E_FIELD,
+                file,
+                "http.public_url",
+                "auth mode oauth needs the URL clients use for MCP (e.g. https://parley.example.com/mcp): "
+                "tokens must be issued for it (their audience) and the metadata names it",
+            )
+        )
+    for i, host in enumerate(http.allowed_hosts):
+        problem = check_allowed_host(host)
+        if problem:
+            problems.append(ConfigError(E_FIELD, file, f"http.allowed_hosts.{i}", problem))
+    for i, address in enumerate(http.trusted_proxies):
+        try:
+            ipaddress.ip_network(address, strict=False)
+        except ValueError:
+            problems.append(
+                ConfigError(
+                    E_FIELD,
+                    file,
+                    f"http.trusted_proxies.{i}",
+                    f"'{address}' is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/8)",
+                )
+            )
+    for name in file_cfg.limits.principals:
+        if not name:
+            problems.append(ConfigError(E_FIELD, file, "limits.principals", "a principal name is empty"))
+    return problems
 
 
 def secret_from_env(name: str | None) -> str | None:

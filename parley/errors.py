@@ -10,7 +10,10 @@ ParleyError
 │  ├─ SessionLimitReached   the session has used up a session-level limit
 │  ├─ InterruptNotFound     unknown, malformed or foreign interrupt id
 │  ├─ DecisionConflict      the interrupt was already resolved the other way
-│  └─ HumanApprovalOnly     the agent takes decisions only from a person
+│  ├─ HumanApprovalOnly     the agent takes decisions only from a person
+│  ├─ ApproversOnly         the agent takes decisions only from the principals it names
+│  ├─ SessionBusy           the session runs a turn, so it cannot be deleted now
+│  └─ RateLimited           the caller is over a fair-use limit; says when to try again
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
 ├─ ConfigErrors            every ConfigError found in one load
 ├─ ListenError             the HTTP server cannot listen on the address asked for
@@ -93,6 +96,31 @@ class HumanApprovalOnly(RequestError):
             "the calling client. A person can answer the prompt their MCP client shows (elicitation), or an "
             f"operator can run 'parley pending' and 'parley approve {session_id} INTERRUPT_ID' on the server."
         )
+
+
+class ApproversOnly(RequestError):
+    def __init__(self, agent: str, session_id: str) -> None:
+        super().__init__(
+            f"Agent '{agent}' takes approvals and answers only from its approvers (approvers: in its file), and "
+            f"you are not one of them. One of them decides session {session_id}'s pending interrupts (they "
+            "see them with list_pending); nothing was changed."
+        )
+
+
+class SessionBusy(RequestError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"Session {session_id} is running a turn (or about to), so it cannot be deleted now: stop it with "
+            "cancel_turn or close_session, then delete it. Nothing was deleted."
+        )
+
+
+class RateLimited(RequestError):
+    """Over a fair-use limit (`limits:` in parley.yaml); the message says when to try again."""
+
+    def __init__(self, message: str, retry_after_s: float | None) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
 
 
 class ConfigError(ParleyError):

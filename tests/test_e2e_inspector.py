@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,9 @@ from typing import Any
 import anyio
 import pytest
 
+from parley.config_auth import token_digest
 from tests.npm_servers import inspector_cli, node22
-from tests.support import TEST_DEADLINE_S, ServerProcess, write_config
+from tests.support import TEST_DEADLINE_S, ServerProcess, db_rows, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -73,3 +75,27 @@ async def test_inspector_over_http(inspector_cli: list[str], tmp_path: Path) -> 
         started = await _inspect(inspector_cli, tmp_path, [server.url, *START])
     _check(listed, started)
     assert "Traceback" not in server.log(), server.log()
+
+
+async def test_inspector_over_http_with_a_static_token(inspector_cli: list[str], tmp_path: Path) -> None:
+    """The README's command for a server with `auth: tokens`: the token in a --header."""
+    token = "parley_" + secrets.token_urlsafe(32)
+    config = write_config(
+        tmp_path,
+        auth={"mode": "tokens", "tokens": [{"name": "inspector", "sha256": token_digest(token)}]},
+    )
+    async with ServerProcess(config, http=True) as server:
+        assert server.url is not None
+        header = ["--header", f"Authorization: Bearer {token}"]
+        listed = await _inspect(inspector_cli, tmp_path, [server.url, *header, "--method", "tools/list"])
+        started = await _inspect(inspector_cli, tmp_path, [server.url, *header, *START])
+        env = {**os.environ, "HOME": str(tmp_path), "MCP_CATALOG_PATH": str(tmp_path / "mcp.json")}
+        with anyio.fail_after(TEST_DEADLINE_S * 2):
+            refused = await anyio.run_process(
+                [*inspector_cli, server.url, "--method", "tools/list"], check=False, env=env, cwd=tmp_path
+            )
+    _check(listed, started)
+    assert refused.returncode != 0, "without the token the Inspector gets nothing"
+    owners = db_rows(tmp_path / "parley.db", "SELECT DISTINCT owner FROM sessions")
+    assert owners == [("inspector",)]
+    assert token not in server.log()

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,7 @@ def _sqlite_counts(db: Path) -> dict[str, int]:
         "steps": "steps",
         "events": "events",
         "tasks": "tasks",
+        "audit entries": "audit",
     }
     with sqlite3.connect(db) as conn:
         return {
@@ -179,6 +181,7 @@ async def _everything(store: Store, db: Path) -> dict[str, Any]:
     seen["queued"] = [await store.get_queued(q) for q in queued]  # type: ignore[arg-type]
     seen["tasks"] = [await store.get_task(t, 0.0) for t in tasks]
     seen["page"] = (await store.list_sessions("local", None, None, None, 100)).sessions
+    seen["audit"] = await store.list_audit(None, None, None, 100_000)
     return seen
 
 
@@ -203,7 +206,11 @@ async def test_db_copy_copies_everything_a_server_wrote_and_refuses_a_target_wit
         before = await _everything(sqlite_store, db)
     async with open_postgres_store(fresh.url, schema=fresh.schema) as pg_store:
         after = await _everything(pg_store, db)
+        # The next audit entry comes after the copied ones.
+        await pg_store.record_audit(replace(before["audit"][0], id=0, action="after the copy"))
+        [newest] = await pg_store.list_audit(None, None, None, 1)
     assert after == before
+    assert newest.action == "after the copy" and newest.id > before["audit"][0].id
     assert [(r[0],) for r in fresh.rows("SELECT text FROM queued_messages WHERE text::text LIKE '%%u0000%%'")]
 
     # The copy is usable as it is: the command line reads it, a second copy is refused.

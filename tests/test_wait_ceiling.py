@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from parley.config import DEMO_AGENT, RuntimeConfig
+from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
@@ -32,10 +33,10 @@ async def test_a_wait_longer_than_the_ceiling_returns_running_at_the_ceiling(tmp
         )
         started = anyio.current_time()
         with anyio.fail_after(TEST_DEADLINE_S):
-            outcome = await service.start_session("local", "demo", "hello", 3600)
+            outcome = await service.start_session(LOCAL_PRINCIPAL, "demo", "hello", 3600)
         assert outcome.status == "running"
         assert anyio.current_time() - started < 3, "capped at max_wait_s, not the hour asked for"
         started = anyio.current_time()
         with anyio.fail_after(TEST_DEADLINE_S):
-            outcome = await service.start_session("local", "demo", "hello again", None)
+            outcome = await service.start_session(LOCAL_PRINCIPAL, "demo", "hello again", None)
         assert outcome.status == "running" and anyio.current_time() - started < 3

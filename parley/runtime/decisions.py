@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from parley.config import AgentConfig
-from parley.errors import DecisionConflict, HumanApprovalOnly, InterruptNotFound, InvalidArgument
+from parley.errors import DecisionConflict, InterruptNotFound, InvalidArgument
 from parley.ids import SessionId, TurnId, is_interrupt_id
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
@@ -56,11 +56,6 @@ class Decisions:
         self._steps = SessionSteps(store)
         self._agents = agents
         self._clock = clock
-
-    def check_caller_may_decide(self, session: SessionRecord) -> None:
-        agent = self._agents.get(session.agent)
-        if agent is not None and agent.approver == "human":
-            raise HumanApprovalOnly(agent.name, session.id)
 
     async def _interrupts(self, session: SessionRecord, ids: Sequence[str]) -> dict[str, InterruptRecord]:
         known = {i.id: i for i in await self._store.list_interrupts(session.id, pending_only=False)}

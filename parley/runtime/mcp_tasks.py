@@ -20,7 +20,10 @@ from anyio.abc import TaskStatus as StartedStatus
 from parley.config import TasksConfig
 from parley.errors import InvalidArgument, RequestError
 from parley.ids import SessionId, TurnId, is_task_id, new_task_id
-from parley.runtime.service import AskHuman, SessionService, TurnOutcome
+from parley.runtime import audit
+from parley.runtime.access import Principal, may_see
+from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.session_access import AskHuman
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import InterruptRecord, Resolution, TaskRecord, TaskStatus
 from parley.storage.ports import Store
@@ -89,11 +92,11 @@ class McpTaskService:
             raise InvalidArgument("task.ttl", "must be 0 or more milliseconds")
         return min(requested_ms, ceiling)
 
-    def _new(self, owner: str, generation: str, tool: str, ttl_ms: int) -> TaskRecord:
+    def _new(self, owner: Principal, generation: str, tool: str, ttl_ms: int) -> TaskRecord:
         now = self._clock()
         return TaskRecord(
             id=new_task_id(),
-            owner=owner,
+            owner=owner.id,
             generation=generation,
             tool=tool,
             session_id=None,
@@ -110,7 +113,7 @@ class McpTaskService:
         )
 
     async def create(
-        self, owner: str, generation: str, tool: str, outcome: TurnOutcome, ttl_ms: int
+        self, owner: Principal, generation: str, tool: str, outcome: TurnOutcome, ttl_ms: int
     ) -> TaskState:
         """A task following the turn `outcome` names (what the call returned without waiting:
         the queued message or the turn). It is stored before this returns, so the client can
@@ -122,11 +125,25 @@ class McpTaskService:
             turn_id=outcome.turn_id,
         )
         await self._store.create_task(record)
+        await self._service.audit.record(
+            owner,
+            audit.TASK,
+            session_id=record.session_id,
+            target=record.id,
+            tool=tool,
+            generation=generation,
+        )
         # What the call saw may be stale already; the state comes from the turn itself.
         return await self._refresh(record)
 
     async def create_ended(
-        self, owner: str, generation: str, tool: str, status: TaskStatus, result: dict[str, Any], ttl_ms: int
+        self,
+        owner: Principal,
+        generation: str,
+        tool: str,
+        status: TaskStatus,
+        result: dict[str, Any],
+        ttl_ms: int,
     ) -> TaskRecord:
         """A task that ended as it was made (the call was refused); `result` says why."""
         record = replace(
@@ -138,19 +155,20 @@ class McpTaskService:
         await self._store.create_task(record)
         return record
 
-    async def get(self, owner: str, task_id: str) -> TaskState:
-        record = await self._stored(owner, task_id)
+    async def get(self, caller: Principal, task_id: str) -> TaskState:
+        record = await self._stored(caller, task_id)
         return await self._refresh(record)
 
-    async def _stored(self, owner: str, task_id: str) -> TaskRecord:
+    async def _stored(self, caller: Principal, task_id: str) -> TaskRecord:
+        """The task, if `caller` made it (or has parley:admin); anything else is not found."""
         if not is_task_id(task_id):
             raise TaskNotFound(task_id)
         record = await self._store.get_task(task_id, self._clock())
-        if record is None or record.owner != owner:
+        if record is None or not may_see(caller, record.owner):
             raise TaskNotFound(task_id)
         return record
 
-    async def list_page(self, owner: str, cursor: str | None) -> tuple[list[TaskRecord], str | None]:
+    async def list_page(self, caller: Principal, cursor: str | None) -> tuple[list[TaskRecord], str | None]:
         if cursor is not None:
             created, sep, last_id = cursor.partition("|")
             try:
@@ -159,13 +177,13 @@ class McpTaskService:
                 sep = ""
             if not sep or not is_task_id(last_id):
                 raise InvalidArgument("cursor", "is not a cursor this server returned; omit it to start over")
-        page = await self._store.list_tasks(owner, cursor, self._settings.list_page_size, self._clock())
+        page = await self._store.list_tasks(caller.id, cursor, self._settings.list_page_size, self._clock())
         tasks = [(await self._refresh(t)).task for t in page.tasks]
         return tasks, page.next_cursor
 
-    async def cancel(self, owner: str, task_id: str) -> TaskRecord:
+    async def cancel(self, caller: Principal, task_id: str) -> TaskRecord:
         """Cancel the task and the turn it follows (a message not yet in a turn is dropped)."""
-        state = await self.get(owner, task_id)
+        state = await self.get(caller, task_id)
         if state.task.is_terminal:
             raise TaskEnded(state.task)
         record = await self._store.update_task(
@@ -179,63 +197,74 @@ class McpTaskService:
         if record is None or record.status != "cancelled":
             # It ended some other way first.
             return record or state.task
-        await self._stop_work(owner, record)
+        await self._service.audit.record(
+            caller, audit.TASK_CANCEL, session_id=record.session_id, target=record.id
+        )
+        await self._stop_work(caller, record)
         return record
 
-    async def _stop_work(self, owner: str, task: TaskRecord) -> None:
+    async def _stop_work(self, caller: Principal, task: TaskRecord) -> None:
         if task.session_id is None:
             return
         turn_id = task.turn_id
         try:
             if turn_id is None and task.queued_message_id is not None:
                 try:
-                    await self._service.delete_queued_message(owner, task.session_id, task.queued_message_id)
+                    await self._service.delete_queued_message(caller, task.session_id, task.queued_message_id)
                     return
                 except InvalidArgument:
                     # Taken into a turn in the meantime: cancel that turn.
                     queued = await self._store.get_queued(task.queued_message_id)
                     turn_id = queued.turn_id if queued is not None else None
             if turn_id is not None:
-                await self._service.cancel_turn(owner, task.session_id, 0, turn_id=turn_id)
+                await self._service.cancel_turn(caller, task.session_id, 0, turn_id=turn_id)
         except RequestError as exc:
             logger.info("task %s: its turn could not be cancelled: %s", task.id, exc)
 
     async def answer(
         self,
-        owner: str,
+        caller: Principal,
         task_id: str,
         answers: Callable[[list[InterruptRecord]], list[tuple[InterruptRecord, Resolution]]],
     ) -> None:
         """Apply a person's answers to what the task waits on; `answers` matches them to the
         pending interrupts (unknown or already answered ones are ignored)."""
-        state = await self.get(owner, task_id)
+        state = await self.get(caller, task_id)
         if state.task.session_id is None or not state.pending:
             return
-        await self._service.apply_answers(owner, state.task.session_id, answers(state.pending))
+        await self._service.apply_answers(
+            caller, state.task.session_id, answers(state.pending), via="task_input"
+        )
 
     async def until_ended(
-        self, owner: str, task_id: str, ask_human: AskHuman | None, asked: set[str] | None = None
+        self, caller: Principal, task_id: str, ask_human: AskHuman | None, asked: set[str] | None = None
     ) -> TaskRecord:
-        """Wait until the task ends. While it waits for input and the client can be asked, put
-        each interrupt to the person once (the tools can answer it too; the first answer wins)."""
+        """Wait until the task ends. While it waits for input and the client can be asked (and the
+        agent takes that person's decisions), put each interrupt to the person once (the tools can
+        answer it too; the first answer wins)."""
         asked = set() if asked is None else asked
         while True:
-            state = await self.get(owner, task_id)
+            state = await self.get(caller, task_id)
             task = state.task
             if task.is_terminal:
                 return task
             fresh = [i for i in state.pending if i.id not in asked]
-            if ask_human is not None and fresh:
+            person = (
+                await self._service.person_for(caller, task.session_id, ask_human)
+                if fresh and task.session_id
+                else None
+            )
+            if person is not None:
                 for interrupt in fresh:
                     asked.add(interrupt.id)
-                    await self._service.put_to_person(ask_human, interrupt, _deadline_of(task, self._clock()))
+                    await self._service.put_to_person(person, interrupt, _deadline_of(task, self._clock()))
                 continue
             if task.session_id is None:
                 return task
             await self._signals.wait_changed(task.session_id, self._service.poll_interval_s)
 
     async def follow(
-        self, owner: str, task_id: str, on_change: Callable[[TaskRecord], Awaitable[None]]
+        self, owner: Principal, task_id: str, on_change: Callable[[TaskRecord], Awaitable[None]]
     ) -> None:
         """Call `on_change` with each new state of the task until it ends or expires. Changes made
         in this process are seen at once, those of other processes within `status_poll_s`."""

@@ -18,8 +18,11 @@ import anyio
 from jsonschema import Draft202012Validator
 
 from parley.config import OVERRIDABLE_LIMITS, AgentConfig, RuntimeConfig, effective_limits
+from parley.config_auth import LimitsConfig
 from parley.errors import (
     InvalidArgument,
+    RequestError,
+    SessionBusy,
     SessionClosed,
     SessionLimitReached,
     SessionNotFound,
@@ -35,17 +38,23 @@ from parley.ids import (
     new_session_id,
     new_turn_id,
 )
-from parley.runtime import transitions
+from parley.runtime import audit, transitions
+from parley.runtime.access import Principal, may_see, may_use
+from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
+from parley.runtime.fair_use import FairUse
 from parley.runtime.progress import ProgressFeed, ProgressFn
+from parley.runtime.session_access import AskHuman, Person, SessionAccess
 from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Offer, Toolbox
 from parley.storage.base import (
+    AuditRecord,
     InterruptRecord,
     MessageRecord,
+    PendingInterrupt,
     QueuedMessageRecord,
     Resolution,
     SessionRecord,
@@ -57,6 +66,8 @@ from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096
+# Decisions get_session shows (newest first; `parley audit` has them all).
+DECISIONS_SHOWN = 50
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
 MAX_MESSAGES_PAGE = 200
 DEFAULT_MESSAGES_PAGE = 50
@@ -107,6 +118,8 @@ class SessionDetails:
     queued: list[QueuedMessageRecord]
     last_turn: TurnRecord | None
     pending: list[InterruptRecord] = field(default_factory=list)
+    # Who decided what (approvals, rejections, answers, declines; refused attempts too), newest first.
+    decisions: list[AuditRecord] = field(default_factory=list)
 
 
 class SessionService:
@@ -120,10 +133,14 @@ class SessionService:
         clock: Callable[[], float],
         toolbox: Toolbox,
         model_names: Sequence[str] = (),
+        limits: LimitsConfig | None = None,
     ) -> None:
         self._toolbox = toolbox
         self._model_names = list(model_names)
         self._decisions = Decisions(store, agents, clock)
+        self._audit = Audit(store, clock)
+        self._access = SessionAccess(store, agents, self._audit)
+        self._fair_use = FairUse(limits or LimitsConfig(), store)
         self._store = store
         self._steps = SessionSteps(store)
         self._agents = agents
@@ -141,21 +158,27 @@ class SessionService:
     def model_names(self) -> list[str]:
         return list(self._model_names)
 
-    def agents(self) -> list[AgentConfig]:
-        return sorted(self._agents.values(), key=lambda a: a.name)
+    @property
+    def audit(self) -> Audit:
+        return self._audit
 
-    async def describe_agents(self) -> list[tuple[AgentConfig, Offer]]:
-        """Each agent with the tools a session of its default kind would be offered now."""
+    def agents(self, caller: Principal) -> list[AgentConfig]:
+        """The agents `caller` may use (an agent's `users:` may leave some out)."""
+        return sorted((a for a in self._agents.values() if may_use(caller, a)), key=lambda a: a.name)
+
+    async def describe_agents(self, caller: Principal) -> list[tuple[AgentConfig, Offer]]:
+        """Each agent `caller` may use, with the tools a session of its default kind would be offered now."""
         described = []
-        for agent in self.agents():
+        for agent in self.agents(caller):
             kind = "task" if "task" in agent.kinds else agent.resolved_default_kind
             described.append((agent, await self._toolbox.offer(agent, kind, None)))
         return described
 
-    def _agent(self, name: str) -> AgentConfig:
+    def _agent(self, caller: Principal, name: str) -> AgentConfig:
+        """The agent `caller` asks for; one it may not use is unknown to it."""
         agent = self._agents.get(name)
-        if agent is None:
-            raise UnknownAgent(name, list(self._agents))
+        if agent is None or not may_use(caller, agent):
+            raise UnknownAgent(name, [a.name for a in self.agents(caller)])
         return agent
 
     def _check_message(self, message: str) -> str:
@@ -214,13 +237,17 @@ class SessionService:
             raise InvalidArgument("wait_seconds", "must be 0 or more")
         return min(wait_seconds, self._runtime.max_wait_s)
 
-    async def _owned(self, owner: str, session_id: str) -> SessionRecord:
-        if not is_session_id(session_id):
-            raise SessionNotFound(session_id)
-        session = await self._store.get_session(SessionId(session_id))
-        if session is None or session.owner != owner:
-            raise SessionNotFound(session_id)
-        return session
+    async def may_answer_as_person(self, caller: Principal, session_id: str) -> bool:
+        """Whether what the person behind `caller`'s client answers decides this session's interrupts."""
+        return await self._access.may_answer_as_person(caller, session_id)
+
+    async def person_for(
+        self, caller: Principal, session_id: str, ask_human: AskHuman | None
+    ) -> Person | None:
+        return await self._access.person_for(caller, session_id, ask_human)
+
+    async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
+        return await self._access.list_pending(caller, limit)
 
     # ------------------------------------------------------------------ operations
 
@@ -249,7 +276,7 @@ class SessionService:
 
     async def start_session(
         self,
-        owner: str,
+        caller: Principal,
         agent_name: str,
         message: str | None,
         wait_seconds: float | None,
@@ -261,7 +288,7 @@ class SessionService:
         ask_human: AskHuman | None = None,
         settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
-        agent = self._agent(agent_name)
+        agent = self._agent(caller, agent_name)
         settings = self._check_settings(settings, agent)
         if message is not None:
             self._check_message(message)
@@ -280,15 +307,18 @@ class SessionService:
             )
 
         if client_message_id is not None:
-            existing = await self._store.find_started(owner, client_message_id)
+            existing = await self._store.find_started(caller.id, client_message_id)
             if existing is not None:
                 return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
+        if text is not None:
+            self._fair_use.check_message(caller)
+            await self._fair_use.check_turn(caller, starts_turn=True)
         now = self._clock()
         session_id = new_session_id()
         record = SessionRecord.new(
             session_id,
             agent=agent.name,
-            owner=owner,
+            owner=caller.id,
             kind=session_kind,
             now=now,
             inputs=inputs,
@@ -309,17 +339,25 @@ class SessionService:
             )
         if not await self._store.create_session(transitions.starting(record, queued), queued, now):
             # A concurrent retry with the same client_message_id won the race.
-            existing = await self._store.find_started(owner, client_message_id or "")
+            existing = await self._store.find_started(caller.id, client_message_id or "")
             if existing is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
             return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
         logger.info(
             "session %s started with agent %s (%s)", session_id, agent.name, session_kind, extra=about(record)
         )
+        await self._audit.record(
+            caller,
+            audit.MESSAGE if queued else audit.START,
+            session_id=session_id,
+            target=queued.id if queued else None,
+        )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
         self._signals.work_available(session_id)
-        return await self.wait_for_message(session_id, queued.id, wait_s, on_progress, ask_human)
+        return await self.wait_for_message(
+            session_id, queued.id, wait_s, on_progress, self._access.person(caller, record, ask_human)
+        )
 
     async def _retry_of_start(
         self,
@@ -344,7 +382,7 @@ class SessionService:
 
     async def send_message(
         self,
-        owner: str,
+        caller: Principal,
         session_id: str,
         message: str | None,
         wait_seconds: float | None,
@@ -356,11 +394,18 @@ class SessionService:
         queued_message_id: str | None = None,
         settings: dict[str, Any] | None = None,
     ) -> TurnOutcome:
-        session = await self._owned(owner, session_id)
-        settings = self._check_settings(settings, self._agents.get(session.agent))
+        session = await self._access.visible(caller, session_id)
+        agent = self._agents.get(session.agent)
+        if agent is not None and not may_use(caller, agent):
+            # The agent's users: changed since the session started; its history stays readable.
+            raise InvalidArgument(
+                "session_id", f"agent '{agent.name}' is no longer available to {caller.id}; nothing was sent"
+            )
+        settings = self._check_settings(settings, agent)
+        person = self._access.person(caller, session, ask_human)
         if queued_message_id is not None:
             return await self._promote(
-                session, queued_message_id, steer, message, wait_seconds, on_progress, ask_human
+                caller, session, queued_message_id, steer, message, wait_seconds, on_progress, person
             )
         if message is None:
             raise InvalidArgument(
@@ -373,7 +418,9 @@ class SessionService:
             sent = await self._store.find_sent(session.id, client_message_id)
             if sent is not None:
                 return await self._retry_of_send(sent, message, wait_s, on_progress)
-        agent = self._agents.get(session.agent)
+        self._fair_use.check_message(caller)
+        # A message to a busy session queues behind (or steers) its turn: no turn more runs at once.
+        await self._fair_use.check_turn(caller, starts_turn=session.status == "idle")
         limits = effective_limits(agent.limits, {**session.settings, **(settings or {})}) if agent else None
         max_turns = limits.max_turns if limits is not None else session.turn_count
         now = self._clock()
@@ -389,7 +436,7 @@ class SessionService:
             steer=steer,
             settings=settings,
         )
-        outcome = await self._steps.enqueue_message(session.id, owner, queued, max_turns, now)
+        outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now)
         if outcome == "not_found":
             raise SessionNotFound(session_id)
         if outcome == "duplicate":
@@ -405,18 +452,22 @@ class SessionService:
                 session_id,
                 f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
             )
+        await self._audit.record(
+            caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
+        )
         self._signals.work_available(session.id)
-        return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, ask_human)
+        return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, person)
 
     async def _promote(
         self,
+        caller: Principal,
         session: SessionRecord,
         queued_message_id: str,
         steer: bool,
         message: str | None,
         wait_seconds: float | None,
         on_progress: ProgressFn | None,
-        ask_human: AskHuman | None,
+        person: Person | None,
     ) -> TurnOutcome:
         if not steer:
             raise InvalidArgument(
@@ -440,18 +491,19 @@ class SessionService:
             )
         if record.status == "dropped":
             raise InvalidArgument("queued_message_id", f"{queued_message_id} was deleted; send it again")
+        await self._audit.record(caller, audit.STEER, session_id=session.id, target=record.id)
         self._signals.request_cancel(session.id)
         self._signals.work_available(session.id)
-        return await self.wait_for_message(session.id, record.id, wait_s, on_progress, ask_human)
+        return await self.wait_for_message(session.id, record.id, wait_s, on_progress, person)
 
-    async def delete_queued_message(self, owner: str, session_id: str, queued_message_id: str) -> str:
-        session = await self._owned(owner, session_id)
+    async def delete_queued_message(self, caller: Principal, session_id: str, queued_message_id: str) -> str:
+        session = await self._access.visible(caller, session_id)
         if not is_queued_message_id(queued_message_id):
             raise InvalidArgument(
                 "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
             )
         record = await self._steps.delete_queued(
-            session.id, owner, QueuedMessageId(queued_message_id), self._clock()
+            session.id, session.owner, QueuedMessageId(queued_message_id), self._clock()
         )
         if record is None:
             raise InvalidArgument(
@@ -463,7 +515,10 @@ class SessionService:
                 f"{queued_message_id} was already taken into turn {record.turn_id}; cancel_turn stops it",
             )
         self._signals.notify(session.id)
-        return "already deleted" if record.status == "dropped" else "deleted"
+        if record.status == "dropped":
+            return "already deleted"
+        await self._audit.record(caller, audit.DELETE_QUEUED, session_id=session.id, target=record.id)
+        return "deleted"
 
     async def _retry_of_send(
         self, sent: QueuedMessageRecord, message: str, wait_s: float, on_progress: ProgressFn | None
@@ -477,14 +532,14 @@ class SessionService:
 
     async def get_session(
         self,
-        owner: str,
+        caller: Principal,
         session_id: str,
         wait_seconds: float | None,
         messages_from: int | None,
         messages_limit: int | None,
         on_progress: ProgressFn | None = None,
     ) -> SessionDetails:
-        session = await self._owned(owner, session_id)
+        session = await self._access.visible(caller, session_id)
         if messages_limit is not None and not 1 <= messages_limit <= MAX_MESSAGES_PAGE:
             raise InvalidArgument("messages_limit", f"must be between 1 and {MAX_MESSAGES_PAGE}")
         if messages_from is not None and messages_from < 1:
@@ -496,6 +551,7 @@ class SessionService:
         start = messages_from if messages_from is not None else max(1, total - limit + 1)
         messages = await self._store.list_messages(session.id, start, limit)
         last_turn = await self._store.get_turn(session.last_turn_id) if session.last_turn_id else None
+        trail = await self._store.list_audit(session.id, None, None, DECISIONS_SHOWN * 4)
         return SessionDetails(
             session=session,
             messages=messages,
@@ -503,11 +559,19 @@ class SessionService:
             queued=await self._store.list_queued(session.id),
             last_turn=last_turn,
             pending=await self._store.list_interrupts(session.id, pending_only=True),
+            decisions=[e for e in trail if e.action in audit.DECISIONS][:DECISIONS_SHOWN],
         )
 
     async def list_sessions(
-        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self,
+        caller: Principal,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        owner: str | None = None,
     ) -> tuple[list[SessionRecord], str | None]:
+        """`caller`'s sessions; with parley:admin, every owner's (or `owner`'s)."""
         if cursor is not None:
             created, sep, last_id = cursor.partition("|")
             try:
@@ -518,12 +582,19 @@ class SessionService:
                 raise InvalidArgument(
                     "cursor", "is not a cursor this server returned; omit it to start from the top"
                 )
+        if not caller.is_admin:
+            if owner not in (None, caller.id):
+                raise InvalidArgument(
+                    "owner",
+                    "only callers with the parley:admin scope list other principals' sessions; leave it out",
+                )
+            owner = caller.id
         page = await self._store.list_sessions(owner, status, agent, cursor, limit)
         return page.sessions, page.next_cursor
 
     async def approve(
         self,
-        owner: str,
+        caller: Principal,
         session_id: str,
         decisions: Sequence[Decision],
         wait_seconds: float | None,
@@ -531,17 +602,32 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._owned(owner, session_id)
+        session = await self._access.decidable(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
-        self._decisions.check_caller_may_decide(session)
-        turn_id, notes = await self._decisions.approve(session, decisions, "caller", owner)
+        await self._access.check_decider(
+            caller, session, "tool", audit.APPROVE, [d.interrupt_id for d in decisions]
+        )
+        try:
+            turn_id, notes = await self._decisions.approve(session, decisions, "caller", session.owner)
+        except RequestError as exc:
+            for d in decisions:
+                await self._audit.refused(
+                    caller,
+                    audit.APPROVE if d.approved else audit.REJECT,
+                    session.id,
+                    d.interrupt_id,
+                    str(exc),
+                )
+            raise
+        for d in decisions:
+            action = audit.APPROVE if d.approved else audit.REJECT
+            await self._audit.record(caller, action, session_id=session.id, target=d.interrupt_id, via="tool")
         self._signals.work_available(session.id)
-        outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
-        return replace(outcome, notes=notes + outcome.notes)
+        return await self._after_decision(caller, session, turn_id, notes, wait_s, on_progress, ask_human)
 
     async def answer_question(
         self,
-        owner: str,
+        caller: Principal,
         session_id: str,
         interrupt_id: str,
         answer: str | None,
@@ -551,17 +637,55 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._owned(owner, session_id)
+        session = await self._access.decidable(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
-        self._decisions.check_caller_may_decide(session)
-        turn_id, notes = await self._decisions.answer(session, interrupt_id, answer, decline, "caller", owner)
+        action = audit.DECLINE if decline else audit.ANSWER
+        await self._access.check_decider(caller, session, "tool", action, [interrupt_id])
+        try:
+            turn_id, notes = await self._decisions.answer(
+                session, interrupt_id, answer, decline, "caller", session.owner
+            )
+        except RequestError as exc:
+            await self._audit.refused(caller, action, session.id, interrupt_id, str(exc))
+            raise
+        await self._audit.record(caller, action, session_id=session.id, target=interrupt_id, via="tool")
         self._signals.work_available(session.id)
-        outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, ask_human)
-        return replace(outcome, notes=notes + outcome.notes)
+        return await self._after_decision(caller, session, turn_id, notes, wait_s, on_progress, ask_human)
+
+    async def _after_decision(
+        self,
+        caller: Principal,
+        session: SessionRecord,
+        turn_id: TurnId,
+        notes: list[str],
+        wait_s: float,
+        on_progress: ProgressFn | None,
+        ask_human: AskHuman | None,
+    ) -> TurnOutcome:
+        """What a decider learns: the owner (and parley:admin) the resumed turn's outcome; an
+        approver who may not read the session only whether the turn still waits, and for what."""
+        if may_see(caller, session.owner):
+            person = self._access.person(caller, session, ask_human)
+            outcome = await self.wait_for_turn(session.id, turn_id, wait_s, on_progress, person)
+            return replace(outcome, notes=notes + outcome.notes)
+        snapshot = await self._steps.look(session.id, _turn_view(turn_id))
+        waiting = snapshot is not None and _waits_for_input(snapshot.session, turn_id)
+        pending = [i for i in snapshot.interrupts if i.status == "pending"] if snapshot and waiting else []
+        return TurnOutcome(
+            session_id=session.id,
+            turn_id=turn_id,
+            status="waiting_for_input" if pending else "running",
+            pending=pending,
+            notes=[
+                *notes,
+                f"Recorded: you decided as an approver of agent '{session.agent}'. The session belongs to "
+                f"{session.owner}, who sees how the turn goes on.",
+            ],
+        )
 
     async def resume_with_answers(
         self,
-        owner: str,
+        caller: Principal,
         session_id: str,
         turn_id: str,
         answers: Sequence[tuple[InterruptRecord, Resolution]],
@@ -570,23 +694,36 @@ class SessionService:
     ) -> TurnOutcome:
         """The retry of a call that returned an input-required result: apply the person's answers
         (the message was queued by the first call and is not queued again), then keep waiting."""
-        session = await self._owned(owner, session_id)
+        session = await self._access.visible(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
-        await self.apply_answers(owner, session.id, answers)
+        await self.apply_answers(caller, session.id, answers, via="mrtr")
         return await self.wait_for_turn(session.id, TurnId(turn_id), wait_s, on_progress)
 
     async def apply_answers(
-        self, owner: str, session_id: str, answers: Sequence[tuple[InterruptRecord, Resolution]]
+        self,
+        caller: Principal,
+        session_id: str,
+        answers: Sequence[tuple[InterruptRecord, Resolution]],
+        via: str = "task_input",
     ) -> None:
-        """Resolve interrupts with what a person answered through the client (a form, an
+        """Resolve interrupts with what a person answered through `caller`'s client (a form, an
         input-required round, a task's input). An answer outside the choices leaves its
         interrupt pending, to be asked again; an interrupt resolved meanwhile stays as it is."""
-        session = await self._owned(owner, session_id)
+        session = await self._access.decidable(caller, session_id)
+        if not answers:
+            return
+        action = audit.ANSWER if answers[0][0].kind == "question" else audit.APPROVE
+        await self._access.check_decider(caller, session, "person", action, [i.id for i, _ in answers])
         for interrupt, resolution in answers:
-            await self._resolve_by_person(session.id, interrupt, resolution)
+            await self._resolve_by_person(caller, session.id, interrupt, resolution, via)
 
     async def _resolve_by_person(
-        self, session_id: SessionId, interrupt: InterruptRecord, resolution: Resolution
+        self,
+        caller: Principal,
+        session_id: SessionId,
+        interrupt: InterruptRecord,
+        resolution: Resolution,
+        via: str,
     ) -> None:
         if resolution.answer is not None:
             # The form's choices are a hint to the client, not a guarantee.
@@ -594,31 +731,41 @@ class SessionService:
             if checked is None:
                 return
             resolution = replace(resolution, answer=checked)
-        await self._steps.resolve_interrupt(
+        result = await self._steps.resolve_interrupt(
             session_id, interrupt.id, resolution, "elicitation", self._clock()
         )
+        if result.outcome == "resolved":
+            await self._audit.record(
+                caller,
+                _decision_action(interrupt, resolution),
+                session_id=session_id,
+                target=interrupt.id,
+                via=via,
+            )
         self._signals.work_available(session_id)
 
-    async def put_to_person(self, ask_human: AskHuman, interrupt: InterruptRecord, deadline: float) -> None:
-        """Ask the person behind the client about one interrupt (withdrawn if it is resolved some
-        other way first, or at `deadline` on anyio's clock) and apply what they answer."""
-        resolution = await self._ask(ask_human, interrupt, deadline)
+    async def put_to_person(self, person: Person, interrupt: InterruptRecord, deadline: float) -> None:
+        """Ask the person behind a caller's client about one interrupt (withdrawn if it is resolved
+        some other way first, or at `deadline` on anyio's clock) and apply what they answer."""
+        resolution = await self._ask(person.ask, interrupt, deadline)
         if resolution is not None:
-            await self._resolve_by_person(interrupt.session_id, interrupt, resolution)
+            await self._resolve_by_person(
+                person.caller, interrupt.session_id, interrupt, resolution, "elicitation"
+            )
 
-    async def pending(self, owner: str, session_id: str) -> list[InterruptRecord]:
-        session = await self._owned(owner, session_id)
+    async def pending(self, caller: Principal, session_id: str) -> list[InterruptRecord]:
+        session = await self._access.decidable(caller, session_id)
         return await self._store.list_interrupts(session.id, pending_only=True)
 
     async def cancel_turn(
         self,
-        owner: str,
+        caller: Principal,
         session_id: str,
         wait_seconds: float | None,
         on_progress: ProgressFn | None = None,
         turn_id: str | None = None,
     ) -> TurnOutcome:
-        session = await self._owned(owner, session_id)
+        session = await self._access.visible(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
         if turn_id is not None and turn_id != session.current_turn_id:
             # A stale cancel (the turn it meant has ended) must not stop a newer turn.
@@ -629,7 +776,7 @@ class SessionService:
             return replace(
                 outcome, notes=[f"Turn {turn_id} is not running ({old.status}); nothing was cancelled."]
             )
-        turn_id = await self._steps.request_cancel(session.id, owner, self._clock(), new_turn_id())
+        turn_id = await self._steps.request_cancel(session.id, session.owner, self._clock(), new_turn_id())
         if turn_id is None:
             # Nothing runs: cancelling is idempotent, so report how the last turn ended.
             latest = await self._store.get_session(session.id) or session
@@ -640,14 +787,18 @@ class SessionService:
             return TurnOutcome(
                 session_id=session.id, turn_id=None, status="idle", session_status=latest.status
             )
+        await self._audit.record(caller, audit.CANCEL, session_id=session.id, target=turn_id)
         self._signals.request_cancel(session.id)
         return await self.wait_for_turn(session.id, turn_id, wait_s, on_progress)
 
-    async def close_session(self, owner: str, session_id: str, wait_seconds: float | None) -> SessionRecord:
-        session = await self._owned(owner, session_id)
+    async def close_session(
+        self, caller: Principal, session_id: str, wait_seconds: float | None
+    ) -> SessionRecord:
+        session = await self._access.visible(caller, session_id)
         wait_s = self._wait_s(wait_seconds)
         if session.status != "closed":
-            await self._steps.request_close(session.id, owner, "closed by the caller", self._clock())
+            await self._steps.request_close(session.id, session.owner, "closed by the caller", self._clock())
+            await self._audit.record(caller, audit.CLOSE, session_id=session.id)
             self._signals.request_cancel(session.id)
             self._signals.work_available(session.id)
 
@@ -659,6 +810,33 @@ class SessionService:
 
         return await self._until(session.id, wait_s, closed)
 
+    async def delete_session(
+        self, caller: Principal, session_id: str
+    ) -> Literal["deleted", "already deleted"]:
+        """Remove a resting session and everything of it; the audit keeps the fact."""
+        try:
+            session = await self._access.visible(caller, session_id)
+        except SessionNotFound:
+            # A retry of a delete that went through: idempotent, for its deleter only.
+            earlier = (
+                await self._store.list_audit(session_id, caller.id, None, 20)
+                if is_session_id(session_id)
+                else []
+            )
+            if any(e.action == audit.DELETE and e.outcome == "ok" for e in earlier):
+                return "already deleted"
+            raise
+        outcome = await self._store.delete_session(session.id, self._clock())
+        if outcome == "busy":
+            raise SessionBusy(session.id)
+        if outcome == "not_found":
+            raise SessionNotFound(session_id)
+        await self._audit.record(
+            caller, audit.DELETE, session_id=session.id, owner=session.owner, agent=session.agent
+        )
+        logger.info("session %s deleted by %s", session.id, caller.id)
+        return "deleted"
+
     # ------------------------------------------------------------------ waiting
 
     async def wait_for_message(
@@ -667,7 +845,7 @@ class SessionService:
         message_id: QueuedMessageId,
         wait_s: float,
         on_progress: ProgressFn | None = None,
-        ask_human: AskHuman | None = None,
+        person: Person | None = None,
     ) -> TurnOutcome:
         """Wait for the turn that consumes this message to rest, at most `wait_s` seconds."""
         deadline = anyio.current_time() + wait_s
@@ -688,7 +866,7 @@ class SessionService:
             if queued is not None and queued.turn_id is not None:
                 remaining = max(0.0, deadline - anyio.current_time())
                 return await self._wait_turn(
-                    session_id, queued.turn_id, remaining, message_id, progress, ask_human
+                    session_id, queued.turn_id, remaining, message_id, progress, person
                 )
             if not last:
                 return None
@@ -709,10 +887,10 @@ class SessionService:
         turn_id: TurnId,
         wait_s: float,
         on_progress: ProgressFn | None = None,
-        ask_human: AskHuman | None = None,
+        person: Person | None = None,
     ) -> TurnOutcome:
         progress = await self._progress(session_id, on_progress)
-        return await self._wait_turn(session_id, turn_id, wait_s, None, progress, ask_human)
+        return await self._wait_turn(session_id, turn_id, wait_s, None, progress, person)
 
     async def _wait_turn(
         self,
@@ -721,7 +899,7 @@ class SessionService:
         wait_s: float,
         message_id: QueuedMessageId | None,
         progress: ProgressFeed,
-        ask_human: AskHuman | None = None,
+        person: Person | None = None,
     ) -> TurnOutcome:
         deadline = anyio.current_time() + wait_s
         asked: set[str] = set()
@@ -738,13 +916,13 @@ class SessionService:
             if not _waits_for_input(snapshot.session, turn_id):
                 return None
             new = [i for i in snapshot.interrupts if i.status == "pending" and i.id not in asked]
-            if ask_human is None or not new:
+            if person is None or not new:
                 return _outcome(snapshot, turn, message_id)
             # Put each new interrupt to the person through the client; an answer resolves it
             # exactly as approve/answer_question would, and the wait goes on at once.
             for interrupt in new:
                 asked.add(interrupt.id)
-                await self.put_to_person(ask_human, interrupt, deadline)
+                await self.put_to_person(person, interrupt, deadline)
             return AGAIN
 
         return await self._until(session_id, wait_s, rested, progress)
@@ -853,8 +1031,10 @@ def _outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMess
     )
 
 
-# Puts an interrupt to a person through the client (elicitation); None when they dismissed it.
-AskHuman = Callable[[InterruptRecord], Awaitable[Resolution | None]]
+def _decision_action(interrupt: InterruptRecord, resolution: Resolution) -> str:
+    if interrupt.kind == "approval":
+        return audit.APPROVE if resolution.approved else audit.REJECT
+    return audit.DECLINE if resolution.declined else audit.ANSWER
 
 
 def _waits_for_input(session: SessionRecord, turn_id: TurnId) -> bool:

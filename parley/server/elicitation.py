@@ -20,7 +20,7 @@ from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from parley.runtime.service import AskHuman
+from parley.runtime.session_access import AskHuman
 from parley.storage.base import InterruptRecord, Resolution
 
 logger = logging.getLogger(__name__)

@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -22,7 +23,8 @@ from starlette.types import ASGIApp
 
 from parley.config import HttpConfig
 from parley.errors import ConfigError, ListenError
-from parley.server.http_guard import LoopbackHostGuard
+from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
+from parley.server.http_guard import HostGuard
 from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
 from parley.server.http_sessions import SessionLimits, SessionTable
 
@@ -51,16 +53,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, insecure_bind: bool) -> None:
-    """Refuse a non-loopback address: parley has no authentication yet, so anyone who can reach
+def check_bind(host: str, insecure_bind: bool, authenticated: bool = False) -> None:
+    """Refuse a non-loopback address without authentication (`auth: none`): anyone who can reach
     the port could drive every session."""
-    if not is_loopback(host) and not insecure_bind:
+    if not is_loopback(host) and not insecure_bind and not authenticated:
         raise ConfigError(
             "PARLEY-C010",
             "(command line)",
             "--host",
-            f"{host} is not a loopback address and parley has no authentication yet; bind 127.0.0.1, "
-            "or pass --insecure-bind if a proxy in front of parley authenticates callers (unsafe otherwise)",
+            f"{host} is not a loopback address and parley authenticates nobody (auth: none); bind 127.0.0.1, "
+            "set auth.mode to tokens or oauth in parley.yaml, or pass --insecure-bind if a proxy in front "
+            "of parley authenticates callers (unsafe otherwise)",
         )
 
 
@@ -110,7 +113,17 @@ def connection_limits(config: HttpConfig) -> ConnectionLimits:
     )
 
 
-def build_http_app(server: MCPServer[Any], host: str, health: Health, config: HttpConfig) -> ASGIApp:
+def accepted_hosts(config: HttpConfig) -> list[str]:
+    """Host values accepted besides loopback: http.allowed_hosts and the host of http.public_url."""
+    hosts = list(config.allowed_hosts)
+    if config.public_url is not None:
+        hosts.append(urlsplit(config.public_url).netloc)
+    return hosts
+
+
+def build_http_app(
+    server: MCPServer[Any], host: str, health: Health, config: HttpConfig, auth: HttpAuth | None = None
+) -> ASGIApp:
     # The SDK builds and configures its session manager here; parley serves it from its own
     # Starlette app, behind its own session table and guards. Its DNS-rebinding check is off
     # because LoopbackHostGuard does it exactly, on every route. Its session cap and idle
@@ -130,24 +143,35 @@ def build_http_app(server: MCPServer[Any], host: str, health: Health, config: Ht
     async def healthz(request: Request) -> Response:
         report = {"status": "ok", **(await health()), "mcp_sessions": sessions.open_sessions}
         # Unavailable (the database does not answer): a load balancer sends no traffic here.
-        return JSONResponse(report, status_code=503 if report["status"] == "unavailable" else 200)
+        status_code = 503 if report["status"] == "unavailable" else 200
+        if auth is not None and not health_is_full(request.scope):
+            # Served to anyone: nothing about the process, its sessions or its database.
+            report = {"status": report["status"]}
+        return JSONResponse(report, status_code=status_code)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with manager.run(), sessions.run():
             yield
 
-    starlette_app = Starlette(
-        routes=[Route("/mcp", endpoint=sessions), Route("/healthz", healthz, methods=["GET"])],
-        lifespan=lifespan,
-    )
-    app: ASGIApp = BodyDeadline(starlette_app, connection_limits(config))
-    return LoopbackHostGuard(app) if is_loopback(host) else app
+    routes = [Route("/mcp", endpoint=sessions), Route("/healthz", healthz, methods=["GET"])]
+    starlette_app = Starlette(routes=routes + (auth.routes if auth else []), lifespan=lifespan)
+    app: ASGIApp = starlette_app
+    if auth is not None:
+        app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
+    app = BodyDeadline(app, connection_limits(config))
+    extra = accepted_hosts(config)
+    # A non-loopback bind without named hosts answers any Host, as a server behind a proxy must.
+    return HostGuard(app, extra) if is_loopback(host) or extra else app
 
 
 def uvicorn_config(app: ASGIApp, config: HttpConfig) -> uvicorn.Config:
     return uvicorn.Config(
         app,
+        # X-Forwarded-For / -Proto are believed only from the configured proxies (uvicorn's default
+        # would trust any process on this machine).
+        proxy_headers=bool(config.trusted_proxies),
+        forwarded_allow_ips=list(config.trusted_proxies) or None,
         http=limited_h11_protocol(connection_limits(config)),
         log_level="warning",
         lifespan="on",

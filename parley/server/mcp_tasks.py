@@ -39,6 +39,7 @@ from pydantic import Field
 
 from parley.errors import InvalidArgument, RequestError
 from parley.ids import QueuedMessageId, SessionId, TurnId
+from parley.runtime.access import Principal
 from parley.runtime.mcp_tasks import McpTaskService, TaskEnded, TaskNotFound
 from parley.runtime.service import OutcomeStatus, TurnOutcome
 from parley.server.connections import connection_of
@@ -66,7 +67,7 @@ _BOTH = frozenset({CORE_TASKS_VERSION, *MODERN_PROTOCOL_VERSIONS})
 _CORE = frozenset({CORE_TASKS_VERSION})
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
-OwnerOf = Callable[[Any], str]
+CallerOf = Callable[[Any], Principal]
 
 
 class TaskIdParams(RequestParams):
@@ -128,9 +129,9 @@ class McpTaskGateway(Extension):
 
     identifier = EXTENSION
 
-    def __init__(self, tasks: McpTaskService, owner_of: OwnerOf, watchers: TaskGroup | None) -> None:
+    def __init__(self, tasks: McpTaskService, caller_of: CallerOf, watchers: TaskGroup | None) -> None:
         self._tasks = tasks
-        self._owner_of = owner_of
+        self._caller_of = caller_of
         self._watchers = watchers
         self._watched = 0
 
@@ -202,7 +203,7 @@ class McpTaskGateway(Extension):
     async def _create_core(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext, params: dict[str, Any]
     ) -> dict[str, Any]:
-        owner = self._owner_of(ctx)
+        owner = self._caller_of(ctx)
         requested = params["task"].get("ttl")
         if requested is not None and (
             isinstance(requested, bool) or not isinstance(requested, int) or requested < 1
@@ -239,7 +240,7 @@ class McpTaskGateway(Extension):
     async def _create_modern(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext, params: dict[str, Any]
     ) -> dict[str, Any]:
-        owner = self._owner_of(ctx)
+        owner = self._caller_of(ctx)
         tool = str(params["name"])
         result = await self._start(ctx, call_next, params)
         structured = result.get("structuredContent")
@@ -255,7 +256,7 @@ class McpTaskGateway(Extension):
         )
         return {"resultType": "task", **modern_task(state.task)}
 
-    def _watch(self, ctx: ServerRequestContext[Any, Any], owner: str, task: TaskRecord) -> None:
+    def _watch(self, ctx: ServerRequestContext[Any, Any], owner: Principal, task: TaskRecord) -> None:
         """Push the task's status changes to its client while the connection lasts (bounded:
         beyond `max_watched` tasks per process, clients only poll)."""
         if self._watchers is None or task.is_terminal or self._watched >= self._tasks.settings.max_watched:
@@ -292,7 +293,7 @@ class McpTaskGateway(Extension):
         if modern:
             require_client_extension(ctx, EXTENSION)
         try:
-            state = await self._tasks.get(self._owner_of(ctx), params.task_id)
+            state = await self._tasks.get(self._caller_of(ctx), params.task_id)
         except TaskNotFound as exc:
             raise _invalid(exc) from None
         task = state.task
@@ -311,7 +312,7 @@ class McpTaskGateway(Extension):
         return {"resultType": "complete", **view}
 
     async def _result(self, ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict[str, Any]:
-        owner = self._owner_of(ctx)
+        owner = self._caller_of(ctx)
         ask = asking(ctx.session, ctx.request_id, params.task_id) if can_elicit(ctx.session) else None
         try:
             task = await self._tasks.until_ended(owner, params.task_id, ask)
@@ -326,7 +327,7 @@ class McpTaskGateway(Extension):
         if modern:
             require_client_extension(ctx, EXTENSION)
         try:
-            task = await self._tasks.cancel(self._owner_of(ctx), params.task_id)
+            task = await self._tasks.cancel(self._caller_of(ctx), params.task_id)
         except TaskNotFound as exc:
             raise _invalid(exc) from None
         except TaskEnded as exc:
@@ -337,7 +338,7 @@ class McpTaskGateway(Extension):
 
     async def _list(self, ctx: ServerRequestContext[Any, Any], params: ListTasksParams) -> dict[str, Any]:
         try:
-            tasks, next_cursor = await self._tasks.list_page(self._owner_of(ctx), params.cursor)
+            tasks, next_cursor = await self._tasks.list_page(self._caller_of(ctx), params.cursor)
         except InvalidArgument as exc:
             raise _invalid(exc) from None
         page: dict[str, Any] = {"tasks": [core_task(t) for t in tasks]}
@@ -350,9 +351,10 @@ class McpTaskGateway(Extension):
         responses = params.input_responses
         try:
             await self._tasks.answer(
-                self._owner_of(ctx), params.task_id, lambda pending: match_answers(responses, pending)
+                self._caller_of(ctx), params.task_id, lambda pending: match_answers(responses, pending)
             )
-        except TaskNotFound as exc:
+        except RequestError as exc:
+            # An unknown task, or a caller whose answers the agent does not take (approvers: ...).
             raise _invalid(exc) from None
         return {"resultType": "complete"}
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import json
 
-from parley.server.wire import AgentList, CloseResult, PendingView, SessionList, SessionView, TurnOutcomeView
+from parley.server.wire import (
+    AgentList,
+    CloseResult,
+    PendingList,
+    PendingView,
+    SessionList,
+    SessionView,
+    TurnOutcomeView,
+)
 
 
 def _next_steps_after_rest(session_id: str) -> str:
@@ -115,6 +123,13 @@ def render_session(v: SessionView) -> str:
     if v.pending:
         lines.append("Waiting for input:")
         lines += render_pending(v.session_id, v.pending)
+    if v.decisions:
+        lines.append("Decisions (newest first):")
+        lines += [
+            f"  {d.at} {d.principal}{f' via {d.client}' if d.client else ''}: {d.action} {d.interrupt_id or ''}"
+            + (" (refused)" if d.outcome == "refused" else "")
+            for d in v.decisions[:10]
+        ]
     if v.todos:
         lines.append("Plan:")
         lines += [f"  [{t.get('status', 'pending')}] {t.get('content', '')}" for t in v.todos]
@@ -163,3 +178,13 @@ def render_close(c: CloseResult) -> str:
         f"Session {c.session_id} is closing: its running turn is being cancelled. "
         f'Check with get_session(session_id="{c.session_id}").'
     )
+
+
+def render_pending_list(v: PendingList) -> str:
+    if not v.pending:
+        return "Nothing is waiting for a decision of yours."
+    lines = [f"{len(v.pending)} interrupt(s) wait for a decision:"]
+    for item in v.pending:
+        lines.append(f"Session {item.session_id} (agent {item.agent}, of {item.owner}):")
+        lines += render_pending(item.session_id, [item.interrupt])
+    return "\n".join(lines)

@@ -71,3 +71,5 @@ DECIDES = ToolAnnotations(
 STOPS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
+# Destructive and idempotent, like STOPS; removes data for good.
+DELETES = STOPS

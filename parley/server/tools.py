@@ -15,10 +15,17 @@ from parley.runtime.service import SessionService
 from parley.server.client_logs import ClientLogRelay
 from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
-from parley.server.render import render_agents, render_close, render_session, render_sessions
+from parley.server.render import (
+    render_agents,
+    render_close,
+    render_pending_list,
+    render_session,
+    render_sessions,
+)
 from parley.server.results import ok, outcome_result
 from parley.server.tool_args import (
     DECIDES,
+    DELETES,
     MAX_SEQUENCE_NUMBER,
     READ_ONLY,
     SENDS,
@@ -29,14 +36,17 @@ from parley.server.tool_args import (
     SettingsArg,
     WaitArg,
 )
-from parley.server.turn_calls import OwnerOf, TurnCalls, guarded, progress_of
+from parley.server.turn_calls import CallerOf, TurnCalls, guarded, progress_of
 from parley.server.wire import (
     AgentList,
     CloseResult,
+    DeleteSessionResult,
+    PendingList,
     SessionList,
     SessionView,
     TurnOutcomeView,
     agent_view,
+    pending_item,
     session_summary,
     session_view,
 )
@@ -47,9 +57,6 @@ SERVER_INSTRUCTIONS = (
     "Every result repeats the session_id; keep it, it is the handle of the conversation."
 )
 
-# Principal of every stdio caller; HTTP callers get theirs from authentication.
-LOCAL_PRINCIPAL = "local"
-
 
 class DeleteResult(BaseModel):
     session_id: str
@@ -59,7 +66,7 @@ class DeleteResult(BaseModel):
 
 def build_mcp_server(
     service: SessionService,
-    owner_of: OwnerOf,
+    caller_of: CallerOf,
     version: str,
     request_state_keys: list[str] | None = None,
     *,
@@ -70,9 +77,9 @@ def build_mcp_server(
     """The MCP server. `watchers` runs the status notifications of 2025-11-25 tasks; it must
     outlive every connection. `logs` sends callers the log records about their sessions (MCP
     logging); without it the server offers no logging."""
-    turns = TurnCalls(service, owner_of)
+    turns = TurnCalls(service, caller_of)
     security = RequestStateSecurity(keys=request_state_keys) if request_state_keys else None
-    gateway = McpTaskGateway(tasks, owner_of, watchers)
+    gateway = McpTaskGateway(tasks, caller_of, watchers)
     mcp = ParleyMCPServer(
         "parley",
         version=version,
@@ -86,12 +93,12 @@ def build_mcp_server(
         mcp._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
 
     @mcp.tool(title="List agents", annotations=READ_ONLY)
-    async def list_agents() -> Annotated[CallToolResult, AgentList]:
+    async def list_agents(ctx: Context) -> Annotated[CallToolResult, AgentList]:
         """List the agents you can start sessions with: name, description, tools and limits."""
 
         async def work() -> CallToolResult:
             view = AgentList(
-                agents=[agent_view(a, offer) for a, offer in await service.describe_agents()],
+                agents=[agent_view(a, offer) for a, offer in await service.describe_agents(caller_of(ctx))],
                 models=service.model_names,
             )
             return ok(view, render_agents(view))
@@ -133,7 +140,7 @@ def build_mcp_server(
             ctx,
             wait_seconds,
             lambda caller: service.start_session(
-                caller.owner,
+                caller.who,
                 agent,
                 message,
                 wait_seconds,
@@ -186,7 +193,7 @@ def build_mcp_server(
             ctx,
             wait_seconds,
             lambda caller: service.send_message(
-                caller.owner,
+                caller.who,
                 session_id,
                 message,
                 wait_seconds,
@@ -210,7 +217,7 @@ def build_mcp_server(
         """Drop a message that no turn has taken yet. Deleting it again changes nothing."""
 
         async def work() -> CallToolResult:
-            status = await service.delete_queued_message(owner_of(ctx), session_id, queued_message_id)
+            status = await service.delete_queued_message(caller_of(ctx), session_id, queued_message_id)
             view = DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status)
             return ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
 
@@ -240,7 +247,7 @@ def build_mcp_server(
             ctx,
             wait_seconds,
             lambda caller: service.approve(
-                caller.owner,
+                caller.who,
                 session_id,
                 [Decision(d.interrupt_id, d.approved, d.reason) for d in decisions],
                 wait_seconds,
@@ -269,7 +276,7 @@ def build_mcp_server(
             ctx,
             wait_seconds,
             lambda caller: service.answer_question(
-                caller.owner,
+                caller.who,
                 session_id,
                 interrupt_id,
                 answer,
@@ -310,13 +317,30 @@ def build_mcp_server(
 
         async def work() -> CallToolResult:
             snapshot = await service.get_session(
-                owner_of(ctx), session_id, wait_seconds, messages_from, messages_limit, progress_of(ctx)
+                caller_of(ctx), session_id, wait_seconds, messages_from, messages_limit, progress_of(ctx)
             )
             last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
             view = session_view(snapshot, last)
             return ok(view, render_session(view))
 
         return await guarded("get_session", work)
+
+    @mcp.tool(title="List pending", annotations=READ_ONLY)
+    async def list_pending(
+        ctx: Context,
+        limit: Annotated[
+            int, Field(strict=True, ge=1, le=200, description="At most this many (1 to 200).")
+        ] = 50,
+    ) -> Annotated[CallToolResult, PendingList]:
+        """List the approvals and questions waiting for your decision, oldest first: those of your own
+        sessions, and those of the agents you approve for (whoever owns the session)."""
+
+        async def work() -> CallToolResult:
+            found = await service.list_pending(caller_of(ctx), limit)
+            view = PendingList(pending=[pending_item(p) for p in found])
+            return ok(view, render_pending_list(view))
+
+        return await guarded("list_pending", work)
 
     @mcp.tool(title="List sessions", annotations=READ_ONLY)
     async def list_sessions(
@@ -330,11 +354,20 @@ def build_mcp_server(
         cursor: Annotated[
             str | None, Field(strict=True, description="next_cursor from the previous page.")
         ] = None,
+        owner: Annotated[
+            str | None,
+            Field(
+                strict=True,
+                description="Callers with the parley:admin scope: only this principal's sessions (default: everyone's).",
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SessionList]:
         """List your sessions, newest first, a page at a time."""
 
         async def work() -> CallToolResult:
-            sessions, next_cursor = await service.list_sessions(owner_of(ctx), status, agent, cursor, limit)
+            sessions, next_cursor = await service.list_sessions(
+                caller_of(ctx), status, agent, cursor, limit, owner
+            )
             view = SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=next_cursor)
             return ok(view, render_sessions(view))
 
@@ -358,7 +391,7 @@ def build_mcp_server(
 
         async def work() -> CallToolResult:
             outcome = await service.cancel_turn(
-                owner_of(ctx), session_id, wait_seconds, progress_of(ctx), turn_id
+                caller_of(ctx), session_id, wait_seconds, progress_of(ctx), turn_id
             )
             return outcome_result(outcome)
 
@@ -372,12 +405,26 @@ def build_mcp_server(
         It stays readable with get_session."""
 
         async def work() -> CallToolResult:
-            session = await service.close_session(owner_of(ctx), session_id, wait_seconds)
+            session = await service.close_session(caller_of(ctx), session_id, wait_seconds)
             view = CloseResult(
                 session_id=session.id, status=session.status, closed_reason=session.closed_reason
             )
             return ok(view, render_close(view))
 
         return await guarded("close_session", work)
+
+    @mcp.tool(title="Delete session", annotations=DELETES)
+    async def delete_session(
+        ctx: Context, session_id: SessionIdArg
+    ) -> Annotated[CallToolResult, DeleteSessionResult]:
+        """Delete a session and everything of it (its transcript, turns, queue, tasks); the audit keeps
+        the fact. A session running a turn is refused: cancel_turn or close_session first."""
+
+        async def work() -> CallToolResult:
+            status = await service.delete_session(caller_of(ctx), session_id)
+            view = DeleteSessionResult(session_id=session_id, status=status)
+            return ok(view, f"Session {session_id}: {status}. It is gone for good; the audit keeps the fact.")
+
+        return await guarded("delete_session", work)
 
     return mcp

@@ -14,8 +14,10 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult
 
 from parley.errors import RequestError, StorageUnavailable
+from parley.runtime.access import Principal
 from parley.runtime.progress import ProgressFn
-from parley.runtime.service import AskHuman, SessionService, TurnOutcome
+from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.session_access import AskHuman
 from parley.server.elicitation import (
     answers_from,
     ask_human_through,
@@ -24,10 +26,12 @@ from parley.server.elicitation import (
     retry_state,
 )
 from parley.server.results import error, outcome_result
+from parley.storage.base import InterruptRecord
 
 logger = logging.getLogger(__name__)
 
-OwnerOf = Callable[[Context], str]
+# The principal making the request a Context serves (parley/server/auth_gate.py: caller_of).
+CallerOf = Callable[[Context], Principal]
 
 
 async def guarded(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> CallToolResult:
@@ -64,7 +68,7 @@ class Caller:
     """Who makes a turn call, and how the turn reaches them while it runs: progress
     notifications, and questions asked by form elicitation when the client can show forms."""
 
-    owner: str
+    who: Principal
     progress: ProgressFn
     ask_human: AskHuman | None
 
@@ -76,21 +80,21 @@ class TurnCalls:
     """Declares how a tool that starts or resumes a turn answers: `await calls.answer(name, ctx,
     wait_seconds, start)` with `start` the service call the tool makes for `Caller`."""
 
-    def __init__(self, service: SessionService, owner_of: OwnerOf) -> None:
+    def __init__(self, service: SessionService, caller_of: CallerOf) -> None:
         self._service = service
-        self._owner_of = owner_of
+        self._caller_of = caller_of
 
     async def answer(
         self, tool: str, ctx: Context, wait_seconds: float | None, start: TurnStart
     ) -> CallToolResult:
         async def work() -> CallToolResult:
-            caller = Caller(self._owner_of(ctx), progress_of(ctx), ask_human_through(ctx))
+            caller = Caller(self._caller_of(ctx), progress_of(ctx), ask_human_through(ctx))
             # The retry of an input-required round applies the answers instead of doing `start`
             # again (which would send the message twice).
             resumed, asked = await self._resumed(ctx, caller, wait_seconds)
             if resumed is not None:
-                return _outcome_or_ask(ctx, resumed, asked)
-            return _outcome_or_ask(ctx, await start(caller), [])
+                return await self._outcome_or_ask(ctx, caller, resumed, asked)
+            return await self._outcome_or_ask(ctx, caller, await start(caller), [])
 
         return await guarded(tool, work)
 
@@ -101,9 +105,9 @@ class TurnCalls:
         state = retry_state(ctx) if can_ask_by_input_required(ctx) else None
         if not state or not state.get("turn_id"):
             return None, []
-        pending = await self._service.pending(caller.owner, str(state["session_id"]))
+        pending = await self._service.pending(caller.who, str(state["session_id"]))
         outcome = await self._service.resume_with_answers(
-            caller.owner,
+            caller.who,
             str(state["session_id"]),
             str(state["turn_id"]),
             answers_from(ctx, pending),
@@ -112,16 +116,27 @@ class TurnCalls:
         )
         return outcome, [str(i) for i in state.get("asked", [])]
 
+    async def _outcome_or_ask(
+        self, ctx: Context, caller: Caller, outcome: TurnOutcome, asked: list[str]
+    ) -> CallToolResult:
+        """The turn outcome, or, for a 2026-07-28 client that can show forms (and whose person the
+        agent takes decisions from), an input-required result asking for the interrupts it was not
+        asked about yet in this call."""
+        fresh = [i for i in outcome.pending if i.id not in asked]
+        if (
+            outcome.status == "waiting_for_input"
+            and fresh
+            and can_ask_by_input_required(ctx)
+            and await self._service.may_answer_as_person(caller.who, outcome.session_id)
+        ):
+            return _input_required(outcome, asked, fresh)
+        return outcome_result(outcome)
 
-def _outcome_or_ask(ctx: Context, outcome: TurnOutcome, asked: list[str]) -> CallToolResult:
-    """The turn outcome, or, for a 2026-07-28 client that can show forms, an input-required result
-    asking for the interrupts it was not asked about yet in this call."""
-    fresh = [i for i in outcome.pending if i.id not in asked]
-    if outcome.status == "waiting_for_input" and fresh and can_ask_by_input_required(ctx):
-        state = {
-            "session_id": outcome.session_id,
-            "turn_id": outcome.turn_id,
-            "asked": [*asked, *(i.id for i in fresh)],
-        }
-        return cast(CallToolResult, input_required(outcome.pending, state))
-    return outcome_result(outcome)
+
+def _input_required(outcome: TurnOutcome, asked: list[str], fresh: list[InterruptRecord]) -> CallToolResult:
+    state = {
+        "session_id": outcome.session_id,
+        "turn_id": outcome.turn_id,
+        "asked": [*asked, *(i.id for i in fresh)],
+    }
+    return cast(CallToolResult, input_required(outcome.pending, state))

@@ -13,8 +13,10 @@ from parley.config import AgentConfig
 from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (
+    AuditRecord,
     InterruptRecord,
     MessageRecord,
+    PendingInterrupt,
     QueuedMessageRecord,
     SessionRecord,
     ToolCallRecord,
@@ -124,9 +126,22 @@ class QueuedView(BaseModel):
     created_at: str | None
 
 
+class DecisionView(BaseModel):
+    """One decision on the session's interrupts, or a refused attempt: who made it, and when."""
+
+    at: str | None
+    action: str = Field(description="approve, reject, answer or decline.")
+    interrupt_id: str | None
+    principal: str = Field(description="Who decided: a token's name, or <issuer>#<subject>.")
+    client: str | None = Field(None, description="The OAuth client, else the MCP client, it came through.")
+    outcome: Literal["ok", "refused"]
+    via: str | None = Field(None, description="tool, elicitation, mrtr or task_input; refused: why.")
+
+
 class SessionView(BaseModel):
     session_id: str
     agent: str
+    owner: str = Field(description="The principal the session belongs to.")
     kind: str
     status: str
     phase: str | None
@@ -146,11 +161,15 @@ class SessionView(BaseModel):
     result: Any = Field(None, description="A task session's accepted result.")
     inputs: dict[str, Any] | None = None
     settings: dict[str, Any] = Field(default_factory=dict, description="The settings of the latest turn.")
+    decisions: list[DecisionView] = Field(
+        default_factory=list, description="Who decided what on this session's interrupts, newest first."
+    )
 
 
 class SessionSummary(BaseModel):
     session_id: str
     agent: str
+    owner: str
     kind: str
     status: str
     turn_count: int
@@ -164,6 +183,22 @@ class SessionList(BaseModel):
     next_cursor: str | None = Field(
         None, description="Pass as cursor to get the next page; null on the last."
     )
+
+
+class PendingItem(BaseModel):
+    session_id: str
+    agent: str
+    owner: str = Field(description="Whose session it is.")
+    interrupt: PendingView
+
+
+class PendingList(BaseModel):
+    pending: list[PendingItem]
+
+
+class DeleteSessionResult(BaseModel):
+    session_id: str
+    status: Literal["deleted", "already deleted"]
 
 
 class CloseResult(BaseModel):
@@ -267,6 +302,7 @@ def session_summary(session: SessionRecord) -> SessionSummary:
     return SessionSummary(
         session_id=session.id,
         agent=session.agent,
+        owner=session.owner,
         kind=session.kind,
         status=session.status,
         turn_count=session.turn_count,
@@ -282,6 +318,7 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         pending=[pending_view(i) for i in snapshot.pending],
         session_id=s.id,
         agent=s.agent,
+        owner=s.owner,
         kind=s.kind,
         status=s.status,
         phase=s.phase,
@@ -305,4 +342,26 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         result=s.result,
         inputs=s.inputs,
         settings=s.settings,
+        decisions=[decision_view(e) for e in snapshot.decisions],
+    )
+
+
+def decision_view(entry: AuditRecord) -> DecisionView:
+    return DecisionView(
+        at=iso(entry.at),
+        action=entry.action,
+        interrupt_id=entry.target,
+        principal=entry.principal,
+        client=entry.client,
+        outcome=entry.outcome,
+        via=entry.detail.get("via") or entry.detail.get("error"),
+    )
+
+
+def pending_item(found: PendingInterrupt) -> PendingItem:
+    return PendingItem(
+        session_id=found.interrupt.session_id,
+        agent=found.agent,
+        owner=found.owner,
+        interrupt=pending_view(found.interrupt),
     )

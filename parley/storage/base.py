@@ -329,3 +329,34 @@ def lease_token(process_id: str, epoch: int) -> str:
 def lease_holder(token: str | None) -> str | None:
     """The process that holds a lease, from its token."""
     return token.rpartition("#")[0] if token else None
+
+
+AuditOutcome = Literal["ok", "refused"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    """Who did what to which session: a message, a decision, a task, a deletion (or an attempt
+    that was refused). Kept apart from the session's own rows, so it outlives the session."""
+
+    id: int  # given by the store (0 before); grows with every entry
+    at: float
+    principal: str
+    client: str | None
+    action: str
+    outcome: AuditOutcome
+    session_id: SessionId | None
+    target: str | None  # the interrupt, queued message, turn or task the action was about
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingInterrupt:
+    """A pending interrupt with the agent and owner of its session."""
+
+    interrupt: InterruptRecord
+    agent: str
+    owner: str
+
+
+DeleteOutcome = Literal["deleted", "busy", "not_found"]

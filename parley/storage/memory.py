@@ -29,6 +29,7 @@ from parley.storage.base import (
     lease_holder,
     lease_token,
 )
+from parley.storage.memory_access import MemoryAccess
 from parley.storage.memory_steps import MemorySteps, calls_of
 from parley.storage.memory_tables import Counters, MemoryDatabase, MemoryTables, Summary, row, rows
 
@@ -57,7 +58,7 @@ def _needs_work(session: SessionRecord, now: float) -> bool:
     return session.status == "waiting_for_input" and (due or session.lease_owner is not None)
 
 
-class MemoryStore(MemorySteps):
+class MemoryStore(MemorySteps, MemoryAccess):
     """A Store kept in memory. Open it with `open_memory_store`."""
 
     def _counters(self, tables: MemoryTables, session_id: SessionId) -> Counters:
@@ -225,12 +226,12 @@ class MemoryStore(MemorySteps):
         return row(session) if session is not None else None
 
     async def list_sessions(
-        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
     ) -> SessionPage:
         found = [
             s
             for s in (await self._committed()).sessions.values()
-            if s.owner == owner and status in (None, s.status) and agent in (None, s.agent)
+            if owner in (None, s.owner) and status in (None, s.status) and agent in (None, s.agent)
         ]
         if cursor is not None:
             created_at, _, last_id = cursor.partition("|")

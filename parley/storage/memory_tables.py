@@ -18,6 +18,7 @@ import anyio
 from parley.errors import StorageError
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
+    AuditRecord,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -56,6 +57,7 @@ _COLUMNS: dict[type[Any], _Column] = {
     EventRecord: _Column("events", ("data",)),
     TaskRecord: _Column("tasks", ("result",)),
     StepRecord: _Column("steps", ()),
+    AuditRecord: _Column("audit", ("detail",)),
 }
 # Records that carry the time of their last change.
 _STAMPED = (SessionRecord, ToolCallRecord)
@@ -125,6 +127,9 @@ class MemoryTables:
     steps: dict[tuple[TurnId, str, int], StepRecord] = field(default_factory=dict)
     summaries: dict[tuple[SessionId, int], Summary] = field(default_factory=dict)
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    # By id, which grows with every entry (an id is never given twice, also after a purge).
+    audit: dict[int, AuditRecord] = field(default_factory=dict)
+    audit_seq: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> MemoryTables:
         # The records themselves are frozen, so copying the dicts is enough.

@@ -215,4 +215,24 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE sessions ADD COLUMN lease_epoch INTEGER NOT NULL DEFAULT 0;
     """,
+    # 12: the audit trail (who sent, decided, cancelled, deleted what; it outlives the sessions),
+    # and the indexes of the queries across owners: running turns per owner, pending interrupts
+    """
+    CREATE TABLE audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL,
+        principal TEXT NOT NULL,
+        client TEXT,
+        action TEXT NOT NULL,
+        outcome TEXT NOT NULL,
+        session_id TEXT,
+        target TEXT,
+        detail TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX audit_by_session ON audit(session_id, id);
+    CREATE INDEX audit_by_principal ON audit(principal, id);
+    CREATE INDEX audit_by_time ON audit(at);
+    CREATE INDEX sessions_owner_status ON sessions(owner, status);
+    CREATE INDEX interrupts_all_pending ON interrupts(created_at) WHERE status = 'pending';
+    """,
 )

@@ -9,9 +9,12 @@ from typing import Any, Protocol
 
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
+    AuditRecord,
+    DeleteOutcome,
     EventRecord,
     InterruptRecord,
     MessageRecord,
+    PendingInterrupt,
     QueuedMessageRecord,
     SessionPage,
     SessionRecord,
@@ -79,8 +82,10 @@ class SessionReads(Protocol):
     async def get_session(self, session_id: SessionId) -> SessionRecord | None: ...
 
     async def list_sessions(
-        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
-    ) -> SessionPage: ...
+        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
+    ) -> SessionPage:
+        """Sessions of `owner` (None: of every owner), newest first, a page at a time."""
+        ...
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None: ...
 
@@ -171,5 +176,58 @@ class TaskStore(Protocol):
         ...
 
 
-class Store(StepStore, SessionStarts, Leases, SessionReads, Transcripts, EventLog, TaskStore, Protocol):
+class OwnerQueries(Protocol):
+    """What serving many principals asks of sessions across owners: fair-use counts, interrupts
+    waiting for a principal, and removing a session."""
+
+    async def count_running(self, owner: str) -> int:
+        """Sessions of `owner` running a turn or about to (status running), except those parked
+        on timers or downstream tasks (phase 'waiting')."""
+        ...
+
+    async def list_pending_for(
+        self, owner: str | None, agents: Sequence[str] | None, limit: int
+    ) -> list[PendingInterrupt]:
+        """Pending interrupts, oldest first, of sessions `owner` owns or of the `agents`; both
+        None: of every session."""
+        ...
+
+    async def delete_session(self, session_id: SessionId, now: float) -> DeleteOutcome:
+        """Remove the session and everything of it (turns, calls, interrupts, queue, transcript,
+        summaries, steps, events, its MCP tasks), unless it runs or a live lease holds it
+        ('busy': nothing is removed). The audit keeps its entries."""
+        ...
+
+
+class AuditLog(Protocol):
+    """The audit trail: append-only, kept for its own retention, independent of sessions."""
+
+    async def record_audit(self, entry: AuditRecord) -> None:
+        """Append `entry` (its id is given by the store)."""
+        ...
+
+    async def list_audit(
+        self, session_id: str | None, principal: str | None, before_id: int | None, limit: int
+    ) -> list[AuditRecord]:
+        """Entries, newest first, of one session and/or one principal (None: any), with ids below
+        `before_id` (None: from the newest)."""
+        ...
+
+    async def purge_audit(self, before: float) -> int:
+        """Delete entries older than `before`; return how many."""
+        ...
+
+
+class Store(
+    StepStore,
+    SessionStarts,
+    Leases,
+    SessionReads,
+    Transcripts,
+    EventLog,
+    TaskStore,
+    OwnerQueries,
+    AuditLog,
+    Protocol,
+):
     """Every port: durable state of every session."""

@@ -37,6 +37,7 @@ from parley.storage.base import (
     TurnRecord,
     lease_token,
 )
+from parley.storage.postgres_access import PostgresAccess
 from parley.storage.postgres_copy import PostgresCopy
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, detail_of
 from parley.storage.postgres_rows import (
@@ -116,7 +117,7 @@ WORK_SCAN = (
 )
 
 
-class PostgresStore(PostgresSteps, PostgresCopy):
+class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
     """The Store on PostgreSQL. Open it with `open_postgres_store`, which migrates the schema."""
 
     # (before, after): the schema versions when this store was opened (`parley db migrate`).
@@ -322,10 +323,10 @@ class PostgresStore(PostgresSteps, PostgresCopy):
         return session_row(row) if row is not None else None
 
     async def list_sessions(
-        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
     ) -> SessionPage:
-        where = ["owner = %s"]
-        params: list[Any] = [owner]
+        where = ["owner = %s"] if owner is not None else ["TRUE"]
+        params: list[Any] = [owner] if owner is not None else []
         if status is not None:
             where.append("status = %s")
             params.append(status)

@@ -34,6 +34,7 @@ TABLE_NAMES = {
     "steps": "steps",
     "events": "events",
     "tasks": "tasks",
+    "audit": "audit entries",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000
@@ -71,6 +72,11 @@ class PostgresCopy(PostgresBase):
                     await self._refuse_data(conn)
                     for table in DATA_TABLES:
                         counts[table] = await self._copy_table(db, conn, table)
+                    # Audit ids were copied as they were: the next one comes after them.
+                    await conn.execute(
+                        "SELECT setval(pg_get_serial_sequence('audit', 'id'), coalesce(max(id), 0) + 1, false) "
+                        "FROM audit"
+                    )
                     for table in DATA_TABLES:
                         cur = await conn.execute(f"SELECT count(*) FROM {table}")
                         row = await cur.fetchone()

@@ -34,6 +34,7 @@ from parley.storage.base import (
 )
 from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
+from parley.storage.sqlite_access import SqliteAccess
 from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import (
     BUSY_WAIT_S,
@@ -77,7 +78,7 @@ from parley.storage.sqlite_steps import SqliteSteps, append_rows
 _dumps = dumps
 
 
-class SqliteStore(SqliteSteps):
+class SqliteStore(SqliteSteps, SqliteAccess):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
     @staticmethod
@@ -280,10 +281,10 @@ class SqliteStore(SqliteSteps):
         return _session(row) if row is not None else None
 
     async def list_sessions(
-        self, owner: str, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
     ) -> SessionPage:
-        where = ["owner = ?"]
-        params: list[Any] = [owner]
+        where = ["owner = ?"] if owner is not None else ["1 = 1"]
+        params: list[Any] = [owner] if owner is not None else []
         if status is not None:
             where.append("status = ?")
             params.append(status)

@@ -1,0 +1,320 @@
+"""The configuration of serving many users: `auth:` (who a caller is), `limits:` (fair use per
+principal), `audit:` (how long the trail is kept), and the `users:` / `approvers:` of an agent.
+
+Models only; parley/config.py loads them, reads the environment variables they name and checks
+what the sections say together (`auth_problems`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from parley.runtime.access import LOCAL, SCOPES, USE
+
+# A token's name is the principal it stands for: what `users:`, `approvers:` and the audit show.
+TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
+RESERVED_NAMES = (LOCAL, "cli")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# A token shorter than this is guessable; `parley token new` makes 43 characters (32 random bytes).
+MIN_TOKEN_CHARS = 24
+# Asymmetric signatures only: a shared-secret (HS*) key would let whoever verifies also sign.
+JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 of a token, as `auth.tokens[].sha256` holds it (lowercase hex)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Members(_Strict):
+    """Principals and scopes: an agent's `users:` or `approvers:`."""
+
+    principals: list[str] = Field(
+        default_factory=list,
+        description="Principal names: a token's name (auth: tokens) or '<issuer>#<subject>' (auth: oauth).",
+    )
+    scopes: list[str] = Field(
+        default_factory=list, description="Any caller whose token has one of these scopes."
+    )
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Members:
+        if not self.principals and not self.scopes:
+            raise ValueError(
+                "list at least one principal or scope (or remove the field: then nobody is singled out)"
+            )
+        return self
+
+
+class StaticToken(_Strict):
+    """A bearer token for self-hosting, mapped to a principal and its scopes. The file holds only
+    its SHA-256, or names the environment variable that holds it."""
+
+    name: str = Field(description="The principal this token stands for (letters, digits, _ . @ + -).")
+    sha256: str | None = Field(
+        None, description="SHA-256 of the token in hex (what 'parley token new' prints)."
+    )
+    token_env: str | None = Field(None, description="Or: the environment variable that holds the token.")
+    scopes: list[str] = Field(
+        default_factory=lambda: [USE], description="parley:use, parley:admin, parley:metrics."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TOKEN_NAME.fullmatch(value):
+            raise ValueError("must be 1-128 letters, digits or _ . @ + - (starting with a letter or digit)")
+        if value in RESERVED_NAMES:
+            raise ValueError(
+                f"'{value}' is reserved (stdio callers are 'local', the CLI is 'cli'); pick another"
+            )
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _hash(cls, value: str | None) -> str | None:
+        if value is not None and not _SHA256_HEX.fullmatch(value):
+            raise ValueError(
+                "must be 64 lowercase hex digits, the SHA-256 of the token: run 'parley token new NAME' and "
+                "paste the line it prints (never the token itself)"
+            )
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _scopes(cls, value: list[str]) -> list[str]:
+        return _known_scopes(value)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> StaticToken:
+        if (self.sha256 is None) == (self.token_env is None):
+            raise ValueError(
+                "give either sha256 (the token's hash) or token_env (a variable holding it), not both"
+            )
+        return self
+
+
+def _known_scopes(value: list[str]) -> list[str]:
+    unknown = [s for s in value if s not in SCOPES]
+    if unknown:
+        raise ValueError(f"unknown scope(s) {', '.join(unknown)}; parley knows: {', '.join(SCOPES)}")
+    if not value:
+        raise ValueError(f"give at least one scope ({', '.join(SCOPES)})")
+    return value
+
+
+class Introspection(_Strict):
+    """RFC 7662 introspection, for access tokens that are not JWTs (opaque tokens)."""
+
+    url: str = Field(description="The authorization server's introspection endpoint.")
+    client_id: str | None = Field(None, description="parley's client id at the authorization server.")
+    client_secret_env: str | None = Field(None, description="The environment variable holding its secret.")
+    cache_s: float = Field(
+        60.0, ge=0, le=3600, description="How long an answer is reused (never beyond the token's expiry)."
+    )
+    timeout_s: float = Field(5.0, gt=0, le=60, description="How long parley waits for an answer.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _http_url(value)
+
+
+class OAuthConfig(_Strict):
+    """JWT access tokens from the organisation's authorization server (MCP authorization)."""
+
+    issuer: str = Field(description="The authorization server: the 'iss' every token must carry, exactly.")
+    jwks_url: str | None = Field(
+        None, description="Where the authorization server publishes its signing keys."
+    )
+    audience: str | None = Field(
+        None, description="The 'aud' tokens must carry (default: http.public_url, RFC 8707)."
+    )
+    algorithms: list[str] = Field(
+        default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"],
+        description="Signature algorithms accepted (asymmetric only).",
+    )
+    leeway_s: float = Field(30.0, ge=0, le=300, description="Clock skew allowed on exp and nbf.")
+    jwks_cache_s: float = Field(
+        600.0, gt=0, le=86_400, description="How long fetched keys are used before a refresh."
+    )
+    jwks_refresh_min_s: float = Field(
+        10.0,
+        ge=0,
+        le=3600,
+        description="A token signed with an unknown key refetches the keys at most this often.",
+    )
+    jwks_timeout_s: float = Field(5.0, gt=0, le=60, description="How long parley waits for the keys.")
+    introspection: Introspection | None = Field(None, description="RFC 7662, for opaque (non-JWT) tokens.")
+
+    @field_validator("issuer")
+    @classmethod
+    def _issuer(cls, value: str) -> str:
+        return _http_url(value)
+
+    @field_validator("jwks_url")
+    @classmethod
+    def _jwks(cls, value: str | None) -> str | None:
+        return _http_url(value) if value is not None else None
+
+    @field_validator("algorithms")
+    @classmethod
+    def _algorithms(cls, value: list[str]) -> list[str]:
+        bad = [a for a in value if a not in JWT_ALGORITHMS]
+        if bad or not value:
+            raise ValueError(
+                f"{'unsupported: ' + ', '.join(bad) if bad else 'empty'}; use asymmetric algorithms from: "
+                f"{', '.join(JWT_ALGORITHMS)} (never 'none' or a shared-secret HS*)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _keys_or_introspection(self) -> OAuthConfig:
+        if self.jwks_url is None and self.introspection is None:
+            raise ValueError(
+                "give jwks_url (the authorization server's signing keys, for JWT access tokens) or "
+                "introspection (for opaque tokens), or both"
+            )
+        return self
+
+
+AuthMode = Literal["none", "tokens", "oauth"]
+
+
+class AuthConfig(_Strict):
+    mode: AuthMode = Field(
+        "none",
+        description=(
+            "none: no authentication, loopback only; tokens: static bearer tokens; oauth: access tokens "
+            "from an authorization server (MCP authorization)."
+        ),
+    )
+    tokens: list[StaticToken] = Field(default_factory=list, description="mode tokens: the accepted tokens.")
+    oauth: OAuthConfig | None = Field(None, description="mode oauth: the authorization server.")
+
+    @model_validator(mode="after")
+    def _mode_fields(self) -> AuthConfig:
+        if self.mode == "tokens" and not self.tokens:
+            raise ValueError("mode tokens needs at least one entry under tokens (see 'parley token new')")
+        if self.mode != "tokens" and self.tokens:
+            raise ValueError(
+                f"tokens are used only with mode: tokens (mode is {self.mode}); set the mode or remove them"
+            )
+        if self.mode == "oauth" and self.oauth is None:
+            raise ValueError("mode oauth needs an oauth section (issuer, jwks_url)")
+        if self.mode != "oauth" and self.oauth is not None:
+            raise ValueError(
+                f"oauth is used only with mode: oauth (mode is {self.mode}); set the mode or remove it"
+            )
+        names = [t.name for t in self.tokens]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(
+                f"token name(s) {', '.join(duplicates)} appear more than once; one entry per name"
+            )
+        return self
+
+    @property
+    def authenticates(self) -> bool:
+        return self.mode != "none"
+
+
+class PrincipalLimits(_Strict):
+    running_turns: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Sessions of one principal running a turn at once, counted in the database (so across "
+            "replicas); a message that would start one more is refused until one ends."
+        ),
+    )
+    messages_per_minute: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Messages one principal may send per minute (counted per parley process).",
+    )
+
+
+class LimitsConfig(PrincipalLimits):
+    """Fair use: the limits of every principal, and per-principal exceptions."""
+
+    principals: dict[str, PrincipalLimits] = Field(
+        default_factory=dict, description="Limits of one principal (by name), instead of the ones above."
+    )
+
+    def of(self, principal: str) -> PrincipalLimits:
+        own = self.principals.get(principal)
+        if own is None:
+            return self
+        return PrincipalLimits(
+            running_turns=own.running_turns
+            if "running_turns" in own.model_fields_set
+            else self.running_turns,
+            messages_per_minute=(
+                own.messages_per_minute
+                if "messages_per_minute" in own.model_fields_set
+                else self.messages_per_minute
+            ),
+        )
+
+
+class AuditConfig(_Strict):
+    retention_days: float = Field(
+        365.0, gt=0, le=36_500, description="How long audit entries are kept (they outlive their sessions)."
+    )
+    purge_interval_s: float = Field(3600.0, gt=0, le=86_400, description="How often old entries are deleted.")
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    """A configured token as the server holds it: the principal, its scopes and the token's
+    SHA-256 (the token itself is never kept, also when it came from the environment)."""
+
+    name: str
+    scopes: frozenset[str]
+    digest: bytes
+
+
+def _http_url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment or parts.query:
+        raise ValueError(
+            f"'{value}' is not an http(s) URL without query or fragment, e.g. https://auth.example.com"
+        )
+    return value
+
+
+def check_public_url(value: str) -> str | None:
+    """Why `value` cannot be http.public_url, or None."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return "must be the http(s) URL clients use for MCP, e.g. https://parley.example.com/mcp"
+    if parts.query or parts.fragment:
+        return "must have no query or fragment (it is the resource URL tokens are issued for)"
+    if parts.username or parts.password:
+        return "must not hold a user name or password"
+    return None
+
+
+def check_allowed_host(value: str) -> str | None:
+    """Why `value` cannot be an entry of http.allowed_hosts, or None."""
+    if "://" in value or "/" in value:
+        return (
+            f"'{value}' must be a host name as clients send it in Host (e.g. parley.example.com), not a URL"
+        )
+    if not _HOST.fullmatch(value):
+        return f"'{value}' is not a host name, an IP address or [IPv6 address], with an optional :port"
+    return None

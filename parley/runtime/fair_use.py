@@ -1,0 +1,73 @@
+"""Fair use per principal (`limits:` in parley.yaml): how many of a principal's sessions may run
+a turn at once (counted in the database, so the limit holds across replicas), and how many
+messages it may send per minute (counted in this process: behind N replicas a principal may send
+up to N times as many). Over a limit, the call is refused with when to try again; other
+principals are not affected.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+from parley.config_auth import LimitsConfig
+from parley.errors import RateLimited
+from parley.runtime.access import Principal
+from parley.storage.ports import OwnerQueries
+
+WINDOW_S = 60.0
+# Principals whose recent messages are remembered at most (the oldest idle ones are forgotten).
+MAX_TRACKED = 100_000
+
+
+class FairUse:
+    def __init__(
+        self, limits: LimitsConfig, store: OwnerQueries, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._limits = limits
+        self._store = store
+        self._clock = clock
+        self._sent: dict[str, deque[float]] = {}
+
+    async def check_turn(self, who: Principal, starts_turn: bool) -> None:
+        """Refuse a message that would start one more running turn than `who` may have."""
+        limit = self._limits.of(who.id).running_turns
+        if limit is None or not starts_turn:
+            return
+        running = await self._store.count_running(who.id)
+        if running >= limit:
+            raise RateLimited(
+                f"{who.id} has {running} session(s) running a turn, the most this server allows at once "
+                f"(limits.running_turns = {limit}). Try again when one of them has answered (get_session with "
+                "wait_seconds tells you when), or send this message to a session that is already running, "
+                "where it queues.",
+                retry_after_s=None,
+            )
+
+    def check_message(self, who: Principal) -> None:
+        """Count one message of `who`, or refuse it if the minute's budget is spent."""
+        limit = self._limits.of(who.id).messages_per_minute
+        if limit is None:
+            return
+        now = self._clock()
+        sent = self._sent.get(who.id)
+        if sent is None:
+            if len(self._sent) >= MAX_TRACKED:
+                self._forget_idle(now)
+            sent = self._sent[who.id] = deque()
+        while sent and sent[0] <= now - WINDOW_S:
+            sent.popleft()
+        if len(sent) >= limit:
+            wait_s = max(1, math.ceil(sent[0] + WINDOW_S - now))
+            raise RateLimited(
+                f"{who.id} has sent {len(sent)} messages in the last minute, the most this server allows "
+                f"(limits.messages_per_minute = {limit}). Try again in {wait_s} s; nothing was sent.",
+                retry_after_s=wait_s,
+            )
+        sent.append(now)
+
+    def _forget_idle(self, now: float) -> None:
+        for name in [n for n, times in self._sent.items() if not times or times[-1] <= now - WINDOW_S]:
+            del self._sent[name]

@@ -1,0 +1,133 @@
+"""Who reaches which session, applied to stored sessions: the rules of runtime/access.py with
+the session and its agent looked up, refusals recorded in the audit, and the person a waiting
+call may ask (elicitation, an input-required round, a task's input) when the agent takes that
+person's decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from parley.config import AgentConfig
+from parley.errors import ApproversOnly, HumanApprovalOnly, RequestError, SessionNotFound
+from parley.ids import SessionId, is_session_id
+from parley.runtime.access import DecisionPath, Principal, Verdict, decision_verdict, is_approver, may_see
+from parley.runtime.audit import Audit
+from parley.storage.base import InterruptRecord, PendingInterrupt, Resolution, SessionRecord
+from parley.storage.ports import Store
+
+# Puts an interrupt to a person through the client (elicitation); None when they dismissed it.
+AskHuman = Callable[[InterruptRecord], Awaitable[Resolution | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    """The person behind a caller's client, whose answers decide the session's interrupts."""
+
+    caller: Principal
+    ask: AskHuman
+
+
+class SessionAccess:
+    def __init__(self, store: Store, agents: Mapping[str, AgentConfig], audit: Audit) -> None:
+        self._store = store
+        self._agents = agents
+        self._audit = audit
+
+    async def visible(self, caller: Principal, session_id: str) -> SessionRecord:
+        """The session, if `caller` owns it or has parley:admin; anything else is not found, the
+        same answer as for an unknown id."""
+        if not is_session_id(session_id):
+            raise SessionNotFound(session_id)
+        session = await self._store.get_session(SessionId(session_id))
+        if session is None or not may_see(caller, session.owner):
+            raise SessionNotFound(session_id)
+        return session
+
+    async def decidable(self, caller: Principal, session_id: str) -> SessionRecord:
+        """The session, if `caller` may see it or approves for its agent (then only its
+        interrupts); anything else is not found."""
+        if not is_session_id(session_id):
+            raise SessionNotFound(session_id)
+        session = await self._store.get_session(SessionId(session_id))
+        agent = self._agents.get(session.agent) if session is not None else None
+        if session is None or not (may_see(caller, session.owner) or (agent and is_approver(caller, agent))):
+            raise SessionNotFound(session_id)
+        return session
+
+    def verdict(self, caller: Principal, session: SessionRecord, path: DecisionPath) -> Verdict:
+        agent = self._agents.get(session.agent)
+        if agent is None:
+            # An agent no longer configured: its sessions' owners decide, as before.
+            return "allowed" if may_see(caller, session.owner) else "not_found"
+        return decision_verdict(caller, agent, session.owner, path)
+
+    def may_ask_person(self, caller: Principal, session: SessionRecord) -> bool:
+        """Whether what the person behind `caller`'s client answers decides this session's interrupts."""
+        return self.verdict(caller, session, "person") == "allowed"
+
+    async def may_answer_as_person(self, caller: Principal, session_id: str) -> bool:
+        try:
+            session = await self.decidable(caller, session_id)
+        except SessionNotFound:
+            return False
+        return self.may_ask_person(caller, session)
+
+    async def check_decider(
+        self,
+        caller: Principal,
+        session: SessionRecord,
+        path: DecisionPath,
+        action: str,
+        targets: Sequence[str],
+    ) -> None:
+        """Refuse (and record the attempt) unless `caller` may decide this session's interrupts by `path`."""
+        verdict = self.verdict(caller, session, path)
+        if verdict == "allowed":
+            return
+        error: RequestError
+        if verdict == "human_only":
+            error = HumanApprovalOnly(session.agent, session.id)
+        elif verdict == "approvers_only":
+            error = ApproversOnly(session.agent, session.id)
+        else:
+            raise SessionNotFound(session.id)
+        for target in targets or [""]:
+            await self._audit.refused(caller, action, session.id, target or None, str(error))
+        raise error
+
+    def person(self, caller: Principal, session: SessionRecord, ask_human: AskHuman | None) -> Person | None:
+        """Whom a waiting call may ask about the session's interrupts: the person behind `caller`'s
+        client, when the client can ask and the agent takes that person's decisions."""
+        if ask_human is None or not self.may_ask_person(caller, session):
+            return None
+        return Person(caller, ask_human)
+
+    async def person_for(
+        self, caller: Principal, session_id: str, ask_human: AskHuman | None
+    ) -> Person | None:
+        """`person` by session id (an MCP task's `tasks/result` asks through its own request)."""
+        if ask_human is None:
+            return None
+        try:
+            session = await self.decidable(caller, session_id)
+        except SessionNotFound:
+            return None
+        return self.person(caller, session, ask_human)
+
+    async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
+        """The interrupts `caller` may see waiting: of its own sessions, and of every session of
+        the agents it approves for (parley:admin: of every session)."""
+        if caller.is_admin:
+            return await self._store.list_pending_for(None, None, limit)
+        approves = [a.name for a in self._agents.values() if is_approver(caller, a)]
+        found = await self._store.list_pending_for(caller.id, approves, limit)
+        return [
+            p
+            for p in found
+            if p.owner == caller.id or self._verdict_for(caller, p.agent, p.owner) == "allowed"
+        ]
+
+    def _verdict_for(self, caller: Principal, agent_name: str, owner: str) -> Verdict:
+        agent = self._agents.get(agent_name)
+        return decision_verdict(caller, agent, owner, "tool") if agent is not None else "not_found"
