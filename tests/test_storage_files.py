@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -107,3 +108,25 @@ async def test_under_normal_sync_the_start_of_a_call_that_must_not_run_twice_is_
         (started,) = await store.list_tool_calls(turn.id)
         assert started.status == "running"
     assert (f"{db}-wal" in synced_files) == synced
+
+
+async def test_the_work_scan_never_reads_sessions_parked_on_a_person(tmp_path: Path) -> None:
+    """10,000 sessions waiting for an approval cost the scan nothing: it reads two partial
+    indexes that hold only sessions that may need a driver (migration 13)."""
+    db = tmp_path / "parley.db"
+    async with open_sqlite_store(db) as store:
+        sid, _ = await running_turn(store)
+        await store.release_lease(sid, lease_token(PROC_A, 1))
+        with sqlite3.connect(db) as raw:
+            raw.executemany(
+                "INSERT INTO sessions (id, agent, owner, kind, status, created_at, updated_at) "
+                "VALUES (?, 'demo', 'alice', 'chat', 'waiting_for_input', 1, 1)",
+                [(f"ses_{i:032x}",) for i in range(10_000)],
+            )
+        assert await store.sessions_needing_work(T0 + 10, 100) == [sid]
+    with sqlite3.connect(db) as raw:
+        waiting = raw.execute(
+            "SELECT COUNT(*) FROM sessions INDEXED BY sessions_waiting_work "
+            "WHERE status = 'waiting_for_input' AND (wake_at IS NOT NULL OR lease_owner IS NOT NULL)"
+        )
+        assert waiting.fetchone() == (0,), "no parked session is in the scan's index"

@@ -235,4 +235,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX sessions_owner_status ON sessions(owner, status);
     CREATE INDEX interrupts_all_pending ON interrupts(created_at) WHERE status = 'pending';
     """,
+    # 13: the work scan reads only sessions that may need a driver: a parked session (waiting
+    # for a person, no timer, no lease) is not even visited, however many there are
+    """
+    CREATE INDEX sessions_waiting_work ON sessions(updated_at)
+        WHERE status = 'waiting_for_input' AND (wake_at IS NOT NULL OR lease_owner IS NOT NULL);
+    CREATE INDEX sessions_running ON sessions(updated_at) WHERE status = 'running';
+    """,
 )
