@@ -23,19 +23,24 @@ from parley.storage.ports import Transcripts
 
 
 class TranscriptCache:
-    """The copies of the transcripts this process read lately: the `max_sessions` used last."""
+    """The copies of the transcripts this process read lately: those of the `max_sessions`
+    sessions used last, and no more than `max_messages` messages in all (the least recently used
+    copies go first; a session whose copy went reads its history again when it comes back)."""
 
-    def __init__(self, store: Transcripts, max_sessions: int = 256) -> None:
+    def __init__(self, store: Transcripts, max_sessions: int = 256, max_messages: int = 100_000) -> None:
         self._store = store
         self._max_sessions = max_sessions
+        self._max_messages = max_messages
         self._copies: OrderedDict[SessionId, _Copy] = OrderedDict()
 
     def leased(self, session_id: SessionId) -> LeasedTranscript:
         """The transcript for one holding of the session's lease."""
         copy = self._copies.pop(session_id, None) or _Copy()
         self._copies[session_id] = copy  # the most recently used last
-        while len(self._copies) > self._max_sessions:
-            self._copies.popitem(last=False)
+        kept = sum(len(c.records) for c in self._copies.values())
+        while len(self._copies) > 1 and (len(self._copies) > self._max_sessions or kept > self._max_messages):
+            _, gone = self._copies.popitem(last=False)
+            kept -= len(gone.records)
         return LeasedTranscript(self._store, session_id, copy)
 
     def forget(self, session_id: SessionId) -> None:
