@@ -438,8 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     # (parley/server/client_logs.py), which must not flood the server's own log.
     for handler in logging.getLogger().handlers:
         handler.setLevel(level)
-    # Its DEBUG lines log every SQL statement with its parameters, i.e. users' messages.
-    logging.getLogger("aiosqlite").setLevel(logging.INFO)
+    # The database driver's DEBUG lines may show statements with their parameters (users'
+    # messages) and connection details: not in parley's log, whatever its level.
+    logging.getLogger("psycopg").setLevel(logging.INFO)
     try:
         return int(args.func(args))
     except (ConfigError, ConfigErrors) as exc:
