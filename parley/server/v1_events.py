@@ -1,0 +1,133 @@
+"""`GET /v1/sessions/{id}/events`: a session's events as Server-Sent Events, resumable.
+
+Each stored event is one SSE event whose `id:` is its sequence number and whose data is
+`{"seq", "kind", "session_id", "turn_id", "at", "data", ...}` (tool events add the call, interrupt
+events the interrupt). A client that reconnects with `Last-Event-ID` (or `?after=N`) gets exactly
+the events after it: those stored, then live ones. Control events have no `id:` of their own:
+`reset` (the events after the position are no longer kept; a `state` event with the session's
+current state and the position to go on from follows), `cut_off` (the client fell behind; it
+reconnects), `session_deleted`. Heartbeats are SSE comments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from parley.errors import SessionNotFound
+from parley.ids import SessionId
+from parley.runtime.access import Principal
+from parley.runtime.session_events import EventPage, Idle, Reset
+from parley.server.sse import SseResponse, comment, frame
+from parley.server.v1_common import V1Context, caller, event_position, guarded
+from parley.server.wire import iso, pending_view, session_view, tool_call_view
+from parley.storage.base import EventRecord, InterruptRecord
+
+# What an EventSource waits before reconnecting after the stream ends.
+RECONNECT_MS = 1000
+
+
+def event_json(event: EventRecord, page: EventPage) -> dict[str, Any]:
+    """A stored event as the stream shows it, with the tool call or interrupt it names."""
+    out: dict[str, Any] = {
+        "seq": event.seq,
+        "kind": event.kind,
+        "session_id": event.session_id,
+        "turn_id": event.turn_id,
+        "at": iso(event.created_at),
+        "data": event.data,
+    }
+    call_id = event.data.get("call_id")
+    if call_id is not None and call_id in page.calls:
+        out["call"] = tool_call_view(page.calls[call_id]).model_dump(mode="json")
+    if event.kind == "model_step":
+        step = [
+            c
+            for c in page.calls.values()
+            if c.turn_id == event.turn_id and c.step_no == event.data.get("step_no")
+        ]
+        out["calls"] = [
+            tool_call_view(c).model_dump(mode="json") for c in sorted(step, key=lambda c: c.call_index)
+        ]
+    interrupt_id = event.data.get("interrupt_id")
+    if interrupt_id is not None and interrupt_id in page.interrupts:
+        out["interrupt"] = interrupt_json(page.interrupts[interrupt_id])
+    return out
+
+
+def interrupt_json(interrupt: InterruptRecord) -> dict[str, Any]:
+    view = pending_view(interrupt).model_dump(mode="json")
+    return {**view, "status": interrupt.status, "resolution": interrupt.resolution}
+
+
+def cut_off_frame(slow_client_s: float) -> bytes:
+    return frame(
+        {
+            "kind": "cut_off",
+            "detail": (
+                f"this stream's client took nothing for {slow_client_s:g}s, so the stream ended; "
+                "reconnect with Last-Event-ID to go on where it stopped"
+            ),
+        }
+    )
+
+
+class SessionStream:
+    def __init__(self, ctx: V1Context) -> None:
+        self._ctx = ctx
+
+    async def endpoint(self, request: Request) -> Response:
+        return await guarded(self._open)(request)
+
+    async def _open(self, request: Request) -> Response:
+        who = caller(request)
+        session = await self._ctx.service.visible_session(who, request.path_params["session_id"])
+        after = event_position(request)
+        streams = self._ctx.streams
+        return SseResponse(
+            self._frames(who, session.id, after),
+            slow_client_s=streams.slow_client_s,
+            cut_off=cut_off_frame(streams.slow_client_s),
+        )
+
+    async def _frames(self, who: Principal, session_id: SessionId, after: int) -> AsyncGenerator[bytes, None]:
+        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        follow = self._ctx.events.follow(session_id, after, self._ctx.streams.heartbeat_s)
+        async with aclosing(follow) as items:
+            async for item in items:
+                if isinstance(item, Idle):
+                    if not await self._still_there(who, session_id):
+                        yield frame({"kind": "session_deleted", "session_id": session_id})
+                        return
+                    yield comment("heartbeat")
+                elif isinstance(item, Reset):
+                    yield frame(
+                        {
+                            "kind": "reset",
+                            "detail": "the events after the position asked for are no longer kept; "
+                            "start over from the state that follows",
+                            "oldest_kept_seq": item.oldest_kept_seq,
+                            "latest_seq": item.latest_seq,
+                        }
+                    )
+                    yield frame(await self._state(who, session_id, item.latest_seq), event_id=item.latest_seq)
+                else:
+                    for event in item.events:
+                        yield frame(event_json(event, item), event_id=event.seq)
+
+    async def _still_there(self, who: Principal, session_id: SessionId) -> bool:
+        try:
+            await self._ctx.service.visible_session(who, session_id)
+        except SessionNotFound:
+            return False
+        return True
+
+    async def _state(self, who: Principal, session_id: SessionId, seq: int) -> dict[str, Any]:
+        service = self._ctx.service
+        details = await service.get_session(who, session_id, None, None, None)
+        last = await service.turn_outcome(details.last_turn) if details.last_turn else None
+        return {"kind": "state", "seq": seq, "session": session_view(details, last).model_dump(mode="json")}

@@ -1,0 +1,14 @@
+"""parley's own HTTP surface beside /mcp: the /v1 routes (same gate, same owners)."""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from parley.server.v1_common import V1Context
+from parley.server.v1_events import SessionStream
+
+
+def v1_routes(ctx: V1Context) -> list[Route]:
+    return [
+        Route("/v1/sessions/{session_id}/events", SessionStream(ctx).endpoint, methods=["GET"]),
+    ]
