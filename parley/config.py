@@ -554,6 +554,9 @@ class HttpConfig(_Strict):
             "heartbeat comment, so proxies and clients keep the connection."
         ),
     )
+    chat_agent: str = Field(
+        "demo", description="The agent of /v1/chat (the AI SDK chat protocol) when the request names none."
+    )
     stream_slow_client_s: float = Field(
         10.0,
         ge=0.05,

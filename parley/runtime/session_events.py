@@ -178,7 +178,8 @@ class SessionEvents:
 
     async def page(self, session_id: SessionId, events: list[EventRecord]) -> EventPage:
         """`events` with the tool calls and interrupts they name, read once for the page."""
-        turns = {e.turn_id for e in events if e.kind in CALL_KINDS and e.turn_id is not None}
+        named = CALL_KINDS | INTERRUPT_KINDS
+        turns = {e.turn_id for e in events if e.kind in named and e.turn_id is not None}
         calls: dict[ToolCallId, ToolCallRecord] = {}
         for turn_id in turns:
             calls.update({c.id: c for c in await self._store.list_tool_calls(turn_id)})

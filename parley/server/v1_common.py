@@ -44,14 +44,20 @@ CLIENT_CHARS = 100
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamSettings:
-    """Timings of the event streams (http.stream_* in parley.yaml)."""
+    """Timings of the event streams (http.stream_* in parley.yaml) and the chat's default agent."""
 
     heartbeat_s: float
     slow_client_s: float
+    # The agent of /v1/chat when the route names none.
+    chat_agent: str = "demo"
 
     @classmethod
     def of(cls, config: HttpConfig) -> StreamSettings:
-        return cls(heartbeat_s=config.stream_heartbeat_s, slow_client_s=config.stream_slow_client_s)
+        return cls(
+            heartbeat_s=config.stream_heartbeat_s,
+            slow_client_s=config.stream_slow_client_s,
+            chat_agent=config.chat_agent,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from parley.server.ai_sdk_chat import ChatEndpoints
 from parley.server.v1_common import V1Context
 from parley.server.v1_events import SessionStream
 
@@ -11,4 +12,5 @@ from parley.server.v1_events import SessionStream
 def v1_routes(ctx: V1Context) -> list[Route]:
     return [
         Route("/v1/sessions/{session_id}/events", SessionStream(ctx).endpoint, methods=["GET"]),
+        *ChatEndpoints(ctx, ctx.streams.chat_agent).routes(),
     ]
