@@ -25,14 +25,16 @@ from parley.runtime.session_events import EventPage, Idle, Reset
 from parley.server.sse import SseResponse, comment, frame
 from parley.server.v1_common import V1Context, caller, event_position, guarded
 from parley.server.wire import iso, pending_view, session_view, tool_call_view
-from parley.storage.base import EventRecord, InterruptRecord
+from parley.storage.base import EventRecord, InterruptRecord, ToolCallRecord
 
 # What an EventSource waits before reconnecting after the stream ends.
 RECONNECT_MS = 1000
 
 
 def event_json(event: EventRecord, page: EventPage) -> dict[str, Any]:
-    """A stored event as the stream shows it, with the tool call or interrupt it names."""
+    """A stored event as the stream shows it, with the tool call or interrupt it names. What is
+    attached is what the event made true (a call's result only with `tool_finished`, a decision
+    only with `interrupt_resolved`), so a replay shows every event exactly as it was shown live."""
     out: dict[str, Any] = {
         "seq": event.seq,
         "kind": event.kind,
@@ -43,24 +45,29 @@ def event_json(event: EventRecord, page: EventPage) -> dict[str, Any]:
     }
     call_id = event.data.get("call_id")
     if call_id is not None and call_id in page.calls:
-        out["call"] = tool_call_view(page.calls[call_id]).model_dump(mode="json")
+        out["call"] = call_json(page.calls[call_id], with_result=event.kind == "tool_finished")
     if event.kind == "model_step":
-        step = [
-            c
-            for c in page.calls.values()
-            if c.turn_id == event.turn_id and c.step_no == event.data.get("step_no")
-        ]
-        out["calls"] = [
-            tool_call_view(c).model_dump(mode="json") for c in sorted(step, key=lambda c: c.call_index)
-        ]
+        step_no = event.data.get("step_no")
+        step = [c for c in page.calls.values() if c.turn_id == event.turn_id and c.step_no == step_no]
+        out["calls"] = [call_json(c, with_result=False) for c in sorted(step, key=lambda c: c.call_index)]
     interrupt_id = event.data.get("interrupt_id")
     if interrupt_id is not None and interrupt_id in page.interrupts:
-        out["interrupt"] = interrupt_json(page.interrupts[interrupt_id])
+        interrupt = page.interrupts[interrupt_id]
+        out["interrupt"] = interrupt_json(interrupt, resolved=event.kind == "interrupt_resolved")
     return out
 
 
-def interrupt_json(interrupt: InterruptRecord) -> dict[str, Any]:
+def call_json(call: ToolCallRecord, *, with_result: bool) -> dict[str, Any]:
+    view = tool_call_view(call).model_dump(mode="json")
+    if with_result:
+        return view
+    return {k: v for k, v in view.items() if k not in ("status", "result", "is_error")}
+
+
+def interrupt_json(interrupt: InterruptRecord, *, resolved: bool) -> dict[str, Any]:
     view = pending_view(interrupt).model_dump(mode="json")
+    if not resolved:
+        return view
     return {**view, "status": interrupt.status, "resolution": interrupt.resolution}
 
 
