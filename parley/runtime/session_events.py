@@ -205,5 +205,9 @@ class SessionEvents:
             end, window = start, window * 2
         return None
 
-    async def pending_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
+    async def read(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]:
+        """The stored events after `after_seq` (at most `limit`), without waiting."""
+        return await self._store.list_events(session_id, after_seq, limit)
+
+    async def latest_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
         return await self._store.event_seqs(session_ids)
