@@ -554,6 +554,13 @@ class HttpConfig(_Strict):
             "heartbeat comment, so proxies and clients keep the connection."
         ),
     )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Origins of web apps that call /v1 from the browser (e.g. https://app.example.com): they get CORS "
+            "headers and pass the Origin check. /mcp is never opened to them."
+        ),
+    )
     chat_agent: str = Field(
         "demo", description="The agent of /v1/chat (the AI SDK chat protocol) when the request names none."
     )

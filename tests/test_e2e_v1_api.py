@@ -25,6 +25,9 @@ from tests.support import (
 
 pytestmark = pytest.mark.anyio
 
+# A web app served elsewhere that calls /v1 from the browser (http.cors_origins).
+WEB_APP = "http://localhost:3000"
+
 
 class World(Served):
     @property
@@ -52,7 +55,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         directory,
         agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
         mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
-        http={"stream_heartbeat_s": 0.2},
+        http={"stream_heartbeat_s": 0.2, "cors_origins": [WEB_APP]},
     )
     async with ServerProcess(config, name="v1_api", http=True) as server:
         yield World(server, directory)
@@ -177,3 +180,26 @@ async def test_the_owner_wide_stream_shows_a_snapshot_then_every_session_and_its
     snapshot = (await read_until(world.base + "/v1/events", lambda f: f.kind == "snapshot"))[-1]
     assert started["session_id"] in [s["session_id"] for s in snapshot.data["sessions"]]
     assert started["pending"][0]["id"] in [p["interrupt"]["id"] for p in snapshot.data["pending"]]
+
+
+async def test_a_configured_web_app_may_call_v1_from_the_browser_and_no_other_origin(world: World) -> None:
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        preflight = await http.options(
+            world.base + "/v1/chat",
+            headers={
+                "Origin": WEB_APP,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
+        listed = await http.get(world.base + "/v1/sessions", headers={"Origin": WEB_APP})
+        foreign = await http.get(world.base + "/v1/sessions", headers={"Origin": "http://evil.example"})
+        mcp = await http.options(
+            world.base + "/mcp", headers={"Origin": WEB_APP, "Access-Control-Request-Method": "POST"}
+        )
+    assert preflight.status_code == 200, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == WEB_APP
+    assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == WEB_APP
+    assert foreign.status_code == 403
+    assert "access-control-allow-origin" not in mcp.headers, "/mcp is not opened to web apps"

@@ -29,7 +29,7 @@ from parley.server.http_guard import HostGuard
 from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
 from parley.server.http_sessions import SessionLimits, SessionTable
 from parley.server.v1_common import V1Context
-from parley.server.v1_routes import v1_routes
+from parley.server.v1_routes import v1_cors, v1_routes
 
 LOOPBACK_NAMES = ("localhost",)
 # Enough for a burst of connections while the event loop is busy; the kernel caps it anyway.
@@ -169,9 +169,12 @@ def build_http_app(
     if auth is not None:
         app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
     app = BodyDeadline(app, connection_limits(config))
+    if config.cors_origins:
+        # Outside the bearer gate: a browser's preflight carries no token.
+        app = v1_cors(app, config.cors_origins)
     extra = accepted_hosts(config)
     # A non-loopback bind without named hosts answers any Host, as a server behind a proxy must.
-    return HostGuard(app, extra) if is_loopback(host) or extra else app
+    return HostGuard(app, extra, config.cors_origins) if is_loopback(host) or extra else app
 
 
 def uvicorn_config(app: ASGIApp, config: HttpConfig) -> uvicorn.Config:
