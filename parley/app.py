@@ -33,6 +33,7 @@ from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
+from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.server.auth_gate import build_http_auth, caller_of
@@ -48,6 +49,7 @@ from parley.server.http import (
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
+from parley.server.v1_common import StreamSettings, V1Context
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
 from parley.stores import open_store
@@ -64,6 +66,7 @@ class App:
     process_id: str
     sources: McpToolSources
     tasks: McpTaskService
+    events: SessionEvents
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -178,8 +181,11 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             settings=config.tasks,
             render=lambda outcome: as_wire(outcome_result(outcome)),
         )
+        # Live views' wake-ups for what other processes commit (one query per interval for all).
+        watch = EventWatch(store, signals, runtime.poll_interval_s)
         async with anyio.create_task_group() as tg:
             await tg.start(sources.run)
+            await tg.start(watch.run)
             sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
             await tg.start(scheduler.run)
             await tg.start(tasks.run_purge)
@@ -197,6 +203,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
                     process_id=process_id,
                     sources=sources,
                     tasks=tasks,
+                    events=SessionEvents(store, signals, watch),
                 )
             finally:
                 with anyio.CancelScope(shield=True):
@@ -279,7 +286,9 @@ async def serve_http(
             server = await _mcp_server(config, app, tg)
             auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
             uv = QuietUvicorn(
-                uvicorn_config(build_http_app(server, host, app.health, config.http, auth), config.http)
+                uvicorn_config(
+                    build_http_app(server, host, app.health, config.http, auth, _v1(config, app)), config.http
+                )
             )
 
             def stop() -> None:
@@ -289,6 +298,10 @@ async def serve_http(
             tg.start_soon(_announce, uv, listener, on_listening)
             await uv.serve(sockets=[listener])
             tg.cancel_scope.cancel()
+
+
+def _v1(config: ServerConfig, app: App) -> V1Context:
+    return V1Context(app.service, app.events, StreamSettings.of(config.http))
 
 
 async def _announce(

@@ -545,6 +545,34 @@ class HttpConfig(_Strict):
     max_header_bytes: int = Field(
         16 * 1024, ge=1024, le=1024 * 1024, description="Largest request line plus headers; larger gets 400."
     )
+    stream_heartbeat_s: float = Field(
+        15.0,
+        ge=0.05,
+        le=3600,
+        description=(
+            "An event stream (/v1/.../events, /v1/chat) that has nothing to send for this long sends a "
+            "heartbeat comment, so proxies and clients keep the connection."
+        ),
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list,
+        description=(
+            "Origins of web apps that call /v1 from the browser (e.g. https://app.example.com): they get CORS "
+            "headers and pass the Origin check. /mcp is never opened to them."
+        ),
+    )
+    chat_agent: str = Field(
+        "demo", description="The agent of /v1/chat (the AI SDK chat protocol) when the request names none."
+    )
+    stream_slow_client_s: float = Field(
+        10.0,
+        ge=0.05,
+        le=3600,
+        description=(
+            "An event stream whose client takes nothing for this long is cut off with a final event "
+            "(it resumes with Last-Event-ID), instead of holding events for it."
+        ),
+    )
 
 
 class ServerConfigFile(_Strict):

@@ -5,6 +5,7 @@ The fake decides from the newest user text, by keyword:
   "two tools"  -> two parallel write_todos calls     "chunky" -> one call, arguments in many pieces
   "think"      -> a thinking block, then text          "429" / "500" / "cut" -> that failure once, then text
   "401"        -> always refused                       anything else -> "echo: <text>" in three pieces
+  "stall"      -> (Anthropic) text streamed slowly, then a broken stream, once; then "echo: <text>"
   "leak 401" / "leak 500" / "leak stream" -> always that failure, its message repeating the key it was sent
 After tool results it answers "done: <the results>". Every request is recorded.
 """
@@ -25,6 +26,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.support import TEST_DEADLINE_S
+
+# "stall": the first attempt's text, each piece sent after this pause (longer than the driver's
+# TEXT_FLUSH_S, so the pieces are published before the stream breaks).
+STALLED_TEXT = "a first try that breaks off"
+STALL_PAUSE_S = 0.3
 
 
 @dataclass
@@ -103,6 +109,11 @@ class FakeProviders:
         if results:
             answer = "done: " + "; ".join(r["content"][0]["text"] for r in results)
             return _sse(_anthropic_text(answer))
+        if "stall" in text and text not in self.failed_once:
+            # Text that goes out piece by piece (slower than the driver publishes it), then the
+            # stream breaks: the retry's text replaces it.
+            self.failed_once.add(text)
+            return _sse(list(_anthropic_text(STALLED_TEXT))[:5], pause_s=STALL_PAUSE_S)
         failure = self._failure(text, request)
         if isinstance(failure, Response):
             return failure
@@ -242,9 +253,11 @@ def _collapse_openai(events: Any) -> JSONResponse:
     )
 
 
-def _sse(events: Any, done: bool = False) -> StreamingResponse:
+def _sse(events: Any, done: bool = False, pause_s: float = 0.0) -> StreamingResponse:
     async def stream() -> AsyncIterator[bytes]:
         for event in events:
+            if pause_s:
+                await anyio.sleep(pause_s)
             name, data = event
             prefix = f"event: {name}\n" if name else ""
             yield f"{prefix}data: {json.dumps(data)}\n\n".encode()

@@ -35,6 +35,8 @@ NPM_CACHE = _cache_dir()
 NODE_PACKAGE, NODE_VERSION = "node", "22.23.3"
 CONFORMANCE_PACKAGE, CONFORMANCE_VERSION = "@modelcontextprotocol/conformance", "0.1.16"
 INSPECTOR_PACKAGE, INSPECTOR_VERSION = "@modelcontextprotocol/inspector", "2.12.0"
+# The AI SDK whose chat protocol /v1/chat speaks (parley/server/ai_sdk_chat.py AI_SDK_VERSION).
+AI_SDK_PACKAGE, AI_SDK_VERSION = "ai", "7.0.173"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION = "2026.8.31"
 NPM_INSTALL_TIMEOUT_S = float(os.environ.get("PARLEY_NPM_INSTALL_TIMEOUT", "300"))
@@ -129,3 +131,12 @@ def inspector_cli(node22: Path) -> list[str]:
     npm_install(INSPECTOR_PACKAGE, INSPECTOR_VERSION)
     launcher = _package_dir(INSPECTOR_PACKAGE) / "clients" / "launcher" / "build" / "index.js"
     return [str(node22), str(launcher), "--cli"]
+
+
+@pytest.fixture(scope="session")
+def ai_sdk_chat(node22: Path) -> list[str]:
+    """The command that drives a chat with the AI SDK (pinned) on Node.js 22: append a scenario
+    (tests/ai_sdk/chat_client.mjs)."""
+    npm_install(AI_SDK_PACKAGE, AI_SDK_VERSION)
+    script = Path(__file__).resolve().parent / "ai_sdk" / "chat_client.mjs"
+    return [str(node22), str(script), str(_package_dir(AI_SDK_PACKAGE) / "dist" / "index.js")]

@@ -46,6 +46,8 @@ class ModelRequest:
     options: dict[str, Any] = field(default_factory=dict)
     # Streamed text as it arrives (for progress); not part of the request's identity.
     on_text: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
+    # Streamed reasoning (thinking) as it arrives, for live views; providers that stream none skip it.
+    on_reasoning: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

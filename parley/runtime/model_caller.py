@@ -36,7 +36,9 @@ TEXT_FLUSH_CHARS = 400
 
 
 class _TextStream:
-    """Collects a model call's streamed text into `text_delta` events (progress for callers)."""
+    """Collects a model call's streamed text and reasoning into `text_delta` and `reasoning_delta`
+    events (progress for callers, live views). An attempt that fails after some of it went out
+    is followed by an `attempt_discarded` event, so a viewer drops what that attempt showed."""
 
     def __init__(
         self,
@@ -45,35 +47,83 @@ class _TextStream:
         turn_id: TurnId,
     ) -> None:
         self._ctx, self._session_id, self._turn_id = ctx, session_id, turn_id
-        self._pending: list[str] = []
+        # (event kind, piece) in arrival order: text and reasoning interleave as the model sends them.
+        self._pending: list[tuple[str, str]] = []
         # Pieces go out in batches of about TEXT_FLUSH_S: the first once the call has taken that
         # long (a model that answers at once commits its whole text with the step instead: an
         # event, a transaction and a sync fewer per call).
         self._last = anyio.current_time()
-        self._published = False
+        self._text_published = False
+        self._attempt_published = False
 
     async def add(self, text: str) -> None:
-        self._pending.append(text)
+        await self._add("text_delta", text)
+
+    async def add_reasoning(self, text: str) -> None:
+        await self._add("reasoning_delta", text)
+
+    async def _add(self, kind: str, text: str) -> None:
+        self._pending.append((kind, text))
         if (
             anyio.current_time() - self._last >= TEXT_FLUSH_S
-            or sum(map(len, self._pending)) >= TEXT_FLUSH_CHARS
+            or sum(len(piece) for _, piece in self._pending) >= TEXT_FLUSH_CHARS
         ):
             await self.flush()
 
     def tail(self) -> str:
-        """The text not published yet, to commit with the model step; nothing when no piece went
-        out (the step's own event carries the whole text then)."""
-        text, self._pending = "".join(self._pending), []
-        return text if self._published else ""
+        """The text not published yet, to commit with the model step; nothing when no piece of text
+        went out (the step's own event carries the whole text then)."""
+        text = "".join(piece for kind, piece in self._pending if kind == "text_delta")
+        self._pending = [(kind, piece) for kind, piece in self._pending if kind != "text_delta"]
+        return text if self._text_published else ""
+
+    async def flush_reasoning(self) -> None:
+        """Publish reasoning still held (the model step's own event carries only its text)."""
+        reasoning = "".join(piece for kind, piece in self._pending if kind == "reasoning_delta")
+        if not reasoning:
+            return
+        self._pending = [(kind, piece) for kind, piece in self._pending if kind != "reasoning_delta"]
+        ctx = self._ctx
+        await ctx.store.record_event(
+            self._session_id, self._turn_id, "reasoning_delta", {"text": reasoning}, ctx.clock()
+        )
+        ctx.signals.notify(self._session_id)
 
     async def flush(self) -> None:
         if not self._pending:
             return
-        text, self._pending, self._last = "".join(self._pending), [], anyio.current_time()
-        self._published = True
+        pending, self._pending, self._last = self._pending, [], anyio.current_time()
+        # Consecutive pieces of one kind become one event.
+        batches: list[tuple[str, list[str]]] = []
+        for kind, piece in pending:
+            if batches and batches[-1][0] == kind:
+                batches[-1][1].append(piece)
+            else:
+                batches.append((kind, [piece]))
+        ctx = self._ctx
+        for kind, pieces in batches:
+            await ctx.store.record_event(
+                self._session_id, self._turn_id, kind, {"text": "".join(pieces)}, ctx.clock()
+            )
+            self._text_published = self._text_published or kind == "text_delta"
+        self._attempt_published = True
+        ctx.signals.notify(self._session_id)
+
+    async def discard_attempt(self, attempt: int, error: str) -> None:
+        """The attempt failed: what it streamed and has not gone out is dropped; what went out is
+        followed by `attempt_discarded` (the next attempt starts over, in a new text part)."""
+        self._pending = []
+        if not self._attempt_published:
+            return
+        self._attempt_published = False
+        self._text_published = False
         ctx = self._ctx
         await ctx.store.record_event(
-            self._session_id, self._turn_id, "text_delta", {"text": text}, ctx.clock()
+            self._session_id,
+            self._turn_id,
+            "attempt_discarded",
+            {"attempt": attempt, "error": error},
+            ctx.clock(),
         )
         ctx.signals.notify(self._session_id)
 
@@ -232,15 +282,18 @@ class ModelCaller:
                 tools=tools,
                 options=dict(model_spec.options),
                 on_text=stream.add,
+                on_reasoning=stream.add_reasoning,
             )
             try:
-                response = await self.complete(model, request, session, turn_id)
+                response = await self.complete(model, request, session, turn_id, stream)
             except ModelError as exc:
                 if not exc.context_length:
                     raise
                 # The provider says the prompt is too long: compact now and try once more.
                 chat = await view.messages(messages, force=True)
-                response = await self.complete(model, replace(request, messages=chat), session, turn_id)
+                response = await self.complete(
+                    model, replace(request, messages=chat), session, turn_id, stream
+                )
         except ModelError as exc:
             logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
             return FinishTurn("failed", None, f"The model call failed: {exc}")
@@ -262,6 +315,8 @@ class ModelCaller:
                     requires_approval=binding.requires_approval,
                 )
             )
+        # Reasoning still held goes out before the step (the step's event carries only the text).
+        await stream.flush_reasoning()
         step = ModelStep(
             turn_id=turn_id,
             step_no=action.step_no,
@@ -278,15 +333,24 @@ class ModelCaller:
         return None
 
     async def complete(
-        self, model: ModelClient, request: ModelRequest, session: SessionRecord, turn_id: TurnId
+        self,
+        model: ModelClient,
+        request: ModelRequest,
+        session: SessionRecord,
+        turn_id: TurnId,
+        stream: _TextStream | None = None,
     ) -> ModelResponse:
-        """One model step: transient failures are retried as attempts of it, with a capped back-off."""
+        """One model step: transient failures are retried as attempts of it, with a capped back-off.
+        `stream` (the call's streamed text) learns of each failed attempt, so what it showed is
+        discarded before the next attempt streams its own."""
         attempts = self._ctx.timings.max_model_attempts
         for attempt in range(1, attempts + 1):
             try:
                 async with self._model_slots:
                     return await model.complete(request)
             except ModelError as exc:
+                if stream is not None:
+                    await stream.discard_attempt(attempt, str(exc))
                 if not exc.transient or attempt == attempts:
                     if exc.transient:
                         raise ModelError(f"{exc} (gave up after {attempts} attempts)") from exc
@@ -305,5 +369,6 @@ class ModelCaller:
                 await self._ctx.store.record_event(
                     session.id, turn_id, "model_retry", data, self._ctx.clock()
                 )
+                self._ctx.signals.notify(session.id)
                 await anyio.sleep(pause)
         raise AssertionError("unreachable")

@@ -43,6 +43,9 @@ class ProgressFeed:
             self._after_seq = event.seq
             if event.kind == "text_delta":
                 self._streamed = True
+            elif event.kind == "attempt_discarded":
+                # The retry's text (streamed or whole with its step) replaces what went out.
+                self._streamed = False
             elif event.kind == "model_step" and self._streamed:
                 # The text already went out piece by piece while it streamed: do not repeat it.
                 self._streamed = False
@@ -81,6 +84,8 @@ def describe_event(event: EventRecord) -> str | None:
     if event.kind == "text_delta":
         # Streamed text passes whole (the driver batches it in pieces of about 400 characters).
         return str(data.get("text") or "")[:STREAMED_TEXT_CHARS] or None
+    if event.kind == "attempt_discarded":
+        return "the model call failed part-way; disregard its text above"
     if event.kind == "model_retry":
         return f"model call attempt {data.get('attempt')} failed; retrying in {data.get('retry_in_s')}s"
     if event.kind == "tool_progress":

@@ -249,6 +249,19 @@ class SessionService:
     async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
         return await self._access.list_pending(caller, limit)
 
+    async def visible_session(self, caller: Principal, session_id: str) -> SessionRecord:
+        """The session, if `caller` may read it; anything else is SessionNotFound (as unknown)."""
+        return await self._access.visible(caller, session_id)
+
+    async def decidable_session(self, caller: Principal, session_id: str) -> SessionRecord:
+        """The session, if `caller` may read it or decide its interrupts (an approver of its agent)."""
+        return await self._access.decidable(caller, session_id)
+
+    async def find_started(self, caller: Principal, client_message_id: str) -> SessionRecord | None:
+        """The session `caller` started with this client_message_id, if any."""
+        self._check_client_message_id(client_message_id)
+        return await self._store.find_started(caller.id, client_message_id)
+
     # ------------------------------------------------------------------ operations
 
     @staticmethod

@@ -1,5 +1,6 @@
-"""Streamable HTTP: the same tools at exactly /mcp, plus /healthz, behind the limits of
-`http:` in parley.yaml."""
+"""Streamable HTTP: the same tools at exactly /mcp, plus /healthz and parley's own /v1 surface
+(event streams, JSON endpoints, the AI SDK chat protocol), behind the limits of `http:` in
+parley.yaml."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
 from parley.server.http_guard import HostGuard
 from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
 from parley.server.http_sessions import SessionLimits, SessionTable
+from parley.server.v1_common import V1Context
+from parley.server.v1_routes import v1_cors, v1_routes
 
 LOOPBACK_NAMES = ("localhost",)
 # Enough for a burst of connections while the event loop is busy; the kernel caps it anyway.
@@ -122,7 +125,12 @@ def accepted_hosts(config: HttpConfig) -> list[str]:
 
 
 def build_http_app(
-    server: MCPServer[Any], host: str, health: Health, config: HttpConfig, auth: HttpAuth | None = None
+    server: MCPServer[Any],
+    host: str,
+    health: Health,
+    config: HttpConfig,
+    auth: HttpAuth | None = None,
+    v1: V1Context | None = None,
 ) -> ASGIApp:
     # The SDK builds and configures its session manager here; parley serves it from its own
     # Starlette app, behind its own session table and guards. Its DNS-rebinding check is off
@@ -155,14 +163,18 @@ def build_http_app(
             yield
 
     routes = [Route("/mcp", endpoint=sessions), Route("/healthz", healthz, methods=["GET"])]
+    routes += v1_routes(v1) if v1 is not None else []
     starlette_app = Starlette(routes=routes + (auth.routes if auth else []), lifespan=lifespan)
     app: ASGIApp = starlette_app
     if auth is not None:
         app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
     app = BodyDeadline(app, connection_limits(config))
+    if config.cors_origins:
+        # Outside the bearer gate: a browser's preflight carries no token.
+        app = v1_cors(app, config.cors_origins)
     extra = accepted_hosts(config)
     # A non-loopback bind without named hosts answers any Host, as a server behind a proxy must.
-    return HostGuard(app, extra) if is_loopback(host) or extra else app
+    return HostGuard(app, extra, config.cors_origins) if is_loopback(host) or extra else app
 
 
 def uvicorn_config(app: ASGIApp, config: HttpConfig) -> uvicorn.Config:

@@ -26,12 +26,15 @@ class HostGuard:
     """`extra_hosts`: Host values accepted besides loopback (matched case-insensitively, exactly
     as configured: `parley.example.com` or `parley.example.com:8443`)."""
 
-    def __init__(self, app: ASGIApp, extra_hosts: Sequence[str] = ()) -> None:
+    def __init__(
+        self, app: ASGIApp, extra_hosts: Sequence[str] = (), web_origins: Sequence[str] = ()
+    ) -> None:
         self._app = app
         self._extra = frozenset(h.lower() for h in extra_hosts)
+        # `web_origins`: pages elsewhere allowed to call /v1 (http.cors_origins), as written.
         self._extra_origins = frozenset(
             f"{scheme}://{h}" for h in self._extra for scheme in ("http", "https")
-        )
+        ) | frozenset(o.lower().rstrip("/") for o in web_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

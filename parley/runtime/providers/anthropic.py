@@ -158,6 +158,8 @@ class AnthropicModelClient:
                     partial_json.setdefault(payload["index"], []).append(delta["partial_json"])
                 elif delta["type"] == "thinking_delta":
                     block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                    if request.on_reasoning is not None:
+                        await request.on_reasoning(delta["thinking"])
                 elif delta["type"] == "signature_delta":
                     block["signature"] = block.get("signature", "") + delta["signature"]
             elif kind == "message_delta":

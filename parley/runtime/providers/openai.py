@@ -173,6 +173,8 @@ class OpenAIModelClient:
                         await request.on_text(delta["content"])
                 if delta.get("reasoning_content"):
                     reasoning.append(delta["reasoning_content"])
+                    if request.on_reasoning is not None:
+                        await request.on_reasoning(delta["reasoning_content"])
                 for piece in delta.get("tool_calls") or []:
                     call = calls.setdefault(
                         int(piece.get("index", 0)), {"id": None, "name": "", "arguments": []}

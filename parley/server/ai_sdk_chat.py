@@ -1,0 +1,325 @@
+"""The AI SDK chat protocol (the `ai` package's `DefaultChatTransport`, version 7): any app built on
+`useChat` (or assistant-ui) is a parley client.
+
+- `POST /v1/chat?agent=NAME` takes the SDK's request body `{id, messages, trigger, messageId}`. The
+  chat `id` is the client's: it maps to one parley session per owner (the session started with the
+  client_message_id `chat:<id>`; another owner's same id is another session). The last message
+  decides what happens: a user message is sent (its `id` is the client_message_id, so a retried
+  request answers with the same turn); an assistant message carries the app's answers: tool parts in
+  `approval-responded` approve or reject their interrupt (`addToolApprovalResponse`), tool parts
+  with an output answer the question their call asked (`addToolOutput`; an `output-error` declines).
+  The answer is the turn's assistant message as a UI message stream: Server-Sent Events of JSON
+  parts (ai_sdk_parts.py), the header the SDK requires, then `data: [DONE]`. The stream ends when the
+  turn ends, or when it waits for an approval or an answer (finish reason `tool-calls`).
+- `GET /v1/chat/{id}/stream` replays the unfinished turn of the chat from its first part and follows
+  it live (`useChat({resume: true})`); 204 when no turn is unfinished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from parley.errors import RequestError
+from parley.ids import QueuedMessageId, SessionId, TurnId
+from parley.runtime.access import Principal
+from parley.runtime.decisions import Decision
+from parley.runtime.service import RESTING_TURN
+from parley.runtime.session_events import Idle, Reset
+from parley.server.ai_sdk_parts import Chunk, TurnRenderer
+from parley.server.sse import SseResponse, comment
+from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
+from parley.storage.base import SessionRecord
+
+# The AI SDK release whose protocol this speaks (its headers and chunk types were read from it).
+AI_SDK_VERSION = "7.0.173"
+# The SDK refuses a UI message stream without this header.
+UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+DONE = b"data: [DONE]\n\n"
+MAX_CHAT_ID_CHARS = 256
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+
+
+class ChatConflict(RequestError):
+    """The chat id is a conversation with another agent."""
+
+    def __init__(self, chat_id: str, agent: str, asked: str) -> None:
+        super().__init__(
+            f"Chat '{chat_id[:60]}' is a conversation with agent '{agent}', not '{asked}'; use a new chat "
+            f"id for '{asked}', or ?agent={agent}."
+        )
+
+
+def _key(prefix: str, value: str) -> str:
+    """A client_message_id for a client-chosen id: as it is when it is one, else its digest."""
+    if _PLAIN_KEY.fullmatch(value):
+        return f"{prefix}:{value}"
+    return f"{prefix}-h:{hashlib.sha256(value.encode()).hexdigest()[:40]}"
+
+
+def chat_key(chat_id: str) -> str:
+    return _key("chat", chat_id)
+
+
+def message_key(message_id: str) -> str:
+    return _key("m", message_id)
+
+
+def chunk_frame(chunk: Chunk) -> bytes:
+    return b"data: " + json.dumps(chunk, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+@dataclass(slots=True)
+class _Target:
+    """What a chat stream shows: the turn of `turn_id`, or (until it starts) of `message_id`."""
+
+    session_id: SessionId
+    after: int
+    turn_id: TurnId | None = None
+    message_id: QueuedMessageId | None = None
+
+
+class ChatEndpoints:
+    def __init__(self, ctx: V1Context, default_agent: str) -> None:
+        self._ctx = ctx
+        self._default_agent = default_agent
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/chat", guarded(self._post), methods=["POST"]),
+            Route("/v1/chat/{chat_id}/stream", guarded(self._resume), methods=["GET"]),
+        ]
+
+    async def _post(self, request: Request) -> Response:
+        who = caller(request)
+        body = await json_body(request)
+        chat_id = _chat_id(body.get("id"))
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+            raise BadRequest("'messages' must be the chat's messages (a non-empty list of UI messages)")
+        last: dict[str, Any] = messages[-1]
+        agent = request.query_params.get("agent") or self._default_agent
+        session = await self._ctx.service.find_started(who, chat_key(chat_id))
+        if session is not None and session.agent != agent:
+            raise ChatConflict(chat_id, session.agent, agent)
+        if last.get("role") == "user":
+            target = await self._send(who, chat_id, agent, session, last)
+        elif last.get("role") == "assistant":
+            if session is None:
+                raise BadRequest(f"chat '{chat_id[:60]}' has no conversation yet; send a user message first")
+            target = await self._decide(who, session, last)
+        else:
+            raise BadRequest(
+                "the last message must be the user's (to send) or the assistant's (with answers)"
+            )
+        return await self._stream(target)
+
+    async def _resume(self, request: Request) -> Response:
+        who = caller(request)
+        chat_id = _chat_id(request.path_params["chat_id"])
+        session = await self._ctx.service.find_started(who, chat_key(chat_id))
+        turn_id = session.current_turn_id if session is not None else None
+        if session is None or turn_id is None:
+            return Response(status_code=204)
+        start = await self._ctx.events.turn_start(session.id, turn_id)
+        if start is None:
+            return Response(status_code=204)
+        return await self._stream(_Target(session.id, start, turn_id=turn_id))
+
+    async def _send(
+        self, who: Principal, chat_id: str, agent: str, session: SessionRecord | None, message: dict[str, Any]
+    ) -> _Target:
+        service, events = self._ctx.service, self._ctx.events
+        text = _user_text(message)
+        raw_id = message.get("id")
+        client_message_id = message_key(raw_id) if isinstance(raw_id, str) and raw_id else None
+        if session is None:
+            started = await service.start_session(
+                who, agent, None, 0, kind="chat", client_message_id=chat_key(chat_id)
+            )
+            session_id = started.session_id
+        else:
+            session_id = session.id
+        before = await events.latest_seq(session_id)
+        sent = await service.send_message(who, session_id, text, 0, client_message_id=client_message_id)
+        target = _Target(session_id, before, turn_id=sent.turn_id, message_id=sent.queued_message_id)
+        if sent.turn_id is not None:
+            # A retried request (the same message id) shows that message's turn from its start.
+            start = await events.turn_start(session_id, sent.turn_id)
+            if start is not None:
+                target.after = min(before, start)
+        return target
+
+    async def _decide(self, who: Principal, session: SessionRecord, message: dict[str, Any]) -> _Target:
+        """Apply the answers the assistant message carries to the interrupts still pending."""
+        service = self._ctx.service
+        before = await self._ctx.events.latest_seq(session.id)
+        pending = await service.pending(who, session.id)
+        approvals = {i.id: i for i in pending if i.kind == "approval"}
+        questions = {i.tool_call_id: i for i in pending if i.kind == "question" and i.tool_call_id}
+        decisions: list[Decision] = []
+        answers: list[tuple[str, str | None, bool]] = []
+        turn_id: TurnId | None = None
+        for part in message.get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            state = part.get("state")
+            if state == "approval-responded":
+                approval = part.get("approval")
+                if not isinstance(approval, dict) or approval.get("id") not in approvals:
+                    continue
+                if not isinstance(approval.get("approved"), bool):
+                    raise BadRequest("a tool part's approval.approved must be true or false")
+                reason = approval.get("reason")
+                interrupt = approvals[approval["id"]]
+                decisions.append(
+                    Decision(interrupt.id, approval["approved"], reason if isinstance(reason, str) else None)
+                )
+                turn_id = interrupt.turn_id
+            elif state in ("output-available", "output-error") and part.get("toolCallId") in questions:
+                question = questions[part["toolCallId"]]
+                if state == "output-error":
+                    answers.append((question.id, None, True))
+                else:
+                    output = part.get("output")
+                    answers.append(
+                        (question.id, output if isinstance(output, str) else json.dumps(output), False)
+                    )
+                turn_id = question.turn_id
+        if decisions:
+            await service.approve(who, session.id, decisions, 0)
+        for interrupt_id, answer, decline in answers:
+            await service.answer_question(who, session.id, interrupt_id, answer, decline, 0)
+        if turn_id is None:
+            # Nothing left to decide (a retried request): show the turn that is still unfinished.
+            latest = await service.visible_session(who, session.id)
+            turn_id = latest.current_turn_id
+        return _Target(session.id, before, turn_id=turn_id)
+
+    async def _stream(self, target: _Target) -> Response:
+        streams = self._ctx.streams
+        cut_off = chunk_frame(
+            {"type": "error", "errorText": "the stream fell behind and was cut off; resume it"}
+        )
+        return SseResponse(
+            self._frames(target),
+            slow_client_s=streams.slow_client_s,
+            cut_off=cut_off + DONE,
+            headers=UI_STREAM_HEADERS,
+        )
+
+    async def _frames(self, target: _Target) -> AsyncGenerator[bytes, None]:
+        renderer: TurnRenderer | None = None
+        if target.turn_id is not None:
+            renderer = TurnRenderer(target.session_id, target.turn_id)
+            for chunk in renderer.start():
+                yield chunk_frame(chunk)
+        elif target.message_id is None:
+            # Nothing to show (no turn runs): an empty assistant message.
+            yield chunk_frame({"type": "start"})
+            yield chunk_frame({"type": "finish", "finishReason": "stop"})
+            yield DONE
+            return
+        # A turn that rests (or waits) already: show what is stored, then finish at once.
+        quick = target.turn_id is not None and (await self._turn_state(target))[0] != "running"
+        heartbeat = 0.0 if quick else self._ctx.streams.heartbeat_s
+        follow = self._ctx.events.follow(target.session_id, target.after, heartbeat)
+        async with aclosing(follow) as items:
+            async for item in items:
+                if isinstance(item, Reset):
+                    yield chunk_frame({"type": "error", "errorText": "this turn's events are no longer kept"})
+                    yield DONE
+                    return
+                if isinstance(item, Idle):
+                    state, error = await self._turn_state(target)
+                    if state == "dropped":
+                        yield chunk_frame({"type": "error", "errorText": error or "the message was dropped"})
+                        yield DONE
+                        return
+                    if renderer is not None and state != "running":
+                        for chunk in renderer.finish(state, error):
+                            yield chunk_frame(chunk)
+                        yield DONE
+                        return
+                    yield comment("keep-alive")
+                    continue
+                for event in item.events:
+                    if renderer is None:
+                        if event.kind != "turn_started" or not await self._is_ours(
+                            target, event.turn_id, event.data
+                        ):
+                            continue
+                        target.turn_id = event.turn_id
+                        renderer = TurnRenderer(target.session_id, event.turn_id or "")
+                        for chunk in renderer.start():
+                            yield chunk_frame(chunk)
+                    if event.turn_id != target.turn_id:
+                        continue
+                    for chunk in renderer.event(event, item):
+                        yield chunk_frame(chunk)
+                    ended = event.kind == "turn_ended"
+                    parked = (
+                        event.kind == "turn_parked"
+                        and event.data.get("waiting_for_input")
+                        and event is item.events[-1]
+                        and await self._ctx.events.latest_seq(target.session_id) == event.seq
+                    )
+                    if ended or parked:
+                        status = str(event.data.get("status")) if ended else "waiting_for_input"
+                        for chunk in renderer.finish(status, event.data.get("error")):
+                            yield chunk_frame(chunk)
+                        yield DONE
+                        return
+
+    async def _is_ours(self, target: _Target, turn_id: TurnId | None, data: dict[str, Any]) -> bool:
+        if target.message_id is None:
+            return False
+        if data.get("queued_message_id") == target.message_id:
+            return True
+        # A steer takes several messages into one turn; the event names only the first.
+        outcome = await self._ctx.service.wait_for_message(target.session_id, target.message_id, 0)
+        return outcome.turn_id is not None and outcome.turn_id == turn_id
+
+    async def _turn_state(self, target: _Target) -> tuple[str, str | None]:
+        """`running`, `waiting_for_input`, how the turn ended, or `dropped` (the message never ran)."""
+        service = self._ctx.service
+        if target.turn_id is not None:
+            outcome = await service.wait_for_turn(target.session_id, target.turn_id, 0)
+        else:
+            assert target.message_id is not None
+            outcome = await service.wait_for_message(target.session_id, target.message_id, 0)
+            if outcome.turn_id is None and outcome.status == "cancelled":
+                return "dropped", outcome.error
+        status = (
+            outcome.status
+            if outcome.status in RESTING_TURN or outcome.status == "waiting_for_input"
+            else "running"
+        )
+        return status, outcome.error
+
+
+def _chat_id(value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_CHAT_ID_CHARS:
+        raise BadRequest(f"the chat 'id' must be a string of 1 to {MAX_CHAT_ID_CHARS} characters")
+    return value
+
+
+def _user_text(message: dict[str, Any]) -> str:
+    parts = message.get("parts")
+    texts = [
+        p["text"]
+        for p in parts or []
+        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+    ]
+    if not texts:
+        raise BadRequest("the last user message has no text part; parley sends text")
+    return "\n\n".join(texts)

@@ -1,0 +1,247 @@
+"""Small JSON endpoints for UIs: the same service calls as the MCP tools, with the same checks,
+results (the tools' structured content) and `client_message_id` idempotency; errors are problem
+details. Bodies are read strictly, as tool arguments are: unknown fields and wrong JSON types are
+refused, naming the field."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from parley.runtime.decisions import Decision
+from parley.server.arguments import argument_errors
+from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
+from parley.server.wire import (
+    CloseResult,
+    PendingList,
+    SessionList,
+    outcome_view,
+    pending_item,
+    session_summary,
+    session_view,
+)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class StartBody(_Body):
+    agent: str
+    message: str | None = None
+    kind: Literal["chat", "task"] | None = None
+    inputs: dict[str, Any] | None = None
+    settings: dict[str, Any] | None = None
+    client_message_id: str | None = None
+    wait_seconds: float | None = None
+
+
+class MessageBody(_Body):
+    message: str | None = None
+    steer: bool = False
+    queued_message_id: str | None = None
+    settings: dict[str, Any] | None = None
+    client_message_id: str | None = None
+    wait_seconds: float | None = None
+
+
+class SteerBody(_Body):
+    message: str | None = None
+    queued_message_id: str | None = None
+    client_message_id: str | None = None
+    wait_seconds: float | None = None
+
+
+class CancelBody(_Body):
+    turn_id: str | None = None
+    wait_seconds: float | None = None
+
+
+class DecisionBody(_Body):
+    interrupt_id: str
+    approved: bool
+    reason: str | None = None
+
+
+class ApproveBody(_Body):
+    decisions: list[DecisionBody] = Field(min_length=1)
+    wait_seconds: float | None = None
+
+
+class AnswerBody(_Body):
+    interrupt_id: str
+    answer: str | None = None
+    decline: bool = False
+    wait_seconds: float | None = None
+
+
+class CloseBody(_Body):
+    wait_seconds: float | None = None
+
+
+BodyT = TypeVar("BodyT", bound=_Body)
+
+
+async def _read(request: Request, model: type[BodyT], what: str) -> BodyT:
+    raw = await json_body(request) if (await request.body()) else {}
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise BadRequest(argument_errors(what, exc)) from None
+
+
+def _json(model: BaseModel, status: int = 200) -> JSONResponse:
+    return JSONResponse(model.model_dump(mode="json"), status_code=status)
+
+
+def _int_param(request: Request, name: str, low: int, high: int) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"'{name}' must be a whole number from {low} to {high}, got {raw[:40]!r}") from None
+    if not low <= value <= high:
+        raise BadRequest(f"'{name}' must be from {low} to {high}, got {value}")
+    return value
+
+
+def _float_param(request: Request, name: str) -> float | None:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return None
+    try:
+        return float(raw)
+    except ValueError:
+        raise BadRequest(f"'{name}' must be a number of seconds, got {raw[:40]!r}") from None
+
+
+class JsonEndpoints:
+    def __init__(self, ctx: V1Context) -> None:
+        self._service = ctx.service
+
+    def routes(self) -> list[Route]:
+        endpoints = [
+            ("/v1/sessions", self._list, "GET"),
+            ("/v1/sessions", self._start, "POST"),
+            ("/v1/sessions/{session_id}", self._get, "GET"),
+            ("/v1/sessions/{session_id}/messages", self._send, "POST"),
+            ("/v1/sessions/{session_id}/steer", self._steer, "POST"),
+            ("/v1/sessions/{session_id}/cancel", self._cancel, "POST"),
+            ("/v1/sessions/{session_id}/approve", self._approve, "POST"),
+            ("/v1/sessions/{session_id}/answer", self._answer, "POST"),
+            ("/v1/sessions/{session_id}/close", self._close, "POST"),
+            ("/v1/pending", self._pending, "GET"),
+        ]
+        return [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in endpoints]
+
+    async def _list(self, request: Request) -> Response:
+        query = request.query_params
+        sessions, cursor = await self._service.list_sessions(
+            caller(request),
+            query.get("status"),
+            query.get("agent"),
+            query.get("cursor"),
+            _int_param(request, "limit", 1, 100) or 20,
+            query.get("owner"),
+        )
+        return _json(SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=cursor))
+
+    async def _get(self, request: Request) -> Response:
+        details = await self._service.get_session(
+            caller(request),
+            request.path_params["session_id"],
+            _float_param(request, "wait_seconds"),
+            _int_param(request, "messages_from", 1, 2**53),
+            _int_param(request, "messages_limit", 1, 200),
+        )
+        last = await self._service.turn_outcome(details.last_turn) if details.last_turn else None
+        return _json(session_view(details, last))
+
+    async def _start(self, request: Request) -> Response:
+        body = await _read(request, StartBody, "POST /v1/sessions")
+        outcome = await self._service.start_session(
+            caller(request),
+            body.agent,
+            body.message,
+            body.wait_seconds,
+            kind=body.kind,
+            inputs=body.inputs,
+            client_message_id=body.client_message_id,
+            settings=body.settings,
+        )
+        return _json(outcome_view(outcome), 201)
+
+    async def _send(self, request: Request) -> Response:
+        body = await _read(request, MessageBody, "POST /v1/sessions/{id}/messages")
+        outcome = await self._service.send_message(
+            caller(request),
+            request.path_params["session_id"],
+            body.message,
+            body.wait_seconds,
+            client_message_id=body.client_message_id,
+            steer=body.steer,
+            queued_message_id=body.queued_message_id,
+            settings=body.settings,
+        )
+        return _json(outcome_view(outcome))
+
+    async def _steer(self, request: Request) -> Response:
+        body = await _read(request, SteerBody, "POST /v1/sessions/{id}/steer")
+        outcome = await self._service.send_message(
+            caller(request),
+            request.path_params["session_id"],
+            body.message,
+            body.wait_seconds,
+            client_message_id=body.client_message_id,
+            steer=True,
+            queued_message_id=body.queued_message_id,
+        )
+        return _json(outcome_view(outcome))
+
+    async def _cancel(self, request: Request) -> Response:
+        body = await _read(request, CancelBody, "POST /v1/sessions/{id}/cancel")
+        outcome = await self._service.cancel_turn(
+            caller(request), request.path_params["session_id"], body.wait_seconds, None, body.turn_id
+        )
+        return _json(outcome_view(outcome))
+
+    async def _approve(self, request: Request) -> Response:
+        body = await _read(request, ApproveBody, "POST /v1/sessions/{id}/approve")
+        outcome = await self._service.approve(
+            caller(request),
+            request.path_params["session_id"],
+            [Decision(d.interrupt_id, d.approved, d.reason) for d in body.decisions],
+            body.wait_seconds,
+        )
+        return _json(outcome_view(outcome))
+
+    async def _answer(self, request: Request) -> Response:
+        body = await _read(request, AnswerBody, "POST /v1/sessions/{id}/answer")
+        outcome = await self._service.answer_question(
+            caller(request),
+            request.path_params["session_id"],
+            body.interrupt_id,
+            body.answer,
+            body.decline,
+            body.wait_seconds,
+        )
+        return _json(outcome_view(outcome))
+
+    async def _close(self, request: Request) -> Response:
+        body = await _read(request, CloseBody, "POST /v1/sessions/{id}/close")
+        session = await self._service.close_session(
+            caller(request), request.path_params["session_id"], body.wait_seconds
+        )
+        return _json(
+            CloseResult(session_id=session.id, status=session.status, closed_reason=session.closed_reason)
+        )
+
+    async def _pending(self, request: Request) -> Response:
+        found = await self._service.list_pending(caller(request), _int_param(request, "limit", 1, 200) or 50)
+        return _json(PendingList(pending=[pending_item(p) for p in found]))

@@ -1,0 +1,171 @@
+"""What every /v1 route shares: who the caller is (the same bearer gate and principals as /mcp),
+errors as JSON problem details (RFC 9457) mapped in one place, and reading JSON bodies."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mcp.server.auth.middleware.auth_context import get_access_token
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from parley.config import HttpConfig
+from parley.errors import (
+    ApproversOnly,
+    DecisionConflict,
+    HumanApprovalOnly,
+    InterruptNotFound,
+    InvalidArgument,
+    RateLimited,
+    RequestError,
+    SessionBusy,
+    SessionClosed,
+    SessionLimitReached,
+    SessionNotFound,
+    StorageUnavailable,
+    UnknownAgent,
+)
+from parley.runtime.access import LOCAL_PRINCIPAL, Principal
+from parley.runtime.service import SessionService
+from parley.runtime.session_events import SessionEvents
+from parley.server.auth_tokens import principal_of
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_TYPE = "application/problem+json"
+# Longest User-Agent kept as the audit's client name.
+CLIENT_CHARS = 100
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamSettings:
+    """Timings of the event streams (http.stream_* in parley.yaml) and the chat's default agent."""
+
+    heartbeat_s: float
+    slow_client_s: float
+    # The agent of /v1/chat when the route names none.
+    chat_agent: str = "demo"
+
+    @classmethod
+    def of(cls, config: HttpConfig) -> StreamSettings:
+        return cls(
+            heartbeat_s=config.stream_heartbeat_s,
+            slow_client_s=config.stream_slow_client_s,
+            chat_agent=config.chat_agent,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class V1Context:
+    """What the /v1 routes are built from."""
+
+    service: SessionService
+    events: SessionEvents
+    streams: StreamSettings
+
+
+def caller(request: Request) -> Principal:
+    """The principal of a /v1 request: from its bearer token (the gate in front of every route
+    checked it), else the local user (`auth: none`); its User-Agent names the client for the audit."""
+    token = get_access_token()
+    who = principal_of(token) if token is not None else LOCAL_PRINCIPAL
+    agent = request.headers.get("user-agent")
+    return who.with_client(agent[:CLIENT_CHARS] if agent else None)
+
+
+class BadRequest(RequestError):
+    """A /v1 request that is not what the endpoint takes (its body, a parameter)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+
+
+# Most specific first: the status each error answers with.
+_STATUS: tuple[tuple[type[Exception], int, str], ...] = (
+    (SessionNotFound, 404, "session-not-found"),
+    (InterruptNotFound, 404, "interrupt-not-found"),
+    (UnknownAgent, 404, "unknown-agent"),
+    (HumanApprovalOnly, 403, "human-approval-only"),
+    (ApproversOnly, 403, "approvers-only"),
+    (SessionClosed, 409, "session-closed"),
+    (SessionLimitReached, 409, "session-limit-reached"),
+    (SessionBusy, 409, "session-busy"),
+    (DecisionConflict, 409, "decision-conflict"),
+    (RateLimited, 429, "rate-limited"),
+    (InvalidArgument, 400, "invalid-argument"),
+    (BadRequest, 400, "bad-request"),
+    (RequestError, 400, "request-error"),
+)
+
+
+def problem(status: int, kind: str, detail: str, **extra: Any) -> JSONResponse:
+    """A problem-details response (RFC 9457)."""
+    body = {"type": f"urn:parley:problem:{kind}", "title": kind.replace("-", " "), "status": status}
+    body |= {"detail": detail, **extra}
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_TYPE)
+
+
+def error_response(exc: Exception) -> Response:
+    """The one mapping of our errors to HTTP answers on /v1."""
+    if isinstance(exc, StorageUnavailable):
+        logger.warning("a /v1 request failed: the database is %s", exc.condition)
+        return problem(503, "storage-unavailable", str(exc))
+    for kind, status, name in _STATUS:
+        if isinstance(exc, kind):
+            extra: dict[str, Any] = {}
+            if isinstance(exc, InvalidArgument):
+                extra["field"] = exc.field
+            response = problem(status, name, str(exc), **extra)
+            if isinstance(exc, RateLimited) and exc.retry_after_s is not None:
+                response.headers["retry-after"] = str(max(1, round(exc.retry_after_s)))
+            return response
+    ref = uuid.uuid4().hex[:8]
+    logger.error("a /v1 request failed (ref %s)", ref, exc_info=exc)
+    return problem(500, "internal-error", f"parley hit an internal error (ref {ref}); try again.")
+
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(endpoint: Endpoint) -> Endpoint:
+    """`endpoint` with our errors answered as problem details."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await endpoint(request)
+        except Exception as exc:
+            return error_response(exc)
+
+    return run
+
+
+async def json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object (the body's size and deadline are checked before the app runs)."""
+    raw = await request.body()
+    try:
+        body = json.loads(raw) if raw else None
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"the body is not JSON ({exc}); send a JSON object") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def event_position(request: Request) -> int:
+    """Where a stream resumes: `Last-Event-ID` (what an EventSource sends on reconnecting), else
+    `?after=`, else 0 (from the session's first event)."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    try:
+        position = int(raw)
+    except ValueError:
+        raise BadRequest(
+            f"Last-Event-ID / after must be an event number from this stream, got {raw[:40]!r}"
+        ) from None
+    if position < 0:
+        raise BadRequest("Last-Event-ID / after must be 0 or more")
+    return position

@@ -1,0 +1,256 @@
+"""`GET /v1/sessions/{id}/events`: a session's events as Server-Sent Events, resumable.
+
+Each stored event is one SSE event whose `id:` is its sequence number and whose data is
+`{"seq", "kind", "session_id", "turn_id", "at", "data", ...}` (tool events add the call, interrupt
+events the interrupt). A client that reconnects with `Last-Event-ID` (or `?after=N`) gets exactly
+the events after it: those stored, then live ones. Control events have no `id:` of their own:
+`reset` (the events after the position are no longer kept; a `state` event with the session's
+current state and the position to go on from follows), `cut_off` (the client fell behind; it
+reconnects), `session_deleted`. Heartbeats are SSE comments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator
+from contextlib import ExitStack, aclosing
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from parley.errors import SessionNotFound
+from parley.ids import SessionId
+from parley.runtime.access import Principal, may_see
+from parley.runtime.session_events import EVENT_PAGE, INTERRUPT_KINDS, EventPage, Idle, Reset
+from parley.server.sse import SseResponse, comment, frame
+from parley.server.v1_common import V1Context, caller, event_position, guarded
+from parley.server.wire import iso, pending_item, pending_view, session_summary, session_view, tool_call_view
+from parley.storage.base import EventRecord, InterruptRecord, SessionRecord, ToolCallRecord
+
+# What an EventSource waits before reconnecting after the stream ends.
+RECONNECT_MS = 1000
+
+
+def event_json(event: EventRecord, page: EventPage) -> dict[str, Any]:
+    """A stored event as the stream shows it, with the tool call or interrupt it names. What is
+    attached is what the event made true (a call's result only with `tool_finished`, a decision
+    only with `interrupt_resolved`), so a replay shows every event exactly as it was shown live."""
+    out: dict[str, Any] = {
+        "seq": event.seq,
+        "kind": event.kind,
+        "session_id": event.session_id,
+        "turn_id": event.turn_id,
+        "at": iso(event.created_at),
+        "data": event.data,
+    }
+    call_id = event.data.get("call_id")
+    if call_id is not None and call_id in page.calls:
+        out["call"] = call_json(page.calls[call_id], with_result=event.kind == "tool_finished")
+    if event.kind == "model_step":
+        step_no = event.data.get("step_no")
+        step = [c for c in page.calls.values() if c.turn_id == event.turn_id and c.step_no == step_no]
+        out["calls"] = [call_json(c, with_result=False) for c in sorted(step, key=lambda c: c.call_index)]
+    interrupt_id = event.data.get("interrupt_id")
+    if interrupt_id is not None and interrupt_id in page.interrupts:
+        interrupt = page.interrupts[interrupt_id]
+        out["interrupt"] = interrupt_json(interrupt, resolved=event.kind == "interrupt_resolved")
+    return out
+
+
+def call_json(call: ToolCallRecord, *, with_result: bool) -> dict[str, Any]:
+    view = tool_call_view(call).model_dump(mode="json")
+    if with_result:
+        return view
+    return {k: v for k, v in view.items() if k not in ("status", "result", "is_error")}
+
+
+def interrupt_json(interrupt: InterruptRecord, *, resolved: bool) -> dict[str, Any]:
+    view = pending_view(interrupt).model_dump(mode="json")
+    if not resolved:
+        return view
+    return {**view, "status": interrupt.status, "resolution": interrupt.resolution}
+
+
+def cut_off_frame(slow_client_s: float) -> bytes:
+    return frame(
+        {
+            "kind": "cut_off",
+            "detail": (
+                f"this stream's client took nothing for {slow_client_s:g}s, so the stream ended; "
+                "reconnect with Last-Event-ID to go on where it stopped"
+            ),
+        }
+    )
+
+
+class SessionStream:
+    def __init__(self, ctx: V1Context) -> None:
+        self._ctx = ctx
+
+    async def endpoint(self, request: Request) -> Response:
+        return await guarded(self._open)(request)
+
+    async def _open(self, request: Request) -> Response:
+        who = caller(request)
+        session = await self._ctx.service.visible_session(who, request.path_params["session_id"])
+        after = event_position(request)
+        streams = self._ctx.streams
+        return SseResponse(
+            self._frames(who, session.id, after),
+            slow_client_s=streams.slow_client_s,
+            cut_off=cut_off_frame(streams.slow_client_s),
+        )
+
+    async def _frames(self, who: Principal, session_id: SessionId, after: int) -> AsyncGenerator[bytes, None]:
+        yield f"retry: {RECONNECT_MS}\n\n".encode()
+        follow = self._ctx.events.follow(session_id, after, self._ctx.streams.heartbeat_s)
+        async with aclosing(follow) as items:
+            async for item in items:
+                if isinstance(item, Idle):
+                    if not await self._still_there(who, session_id):
+                        yield frame({"kind": "session_deleted", "session_id": session_id})
+                        return
+                    yield comment("heartbeat")
+                elif isinstance(item, Reset):
+                    yield frame(
+                        {
+                            "kind": "reset",
+                            "detail": "the events after the position asked for are no longer kept; "
+                            "start over from the state that follows",
+                            "oldest_kept_seq": item.oldest_kept_seq,
+                            "latest_seq": item.latest_seq,
+                        }
+                    )
+                    yield frame(await self._state(who, session_id, item.latest_seq), event_id=item.latest_seq)
+                else:
+                    for event in item.events:
+                        yield frame(event_json(event, item), event_id=event.seq)
+
+    async def _still_there(self, who: Principal, session_id: SessionId) -> bool:
+        try:
+            await self._ctx.service.visible_session(who, session_id)
+        except SessionNotFound:
+            return False
+        return True
+
+    async def _state(self, who: Principal, session_id: SessionId, seq: int) -> dict[str, Any]:
+        service = self._ctx.service
+        details = await service.get_session(who, session_id, None, None, None)
+        last = await service.turn_outcome(details.last_turn) if details.last_turn else None
+        return {"kind": "state", "seq": seq, "session": session_view(details, last).model_dump(mode="json")}
+
+
+# The caller's sessions at rest or not that an owner-wide stream keeps positions for.
+OWNER_SESSIONS = 500
+# Sessions of other owners an owner-wide stream remembers as not its own (so it asks once).
+FOREIGN_REMEMBERED = 10_000
+# Events of a session first seen mid-stream that are looked at for ones made since the stream opened.
+LATE_WINDOW = 50
+# Clock slack between the stream's start and an event's time (another process writes the event).
+LATE_SLACK_S = 2.0
+
+
+class OwnerStream:
+    """`GET /v1/events`: everything that happens to the caller's sessions, and the interrupts that
+    wait for the caller's decision (its own sessions', and those of agents it approves for).
+
+    It opens with a `snapshot` event (the caller's running and waiting sessions with their latest
+    event number, and the pending interrupts), then sends each event as it is committed, in the
+    session stream's form (`session_id`, `seq`). It is a live view: its events carry no `id:`, and a
+    client that reconnects gets a new snapshot; the gapless history of one session is its own
+    stream (`/v1/sessions/{id}/events?after=<seq>`)."""
+
+    def __init__(self, ctx: V1Context) -> None:
+        self._ctx = ctx
+
+    async def endpoint(self, request: Request) -> Response:
+        return await guarded(self._open)(request)
+
+    async def _open(self, request: Request) -> Response:
+        who = caller(request)
+        streams = self._ctx.streams
+        return SseResponse(
+            self._frames(who),
+            slow_client_s=streams.slow_client_s,
+            cut_off=cut_off_frame(streams.slow_client_s),
+        )
+
+    async def _frames(self, who: Principal) -> AsyncGenerator[bytes, None]:
+        service, events = self._ctx.service, self._ctx.events
+        opened_at = time.time()
+        with ExitStack() as following, events.signals.tapping() as tap:
+            following.enter_context(events.watch.following_owner(who.id))
+            active: list[SessionRecord] = []
+            for status in ("running", "waiting_for_input"):
+                found, _ = await service.list_sessions(who, status, None, None, 100)
+                active += found
+            positions: dict[SessionId, int] = dict(await events.latest_seqs([s.id for s in active]))
+            for session_id in positions:
+                following.enter_context(events.watch.following(session_id))
+            pending = await service.list_pending(who, 200)
+            yield f"retry: {RECONNECT_MS}\n\n".encode()
+            yield frame(
+                {
+                    "kind": "snapshot",
+                    "sessions": [
+                        {**session_summary(s).model_dump(mode="json"), "latest_seq": positions.get(s.id, 0)}
+                        for s in active
+                    ],
+                    "pending": [pending_item(p).model_dump(mode="json") for p in pending],
+                }
+            )
+            approving: dict[SessionId, int] = {}
+            foreign: set[SessionId] = set()
+            while True:
+                changed = await tap.wait(self._ctx.streams.heartbeat_s)
+                if not changed:
+                    yield comment("heartbeat")
+                    continue
+                for session_id in sorted(changed):
+                    if session_id in foreign:
+                        continue
+                    if session_id not in positions and session_id not in approving:
+                        interest = await self._interest(who, session_id, opened_at)
+                        if interest is None:
+                            if len(foreign) < FOREIGN_REMEMBERED:
+                                foreign.add(session_id)
+                            continue
+                        owned, start = interest
+                        if owned and len(positions) < OWNER_SESSIONS:
+                            positions[session_id] = start
+                            following.enter_context(events.watch.following(session_id))
+                        else:
+                            approving[session_id] = start
+                    table = positions if session_id in positions else approving
+                    async for data in self._new_events(session_id, table, table is approving):
+                        yield data
+
+    async def _interest(
+        self, who: Principal, session_id: SessionId, opened_at: float
+    ) -> tuple[bool, int] | None:
+        """Whether the session is the caller's (else only its interrupts are), and the position to
+        follow it from: its events made since the stream opened. None: nothing of it is shown."""
+        try:
+            session = await self._ctx.service.decidable_session(who, session_id)
+        except SessionNotFound:
+            return None
+        latest = await self._ctx.events.latest_seq(session_id)
+        start = max(0, latest - LATE_WINDOW)
+        recent = await self._ctx.events.read(session_id, start, LATE_WINDOW)
+        fresh = [e for e in recent if e.created_at >= opened_at - LATE_SLACK_S]
+        return may_see(who, session.owner), (fresh[0].seq - 1 if fresh else latest)
+
+    async def _new_events(
+        self, session_id: SessionId, positions: dict[SessionId, int], interrupts_only: bool
+    ) -> AsyncGenerator[bytes, None]:
+        while True:
+            found = await self._ctx.events.read(session_id, positions[session_id], EVENT_PAGE)
+            if not found:
+                return
+            positions[session_id] = found[-1].seq
+            page = await self._ctx.events.page(session_id, found)
+            for event in found:
+                if interrupts_only and event.kind not in INTERRUPT_KINDS:
+                    continue
+                yield frame(event_json(event, page))

@@ -1,0 +1,69 @@
+// Drives parley's /v1/chat with the AI SDK's own chat (AbstractChat: what useChat runs) and its
+// DefaultChatTransport, which reads the UI message stream with the SDK's reader and checks every
+// part against the SDK's schema. Usage: node chat_client.mjs <path of ai/dist/index.js> <scenario JSON>
+// Prints one JSON line: {"steps": [...]} with the chat's messages after each step.
+import { pathToFileURL } from 'node:url';
+
+const [aiPath, scenarioJson] = process.argv.slice(2);
+const ai = await import(pathToFileURL(aiPath).href);
+const { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses,
+  lastAssistantMessageIsCompleteWithToolCalls } = ai;
+const scenario = JSON.parse(scenarioJson);
+
+class MemoryState {
+  constructor() { this.status = 'ready'; this.error = undefined; this.messages = []; }
+  pushMessage(m) { this.messages = [...this.messages, m]; }
+  popMessage() { this.messages = this.messages.slice(0, -1); }
+  replaceMessage(i, m) { this.messages = [...this.messages.slice(0, i), m, ...this.messages.slice(i + 1)]; }
+  snapshot(x) { return structuredClone(x); }
+}
+
+class NodeChat extends AbstractChat {
+  constructor(init) { super({ ...init, state: new MemoryState() }); }
+  get snapshot() { return this.state.messages; }
+}
+
+function chat(id) {
+  const errors = [];
+  const c = new NodeChat({
+    id,
+    transport: new DefaultChatTransport({ api: scenario.api, headers: scenario.headers ?? {} }),
+    sendAutomaticallyWhen: ({ messages }) =>
+      lastAssistantMessageIsCompleteWithApprovalResponses({ messages }) ||
+      lastAssistantMessageIsCompleteWithToolCalls({ messages }),
+    onError: (e) => errors.push(String(e?.message ?? e)),
+  });
+  c.errors = errors;
+  return c;
+}
+
+const deadline = Date.now() + (scenario.deadline_ms ?? 30000);
+async function settled(c) {
+  // An automatic request (after an approval) runs without being awaited: wait for it to end.
+  await new Promise((r) => setTimeout(r, 20));
+  while (c.status === 'submitted' || c.status === 'streaming') {
+    if (Date.now() > deadline) throw new Error(`the chat stayed ${c.status}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const chats = {};
+const steps = [];
+for (const step of scenario.steps) {
+  const c = (chats[step.chat] ??= chat(step.chat));
+  if (step.send !== undefined) await c.sendMessage({ text: step.send });
+  if (step.approve !== undefined) {
+    const part = c.snapshot.at(-1).parts.find((p) => p.state === 'approval-requested');
+    if (!part) throw new Error('no approval was requested: ' + JSON.stringify(c.snapshot.at(-1)));
+    await c.addToolApprovalResponse({ id: part.approval.id, approved: step.approve, reason: step.reason });
+  }
+  if (step.answer !== undefined) {
+    const part = c.snapshot.at(-1).parts.find((p) => p.type === 'dynamic-tool' && p.toolName === 'ask_user' && p.state === 'input-available');
+    if (!part) throw new Error('no question was asked: ' + JSON.stringify(c.snapshot.at(-1)));
+    await c.addToolOutput({ tool: 'ask_user', toolCallId: part.toolCallId, output: step.answer });
+  }
+  if (step.resume) await c.resumeStream();
+  await settled(c);
+  steps.push({ chat: step.chat, status: c.status, errors: [...c.errors], messages: c.snapshot });
+}
+console.log(JSON.stringify({ steps }));

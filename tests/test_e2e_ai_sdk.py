@@ -1,0 +1,247 @@
+"""The AI SDK chat protocol with the real library: the npm `ai` package (pinned, run on Node.js 22)
+drives `POST /v1/chat` and `GET /v1/chat/{id}/stream` with its own chat (what `useChat` runs) and
+transport, which read parley's UI message stream with the SDK's reader and check every part
+against the SDK's schema. With tokens: two owners, and every /v1 route refuses without one."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from parley.config_auth import token_digest
+from tests.auth_support import bearer
+from tests.fake_providers import serving_fake_providers
+from tests.npm_servers import ai_sdk_chat, node22  # noqa: F401  (fixtures)
+from tests.sse_support import read_until
+from tests.support import (
+    CALL_DEADLINE_S,
+    FIXTURE_LOG,
+    STATE_WINDOW_S,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    fixture_runs,
+    fixture_server,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+USERS = ("alice", "bob")
+
+
+@dataclass
+class World:
+    server: ServerProcess
+    tokens: dict[str, str]
+    chat: list[str]
+
+    @property
+    def base(self) -> str:
+        assert self.server.url is not None
+        return self.server.url.removesuffix("/mcp")
+
+    def api(self, agent: str = "worker") -> str:
+        return f"{self.base}/v1/chat?agent={agent}"
+
+    async def run(
+        self, user: str, steps: list[dict[str, Any]], agent: str = "worker"
+    ) -> list[dict[str, Any]]:
+        """Play `steps` with the SDK's chat as `user`; the chat's state after each step."""
+        scenario = {
+            "api": self.api(agent),
+            "headers": bearer(self.tokens[user]),
+            "steps": steps,
+            "deadline_ms": int(TEST_DEADLINE_S * 1000),
+        }
+        with anyio.fail_after(CALL_DEADLINE_S):
+            done = await anyio.run_process([*self.chat, json.dumps(scenario)], check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        out = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        for step in out["steps"]:
+            assert step["errors"] == [], step
+        return list(out["steps"])
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory, ai_sdk_chat: list[str]) -> AsyncIterator[World]:  # noqa: F811
+    directory = tmp_path_factory.mktemp("ai_sdk")
+    tokens = {name: "parley_" + secrets.token_urlsafe(24) for name in USERS}
+    async with serving_fake_providers() as fake:
+        config = write_config(
+            directory,
+            agents={
+                "worker": {"mcp_servers": ["fixture"], "tools": ["write_todos", "ask_user"]},
+                "claude": {
+                    "model": {
+                        "provider": "anthropic",
+                        "name": "claude-test",
+                        "base_url": fake.anthropic_url,
+                        "api_key_env": "FAKE_PROVIDER_KEY",
+                    },
+                },
+            },
+            runtime={"model_retry_backoff_s": 0.1},
+            mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+            http={"stream_heartbeat_s": 0.2},
+            auth={
+                "mode": "tokens",
+                "tokens": [
+                    {"name": n, "sha256": token_digest(t), "scopes": ["parley:use"]}
+                    for n, t in tokens.items()
+                ],
+            },
+        )
+        async with ServerProcess(
+            config, name="ai_sdk", http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}
+        ) as server:
+            yield World(server, tokens, ai_sdk_chat)
+            assert "Traceback" not in server.log(), server.log()
+
+
+def _assistant(step: dict[str, Any]) -> dict[str, Any]:
+    message = step["messages"][-1]
+    assert message["role"] == "assistant", step
+    return dict(message)
+
+
+def _texts(message: dict[str, Any]) -> list[str]:
+    return [p["text"] for p in message["parts"] if p["type"] == "text"]
+
+
+def _tools(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in message["parts"] if p["type"] == "dynamic-tool"]
+
+
+async def test_the_sdk_reads_the_assistant_message_with_its_text_and_tool_parts(world: World) -> None:
+    [step] = await world.run(
+        "alice", [{"chat": "tools", "send": 'plan\n/tool write_todos {"todos": [{"content": "a"}]}'}]
+    )
+    assert step["status"] == "ready"
+    message = _assistant(step)
+    texts = _texts(message)
+    assert texts[0] == "Calling write_todos." and texts[1].startswith("You said: plan (message 1"), texts
+    [tool] = _tools(message)
+    assert tool["toolName"] == "write_todos" and tool["state"] == "output-available", tool
+    assert tool["input"] == {"todos": [{"content": "a"}]}
+    assert [p["type"] for p in message["parts"]].count("step-start") == 2, "each model call is a step"
+    assert message["metadata"]["parley"]["sessionId"].startswith("ses_")
+
+
+async def test_an_approval_round_trips_through_the_sdks_approval_response(world: World) -> None:
+    directory = world.server.config_path.parent
+    asked, approved = await world.run(
+        "alice",
+        [
+            {"chat": "approvals", "send": '/tool fixture__bare {"text": "sdk approves"}'},
+            {"chat": "approvals", "approve": True},
+        ],
+    )
+    [waiting] = _tools(_assistant(asked))
+    assert waiting["state"] == "approval-requested" and waiting["approval"]["id"].startswith("int_")
+    message = _assistant(approved)
+    [done] = _tools(message)
+    assert done["state"] == "output-available" and done["output"] == "bare sdk approves", done
+    assert _texts(message)[-1].endswith("fixture__bare (ok): bare sdk approves"), _texts(message)
+    assert fixture_runs(directory, "bare", text="sdk approves") == 1
+    # A rejection: the call never runs and the SDK shows it denied.
+    _, rejected = await world.run(
+        "alice",
+        [
+            {"chat": "rejections", "send": '/tool fixture__bare {"text": "sdk rejects"}'},
+            {"chat": "rejections", "approve": False, "reason": "not today"},
+        ],
+    )
+    [denied] = _tools(_assistant(rejected))
+    assert denied["state"] == "output-denied", denied
+    assert fixture_runs(directory, "bare", text="sdk rejects") == 0
+
+
+async def test_a_question_is_a_part_the_app_answers_with_add_tool_output(world: World) -> None:
+    asked, answered = await world.run(
+        "alice",
+        [
+            {"chat": "questions", "send": "/ask Which one? | red | blue"},
+            {"chat": "questions", "answer": "blue"},
+        ],
+    )
+    question = next(p for p in _assistant(asked)["parts"] if p["type"] == "data-parley-question")
+    assert question["data"]["question"] == "Which one?" and question["data"]["choices"] == ["red", "blue"]
+    assert question["data"]["status"] == "pending"
+    message = _assistant(answered)
+    updated = next(p for p in message["parts"] if p["type"] == "data-parley-question")
+    assert updated["data"]["status"] == "answered" and updated["data"]["answer"] == "blue"
+    assert _texts(message)[-1].endswith("The user answered: blue"), _texts(message)
+
+
+async def test_a_discarded_attempt_leaves_only_the_retrys_text(world: World) -> None:
+    [step] = await world.run("alice", [{"chat": "stall", "send": "stall now"}], agent="claude")
+    assert _texts(_assistant(step)) == ["echo: stall now"], _assistant(step)["parts"]
+
+
+async def test_resume_stream_replays_the_unfinished_turn_and_answers_204_when_none(world: World) -> None:
+    [idle] = await world.run("alice", [{"chat": "nothing-yet", "resume": True}])
+    assert idle["status"] == "ready" and idle["messages"] == []
+    # A turn started by one page, followed after a "reload" by another.
+    body = {
+        "id": "reloaded",
+        "trigger": "submit-message",
+        "messages": [
+            {
+                "id": "u1",
+                "role": "user",
+                "parts": [{"type": "text", "text": f"/sleep {STATE_WINDOW_S}\nslow"}],
+            }
+        ],
+    }
+    first = await read_until(
+        world.api(),
+        lambda f: isinstance(f.data, dict) and f.data.get("type") == "start",
+        headers=bearer(world.tokens["alice"]),
+        method="POST",
+        json_body=body,
+    )
+    assert first[-1].data["messageId"].startswith("msg_turn_")
+    [resumed] = await world.run("alice", [{"chat": "reloaded", "resume": True}])
+    message = _assistant(resumed)
+    assert message["id"] == first[-1].data["messageId"]
+    assert _texts(message) == ["You said: slow (message 1 of this session)"]
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        after = await http.get(f"{world.base}/v1/chat/reloaded/stream", headers=bearer(world.tokens["alice"]))
+    assert after.status_code == 204, "the turn has ended: nothing to resume"
+
+
+async def test_a_chat_id_used_by_two_owners_is_two_sessions(world: World) -> None:
+    [alice] = await world.run("alice", [{"chat": "shared-id", "send": "hi from alice"}])
+    [bob] = await world.run("bob", [{"chat": "shared-id", "send": "hi from bob"}])
+    alice_session = _assistant(alice)["metadata"]["parley"]["sessionId"]
+    bob_session = _assistant(bob)["metadata"]["parley"]["sessionId"]
+    assert alice_session != bob_session
+    assert _texts(_assistant(bob)) == ["You said: hi from bob (message 1 of this session)"]
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        foreign = await http.get(
+            f"{world.base}/v1/sessions/{alice_session}/events", headers=bearer(world.tokens["bob"])
+        )
+    assert foreign.status_code == 404, "another owner's session is not found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/v1/chat"),
+        ("GET", "/v1/chat/any/stream"),
+        ("GET", "/v1/sessions/ses_00000000000000000000000000000000/events"),
+    ],
+)
+async def test_every_v1_route_refuses_without_a_valid_token(world: World, method: str, path: str) -> None:
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        missing = await http.request(method, world.base + path, json={})
+        wrong = await http.request(method, world.base + path, json={}, headers=bearer("parley_not-a-token"))
+    assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
+    assert wrong.status_code == 401

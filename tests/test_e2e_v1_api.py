@@ -1,0 +1,205 @@
+"""The /v1 JSON endpoints and the owner-wide stream end to end: the same service calls as the MCP
+tools (the same results, checks, errors as problem details, client_message_id idempotency), and
+`GET /v1/events` showing the caller's sessions' events and the interrupts waiting for it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+
+from tests.sse_support import Frame, read_until
+from tests.support import (
+    CALL_DEADLINE_S,
+    FIXTURE_LOG,
+    STATE_WINDOW_S,
+    Served,
+    ServerProcess,
+    fixture_runs,
+    fixture_server,
+    write_config,
+)
+
+pytestmark = pytest.mark.anyio
+
+# A web app served elsewhere that calls /v1 from the browser (http.cors_origins).
+WEB_APP = "http://localhost:3000"
+
+
+class World(Served):
+    @property
+    def base(self) -> str:
+        assert self.server.url is not None
+        return self.server.url.removesuffix("/mcp")
+
+    async def post(self, path: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
+        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+            response = await http.post(self.base + path, json=body)
+        assert response.status_code == status, (response.status_code, response.text)
+        return dict(response.json())
+
+    async def get(self, path: str, status: int = 200) -> dict[str, Any]:
+        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+            response = await http.get(self.base + path)
+        assert response.status_code == status, (response.status_code, response.text)
+        return dict(response.json())
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    directory = tmp_path_factory.mktemp("v1_api")
+    config = write_config(
+        directory,
+        agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+        http={"stream_heartbeat_s": 0.2, "cors_origins": [WEB_APP]},
+    )
+    async with ServerProcess(config, name="v1_api", http=True) as server:
+        yield World(server, directory)
+        assert "Traceback" not in server.log(), server.log()
+
+
+async def test_start_send_read_and_list_like_the_tools_with_idempotent_client_message_ids(
+    world: World,
+) -> None:
+    body = {"agent": "worker", "message": "hello", "client_message_id": "start-1"}
+    started = await world.post("/v1/sessions", body, 201)
+    assert (
+        started["status"] == "answered" and started["answer"] == "You said: hello (message 1 of this session)"
+    )
+    again = await world.post("/v1/sessions", body, 201)
+    assert (again["session_id"], again["turn_id"]) == (started["session_id"], started["turn_id"])
+    sid = started["session_id"]
+    sent = await world.post(f"/v1/sessions/{sid}/messages", {"message": "more", "client_message_id": "m-2"})
+    repeat = await world.post(f"/v1/sessions/{sid}/messages", {"message": "more", "client_message_id": "m-2"})
+    assert sent["turn_id"] == repeat["turn_id"] and sent["answer"].endswith("(message 2 of this session)")
+    view = await world.get(f"/v1/sessions/{sid}?messages_from=1")
+    assert view["status"] == "idle" and view["total_messages"] == 4 and view["turn_count"] == 2
+    listed = await world.get("/v1/sessions?limit=100")
+    assert sid in [s["session_id"] for s in listed["sessions"]]
+
+
+async def test_bad_bodies_and_unknown_sessions_are_problem_details_naming_the_field(world: World) -> None:
+    unknown_field = await world.post("/v1/sessions", {"agent": "worker", "mesage": "typo"}, 400)
+    assert "mesage" in unknown_field["detail"] and unknown_field["status"] == 400
+    wrong_type = await world.post("/v1/sessions", {"agent": "worker", "message": 5}, 400)
+    assert "'message'" in wrong_type["detail"]
+    empty = await world.post("/v1/sessions", {"agent": "worker", "message": "   "}, 400)
+    assert empty["type"] == "urn:parley:problem:invalid-argument" and empty["field"] == "message"
+    missing = await world.post("/v1/sessions/ses_" + "0" * 32 + "/messages", {"message": "hi"}, 404)
+    assert missing["type"] == "urn:parley:problem:session-not-found"
+    agent = await world.post("/v1/sessions", {"agent": "nobody"}, 404)
+    assert "worker" in agent["detail"]
+
+
+async def test_approve_reject_answer_decline_cancel_and_steer(world: World) -> None:
+    parked = await world.post(
+        "/v1/sessions", {"agent": "worker", "message": '/tool fixture__bare {"text": "json yes"}'}, 201
+    )
+    assert parked["status"] == "waiting_for_input"
+    sid, iid = parked["session_id"], parked["pending"][0]["id"]
+    pending = await world.get("/v1/pending")
+    assert iid in [p["interrupt"]["id"] for p in pending["pending"]]
+    approved = await world.post(
+        f"/v1/sessions/{sid}/approve", {"decisions": [{"interrupt_id": iid, "approved": True}]}
+    )
+    assert approved["status"] == "answered" and fixture_runs(world.directory, "bare", text="json yes") == 1
+    rejected = await world.post(
+        f"/v1/sessions/{sid}/messages", {"message": '/tool fixture__bare {"text": "json no"}'}
+    )
+    decision = {"interrupt_id": rejected["pending"][0]["id"], "approved": False, "reason": "no"}
+    done = await world.post(f"/v1/sessions/{sid}/approve", {"decisions": [decision]})
+    assert (
+        done["tool_calls"][0]["status"] == "rejected"
+        and fixture_runs(world.directory, "bare", text="json no") == 0
+    )
+    asked = await world.post(f"/v1/sessions/{sid}/messages", {"message": "/ask Pick | a | b"})
+    question = asked["pending"][0]["id"]
+    wrong = await world.post(f"/v1/sessions/{sid}/answer", {"interrupt_id": question, "answer": "c"}, 400)
+    assert "a" in wrong["detail"]
+    answered = await world.post(f"/v1/sessions/{sid}/answer", {"interrupt_id": question, "answer": "b"})
+    assert answered["answer"].endswith("The user answered: b")
+    declined_q = (await world.post(f"/v1/sessions/{sid}/messages", {"message": "/ask Again?"}))["pending"][0][
+        "id"
+    ]
+    declined = await world.post(f"/v1/sessions/{sid}/answer", {"interrupt_id": declined_q, "decline": True})
+    assert declined["status"] == "answered"
+    slow = await world.post(
+        f"/v1/sessions/{sid}/messages", {"message": f"/sleep {STATE_WINDOW_S}\nslow", "wait_seconds": 0}
+    )
+    assert slow["status"] == "running"
+    steered = await world.post(
+        f"/v1/sessions/{sid}/steer", {"message": "instead", "wait_seconds": STATE_WINDOW_S * 3}
+    )
+    assert steered["answer"].startswith("You said: instead"), steered
+    long = await world.post(
+        f"/v1/sessions/{sid}/messages", {"message": f"/sleep {STATE_WINDOW_S}\nlong", "wait_seconds": 0}
+    )
+    cancelled = await world.post(
+        f"/v1/sessions/{sid}/cancel", {"turn_id": long["turn_id"]} if long["turn_id"] else {}
+    )
+    assert cancelled["status"] == "cancelled", cancelled
+    closed = await world.post(f"/v1/sessions/{sid}/close", {})
+    assert closed["status"] == "closed"
+    refused = await world.post(f"/v1/sessions/{sid}/messages", {"message": "still there?"}, 409)
+    assert refused["type"] == "urn:parley:problem:session-closed"
+
+
+async def test_the_owner_wide_stream_shows_a_snapshot_then_every_session_and_its_interrupts(
+    world: World,
+) -> None:
+    seen: list[Frame] = []
+    started: dict[str, Any] = {}
+
+    async def start_when_open() -> None:
+        started.update(
+            await world.post(
+                "/v1/sessions", {"agent": "worker", "message": '/tool fixture__bare {"text": "watched"}'}, 201
+            )
+        )
+
+    async with anyio.create_task_group() as tg:
+
+        def stop(frame: Frame) -> bool:
+            seen.append(frame)
+            if frame.kind == "snapshot":
+                tg.start_soon(start_when_open)
+            return frame.kind == "interrupt_raised"
+
+        await read_until(world.base + "/v1/events", stop)
+    assert seen[0].kind == "snapshot" and isinstance(seen[0].data["pending"], list)
+    mine = [f for f in seen if f.data and f.data.get("session_id") == started["session_id"]]
+    kinds = [f.kind for f in mine]
+    assert kinds[:3] == ["session_created", "message_queued", "turn_started"], kinds
+    assert mine[-1].data["interrupt"]["tool"] == "fixture__bare"
+    assert all(f.id is None for f in mine), "a live view: no ids to resume by"
+    # Reconnecting shows the waiting session and its interrupt in the snapshot.
+    snapshot = (await read_until(world.base + "/v1/events", lambda f: f.kind == "snapshot"))[-1]
+    assert started["session_id"] in [s["session_id"] for s in snapshot.data["sessions"]]
+    assert started["pending"][0]["id"] in [p["interrupt"]["id"] for p in snapshot.data["pending"]]
+
+
+async def test_a_configured_web_app_may_call_v1_from_the_browser_and_no_other_origin(world: World) -> None:
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        preflight = await http.options(
+            world.base + "/v1/chat",
+            headers={
+                "Origin": WEB_APP,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
+        listed = await http.get(world.base + "/v1/sessions", headers={"Origin": WEB_APP})
+        foreign = await http.get(world.base + "/v1/sessions", headers={"Origin": "http://evil.example"})
+        mcp = await http.options(
+            world.base + "/mcp", headers={"Origin": WEB_APP, "Access-Control-Request-Method": "POST"}
+        )
+    assert preflight.status_code == 200, preflight.text
+    assert preflight.headers["access-control-allow-origin"] == WEB_APP
+    assert "authorization" in preflight.headers["access-control-allow-headers"].lower()
+    assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == WEB_APP
+    assert foreign.status_code == 403
+    assert "access-control-allow-origin" not in mcp.headers, "/mcp is not opened to web apps"
