@@ -42,8 +42,15 @@ SECRET = "pw-" + os.urandom(6).hex()
 @pytest.fixture
 async def store(pg_schema: PgSchema) -> AsyncIterator[PostgresStore]:
     pg_schema.reset()
-    async with open_postgres_store(pg_schema.url, schema=pg_schema.schema, pool_size=3) as opened:
+    # Named after its schema, so the tests that read pg_stat_activity see this store's
+    # connections only, not those of other parley processes on the same server.
+    url = f"{pg_schema.url}{'&' if '?' in pg_schema.url else '?'}application_name={app_name(pg_schema)}"
+    async with open_postgres_store(url, schema=pg_schema.schema, pool_size=3) as opened:
         yield opened
+
+
+def app_name(schema: PgSchema) -> str:
+    return f"parley_{schema.schema}"[:63]
 
 
 async def running_session(store: Store, text: str = "hello") -> SessionId:
@@ -65,7 +72,8 @@ async def running_session(store: Store, text: str = "hello") -> SessionId:
 def lock_waiters(schema: PgSchema) -> int:
     """Connections of parley waiting for a row lock right now (what a test waits on, not a sleep)."""
     rows = schema.rows(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'parley' AND wait_event_type = 'Lock'"
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND wait_event_type = 'Lock'",
+        (app_name(schema),),
     )
     return int(rows[0][0])
 
@@ -194,7 +202,9 @@ async def test_a_decision_cancelled_while_it_waits_for_the_lock_leaves_no_connec
     # Nothing is left in use or open in a transaction, and the session takes the next decision.
     await eventually(lambda: _true(store.pool_stats()["in_use"] == 0), "the connection back in the pool")
     stuck = pg_schema.rows(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'parley' AND state IN ('idle in transaction', 'idle in transaction (aborted)')"
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+        "AND state IN ('idle in transaction', 'idle in transaction (aborted)')",
+        (app_name(pg_schema),),
     )
     assert stuck == [(0,)]
     await store.record_event(sid, None, "progress", {}, T0)
