@@ -21,6 +21,7 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
+from parley.config_agents import ConfigNote
 from parley.errors import ConfigErrors, StorageError
 from parley.ids import new_process_id
 from parley.runtime.demo_model import DemoModelClient
@@ -125,6 +126,9 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     the unfinished turns at once.
     """
     clock = time.time
+    for notice in config.agent_notices:
+        level = logging.INFO if isinstance(notice, ConfigNote) else logging.WARNING
+        logger.log(level, "%s", notice)
     async with AsyncExitStack() as stack:
         opened = await stack.enter_async_context(open_store(config))
         store = opened.store
