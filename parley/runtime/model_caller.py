@@ -21,7 +21,7 @@ from parley.runtime.machine import CallModel, FinishTurn
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext
-from parley.runtime.toolbox import Toolbox
+from parley.runtime.toolbox import Toolbox, enabled_tools
 from parley.runtime.transcript import assistant_content, to_chat_messages
 from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
 
@@ -212,6 +212,7 @@ class ModelCaller:
         model = model or self._models.get(agent.name) or self._models[agent.model.provider]
         model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
         offer = await self._toolbox.offer(agent, session.kind, session.id)
+        offer = offer.narrowed(enabled_tools(turn.settings))
         for warning in offer.warnings:
             logger.warning("session %s: %s", session.id, warning, extra=about(session))
             await self._ctx.store.record_event(

@@ -49,7 +49,7 @@ from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
-from parley.runtime.toolbox import Offer, Toolbox
+from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
 from parley.storage.base import (
     AuditRecord,
     InterruptRecord,
@@ -66,6 +66,8 @@ from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096
+# What a caller may set for a session (start_session / send_message `settings`).
+SETTINGS = ("model", "limits", "enabled_tools")
 # Decisions get_session shows (newest first; `parley audit` has them all).
 DECISIONS_SHOWN = 50
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
@@ -120,6 +122,8 @@ class SessionDetails:
     pending: list[InterruptRecord] = field(default_factory=list)
     # Who decided what (approvals, rejections, answers, declines; refused attempts too), newest first.
     decisions: list[AuditRecord] = field(default_factory=list)
+    # The tools its next turn is offered (its agent's, narrowed by settings.enabled_tools).
+    tools: list[str] = field(default_factory=list)
 
 
 class SessionService:
@@ -198,10 +202,11 @@ class SessionService:
         key), and lower limits for this session (the agent's limits are the ceilings)."""
         if settings is None:
             return None
-        unknown = sorted(set(settings) - {"model", "limits"})
+        unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
             raise InvalidArgument(
-                "settings", f"unknown setting(s) {', '.join(unknown)}; the settings are: model, limits"
+                "settings",
+                f"unknown setting(s) {', '.join(unknown)}; the settings are: {', '.join(SETTINGS)}",
             )
         limits = settings.get("limits")
         if limits is not None:
@@ -229,6 +234,41 @@ class SessionService:
                 "settings.model", f"'{model}' is not a model of this server; choose one of: {names}"
             )
         return dict(settings)
+
+    async def _check_enabled_tools(
+        self, settings: dict[str, Any] | None, agent: AgentConfig | None, kind: str
+    ) -> None:
+        """settings.enabled_tools may name only tools the agent has (settings narrow, never widen);
+        a tool of a server that cannot be listed now is taken on trust (it stays narrowed to the
+        agent's tools when offered)."""
+        enabled = (settings or {}).get("enabled_tools")
+        if enabled is None or agent is None:
+            return
+        if not isinstance(enabled, list) or not all(isinstance(n, str) for n in enabled):
+            raise InvalidArgument(
+                "settings.enabled_tools",
+                'must be a list of tool names from list_agents, e.g. ["ask_user"] (null: all of the agent\'s)',
+            )
+        offer = await self._toolbox.offer(agent, kind, None)
+        unknown = [
+            name
+            for name in enabled
+            if name not in offer.bindings and not any(name.startswith(f"{s}__") for s in offer.unavailable)
+        ]
+        if unknown:
+            raise InvalidArgument(
+                "settings.enabled_tools",
+                f"{', '.join(unknown)}: not a tool of agent '{agent.name}', and settings can only narrow its "
+                f"tools; choose among: {', '.join(offer.bindings) or 'none (it has no tools)'}",
+            )
+
+    async def session_tools(self, session: SessionRecord) -> list[str]:
+        """The tools a session's next model call is offered: its agent's, narrowed by its settings."""
+        agent = self._agents.get(session.agent)
+        if agent is None:
+            return []
+        offer = await self._toolbox.offer(agent, session.kind, None)
+        return [t.name for t in offer.narrowed(enabled_tools(session.settings)).tools]
 
     def _wait_s(self, wait_seconds: float | None) -> float:
         if wait_seconds is None:
@@ -300,6 +340,7 @@ class SessionService:
                 "kind", f"agent '{agent.name}' runs {' or '.join(agent.kinds)} sessions, not '{session_kind}'"
             )
         self._check_inputs(agent, inputs)
+        await self._check_enabled_tools(settings, agent, session_kind)
         text = render_first_message(message, inputs)
         if text is not None and len(text) > self._runtime.max_message_chars:
             raise InvalidArgument(
@@ -402,6 +443,7 @@ class SessionService:
                 "session_id", f"agent '{agent.name}' is no longer available to {caller.id}; nothing was sent"
             )
         settings = self._check_settings(settings, agent)
+        await self._check_enabled_tools(settings, agent, session.kind)
         person = self._access.person(caller, session, ask_human)
         if queued_message_id is not None:
             return await self._promote(
@@ -560,6 +602,7 @@ class SessionService:
             last_turn=last_turn,
             pending=await self._store.list_interrupts(session.id, pending_only=True),
             decisions=[e for e in trail if e.action in audit.DECISIONS][:DECISIONS_SHOWN],
+            tools=await self.session_tools(session),
         )
 
     async def list_sessions(

@@ -164,6 +164,10 @@ class SessionView(BaseModel):
     decisions: list[DecisionView] = Field(
         default_factory=list, description="Who decided what on this session's interrupts, newest first."
     )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="The tools its agent may call from the next turn on (narrowed by settings.enabled_tools).",
+    )
 
 
 class SessionSummary(BaseModel):
@@ -343,6 +347,7 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         inputs=s.inputs,
         settings=s.settings,
         decisions=[decision_view(e) for e in snapshot.decisions],
+        tools=snapshot.tools,
     )
 
 

@@ -1,0 +1,171 @@
+"""Per-session settings that narrow what an agent does: settings.enabled_tools (a subset of the
+agent's tools, never wider), on the service (what a caller may ask) and on the driver (what the
+model is offered, and what a call outside the set gets), with a scripted model and a memory store."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from parley.config import AgentConfig, ModelSpec, RuntimeConfig
+from parley.errors import InvalidArgument
+from parley.ids import SessionId, new_queued_message_id, new_session_id
+from parley.runtime.access import LOCAL_PRINCIPAL
+from parley.runtime.builtin_tools import ASK_USER
+from parley.runtime.driver import DriveSettings, SessionDriver
+from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec
+from parley.runtime.scripted_model import ScriptedModelClient
+from parley.runtime.service import SessionService
+from parley.runtime.signals import SessionSignals
+from parley.runtime.toolbox import Binding, Offer, Toolbox
+from parley.runtime.transitions import starting
+from parley.storage.base import QueuedMessageRecord, SessionRecord
+from parley.storage.memory import open_memory_store
+from parley.storage.ports import Store
+from tests.support import TEST_DEADLINE_S
+
+pytestmark = pytest.mark.anyio
+
+PROC = "proc_settings_test"
+HELPER = AgentConfig(
+    name="helper",
+    instructions="Help.",
+    model=ModelSpec(provider="scripted", name="script-1"),
+    tools=["write_todos", "ask_user", "durable_wait"],
+    kinds=["chat", "task"],
+)
+
+
+@pytest.fixture
+async def store() -> AsyncIterator[Store]:
+    async with open_memory_store() as opened:
+        yield opened
+
+
+def service(store: Store) -> SessionService:
+    return SessionService(
+        store=store,
+        agents={HELPER.name: HELPER},
+        signals=SessionSignals(),
+        runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0),
+        clock=time.time,
+        toolbox=Toolbox(None),
+    )
+
+
+async def session_with(store: Store, settings: dict[str, Any], *texts: str) -> SessionId:
+    """A session of HELPER with `settings` and its messages queued, as start_session leaves it."""
+    now = time.time()
+    sid = new_session_id()
+    record = SessionRecord.new(sid, agent=HELPER.name, owner="local", kind="chat", now=now, settings=settings)
+    queued = [
+        QueuedMessageRecord(
+            id=new_queued_message_id(),
+            session_id=sid,
+            seq=0,
+            text=text,
+            status="queued",
+            turn_id=None,
+            created_at=now,
+        )
+        for text in texts
+    ]
+    await store.create_session(starting(record, queued[0]), queued[0], now)
+    return sid
+
+
+async def drive(
+    store: Store, model: ScriptedModelClient, sid: SessionId, agent: AgentConfig = HELPER
+) -> None:
+    driver = SessionDriver(
+        store=store,
+        agents={agent.name: agent},
+        models={"scripted": model},
+        toolbox=Toolbox(None),
+        signals=SessionSignals(),
+        process_id=PROC,
+        timings=DriveSettings(lease_ttl_s=30.0, poll_interval_s=0.05),
+        clock=time.time,
+    )
+    lease = await store.try_acquire_lease(sid, PROC, time.time(), 30.0)
+    assert lease is not None
+    with anyio.fail_after(TEST_DEADLINE_S):
+        await driver.drive(sid, lease)
+
+
+# ---------------------------------------------------------------------------- enabled_tools
+
+
+def test_an_offer_narrowed_keeps_only_the_names_it_has_and_set_result() -> None:
+    offer = Offer()
+    for name in ("write_todos", "ask_user", "set_result", "time__now"):
+        offer.tools.append(ToolSpec(name=name, description=name, input_schema={"type": "object"}))
+        offer.bindings[name] = Binding(name=name, source="builtin", effect="read")
+    offer.unavailable = {"files": "down", "time": "slow"}
+    narrowed = offer.narrowed(["ask_user", "teleport", "files__read"])
+    assert [t.name for t in narrowed.tools] == ["ask_user", "set_result"]
+    assert list(narrowed.bindings) == ["ask_user", "set_result"]
+    assert narrowed.unavailable == {"files": "down"}
+    assert offer.narrowed(None) is offer
+
+
+async def test_enabled_tools_narrows_what_the_model_is_offered_and_a_call_outside_it_is_a_tool_error(
+    store: Store,
+) -> None:
+    model = ScriptedModelClient(
+        [
+            ModelResponse(
+                text="Planning.",
+                tool_calls=(RequestedCall(name="write_todos", arguments={"todos": [{"content": "x"}]}),),
+            ),
+            ModelResponse(text="I may only ask."),
+        ]
+    )
+    sid = await session_with(store, {"enabled_tools": ["ask_user"]}, "plan it")
+    await drive(store, model, sid)
+    model.assert_complete()
+    assert [r.tools for r in model.requests] == [(ASK_USER,), (ASK_USER,)]
+    result = model.requests[1].messages[-1]
+    assert (result.role, result.tool_name, result.is_error) == ("tool", "write_todos", True)
+    assert "Unknown tool 'write_todos'" in result.text and "ask_user" in result.text
+    session = await store.get_session(sid)
+    assert session is not None and session.todos == []  # the call outside the set never ran
+
+
+async def test_enabled_tools_null_gives_the_agent_all_of_its_tools_again(store: Store) -> None:
+    model = ScriptedModelClient([ModelResponse(text="ok")])
+    sid = await session_with(store, {"enabled_tools": None}, "hello")
+    await drive(store, model, sid)
+    assert {t.name for t in model.requests[0].tools} == {"write_todos", "ask_user", "durable_wait"}
+
+
+async def test_a_caller_may_narrow_the_tools_but_never_widen_them(store: Store) -> None:
+    parley = service(store)
+    out = await parley.start_session(
+        LOCAL_PRINCIPAL, "helper", None, 0, settings={"enabled_tools": ["ask_user"]}
+    )
+    details = await parley.get_session(LOCAL_PRINCIPAL, out.session_id, None, None, None)
+    assert details.tools == ["ask_user"]
+    task = await parley.start_session(
+        LOCAL_PRINCIPAL, "helper", None, 0, kind="task", settings={"enabled_tools": []}
+    )
+    details = await parley.get_session(LOCAL_PRINCIPAL, task.session_id, None, None, None)
+    assert details.tools == ["set_result"]  # a task session can always hand in its result
+    for enabled, problem in [
+        (["ask_user", "bash"], "bash: not a tool of agent 'helper'"),
+        (["time__now"], "time__now: not a tool of agent 'helper'"),
+        ("ask_user", "must be a list of tool names"),
+        ([1], "must be a list of tool names"),
+    ]:
+        with pytest.raises(InvalidArgument) as refused:
+            await parley.send_message(
+                LOCAL_PRINCIPAL, out.session_id, "hi", 0, settings={"enabled_tools": enabled}
+            )
+        assert refused.value.field == "settings.enabled_tools" and problem in str(refused.value)
+    with pytest.raises(InvalidArgument) as refused:
+        await parley.start_session(LOCAL_PRINCIPAL, "helper", "hi", 0, settings={"enabled_tools": ["Read"]})
+    assert "choose among: write_todos, ask_user, durable_wait" in str(refused.value)
