@@ -114,6 +114,17 @@ def effective_limits(limits: AgentLimits, settings: dict[str, Any]) -> AgentLimi
     return limits.model_copy(update=overrides) if overrides else limits
 
 
+def effective_memory(agent: AgentConfig, settings: dict[str, Any]) -> Memory:
+    """The agent's memory with a session's (validated, never wider) settings.memory applied."""
+    own = agent.resolved_memory
+    chosen = settings.get("memory")
+    if not isinstance(chosen, dict):
+        return own
+    mode = chosen.get("mode") or own.mode
+    messages = chosen.get("messages")
+    return Memory(mode, messages if isinstance(messages, int) else own.messages)
+
+
 SessionKind = Literal["chat", "task"]
 
 
@@ -235,6 +246,42 @@ class CompactionConfig(_Strict):
     )
 
 
+MemoryMode = Literal["full", "window", "compaction", "none"]
+# How much of the past each mode lets the model see: a session may choose a mode that remembers
+# no more than its agent's (as its limits are ceilings).
+MEMORY_MODES: tuple[MemoryMode, ...] = ("none", "window", "compaction", "full")
+
+
+class MemoryConfig(_Strict):
+    """What of the stored transcript (always whole) the model is shown."""
+
+    mode: MemoryMode | None = Field(
+        None,
+        description=(
+            "full: the whole conversation (the default); window: the latest `messages` messages; "
+            "compaction: older messages summarized as the context fills (see compaction:); none: each "
+            "turn sees only its own messages. Unset: compaction when compaction.enabled, else full."
+        ),
+    )
+    messages: int = Field(
+        20,
+        ge=1,
+        le=100_000,
+        description=(
+            "window: how many of the latest messages the model sees (more when the oldest would be a "
+            "tool result: it comes with the call that asked for it)."
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The memory a turn runs with: its mode, and the size of a window."""
+
+    mode: MemoryMode
+    messages: int
+
+
 class AgentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
@@ -277,6 +324,10 @@ class AgentConfig(_Strict):
         ),
     )
     compaction: CompactionConfig = Field(default_factory=lambda: CompactionConfig())
+    memory: MemoryConfig = Field(
+        default_factory=lambda: MemoryConfig(),
+        description="What of the conversation the model sees; a session may choose to remember less.",
+    )
     approval_deadline_s: float | None = Field(
         None, gt=0, description="An approval not decided within this time is rejected (default: no deadline)."
     )
@@ -291,6 +342,12 @@ class AgentConfig(_Strict):
         if self.default_kind is not None:
             return self.default_kind
         return "chat" if "chat" in self.kinds else self.kinds[0]
+
+    @property
+    def resolved_memory(self) -> Memory:
+        """The agent's memory: `compaction.enabled: true` (older files) means the compaction mode."""
+        mode = self.memory.mode or ("compaction" if self.compaction.enabled else "full")
+        return Memory(mode, self.memory.messages)
 
     @property
     def result_schema(self) -> dict[str, Any]:
@@ -777,6 +834,16 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
         )
     if agent.model.base_url is not None and not agent.model.base_url.startswith(("http://", "https://")):
         problems.append(ConfigError(E_FIELD, file, "model.base_url", "must start with http:// or https://"))
+    if agent.memory.mode not in (None, "compaction") and agent.compaction.enabled:
+        problems.append(
+            ConfigError(
+                E_FIELD,
+                file,
+                "memory.mode",
+                f"is {agent.memory.mode}, but compaction.enabled: true means the compaction mode; "
+                "remove one of them",
+            )
+        )
     problems += _schema_problems(agent.result, file, "result", E_RESULT_SCHEMA)
     problems += _schema_problems(agent.input_schema, file, "input_schema", E_INPUT_SCHEMA)
     if agent.default_kind is not None and agent.default_kind not in agent.kinds:

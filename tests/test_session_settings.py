@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from parley.config import AgentConfig, ModelSpec, RuntimeConfig
+from parley.config import AgentConfig, CompactionConfig, Memory, MemoryConfig, ModelSpec, RuntimeConfig
 from parley.errors import InvalidArgument
 from parley.ids import SessionId, new_queued_message_id, new_session_id
 from parley.runtime.access import LOCAL_PRINCIPAL
@@ -46,10 +46,10 @@ async def store() -> AsyncIterator[Store]:
         yield opened
 
 
-def service(store: Store) -> SessionService:
+def service(store: Store, agent: AgentConfig = HELPER) -> SessionService:
     return SessionService(
         store=store,
-        agents={HELPER.name: HELPER},
+        agents={agent.name: agent},
         signals=SessionSignals(),
         runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0),
         clock=time.time,
@@ -169,3 +169,81 @@ async def test_a_caller_may_narrow_the_tools_but_never_widen_them(store: Store) 
     with pytest.raises(InvalidArgument) as refused:
         await parley.start_session(LOCAL_PRINCIPAL, "helper", "hi", 0, settings={"enabled_tools": ["Read"]})
     assert "choose among: write_todos, ask_user, durable_wait" in str(refused.value)
+
+
+# ---------------------------------------------------------------------------- memory modes
+
+
+def with_memory(**memory: Any) -> AgentConfig:
+    return HELPER.model_copy(update={"memory": MemoryConfig(**memory)})
+
+
+async def converse(
+    store: Store, agent: AgentConfig, texts: list[str], settings: dict[str, Any] | None = None
+) -> list[list[tuple[str, str]]]:
+    """Send `texts` one turn after another in a new session (the first turn also calls
+    write_todos); return what the model was shown on each call, as (role, text) pairs."""
+    model = ScriptedModelClient()
+    todo = RequestedCall(name="write_todos", arguments={"todos": [{"content": "x"}]})
+    model.add(ModelResponse(text="calling", tool_calls=(todo,)), ModelResponse(text="a1"))
+    sid = await session_with(store, settings or {}, texts[0])
+    await drive(store, model, sid, agent)
+    parley = service(store, agent)
+    for i, text in enumerate(texts[1:], start=2):
+        model.add(ModelResponse(text=f"a{i}"))
+        await parley.send_message(LOCAL_PRINCIPAL, sid, text, 0)
+        await drive(store, model, sid, agent)
+    model.assert_complete()
+    return [[(m.role, m.text) for m in r.messages] for r in model.requests]
+
+
+FIRST_TURN = [("user", "u1"), ("assistant", "calling"), ("tool", "Plan saved: 1 item(s), 0 completed.")]
+
+
+async def test_full_memory_shows_the_whole_conversation(store: Store) -> None:
+    seen = await converse(store, HELPER, ["u1", "u2", "u3"])
+    assert seen[-1] == [*FIRST_TURN, ("assistant", "a1"), ("user", "u2"), ("assistant", "a2"), ("user", "u3")]
+
+
+async def test_no_memory_shows_each_turn_only_its_own_messages(store: Store) -> None:
+    seen = await converse(store, with_memory(mode="none"), ["u1", "u2", "u3"])
+    assert seen == [FIRST_TURN[:1], FIRST_TURN, [("user", "u2")], [("user", "u3")]]
+
+
+async def test_a_window_shows_the_latest_messages_and_never_a_result_without_its_call(store: Store) -> None:
+    seen = await converse(store, with_memory(mode="window", messages=3), ["u1", "u2", "u3"])
+    # The last three of u1, calling, result, a1, u2 would begin with the result: its call comes along.
+    assert seen[2] == [*FIRST_TURN[1:], ("assistant", "a1"), ("user", "u2")]
+    assert seen[3] == [("user", "u2"), ("assistant", "a2"), ("user", "u3")]
+
+
+async def test_a_session_may_remember_less_than_its_agent(store: Store) -> None:
+    seen = await converse(store, HELPER, ["u1", "u2"], {"memory": {"mode": "window", "messages": 2}})
+    assert seen[2] == [("assistant", "a1"), ("user", "u2")]
+    [session] = (await store.list_sessions(None, None, None, None, 10)).sessions
+    assert len(await store.list_messages(session.id, None, None)) == 6  # storage keeps it whole
+
+
+async def test_a_session_may_not_remember_more_than_its_agent(store: Store) -> None:
+    window = with_memory(mode="window", messages=5)
+    parley = service(store, window)
+    assert await parley.start_session(
+        LOCAL_PRINCIPAL, "helper", None, 0, settings={"memory": {"mode": "none"}}
+    )
+    for memory, field, problem in [
+        ({"mode": "full"}, "settings.memory.mode", "would remember more than agent 'helper' does (window)"),
+        ({"mode": "window", "messages": 6}, "settings.memory.messages", "at most 5"),
+        ({"mode": "none", "messages": 2}, "settings.memory.messages", 'goes with "mode": "window"'),
+        ({"mode": "all"}, "settings.memory.mode", "must be one of: none, window, compaction, full"),
+        ({"size": 3}, "settings.memory", "must be an object"),
+    ]:
+        with pytest.raises(InvalidArgument) as refused:
+            await parley.start_session(LOCAL_PRINCIPAL, "helper", None, 0, settings={"memory": memory})
+        assert refused.value.field == field and problem in str(refused.value)
+
+
+def test_compaction_enabled_means_the_compaction_mode() -> None:
+    assert HELPER.resolved_memory == Memory("full", 20)
+    legacy = HELPER.model_copy(update={"compaction": CompactionConfig(enabled=True)})
+    assert legacy.resolved_memory.mode == "compaction"
+    assert with_memory(mode="none").resolved_memory.mode == "none"

@@ -17,7 +17,15 @@ from typing import Any, Literal, TypeVar
 import anyio
 from jsonschema import Draft202012Validator
 
-from parley.config import OVERRIDABLE_LIMITS, AgentConfig, RuntimeConfig, effective_limits
+from parley.config import (
+    MEMORY_MODES,
+    OVERRIDABLE_LIMITS,
+    AgentConfig,
+    Memory,
+    RuntimeConfig,
+    effective_limits,
+    effective_memory,
+)
 from parley.config_auth import LimitsConfig
 from parley.errors import (
     InvalidArgument,
@@ -67,7 +75,7 @@ from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096
 # What a caller may set for a session (start_session / send_message `settings`).
-SETTINGS = ("model", "limits", "enabled_tools")
+SETTINGS = ("model", "limits", "enabled_tools", "memory")
 # Decisions get_session shows (newest first; `parley audit` has them all).
 DECISIONS_SHOWN = 50
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
@@ -124,6 +132,8 @@ class SessionDetails:
     decisions: list[AuditRecord] = field(default_factory=list)
     # The tools its next turn is offered (its agent's, narrowed by settings.enabled_tools).
     tools: list[str] = field(default_factory=list)
+    # What of the transcript its next turn's model sees (None: its agent is no longer configured).
+    memory: Memory | None = None
 
 
 class SessionService:
@@ -225,6 +235,8 @@ class SessionService:
                     raise InvalidArgument(
                         f"settings.limits.{name}", f"may be at most {ceiling:g}, the agent's own limit"
                     )
+        if settings.get("memory") is not None:
+            _check_memory(settings["memory"], agent)
         if len(json.dumps(settings)) > MAX_SETTINGS_CHARS:
             raise InvalidArgument("settings", f"must be at most {MAX_SETTINGS_CHARS} characters as JSON")
         model = settings.get("model")
@@ -603,6 +615,9 @@ class SessionService:
             pending=await self._store.list_interrupts(session.id, pending_only=True),
             decisions=[e for e in trail if e.action in audit.DECISIONS][:DECISIONS_SHOWN],
             tools=await self.session_tools(session),
+            memory=effective_memory(agent, session.settings)
+            if (agent := self._agents.get(session.agent))
+            else None,
         )
 
     async def list_sessions(
@@ -1042,6 +1057,35 @@ class SessionService:
         if snapshot is None or snapshot.turn is None:
             return TurnOutcome(session_id=turn.session_id, turn_id=turn.id, status=turn.status)
         return _outcome(snapshot, snapshot.turn, message_id)
+
+
+def _check_memory(memory: Any, agent: AgentConfig | None) -> None:
+    """settings.memory: a mode that remembers no more than the agent's (none < window < compaction
+    < full), and a window no larger than the agent's own window."""
+    field_name = "settings.memory"
+    if not isinstance(memory, dict) or set(memory) - {"mode", "messages"}:
+        raise InvalidArgument(field_name, 'must be an object such as {"mode": "window", "messages": 10}')
+    own = agent.resolved_memory if agent is not None else None
+    mode = memory.get("mode", own.mode if own else None)
+    if mode not in MEMORY_MODES:
+        raise InvalidArgument(f"{field_name}.mode", f"must be one of: {', '.join(MEMORY_MODES)}")
+    if own is not None and MEMORY_MODES.index(mode) > MEMORY_MODES.index(own.mode):
+        raise InvalidArgument(
+            f"{field_name}.mode",
+            f"'{mode}' would remember more than agent '{agent.name if agent else ''}' does ({own.mode}); "
+            f"choose among: {', '.join(MEMORY_MODES[: MEMORY_MODES.index(own.mode) + 1])}",
+        )
+    messages = memory.get("messages")
+    if messages is None:
+        return
+    if mode != "window":
+        raise InvalidArgument(f"{field_name}.messages", 'goes with "mode": "window"')
+    if isinstance(messages, bool) or not isinstance(messages, int) or messages < 1:
+        raise InvalidArgument(f"{field_name}.messages", "must be a whole number of messages, 1 or more")
+    if own is not None and own.mode == "window" and messages > own.messages:
+        raise InvalidArgument(
+            f"{field_name}.messages", f"may be at most {own.messages}, the agent's own window"
+        )
 
 
 def _turn_view(turn_id: TurnId) -> SnapshotScope:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from parley.config import AgentConfig
+from parley.config import AgentConfig, Memory
 from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (
@@ -84,6 +84,17 @@ class TurnOutcomeView(BaseModel):
     notes: list[str] = Field(default_factory=list, description="E.g. a decision that was already made.")
 
 
+class MemoryView(BaseModel):
+    mode: Literal["full", "window", "compaction", "none"] = Field(
+        description="full, window (the latest `messages`), compaction, or none (each turn alone)."
+    )
+    messages: int | None = Field(None, description="window: how many of the latest messages.")
+
+
+def memory_view(memory: Memory) -> MemoryView:
+    return MemoryView(mode=memory.mode, messages=memory.messages if memory.mode == "window" else None)
+
+
 class AgentView(BaseModel):
     name: str
     description: str
@@ -97,6 +108,9 @@ class AgentView(BaseModel):
     tools_needing_approval: list[str]
     model: str
     limits: dict[str, int | float | None]
+    memory: MemoryView = Field(
+        description="What of the conversation the model sees; sessions may choose less."
+    )
     notes: list[str] = Field(
         default_factory=list, description="Tool sources that could not be listed, and why."
     )
@@ -167,6 +181,9 @@ class SessionView(BaseModel):
     tools: list[str] = Field(
         default_factory=list,
         description="The tools its agent may call from the next turn on (narrowed by settings.enabled_tools).",
+    )
+    memory: MemoryView | None = Field(
+        None, description="What of the conversation the next turn's model sees."
     )
 
 
@@ -281,6 +298,7 @@ def agent_view(agent: AgentConfig, offer: Offer) -> AgentView:
         notes=list(offer.warnings),
         model=f"{agent.model.provider}:{agent.model.name}",
         limits=agent.limits.model_dump(),
+        memory=memory_view(agent.resolved_memory),
     )
 
 
@@ -348,6 +366,7 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         settings=s.settings,
         decisions=[decision_view(e) for e in snapshot.decisions],
         tools=snapshot.tools,
+        memory=memory_view(snapshot.memory) if snapshot.memory else None,
     )
 
 
