@@ -457,6 +457,10 @@ _CLEAR_TEXT_FIX = (
 )
 
 
+# The shortest pause between two looks at the agent files (tests look every 0.1 s).
+MIN_RELOAD_S = 0.05
+
+
 class RuntimeConfig(_Strict):
     poll_interval_s: float = Field(
         0.5, gt=0, le=60, description="How often a process looks for work other processes wrote."
@@ -500,6 +504,21 @@ class RuntimeConfig(_Strict):
         le=3600,
         description="While a caller waits, the longest gap between progress notifications.",
     )
+    agent_reload_s: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description=(
+            "How often a running server looks for added, changed and removed agent files (and changes "
+            "of agents_dir, model_aliases, default_model in parley.yaml) and reloads them; 0: never."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _reload_interval(self) -> RuntimeConfig:
+        if 0 < self.agent_reload_s < MIN_RELOAD_S:
+            raise ValueError(f"runtime.agent_reload_s must be 0 (off) or at least {MIN_RELOAD_S}")
+        return self
 
 
 class TasksConfig(_Strict):
@@ -1014,11 +1033,12 @@ def agent_paths(folder: Path) -> list[Path]:
 
 
 def load_agent_files(
-    file_cfg: ServerConfigFile, base_dir: Path, config_file: str
+    file_cfg: ServerConfigFile, base_dir: Path, config_file: str, context: AgentContext | None = None
 ) -> tuple[list[AgentFileLoad], list[ConfigError]]:
     """Every agent file of the agents_dir folders, and the folders that do not exist (an error only
-    when agents_dir is written out: the default folder may be absent)."""
-    context = AgentContext.of(file_cfg)
+    when agents_dir is written out: the default folder may be absent). `context`: what the files
+    are checked against, by default what `file_cfg` configures."""
+    context = context or AgentContext.of(file_cfg)
     loads: list[AgentFileLoad] = []
     errors: list[ConfigError] = []
     for where, folder in agent_folders(file_cfg, base_dir):
@@ -1076,6 +1096,16 @@ def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
     return errors + (list(config.token_problems) if config is not None else [])
 
 
+def read_server_file(config_path: Path) -> tuple[ServerConfigFile | None, list[ConfigError]]:
+    """parley.yaml as its fields say (None, and why, when it cannot be read or a field is wrong)."""
+    try:
+        return ServerConfigFile.model_validate(_read_server_yaml(config_path)), []
+    except ConfigError as exc:
+        return None, [exc]
+    except ValidationError as exc:
+        return None, _field_errors(str(config_path), exc)
+
+
 def _load(
     config_path: Path | None, db_override: Path | str | None
 ) -> tuple[ServerConfig | None, list[ConfigError]]:
@@ -1084,12 +1114,10 @@ def _load(
     base_dir = Path.cwd()
     if config_path is not None:
         base_dir = config_path.resolve().parent
-        try:
-            file_cfg = ServerConfigFile.model_validate(_read_server_yaml(config_path))
-        except ConfigError as exc:
-            return None, [exc]
-        except ValidationError as exc:
-            return None, _field_errors(str(config_path), exc)
+        read, problems = read_server_file(config_path)
+        if read is None:
+            return None, problems
+        file_cfg = read
         errors.extend(_storage_problems(file_cfg.storage, str(config_path)))
         errors.extend(_http_problems(file_cfg, str(config_path)))
     # Only serving HTTP needs the tokens: the other commands (the CLI's pending, approve, audit...)

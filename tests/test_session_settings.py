@@ -84,7 +84,7 @@ async def drive(
     driver = SessionDriver(
         store=store,
         agents={agent.name: agent},
-        models={"scripted": model},
+        models=lambda spec: model,
         toolbox=Toolbox(None),
         signals=SessionSignals(),
         process_id=PROC,

@@ -7,7 +7,7 @@ step."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import anyio
@@ -27,6 +27,9 @@ from parley.runtime.transcript import assistant_content, latest_messages, to_cha
 from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
+
+# The client that calls a model as its spec says (provider, address, key), from the composition root.
+ModelFor = Callable[[ModelSpec], ModelClient]
 
 # The longest pause between two attempts of a model call.
 MAX_MODEL_BACKOFF_S = 60.0
@@ -196,7 +199,7 @@ class ModelCaller:
         self,
         ctx: StepContext,
         *,
-        models: Mapping[str, ModelClient],
+        models: ModelFor,
         catalog: Mapping[str, ModelSpec],
         toolbox: Toolbox,
     ) -> None:
@@ -222,9 +225,8 @@ class ModelCaller:
         messages = transcript.records
         # The turn's own copy of the settings decides the model, also after a restart.
         chosen = turn.settings.get("model")
-        model = self._models.get(f"catalog:{chosen}") if chosen else None
-        model = model or self._models.get(agent.name) or self._models[agent.model.provider]
         model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
+        model = self._models(model_spec)
         offer = await self._toolbox.offer(agent, session.kind, session.id)
         offer = offer.narrowed(enabled_tools(turn.settings))
         for warning in offer.warnings:

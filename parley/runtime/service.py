@@ -28,6 +28,7 @@ from parley.config import (
 )
 from parley.config_auth import LimitsConfig
 from parley.errors import (
+    AgentRemoved,
     InvalidArgument,
     RequestError,
     SessionBusy,
@@ -48,6 +49,7 @@ from parley.ids import (
 )
 from parley.runtime import audit, transitions
 from parley.runtime.access import Principal, may_see, may_use
+from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
@@ -80,6 +82,8 @@ SETTINGS = ("model", "limits", "enabled_tools", "memory")
 DECISIONS_SHOWN = 50
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
 MAX_MESSAGES_PAGE = 200
+# Turns get_session lists (the latest), each with the agent version it ran on.
+TURNS_SHOWN = 50
 DEFAULT_MESSAGES_PAGE = 50
 
 logger = logging.getLogger(__name__)
@@ -118,6 +122,8 @@ class TurnOutcome:
     result: Any = None
     pending: list[InterruptRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The version of the agent definition the turn runs on (None: stored before versions were kept).
+    agent_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +140,8 @@ class SessionDetails:
     tools: list[str] = field(default_factory=list)
     # What of the transcript its next turn's model sees (None: its agent is no longer configured).
     memory: Memory | None = None
+    # Its latest turns, oldest first: each names the agent version it ran on.
+    turns: list[TurnRecord] = field(default_factory=list)
 
 
 class SessionService:
@@ -141,7 +149,7 @@ class SessionService:
         self,
         *,
         store: Store,
-        agents: Mapping[str, AgentConfig],
+        agents: AgentCatalog | Mapping[str, AgentConfig],
         signals: SessionSignals,
         runtime: RuntimeConfig,
         clock: Callable[[], float],
@@ -151,6 +159,8 @@ class SessionService:
     ) -> None:
         self._toolbox = toolbox
         self._model_names = list(model_names)
+        # A plain mapping (tests) becomes a catalog, so versions are named the same way.
+        agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
         self._decisions = Decisions(store, agents, clock)
         self._audit = Audit(store, clock)
         self._access = SessionAccess(store, agents, self._audit)
@@ -180,12 +190,14 @@ class SessionService:
         """The agents `caller` may use (an agent's `users:` may leave some out)."""
         return sorted((a for a in self._agents.values() if may_use(caller, a)), key=lambda a: a.name)
 
-    async def describe_agents(self, caller: Principal) -> list[tuple[AgentConfig, Offer]]:
-        """Each agent `caller` may use, with the tools a session of its default kind would be offered now."""
+    async def describe_agents(self, caller: Principal) -> list[tuple[AgentConfig, Offer, str]]:
+        """Each agent `caller` may use, with the tools a session of its default kind would be offered
+        now, and the version of its definition."""
         described = []
         for agent in self.agents(caller):
             kind = "task" if "task" in agent.kinds else agent.resolved_default_kind
-            described.append((agent, await self._toolbox.offer(agent, kind, None)))
+            offer = await self._toolbox.offer(agent, kind, None)
+            described.append((agent, offer, self._agents.version(agent.name) or ""))
         return described
 
     def _agent(self, caller: Principal, name: str) -> AgentConfig:
@@ -449,6 +461,8 @@ class SessionService:
     ) -> TurnOutcome:
         session = await self._access.visible(caller, session_id)
         agent = self._agents.get(session.agent)
+        if agent is None and session.status not in ("closed", "completed", "failed"):
+            raise AgentRemoved(session.id, session.agent)
         if agent is not None and not may_use(caller, agent):
             # The agent's users: changed since the session started; its history stays readable.
             raise InvalidArgument(
@@ -606,6 +620,7 @@ class SessionService:
         messages = await self._store.list_messages(session.id, start, limit)
         last_turn = await self._store.get_turn(session.last_turn_id) if session.last_turn_id else None
         trail = await self._store.list_audit(session.id, None, None, DECISIONS_SHOWN * 4)
+        agent = self._agents.get(session.agent)
         return SessionDetails(
             session=session,
             messages=messages,
@@ -615,9 +630,8 @@ class SessionService:
             pending=await self._store.list_interrupts(session.id, pending_only=True),
             decisions=[e for e in trail if e.action in audit.DECISIONS][:DECISIONS_SHOWN],
             tools=await self.session_tools(session),
-            memory=effective_memory(agent, session.settings)
-            if (agent := self._agents.get(session.agent))
-            else None,
+            memory=effective_memory(agent, session.settings) if agent is not None else None,
+            turns=(await self._store.list_turns(session.id))[-TURNS_SHOWN:],
         )
 
     async def list_sessions(
@@ -1115,6 +1129,7 @@ def _outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMess
         queued_message_id=message_id or turn.queued_message_id,
         session_status=session.status,
         result=turn.result,
+        agent_version=turn.agent_version,
     )
 
 

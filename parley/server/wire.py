@@ -20,6 +20,7 @@ from parley.storage.base import (
     QueuedMessageRecord,
     SessionRecord,
     ToolCallRecord,
+    TurnRecord,
 )
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
@@ -82,6 +83,9 @@ class TurnOutcomeView(BaseModel):
     session_status: str | None = Field(None, description="The session's status after this call.")
     queued_message_id: str | None = None
     notes: list[str] = Field(default_factory=list, description="E.g. a decision that was already made.")
+    agent_version: str | None = Field(
+        None, description="The version of the agent's definition the turn runs on (see list_agents)."
+    )
 
 
 class MemoryView(BaseModel):
@@ -98,6 +102,10 @@ def memory_view(memory: Memory) -> MemoryView:
 class AgentView(BaseModel):
     name: str
     description: str
+    version: str = Field(
+        description="The version of this definition: a hash of its content; each turn names the one it ran on."
+    )
+    version_label: str | None = Field(None, description="The agent file's own version: field, if any.")
     kinds: list[str]
     default_kind: str
     input_schema: dict[str, Any] | None = Field(None, description="JSON Schema of start_session's inputs.")
@@ -152,6 +160,28 @@ class DecisionView(BaseModel):
     via: str | None = Field(None, description="tool, elicitation, mrtr or task_input; refused: why.")
 
 
+class TurnView(BaseModel):
+    turn_id: str
+    seq: int
+    status: str
+    agent_version: str | None = Field(
+        None, description="The version of the agent's definition it ran on (null: from before versions)."
+    )
+    started_at: str | None
+    ended_at: str | None = None
+
+
+def turn_view(turn: TurnRecord) -> TurnView:
+    return TurnView(
+        turn_id=turn.id,
+        seq=turn.seq,
+        status=turn.status,
+        agent_version=turn.agent_version,
+        started_at=iso(turn.started_at),
+        ended_at=iso(turn.ended_at),
+    )
+
+
 class SessionView(BaseModel):
     session_id: str
     agent: str
@@ -184,6 +214,10 @@ class SessionView(BaseModel):
     )
     memory: MemoryView | None = Field(
         None, description="What of the conversation the next turn's model sees."
+    )
+    turns: list[TurnView] = Field(
+        default_factory=list,
+        description="The latest turns (up to 50), oldest first, each with the agent version it ran on.",
     )
 
 
@@ -265,6 +299,7 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
         queued_message_id=outcome.queued_message_id,
         pending=[pending_view(i) for i in outcome.pending],
         notes=list(outcome.notes),
+        agent_version=outcome.agent_version,
     )
 
 
@@ -285,10 +320,12 @@ def pending_view(interrupt: InterruptRecord) -> PendingView:
     )
 
 
-def agent_view(agent: AgentConfig, offer: Offer) -> AgentView:
+def agent_view(agent: AgentConfig, offer: Offer, version: str) -> AgentView:
     return AgentView(
         name=agent.name,
         description=agent.description,
+        version=version,
+        version_label=agent.version,
         kinds=list(agent.kinds),
         default_kind=agent.resolved_default_kind,
         input_schema=agent.input_schema,
@@ -367,6 +404,7 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         decisions=[decision_view(e) for e in snapshot.decisions],
         tools=snapshot.tools,
         memory=memory_view(snapshot.memory) if snapshot.memory else None,
+        turns=[turn_view(t) for t in snapshot.turns],
     )
 
 
