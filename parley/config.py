@@ -109,20 +109,29 @@ OVERRIDABLE_LIMITS = ("max_model_calls_per_turn", "max_turns", "max_session_toke
 
 
 def effective_limits(limits: AgentLimits, settings: dict[str, Any]) -> AgentLimits:
-    """The agent's limits with a session's (validated, never higher) overrides applied."""
-    overrides = {k: v for k, v in (settings.get("limits") or {}).items() if k in OVERRIDABLE_LIMITS}
+    """The agent's limits with a session's overrides applied, never higher than the agent's (a
+    session's settings were checked against the definition of then; a turn may run on a newer one)."""
+    overrides = {
+        k: v if getattr(limits, k) is None else min(v, getattr(limits, k))
+        for k, v in (settings.get("limits") or {}).items()
+        if k in OVERRIDABLE_LIMITS
+    }
     return limits.model_copy(update=overrides) if overrides else limits
 
 
 def effective_memory(agent: AgentConfig, settings: dict[str, Any]) -> Memory:
-    """The agent's memory with a session's (validated, never wider) settings.memory applied."""
+    """The agent's memory with a session's settings.memory applied, never wider than the agent's
+    (as for limits: the turn may run on a newer definition than the settings were checked against)."""
     own = agent.resolved_memory
     chosen = settings.get("memory")
-    if not isinstance(chosen, dict):
+    if not isinstance(chosen, dict) or chosen.get("mode", own.mode) not in MEMORY_MODES:
         return own
-    mode = chosen.get("mode") or own.mode
+    mode: MemoryMode = chosen.get("mode", own.mode)
+    if MEMORY_MODES.index(mode) > MEMORY_MODES.index(own.mode):
+        return own
     messages = chosen.get("messages")
-    return Memory(mode, messages if isinstance(messages, int) else own.messages)
+    size = messages if isinstance(messages, int) and not isinstance(messages, bool) else own.messages
+    return Memory(mode, min(size, own.messages) if own.mode == "window" else size)
 
 
 SessionKind = Literal["chat", "task"]

@@ -11,7 +11,17 @@ from typing import Any
 import anyio
 import pytest
 
-from parley.config import AgentConfig, CompactionConfig, Memory, MemoryConfig, ModelSpec, RuntimeConfig
+from parley.config import (
+    AgentConfig,
+    AgentLimits,
+    CompactionConfig,
+    Memory,
+    MemoryConfig,
+    ModelSpec,
+    RuntimeConfig,
+    effective_limits,
+    effective_memory,
+)
 from parley.errors import InvalidArgument
 from parley.ids import SessionId, new_queued_message_id, new_session_id
 from parley.runtime.access import LOCAL_PRINCIPAL
@@ -247,3 +257,14 @@ def test_compaction_enabled_means_the_compaction_mode() -> None:
     legacy = HELPER.model_copy(update={"compaction": CompactionConfig(enabled=True)})
     assert legacy.resolved_memory.mode == "compaction"
     assert with_memory(mode="none").resolved_memory.mode == "none"
+
+
+def test_settings_checked_against_an_earlier_version_never_widen_a_newer_one() -> None:
+    # A session chose its memory and limits under one definition; its turn runs on a narrower one.
+    chosen = {"memory": {"mode": "window", "messages": 50}, "limits": {"max_turns": 40}}
+    narrower = with_memory(mode="window", messages=5).model_copy(update={"limits": AgentLimits(max_turns=10)})
+    assert effective_memory(narrower, chosen) == Memory("window", 5)
+    assert effective_memory(with_memory(mode="none"), chosen) == Memory("none", 20)
+    assert effective_memory(HELPER, chosen) == Memory("window", 50)
+    assert effective_limits(narrower.limits, chosen).max_turns == 10
+    assert effective_limits(HELPER.limits, chosen).max_turns == 40

@@ -140,15 +140,15 @@ class AgentReloader:
         for folder in self._folders:
             try:
                 with os.scandir(folder) as entries:
-                    names = sorted(
-                        e.path
+                    found = sorted(
+                        (e.path, e.stat())
                         for e in entries
                         if not e.name.startswith(".") and os.path.splitext(e.name)[1] in AGENT_SUFFIXES
                     )
-            except OSError:
+            except OSError:  # the folder is missing (or a file went away while looking: next time)
                 seen.append((str(folder), None))
                 continue
-            seen += [_stat(Path(name)) for name in names]
+            seen += [(path, st.st_mtime_ns, st.st_size, st.st_ino) for path, st in found]
         return tuple(seen)
 
     def _read(self) -> _Read:
