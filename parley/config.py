@@ -50,8 +50,8 @@ KNOWN_PROVIDERS = ("demo", "anthropic", "openai")
 
 # Stable error codes, so scripts and docs can refer to a problem by name. PARLEY-C001 (the file is
 # not valid YAML or not a mapping) and C002 (a field has a wrong type or value, or is unknown) are
-# in config_agents.py, with the codes of what a Markdown agent file asks that parley cannot serve
-# (C014 to C017).
+# in config_agents.py, with the codes of what an agent file asks that parley serves differently
+# (C014 to C018); C019 and C020, what a running server's reload logs, are in runtime/agent_reload.py.
 E_PROVIDER = "PARLEY-C003"  # unknown model provider
 E_TOOL = "PARLEY-C004"  # unknown built-in tool
 E_DUPLICATE = "PARLEY-C005"  # two agent files define the same name

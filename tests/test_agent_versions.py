@@ -13,25 +13,21 @@ import anyio
 import pytest
 import yaml
 
-from parley.config import AgentConfig, ModelSpec, RuntimeConfig, load_config
+from parley.config import AgentConfig, ModelSpec, load_config
 from parley.config_auth import Members
 from parley.errors import AgentRemoved
-from parley.ids import SessionId, new_queued_message_id, new_session_id
+from parley.ids import SessionId
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.agent_catalog import AgentCatalog, definition_of, version_of
 from parley.runtime.agent_reload import AgentReloader
-from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.model import ModelResponse, RequestedCall
 from parley.runtime.scripted_model import ScriptedModelClient
-from parley.runtime.service import SessionService
 from parley.runtime.session_steps import SessionSteps
-from parley.runtime.signals import SessionSignals
-from parley.runtime.toolbox import Toolbox
-from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, Resolution, SessionRecord
+from parley.storage.base import Resolution
 from parley.storage.memory import open_memory_store
 from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.ports import Store
+from tests.driver_support import drive, service, started_session
 from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
@@ -73,42 +69,7 @@ async def store(database: MemoryDatabase) -> AsyncIterator[Store]:
 
 
 async def session(store: Store, text: str) -> SessionId:
-    now = time.time()
-    sid = new_session_id()
-    record = SessionRecord.new(sid, agent=ASKER.name, owner="local", kind="chat", now=now)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
-    await store.create_session(starting(record, first), first, now)
-    return sid
-
-
-def driver(store: Store, catalog: AgentCatalog, model: ScriptedModelClient, proc: str) -> SessionDriver:
-    return SessionDriver(
-        store=store,
-        agents=catalog,
-        models=lambda spec: model,
-        toolbox=Toolbox(None),
-        signals=SessionSignals(),
-        process_id=proc,
-        timings=DriveSettings(lease_ttl_s=30.0, poll_interval_s=0.05),
-        clock=time.time,
-    )
-
-
-async def drive(
-    store: Store, catalog: AgentCatalog, model: ScriptedModelClient, sid: SessionId, proc: str
-) -> None:
-    lease = await store.try_acquire_lease(sid, proc, time.time(), 30.0)
-    assert lease is not None
-    with anyio.fail_after(TEST_DEADLINE_S):
-        await driver(store, catalog, model, proc).drive(sid, lease)
+    return await started_session(store, ASKER.name, text)
 
 
 ASK = RequestedCall(name="ask_user", arguments={"question": "go?"})
@@ -132,14 +93,7 @@ async def test_a_turn_finishes_on_the_version_it_started_with_and_the_next_turn_
     catalog.replace({ASKER.name: ASKER_2})
     await answer_pending(store, sid)
     await drive(store, catalog, model, sid, "proc_a")
-    await SessionService(
-        store=store,
-        agents=catalog,
-        signals=SessionSignals(),
-        runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0),
-        clock=time.time,
-        toolbox=Toolbox(None),
-    ).send_message(LOCAL_PRINCIPAL, sid, "second", 0)
+    await service(store, catalog).send_message(LOCAL_PRINCIPAL, sid, "second", 0)
     model.add(ModelResponse(text="again"))
     await drive(store, catalog, model, sid, "proc_a")
     model.assert_complete()
@@ -172,18 +126,11 @@ async def test_a_removed_agents_turn_finishes_and_its_session_refuses_new_messag
     await drive(store, catalog, model, sid, "proc_a")
     [turn] = await store.list_turns(sid)
     assert (turn.status, turn.answer) == ("answered", "done")
-    service = SessionService(
-        store=store,
-        agents=catalog,
-        signals=SessionSignals(),
-        runtime=RuntimeConfig(),
-        clock=time.time,
-        toolbox=Toolbox(None),
-    )
+    parley = service(store, catalog)
     with pytest.raises(AgentRemoved) as refused:
-        await service.send_message(LOCAL_PRINCIPAL, sid, "more", 0)
+        await parley.send_message(LOCAL_PRINCIPAL, sid, "more", 0)
     assert "its agent 'asker' is no longer configured" in str(refused.value)
-    details = await service.get_session(LOCAL_PRINCIPAL, sid, None, None, None)
+    details = await parley.get_session(LOCAL_PRINCIPAL, sid, None, None, None)
     assert [t.agent_version for t in details.turns] == [version(ASKER)]
 
 

@@ -4,11 +4,9 @@ model is offered, and what a call outside the set gets), with a scripted model a
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 import pytest
 
 from parley.config import (
@@ -18,29 +16,24 @@ from parley.config import (
     Memory,
     MemoryConfig,
     ModelSpec,
-    RuntimeConfig,
     effective_limits,
     effective_memory,
 )
 from parley.errors import InvalidArgument
-from parley.ids import SessionId, new_queued_message_id, new_session_id
+from parley.ids import SessionId
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.builtin_tools import ASK_USER
-from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec
 from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.service import SessionService
-from parley.runtime.signals import SessionSignals
-from parley.runtime.toolbox import Binding, Offer, Toolbox
-from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord
+from parley.runtime.toolbox import Binding, Offer
 from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
-from tests.support import TEST_DEADLINE_S
+from tests.driver_support import drive as drive_once
+from tests.driver_support import service, started_session
 
 pytestmark = pytest.mark.anyio
 
-PROC = "proc_settings_test"
 HELPER = AgentConfig(
     name="helper",
     instructions="Help.",
@@ -56,55 +49,19 @@ async def store() -> AsyncIterator[Store]:
         yield opened
 
 
-def service(store: Store, agent: AgentConfig = HELPER) -> SessionService:
-    return SessionService(
-        store=store,
-        agents={agent.name: agent},
-        signals=SessionSignals(),
-        runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0),
-        clock=time.time,
-        toolbox=Toolbox(None),
-    )
+def helper_service(store: Store, agent: AgentConfig = HELPER) -> SessionService:
+    return service(store, {agent.name: agent})
 
 
-async def session_with(store: Store, settings: dict[str, Any], *texts: str) -> SessionId:
-    """A session of HELPER with `settings` and its messages queued, as start_session leaves it."""
-    now = time.time()
-    sid = new_session_id()
-    record = SessionRecord.new(sid, agent=HELPER.name, owner="local", kind="chat", now=now, settings=settings)
-    queued = [
-        QueuedMessageRecord(
-            id=new_queued_message_id(),
-            session_id=sid,
-            seq=0,
-            text=text,
-            status="queued",
-            turn_id=None,
-            created_at=now,
-        )
-        for text in texts
-    ]
-    await store.create_session(starting(record, queued[0]), queued[0], now)
-    return sid
+async def session_with(store: Store, settings: dict[str, Any], text: str) -> SessionId:
+    """A session of HELPER with `settings` and its first message queued."""
+    return await started_session(store, HELPER.name, text, settings=settings)
 
 
 async def drive(
     store: Store, model: ScriptedModelClient, sid: SessionId, agent: AgentConfig = HELPER
 ) -> None:
-    driver = SessionDriver(
-        store=store,
-        agents={agent.name: agent},
-        models=lambda spec: model,
-        toolbox=Toolbox(None),
-        signals=SessionSignals(),
-        process_id=PROC,
-        timings=DriveSettings(lease_ttl_s=30.0, poll_interval_s=0.05),
-        clock=time.time,
-    )
-    lease = await store.try_acquire_lease(sid, PROC, time.time(), 30.0)
-    assert lease is not None
-    with anyio.fail_after(TEST_DEADLINE_S):
-        await driver.drive(sid, lease)
+    await drive_once(store, {agent.name: agent}, model, sid)
 
 
 # ---------------------------------------------------------------------------- enabled_tools
@@ -154,7 +111,7 @@ async def test_enabled_tools_null_gives_the_agent_all_of_its_tools_again(store: 
 
 
 async def test_a_caller_may_narrow_the_tools_but_never_widen_them(store: Store) -> None:
-    parley = service(store)
+    parley = helper_service(store)
     out = await parley.start_session(
         LOCAL_PRINCIPAL, "helper", None, 0, settings={"enabled_tools": ["ask_user"]}
     )
@@ -198,7 +155,7 @@ async def converse(
     model.add(ModelResponse(text="calling", tool_calls=(todo,)), ModelResponse(text="a1"))
     sid = await session_with(store, settings or {}, texts[0])
     await drive(store, model, sid, agent)
-    parley = service(store, agent)
+    parley = helper_service(store, agent)
     for i, text in enumerate(texts[1:], start=2):
         model.add(ModelResponse(text=f"a{i}"))
         await parley.send_message(LOCAL_PRINCIPAL, sid, text, 0)
@@ -236,7 +193,7 @@ async def test_a_session_may_remember_less_than_its_agent(store: Store) -> None:
 
 async def test_a_session_may_not_remember_more_than_its_agent(store: Store) -> None:
     window = with_memory(mode="window", messages=5)
-    parley = service(store, window)
+    parley = helper_service(store, window)
     assert await parley.start_session(
         LOCAL_PRINCIPAL, "helper", None, 0, settings={"memory": {"mode": "none"}}
     )
