@@ -21,8 +21,11 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
+from parley.config_agents import ConfigNote
 from parley.errors import ConfigErrors, StorageError
 from parley.ids import new_process_id
+from parley.runtime.agent_catalog import AgentCatalog
+from parley.runtime.agent_reload import AgentReloader
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.faults import FaultPoints
@@ -97,25 +100,45 @@ class App:
         return report
 
 
-def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> dict[str, ModelClient]:
-    """One model client per agent (keys and addresses are per agent), looked up by agent name."""
-    demo = DemoModelClient()
+class ModelClients:
+    """The model client of each spec (provider, address, key variable), made on first use and kept:
+    agents that change while the server runs, and earlier versions that turns still run on, may
+    name a model no agent named at start."""
 
-    def client(owner: str, spec: ModelSpec) -> ModelClient:
+    def __init__(self, http: httpx2.AsyncClient) -> None:
+        self._http = http
+        self._demo = DemoModelClient()
+        self._clients: dict[tuple[str, str | None, str | None], ModelClient] = {}
+
+    def __call__(self, spec: ModelSpec, owner: str = "a turn") -> ModelClient:
+        if spec.provider not in ("anthropic", "openai"):
+            return self._demo
+        found = self._clients.get((spec.provider, spec.base_url, spec.api_key_env))
+        if found is not None:
+            return found
         key = secret_from_env(spec.api_key_env)
         if spec.api_key_env and key is None:
             logger.warning(
                 "%s: environment variable %s is not set; its model calls will fail", owner, spec.api_key_env
             )
-        if spec.provider == "anthropic":
-            return AnthropicModelClient(http, key, spec.base_url)
-        if spec.provider == "openai":
-            return OpenAIModelClient(http, key, spec.base_url)
-        return demo
+        client: ModelClient = (
+            AnthropicModelClient(self._http, key, spec.base_url)
+            if spec.provider == "anthropic"
+            else OpenAIModelClient(self._http, key, spec.base_url)
+        )
+        self._clients[(spec.provider, spec.base_url, spec.api_key_env)] = client
+        return client
 
-    models = {name: client(f"agent {name}", agent.model) for name, agent in config.agents.items()}
+
+def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> ModelClients:
+    """The model clients, those of the configured agents and models made now (so a missing key
+    is reported at start)."""
+    models = ModelClients(http)
+    for name, agent in config.agents.items():
+        models(agent.model, f"agent {name}")
     # Models a caller may pick by name in session settings.
-    models |= {f"catalog:{name}": client(f"model {name}", spec) for name, spec in config.models.items()}
+    for name, spec in config.models.items():
+        models(spec, f"model {name}")
     return models
 
 
@@ -128,6 +151,9 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     the unfinished turns at once.
     """
     clock = time.time
+    for notice in config.agent_notices:
+        level = logging.INFO if isinstance(notice, ConfigNote) else logging.WARNING
+        logger.log(level, "%s", notice)
     async with AsyncExitStack() as stack:
         opened = await stack.enter_async_context(open_store(config))
         store = opened.store
@@ -148,9 +174,10 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         models = build_models(config, http)
         sources = McpToolSources(config.mcp_servers, __version__)
         toolbox = Toolbox(sources)
+        agents = AgentCatalog(config.agents, store)
         driver = SessionDriver(
             store=store,
-            agents=config.agents,
+            agents=agents,
             models=models,
             toolbox=toolbox,
             signals=signals,
@@ -165,7 +192,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         )
         service = SessionService(
             store=store,
-            agents=config.agents,
+            agents=agents,
             signals=signals,
             runtime=config.runtime,
             clock=clock,
@@ -193,6 +220,18 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             await tg.start(
                 service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
             )
+            if config.config_path is not None and runtime.agent_reload_s > 0:
+                reloader = AgentReloader(
+                    config.config_path,
+                    agents,
+                    config.agent_files,
+                    config.mcp_servers,
+                    runtime.agent_reload_s,
+                    on_reload=lambda now: sources.warm_up(
+                        r.server for a in now.values() for r in a.mcp_servers
+                    ),
+                )
+                await tg.start(reloader.run)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             try:
                 yield App(

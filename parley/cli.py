@@ -21,6 +21,7 @@ from parley.config import (
     db_override_from_env,
     load_config,
 )
+from parley.config_agents import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
 
 # Static tokens start with this, so secret scanners and people recognise one.
@@ -127,6 +128,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"warning: {warning}")
     for error in errors:
         print(f"{error.code} {error.file}: {error.field}: {error.problem}")
+    if config is not None:
+        # What the agent files ask that parley serves differently: worth knowing, not fatal.
+        for notice in config.agent_notices:
+            print(f"{'note' if isinstance(notice, ConfigNote) else 'warning'}: {notice}")
     if errors or config is None:
         print(f"{len(errors)} problem(s) found", file=sys.stderr)
         return 1

@@ -21,6 +21,17 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from parley.config_agents import (
+    AGENT_SUFFIXES,
+    BUILTIN_TOOLS,
+    E_DEFAULT_MODEL,
+    E_FIELD,
+    E_YAML,
+    ConfigNote,
+    markdown_agent_fields,
+    not_an_agent,
+    read_front_matter,
+)
 from parley.config_auth import (
     MIN_TOKEN_CHARS,
     AuditConfig,
@@ -35,12 +46,12 @@ from parley.config_auth import (
 from parley.errors import ConfigError, ConfigErrors
 from parley.redaction import mask_url
 
-BUILTIN_TOOLS = ("write_todos", "ask_user", "durable_wait")
 KNOWN_PROVIDERS = ("demo", "anthropic", "openai")
 
-# Stable error codes, so scripts and docs can refer to a problem by name.
-E_YAML = "PARLEY-C001"  # the file is not valid YAML or not a mapping
-E_FIELD = "PARLEY-C002"  # a field has a wrong type or value, or is unknown
+# Stable error codes, so scripts and docs can refer to a problem by name. PARLEY-C001 (the file is
+# not valid YAML or not a mapping) and C002 (a field has a wrong type or value, or is unknown) are
+# in config_agents.py, with the codes of what an agent file asks that parley serves differently
+# (C014 to C018); C019 and C020, what a running server's reload logs, are in runtime/agent_reload.py.
 E_PROVIDER = "PARLEY-C003"  # unknown model provider
 E_TOOL = "PARLEY-C004"  # unknown built-in tool
 E_DUPLICATE = "PARLEY-C005"  # two agent files define the same name
@@ -98,9 +109,29 @@ OVERRIDABLE_LIMITS = ("max_model_calls_per_turn", "max_turns", "max_session_toke
 
 
 def effective_limits(limits: AgentLimits, settings: dict[str, Any]) -> AgentLimits:
-    """The agent's limits with a session's (validated, never higher) overrides applied."""
-    overrides = {k: v for k, v in (settings.get("limits") or {}).items() if k in OVERRIDABLE_LIMITS}
+    """The agent's limits with a session's overrides applied, never higher than the agent's (a
+    session's settings were checked against the definition of then; a turn may run on a newer one)."""
+    overrides = {
+        k: v if getattr(limits, k) is None else min(v, getattr(limits, k))
+        for k, v in (settings.get("limits") or {}).items()
+        if k in OVERRIDABLE_LIMITS
+    }
     return limits.model_copy(update=overrides) if overrides else limits
+
+
+def effective_memory(agent: AgentConfig, settings: dict[str, Any]) -> Memory:
+    """The agent's memory with a session's settings.memory applied, never wider than the agent's
+    (as for limits: the turn may run on a newer definition than the settings were checked against)."""
+    own = agent.resolved_memory
+    chosen = settings.get("memory")
+    if not isinstance(chosen, dict) or chosen.get("mode", own.mode) not in MEMORY_MODES:
+        return own
+    mode: MemoryMode = chosen.get("mode", own.mode)
+    if MEMORY_MODES.index(mode) > MEMORY_MODES.index(own.mode):
+        return own
+    messages = chosen.get("messages")
+    size = messages if isinstance(messages, int) and not isinstance(messages, bool) else own.messages
+    return Memory(mode, min(size, own.messages) if own.mode == "window" else size)
 
 
 SessionKind = Literal["chat", "task"]
@@ -224,9 +255,53 @@ class CompactionConfig(_Strict):
     )
 
 
+MemoryMode = Literal["full", "window", "compaction", "none"]
+# How much of the past each mode lets the model see: a session may choose a mode that remembers
+# no more than its agent's (as its limits are ceilings).
+MEMORY_MODES: tuple[MemoryMode, ...] = ("none", "window", "compaction", "full")
+
+
+class MemoryConfig(_Strict):
+    """What of the stored transcript (always whole) the model is shown."""
+
+    mode: MemoryMode | None = Field(
+        None,
+        description=(
+            "full: the whole conversation (the default); window: the latest `messages` messages; "
+            "compaction: older messages summarized as the context fills (see compaction:); none: each "
+            "turn sees only its own messages. Unset: compaction when compaction.enabled, else full."
+        ),
+    )
+    messages: int = Field(
+        20,
+        ge=1,
+        le=100_000,
+        description=(
+            "window: how many of the latest messages the model sees (more when the oldest would be a "
+            "tool result: it comes with the call that asked for it)."
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The memory a turn runs with: its mode, and the size of a window."""
+
+    mode: MemoryMode
+    messages: int
+
+
 class AgentConfig(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     description: str = ""
+    version: str | None = Field(
+        None,
+        max_length=64,
+        description=(
+            "A label of yours for this definition (e.g. 2.1); the version parley stores is a hash of the "
+            "whole definition, this label included."
+        ),
+    )
     instructions: str = ""
     model: ModelSpec = Field(default_factory=lambda: ModelSpec())
     tools: list[str] = Field(default_factory=list, description="Built-in tools this agent may call.")
@@ -258,6 +333,10 @@ class AgentConfig(_Strict):
         ),
     )
     compaction: CompactionConfig = Field(default_factory=lambda: CompactionConfig())
+    memory: MemoryConfig = Field(
+        default_factory=lambda: MemoryConfig(),
+        description="What of the conversation the model sees; a session may choose to remember less.",
+    )
     approval_deadline_s: float | None = Field(
         None, gt=0, description="An approval not decided within this time is rejected (default: no deadline)."
     )
@@ -272,6 +351,12 @@ class AgentConfig(_Strict):
         if self.default_kind is not None:
             return self.default_kind
         return "chat" if "chat" in self.kinds else self.kinds[0]
+
+    @property
+    def resolved_memory(self) -> Memory:
+        """The agent's memory: `compaction.enabled: true` (older files) means the compaction mode."""
+        mode = self.memory.mode or ("compaction" if self.compaction.enabled else "full")
+        return Memory(mode, self.memory.messages)
 
     @property
     def result_schema(self) -> dict[str, Any]:
@@ -381,6 +466,10 @@ _CLEAR_TEXT_FIX = (
 )
 
 
+# The shortest pause between two looks at the agent files (tests look every 0.1 s).
+MIN_RELOAD_S = 0.05
+
+
 class RuntimeConfig(_Strict):
     poll_interval_s: float = Field(
         0.5, gt=0, le=60, description="How often a process looks for work other processes wrote."
@@ -424,6 +513,21 @@ class RuntimeConfig(_Strict):
         le=3600,
         description="While a caller waits, the longest gap between progress notifications.",
     )
+    agent_reload_s: float = Field(
+        2.0,
+        ge=0,
+        le=3600,
+        description=(
+            "How often a running server looks for added, changed and removed agent files (and changes "
+            "of agents_dir, model_aliases, default_model in parley.yaml) and reloads them; 0: never."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _reload_interval(self) -> RuntimeConfig:
+        if 0 < self.agent_reload_s < MIN_RELOAD_S:
+            raise ValueError(f"runtime.agent_reload_s must be 0 (off) or at least {MIN_RELOAD_S}")
+        return self
 
 
 class TasksConfig(_Strict):
@@ -577,7 +681,24 @@ class HttpConfig(_Strict):
 
 class ServerConfigFile(_Strict):
     storage: StorageConfig = Field(default_factory=lambda: StorageConfig())
-    agents_dir: str = Field("configs/agents", description="Folder of agent YAML files, next to parley.yaml.")
+    agents_dir: str | list[str] = Field(
+        "configs/agents",
+        description=(
+            "Folder (or list of folders) of agent files, relative to parley.yaml: YAML (.yaml, .yml) and "
+            "Markdown with front matter (.md, as Claude Code's subagents), e.g. [configs/agents, .claude/agents]."
+        ),
+    )
+    model_aliases: dict[str, ModelSpec] = Field(
+        default_factory=dict,
+        description=(
+            "What an agent's model alias (model: sonnet in a Claude Code file) means. Callers cannot choose "
+            "these by name (that is models:); an alias not listed, and inherit, mean default_model."
+        ),
+    )
+    default_model: ModelSpec | None = Field(
+        None,
+        description="The model of agents that name none, inherit, or an unmapped alias (default: demo).",
+    )
     runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
     http: HttpConfig = Field(default_factory=lambda: HttpConfig())
     tasks: TasksConfig = Field(default_factory=lambda: TasksConfig())
@@ -649,6 +770,8 @@ class ServerConfig:
     token_problems: tuple[ConfigError, ...] = ()
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    # What agent files ask that parley serves differently (skipped tools, the default model...).
+    agent_notices: tuple[ConfigError, ...] = ()
 
     @property
     def db_label(self) -> str:
@@ -684,12 +807,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return expanded
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(E_MISSING, str(path), "(file)", f"cannot be read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(E_YAML, str(path), "(file)", f"is not UTF-8 text ({exc.reason})") from exc
+
+
 def _read_raw_yaml(path: Path) -> dict[str, Any]:
     """The file's mapping, ${NAME} references as written."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(E_MISSING, str(path), "(file)", f"cannot be read: {exc.strerror}") from exc
+        data = yaml.safe_load(_read_text(path))
     except yaml.YAMLError as exc:
         raise ConfigError(E_YAML, str(path), "(file)", f"is not valid YAML: {exc}") from exc
     if data is None:
@@ -760,6 +890,16 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
         )
     if agent.model.base_url is not None and not agent.model.base_url.startswith(("http://", "https://")):
         problems.append(ConfigError(E_FIELD, file, "model.base_url", "must start with http:// or https://"))
+    if agent.memory.mode not in (None, "compaction") and agent.compaction.enabled:
+        problems.append(
+            ConfigError(
+                E_FIELD,
+                file,
+                "memory.mode",
+                f"is {agent.memory.mode}, but compaction.enabled: true means the compaction mode; "
+                "remove one of them",
+            )
+        )
     problems += _schema_problems(agent.result, file, "result", E_RESULT_SCHEMA)
     problems += _schema_problems(agent.input_schema, file, "input_schema", E_INPUT_SCHEMA)
     if agent.default_kind is not None and agent.default_kind not in agent.kinds:
@@ -823,16 +963,155 @@ def _server_ref_problems(
     return problems
 
 
-def load_agent_file(path: Path) -> tuple[AgentConfig | None, list[ConfigError]]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentContext:
+    """What reading an agent file needs from parley.yaml: its MCP servers (tools name them) and
+    what a model alias means."""
+
+    servers: dict[str, McpServerConfig]
+    aliases: dict[str, ModelSpec]
+    default_model: ModelSpec
+
+    @classmethod
+    def of(cls, file_cfg: ServerConfigFile) -> AgentContext:
+        return cls(
+            servers=file_cfg.mcp_servers,
+            aliases=file_cfg.model_aliases,
+            default_model=file_cfg.default_model or ModelSpec(),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentFileLoad:
+    """One agent file as read: the agent (None when it could not be built), the problems that keep
+    it from being served as it is, and notices of what is served differently than written."""
+
+    path: Path
+    agent: AgentConfig | None
+    problems: list[ConfigError] = field(default_factory=list)
+    notices: list[ConfigError] = field(default_factory=list)
+
+    @property
+    def is_valid(self) -> bool:
+        return self.agent is not None and not self.problems
+
+
+def load_agent_file(path: Path, context: AgentContext) -> AgentFileLoad:
+    """Read one agent file: YAML, or Markdown with front matter (see config_agents.py)."""
+    file = str(path)
     try:
-        data = _read_yaml(path)
+        if path.suffix == ".md":
+            found = read_front_matter(path, _read_text(path))
+            if found is None:
+                return AgentFileLoad(path=path, agent=None, notices=[not_an_agent(path)])
+            front, body = found
+            expanded: dict[str, Any] = _expand_env(front, file, "")
+            data, notices = markdown_agent_fields(expanded, body, file, context.servers)
+        else:
+            data, notices = _read_yaml(path), []
+        notices += _resolve_model(data, file, context, markdown=path.suffix == ".md")
     except ConfigError as exc:
-        return None, [exc]
+        return AgentFileLoad(path=path, agent=None, problems=[exc])
     try:
         agent = AgentConfig.model_validate(data)
     except ValidationError as exc:
-        return None, _field_errors(str(path), exc)
-    return agent, validate_agent(agent, str(path))
+        return AgentFileLoad(path=path, agent=None, problems=_field_errors(file, exc), notices=notices)
+    problems = validate_agent(agent, file) + _server_ref_problems(agent, file, context.servers)
+    return AgentFileLoad(path=path, agent=agent, problems=problems, notices=notices)
+
+
+def _resolve_model(
+    data: dict[str, Any], file: str, context: AgentContext, *, markdown: bool
+) -> list[ConfigError]:
+    """Turn a model alias into its spec (model_aliases), or the server's default model for an agent
+    that names none, `inherit`, or an alias parley.yaml does not map. A mapping stays as written."""
+    value = data.get("model")
+    if value is not None and not isinstance(value, str):
+        return []
+    default = context.default_model
+    runs_on = f"the agent runs on the server's default model {default.provider}:{default.name}"
+    alias = value.strip() if value is not None else None
+    if alias is not None and alias in context.aliases:
+        data["model"] = context.aliases[alias]
+        return []
+    data["model"] = default
+    if alias is None:
+        # Claude Code's default is `inherit`; a YAML agent without a model has always run on the default.
+        return [ConfigNote(E_DEFAULT_MODEL, file, "model", f"is not given: {runs_on}")] if markdown else []
+    if alias == "inherit":
+        return [ConfigNote(E_DEFAULT_MODEL, file, "model", f"inherit: {runs_on}")]
+    return [
+        ConfigError(
+            E_DEFAULT_MODEL,
+            file,
+            "model",
+            f"'{alias}' is not in model_aliases of parley.yaml, so {runs_on}; map it there "
+            f"(model_aliases: {{{alias}: {{provider: ..., name: ...}}}})",
+        )
+    ]
+
+
+def agent_folders(file_cfg: ServerConfigFile, base_dir: Path) -> list[tuple[str, Path]]:
+    """The agents_dir folders, each with the field that names it (agents_dir, agents_dir.1...)."""
+    if isinstance(file_cfg.agents_dir, str):
+        return [("agents_dir", base_dir / file_cfg.agents_dir)]
+    return [(f"agents_dir.{i}", base_dir / folder) for i, folder in enumerate(file_cfg.agents_dir)]
+
+
+def agent_paths(folder: Path) -> list[Path]:
+    """The agent files of one folder, in name order (hidden files left out)."""
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p
+        for p in folder.iterdir()
+        if p.suffix in AGENT_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    )
+
+
+def load_agent_files(
+    file_cfg: ServerConfigFile, base_dir: Path, config_file: str, context: AgentContext | None = None
+) -> tuple[list[AgentFileLoad], list[ConfigError]]:
+    """Every agent file of the agents_dir folders, and the folders that do not exist (an error only
+    when agents_dir is written out: the default folder may be absent). `context`: what the files
+    are checked against, by default what `file_cfg` configures."""
+    context = context or AgentContext.of(file_cfg)
+    loads: list[AgentFileLoad] = []
+    errors: list[ConfigError] = []
+    for where, folder in agent_folders(file_cfg, base_dir):
+        if folder.is_dir():
+            loads += [load_agent_file(path, context) for path in agent_paths(folder)]
+        elif "agents_dir" in file_cfg.model_fields_set:
+            errors.append(ConfigError(E_MISSING, config_file, where, f"folder {folder} does not exist"))
+    return loads, errors
+
+
+def combine_agent_files(
+    loads: list[AgentFileLoad],
+) -> tuple[dict[str, AgentConfig], dict[str, Path], list[ConfigError]]:
+    """The agents (the built-in demo unless a file defines its name), the file of each, and the
+    problems, a name defined twice among them."""
+    agents: dict[str, AgentConfig] = {DEMO_AGENT.name: DEMO_AGENT}
+    files: dict[str, Path] = {}
+    errors: list[ConfigError] = []
+    for load in loads:
+        errors.extend(load.problems)
+        if load.agent is None:
+            continue
+        name = load.agent.name
+        if name in files:
+            errors.append(
+                ConfigError(
+                    E_DUPLICATE,
+                    str(load.path),
+                    "name",
+                    f"agent '{name}' is already defined in {files[name]}; rename one of them",
+                )
+            )
+            continue
+        agents[name] = load.agent  # a file overrides the built-in agent of the same name
+        files[name] = load.path
+    return agents, files, errors
 
 
 def load_config(config_path: Path | None, db_override: Path | str | None) -> ServerConfig:
@@ -854,6 +1133,16 @@ def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
     return errors + (list(config.token_problems) if config is not None else [])
 
 
+def read_server_file(config_path: Path) -> tuple[ServerConfigFile | None, list[ConfigError]]:
+    """parley.yaml as its fields say (None, and why, when it cannot be read or a field is wrong)."""
+    try:
+        return ServerConfigFile.model_validate(_read_server_yaml(config_path)), []
+    except ConfigError as exc:
+        return None, [exc]
+    except ValidationError as exc:
+        return None, _field_errors(str(config_path), exc)
+
+
 def _load(
     config_path: Path | None, db_override: Path | str | None
 ) -> tuple[ServerConfig | None, list[ConfigError]]:
@@ -862,12 +1151,10 @@ def _load(
     base_dir = Path.cwd()
     if config_path is not None:
         base_dir = config_path.resolve().parent
-        try:
-            file_cfg = ServerConfigFile.model_validate(_read_server_yaml(config_path))
-        except ConfigError as exc:
-            return None, [exc]
-        except ValidationError as exc:
-            return None, _field_errors(str(config_path), exc)
+        read, problems = read_server_file(config_path)
+        if read is None:
+            return None, problems
+        file_cfg = read
         errors.extend(_storage_problems(file_cfg.storage, str(config_path)))
         errors.extend(_http_problems(file_cfg, str(config_path)))
     # Only serving HTTP needs the tokens: the other commands (the CLI's pending, approve, audit...)
@@ -876,32 +1163,12 @@ def _load(
 
     agents: dict[str, AgentConfig] = {DEMO_AGENT.name: DEMO_AGENT}
     agent_files: dict[str, Path] = {}
+    notices: list[ConfigError] = []
     if config_path is not None:
-        agents_dir = base_dir / file_cfg.agents_dir
-        if agents_dir.is_dir():
-            for path in sorted([*agents_dir.glob("*.yaml"), *agents_dir.glob("*.yml")]):
-                agent, problems = load_agent_file(path)
-                errors.extend(problems)
-                if agent is None:
-                    continue
-                if agent.name in agent_files:
-                    errors.append(
-                        ConfigError(
-                            E_DUPLICATE,
-                            str(path),
-                            "name",
-                            f"agent '{agent.name}' is already defined in {agent_files[agent.name]}; "
-                            "rename one of them",
-                        )
-                    )
-                    continue
-                errors.extend(_server_ref_problems(agent, str(path), file_cfg.mcp_servers))
-                agents[agent.name] = agent  # a file overrides the built-in agent of the same name
-                agent_files[agent.name] = path
-        elif "agents_dir" in file_cfg.model_fields_set:
-            errors.append(
-                ConfigError(E_MISSING, str(config_path), "agents_dir", f"folder {agents_dir} does not exist")
-            )
+        loads, missing = load_agent_files(file_cfg, base_dir, str(config_path))
+        agents, agent_files, problems = combine_agent_files(loads)
+        errors += missing + problems
+        notices = [n for load in loads for n in load.notices]
 
     db_path: Path | None = None
     db_url: str | None = None
@@ -933,6 +1200,7 @@ def _load(
         token_problems=tuple(token_errors),
         limits=file_cfg.limits,
         audit=file_cfg.audit,
+        agent_notices=tuple(notices),
     )
     return config, errors
 

@@ -7,6 +7,7 @@ ParleyError
 │  ├─ UnknownAgent          no agent of that name is configured
 │  ├─ SessionNotFound       unknown, malformed or foreign session id (one answer for all three)
 │  ├─ SessionClosed         the session takes no more messages
+│  ├─ AgentRemoved          the session's agent is no longer configured: it takes no more messages
 │  ├─ SessionLimitReached   the session has used up a session-level limit
 │  ├─ InterruptNotFound     unknown, malformed or foreign interrupt id
 │  ├─ DecisionConflict      the interrupt was already resolved the other way
@@ -65,6 +66,16 @@ class SessionClosed(RequestError):
         super().__init__(
             f"Session {session_id} is closed ({reason}) and takes no more messages. "
             "Read it with get_session, or start a new one with start_session."
+        )
+
+
+class AgentRemoved(RequestError):
+    def __init__(self, session_id: str, agent: str) -> None:
+        self.session_id, self.agent = session_id, agent
+        super().__init__(
+            f"Session {session_id} takes no more messages: its agent '{agent}' is no longer configured on this "
+            "server (its agent file was removed or renamed). The session stays readable with get_session; "
+            "start a new session with an agent from list_agents. Nothing was sent."
         )
 
 

@@ -54,7 +54,7 @@ def driver(store: Store, planner: AgentConfig, model: ModelClient) -> SessionDri
     return SessionDriver(
         store=store,
         agents={planner.name: planner},
-        models={"scripted": model},
+        models=lambda spec: model,
         toolbox=Toolbox(None),
         signals=SessionSignals(),
         process_id=PROC,

@@ -150,6 +150,7 @@ def _sqlite_counts(db: Path) -> dict[str, int]:
         "events": "events",
         "tasks": "tasks",
         "audit entries": "audit",
+        "agent versions": "agent_versions",
     }
     with sqlite3.connect(db) as conn:
         return {

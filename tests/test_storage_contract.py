@@ -32,6 +32,7 @@ from parley.ids import (
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.transitions import TurnEnd, starting
 from parley.storage.base import (
+    AgentVersionRecord,
     InterruptRecord,
     ModelStep,
     NewToolCall,
@@ -582,6 +583,66 @@ async def test_start_turn_returns_none_when_nothing_is_queued(store: Store) -> N
     await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 2)
     assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 3) is None
     assert len(await store.list_turns(sid)) == 1
+
+
+# ---------------------------------------------------------------------------- agent versions
+
+
+def agent_version(version: str, instructions: str) -> AgentVersionRecord:
+    # Text from people (a NUL, accents) in the definition, as in any other JSON value.
+    definition = {
+        "name": "demo",
+        "instructions": instructions,
+        "tools": ["ask_user"],
+        "limits": {"max_turns": 3},
+    }
+    return AgentVersionRecord(agent="demo", version=version, definition=definition, created_at=T0)
+
+
+async def test_a_turn_names_its_agent_version_and_the_definition_is_stored_with_it(
+    store: Store, other_store: Store
+) -> None:
+    sid = await new_session(store, "one")
+    await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "two"), 10, T0)
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    first = agent_version("a1b2c3d4e5f60718", "Review.\u0000 Prüfe.")
+    turn = await SessionSteps(store).start_turn(
+        sid, LEASE_A, new_turn_id(), T0 + 1, first, store_version=True
+    )
+    assert turn is not None and turn.agent_version == first.version
+    assert await other_store.get_agent_version("demo", first.version) == first
+    assert [t.agent_version for t in await other_store.list_turns(sid)] == [first.version]
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 2)
+    # The same hash again (another process, or a turn whose process knew it was stored): the first stays.
+    again = replace(first, definition={"name": "changed"}, created_at=T0 + 5)
+    second = await SessionSteps(store).start_turn(
+        sid, LEASE_A, new_turn_id(), T0 + 3, again, store_version=True
+    )
+    assert second is not None and (await store.get_turn(second.id)) == second
+    assert await other_store.get_agent_version("demo", first.version) == first
+    assert await other_store.get_agent_version("demo", "ffffffffffffffff") is None
+    assert await other_store.get_agent_version("other", first.version) is None
+
+
+async def test_agent_versions_outlive_the_sessions_that_ran_on_them(store: Store) -> None:
+    sid = await new_session(store, "one")
+    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    version = agent_version("0123456789abcdef", "Plan.")
+    turn = await SessionSteps(store).start_turn(
+        sid, LEASE_A, new_turn_id(), T0 + 1, version, store_version=True
+    )
+    assert turn is not None
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 2)
+    await store.release_lease(sid, LEASE_A)
+    assert await store.delete_session(sid, T0 + 3) == "deleted"
+    assert await store.get_agent_version("demo", version.version) == version
+
+
+async def test_a_turn_started_without_a_version_names_none(store: Store) -> None:
+    _, turn = await running_turn(store)
+    assert turn.agent_version is None
+    stored = await store.get_turn(turn.id)
+    assert stored is not None and stored.agent_version is None
 
 
 async def test_a_committed_model_step_stores_the_assistant_message_its_pending_calls_and_usage(

@@ -18,11 +18,11 @@ from parley.config import AgentConfig, AgentLimits, ModelSpec, effective_limits
 from parley.errors import LeaseLost
 from parley.ids import SessionId, TurnId, new_turn_id
 from parley.runtime import transitions
+from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.faults import FaultPoints
 from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
-from parley.runtime.model import ModelClient
-from parley.runtime.model_caller import ModelCaller
+from parley.runtime.model_caller import ModelCaller, ModelFor
 from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals
 from parley.runtime.step_context import DriveSettings, StepContext, TurnControl
@@ -75,8 +75,8 @@ class SessionDriver:
         self,
         *,
         store: Store,
-        agents: Mapping[str, AgentConfig],
-        models: Mapping[str, ModelClient],
+        agents: AgentCatalog | Mapping[str, AgentConfig],
+        models: ModelFor,
         toolbox: Toolbox,
         signals: SessionSignals,
         faults: FaultPoints | None = None,
@@ -93,7 +93,7 @@ class SessionDriver:
             clock=clock,
             faults=faults or FaultPoints(None),
         )
-        self._agents = agents
+        self._agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
         self._toolbox = toolbox
         self._models = ModelCaller(self._ctx, models=models, catalog=catalog or {}, toolbox=toolbox)
         self._tools = ToolRunner(self._ctx, toolbox)
@@ -193,11 +193,23 @@ class SessionDriver:
             if session.current_turn_id is None:
                 if session.status != "running":
                     return
+                now = self._ctx.clock()
+                # The turn runs on the agent's definition of now to its end, whatever changes.
+                version, store_version = self._agents.for_new_turn(session.agent, now)
                 turn = await self._ctx.steps.start_turn(
-                    session_id, control.lease, new_turn_id(), self._ctx.clock()
+                    session_id, control.lease, new_turn_id(), now, version, store_version=store_version
                 )
                 if turn is not None:
-                    logger.info("session %s: turn %s started", session_id, turn.id, extra=about(session))
+                    if version is not None and store_version:
+                        self._agents.mark_stored(version)
+                    logger.info(
+                        "session %s: turn %s started on agent %s version %s",
+                        session_id,
+                        turn.id,
+                        session.agent,
+                        turn.agent_version,
+                        extra=about(session),
+                    )
                 if turn is None and await self._ctx.steps.rest_session(
                     session_id, control.lease, self._ctx.clock()
                 ):
@@ -227,14 +239,15 @@ class SessionDriver:
         turn_id = session.current_turn_id
         if turn is None or turn_id is None:
             return
-        agent = self._agents.get(session.agent)
+        agent = await self._agents.for_turn(session.agent, turn.agent_version)
         if agent is None:
-            await self._finish(
-                control,
-                session,
-                turn_id,
-                FinishTurn("failed", None, f"agent '{session.agent}' is no longer configured"),
+            why = (
+                f"agent '{session.agent}' is no longer configured"
+                if turn.agent_version is None or session.agent not in self._agents
+                else f"the definition of agent '{session.agent}' this turn started on (version "
+                f"{turn.agent_version}) is not in the database"
             )
+            await self._finish(control, session, turn_id, FinishTurn("failed", None, why))
             return
         if session.cancel_requested_turn == turn_id:
             await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))

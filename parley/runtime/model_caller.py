@@ -1,17 +1,18 @@
-"""The model step of a turn: the model is shown the transcript (compacted when it would overflow
-the context window), its call is retried on transient failures with a capped back-off, its
+"""The model step of a turn: the model is shown the transcript as its memory mode says (whole,
+compacted when it would overflow the context window, a window of the latest messages, or the
+turn alone), its call is retried on transient failures with a capped back-off, its
 streamed text goes out as events, and its answer and the calls it asks for are committed as one
 step."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import anyio
 
-from parley.config import AgentConfig, ModelSpec
+from parley.config import AgentConfig, ModelSpec, effective_memory
 from parley.errors import ModelError
 from parley.ids import SessionId, TurnId, new_tool_call_id
 from parley.runtime import compaction
@@ -21,11 +22,14 @@ from parley.runtime.machine import CallModel, FinishTurn
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext
-from parley.runtime.toolbox import Toolbox
-from parley.runtime.transcript import assistant_content, to_chat_messages
+from parley.runtime.toolbox import Toolbox, enabled_tools
+from parley.runtime.transcript import assistant_content, latest_messages, to_chat_messages
 from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
+
+# The client that calls a model as its spec says (provider, address, key), from the composition root.
+ModelFor = Callable[[ModelSpec], ModelClient]
 
 # The longest pause between two attempts of a model call.
 MAX_MODEL_BACKOFF_S = 60.0
@@ -133,8 +137,9 @@ MAX_COMPACTION_FAILURES = 2
 
 
 class _ModelView:
-    """What the model is shown for one call: the latest summary plus the messages after it,
-    compacting first when the prompt would overflow the context window."""
+    """What the model is shown for one call, by the turn's memory mode: full (the latest summary,
+    if any, plus the messages after it), compaction (the same, compacting first when the prompt
+    would overflow the context window), window (the latest messages) or none (the turn's own)."""
 
     def __init__(
         self,
@@ -151,12 +156,24 @@ class _ModelView:
         self._caller, self._session, self._agent, self._turn = caller, session, agent, turn
         self._lease, self._transcript = lease, transcript
         self._model, self._spec, self._tools = model, spec, tools
+        # The turn's own copy of the settings decides, also after a restart.
+        self._memory = effective_memory(agent, turn.settings)
+
+    @property
+    def can_compact(self) -> bool:
+        """A window or a turn alone is what the model sees by design: nothing there to summarize."""
+        return self._memory.mode in ("full", "compaction")
 
     async def messages(self, records: list[MessageRecord], force: bool = False) -> tuple[ChatMessage, ...]:
+        memo = self._transcript.chat_memo
+        if self._memory.mode == "none":
+            return to_chat_messages([r for r in records if r.turn_id == self._turn.id], memo)
+        if self._memory.mode == "window":
+            return latest_messages(to_chat_messages(records, memo), self._memory.messages)
         summary = await self._transcript.latest_summary()
         chat = self._assemble(records, summary)
         config = self._agent.compaction
-        if not (config.enabled or force):
+        if not (self._memory.mode == "compaction" or force):
             return chat
         window = compaction.context_window(self._spec.name, config)
         failures = self._caller._compaction_failures.get(self._turn.id, 0)
@@ -232,7 +249,7 @@ class ModelCaller:
         self,
         ctx: StepContext,
         *,
-        models: Mapping[str, ModelClient],
+        models: ModelFor,
         catalog: Mapping[str, ModelSpec],
         toolbox: Toolbox,
     ) -> None:
@@ -258,10 +275,10 @@ class ModelCaller:
         messages = transcript.records
         # The turn's own copy of the settings decides the model, also after a restart.
         chosen = turn.settings.get("model")
-        model = self._models.get(f"catalog:{chosen}") if chosen else None
-        model = model or self._models.get(agent.name) or self._models[agent.model.provider]
         model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
+        model = self._models(model_spec)
         offer = await self._toolbox.offer(agent, session.kind, session.id)
+        offer = offer.narrowed(enabled_tools(turn.settings))
         for warning in offer.warnings:
             logger.warning("session %s: %s", session.id, warning, extra=about(session))
             await self._ctx.store.record_event(
@@ -287,7 +304,7 @@ class ModelCaller:
             try:
                 response = await self.complete(model, request, session, turn_id, stream)
             except ModelError as exc:
-                if not exc.context_length:
+                if not exc.context_length or not view.can_compact:
                     raise
                 # The provider says the prompt is too long: compact now and try once more.
                 chat = await view.messages(messages, force=True)

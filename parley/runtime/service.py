@@ -17,9 +17,18 @@ from typing import Any, Literal, TypeVar
 import anyio
 from jsonschema import Draft202012Validator
 
-from parley.config import OVERRIDABLE_LIMITS, AgentConfig, RuntimeConfig, effective_limits
+from parley.config import (
+    MEMORY_MODES,
+    OVERRIDABLE_LIMITS,
+    AgentConfig,
+    Memory,
+    RuntimeConfig,
+    effective_limits,
+    effective_memory,
+)
 from parley.config_auth import LimitsConfig
 from parley.errors import (
+    AgentRemoved,
     InvalidArgument,
     RequestError,
     SessionBusy,
@@ -40,6 +49,7 @@ from parley.ids import (
 )
 from parley.runtime import audit, transitions
 from parley.runtime.access import Principal, may_see, may_use
+from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
@@ -49,7 +59,7 @@ from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
-from parley.runtime.toolbox import Offer, Toolbox
+from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
 from parley.storage.base import (
     AuditRecord,
     InterruptRecord,
@@ -66,10 +76,14 @@ from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096
+# What a caller may set for a session (start_session / send_message `settings`).
+SETTINGS = ("model", "limits", "enabled_tools", "memory")
 # Decisions get_session shows (newest first; `parley audit` has them all).
 DECISIONS_SHOWN = 50
 RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
 MAX_MESSAGES_PAGE = 200
+# Turns get_session lists (the latest), each with the agent version it ran on.
+TURNS_SHOWN = 50
 DEFAULT_MESSAGES_PAGE = 50
 
 logger = logging.getLogger(__name__)
@@ -108,6 +122,8 @@ class TurnOutcome:
     result: Any = None
     pending: list[InterruptRecord] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The version of the agent definition the turn runs on (None: stored before versions were kept).
+    agent_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -120,6 +136,12 @@ class SessionDetails:
     pending: list[InterruptRecord] = field(default_factory=list)
     # Who decided what (approvals, rejections, answers, declines; refused attempts too), newest first.
     decisions: list[AuditRecord] = field(default_factory=list)
+    # The tools its next turn is offered (its agent's, narrowed by settings.enabled_tools).
+    tools: list[str] = field(default_factory=list)
+    # What of the transcript its next turn's model sees (None: its agent is no longer configured).
+    memory: Memory | None = None
+    # Its latest turns, oldest first: each names the agent version it ran on.
+    turns: list[TurnRecord] = field(default_factory=list)
 
 
 class SessionService:
@@ -127,7 +149,7 @@ class SessionService:
         self,
         *,
         store: Store,
-        agents: Mapping[str, AgentConfig],
+        agents: AgentCatalog | Mapping[str, AgentConfig],
         signals: SessionSignals,
         runtime: RuntimeConfig,
         clock: Callable[[], float],
@@ -137,6 +159,8 @@ class SessionService:
     ) -> None:
         self._toolbox = toolbox
         self._model_names = list(model_names)
+        # A plain mapping (tests) becomes a catalog, so versions are named the same way.
+        agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
         self._decisions = Decisions(store, agents, clock)
         self._audit = Audit(store, clock)
         self._access = SessionAccess(store, agents, self._audit)
@@ -166,12 +190,14 @@ class SessionService:
         """The agents `caller` may use (an agent's `users:` may leave some out)."""
         return sorted((a for a in self._agents.values() if may_use(caller, a)), key=lambda a: a.name)
 
-    async def describe_agents(self, caller: Principal) -> list[tuple[AgentConfig, Offer]]:
-        """Each agent `caller` may use, with the tools a session of its default kind would be offered now."""
+    async def describe_agents(self, caller: Principal) -> list[tuple[AgentConfig, Offer, str]]:
+        """Each agent `caller` may use, with the tools a session of its default kind would be offered
+        now, and the version of its definition."""
         described = []
         for agent in self.agents(caller):
             kind = "task" if "task" in agent.kinds else agent.resolved_default_kind
-            described.append((agent, await self._toolbox.offer(agent, kind, None)))
+            offer = await self._toolbox.offer(agent, kind, None)
+            described.append((agent, offer, self._agents.version(agent.name) or ""))
         return described
 
     def _agent(self, caller: Principal, name: str) -> AgentConfig:
@@ -198,10 +224,11 @@ class SessionService:
         key), and lower limits for this session (the agent's limits are the ceilings)."""
         if settings is None:
             return None
-        unknown = sorted(set(settings) - {"model", "limits"})
+        unknown = sorted(set(settings) - set(SETTINGS))
         if unknown:
             raise InvalidArgument(
-                "settings", f"unknown setting(s) {', '.join(unknown)}; the settings are: model, limits"
+                "settings",
+                f"unknown setting(s) {', '.join(unknown)}; the settings are: {', '.join(SETTINGS)}",
             )
         limits = settings.get("limits")
         if limits is not None:
@@ -220,6 +247,8 @@ class SessionService:
                     raise InvalidArgument(
                         f"settings.limits.{name}", f"may be at most {ceiling:g}, the agent's own limit"
                     )
+        if settings.get("memory") is not None:
+            _check_memory(settings["memory"], agent)
         if len(json.dumps(settings)) > MAX_SETTINGS_CHARS:
             raise InvalidArgument("settings", f"must be at most {MAX_SETTINGS_CHARS} characters as JSON")
         model = settings.get("model")
@@ -229,6 +258,41 @@ class SessionService:
                 "settings.model", f"'{model}' is not a model of this server; choose one of: {names}"
             )
         return dict(settings)
+
+    async def _check_enabled_tools(
+        self, settings: dict[str, Any] | None, agent: AgentConfig | None, kind: str
+    ) -> None:
+        """settings.enabled_tools may name only tools the agent has (settings narrow, never widen);
+        a tool of a server that cannot be listed now is taken on trust (it stays narrowed to the
+        agent's tools when offered)."""
+        enabled = (settings or {}).get("enabled_tools")
+        if enabled is None or agent is None:
+            return
+        if not isinstance(enabled, list) or not all(isinstance(n, str) for n in enabled):
+            raise InvalidArgument(
+                "settings.enabled_tools",
+                'must be a list of tool names from list_agents, e.g. ["ask_user"] (null: all of the agent\'s)',
+            )
+        offer = await self._toolbox.offer(agent, kind, None)
+        unknown = [
+            name
+            for name in enabled
+            if name not in offer.bindings and not any(name.startswith(f"{s}__") for s in offer.unavailable)
+        ]
+        if unknown:
+            raise InvalidArgument(
+                "settings.enabled_tools",
+                f"{', '.join(unknown)}: not a tool of agent '{agent.name}', and settings can only narrow its "
+                f"tools; choose among: {', '.join(offer.bindings) or 'none (it has no tools)'}",
+            )
+
+    async def session_tools(self, session: SessionRecord) -> list[str]:
+        """The tools a session's next model call is offered: its agent's, narrowed by its settings."""
+        agent = self._agents.get(session.agent)
+        if agent is None:
+            return []
+        offer = await self._toolbox.offer(agent, session.kind, None)
+        return [t.name for t in offer.narrowed(enabled_tools(session.settings)).tools]
 
     def _wait_s(self, wait_seconds: float | None) -> float:
         if wait_seconds is None:
@@ -313,6 +377,7 @@ class SessionService:
                 "kind", f"agent '{agent.name}' runs {' or '.join(agent.kinds)} sessions, not '{session_kind}'"
             )
         self._check_inputs(agent, inputs)
+        await self._check_enabled_tools(settings, agent, session_kind)
         text = render_first_message(message, inputs)
         if text is not None and len(text) > self._runtime.max_message_chars:
             raise InvalidArgument(
@@ -409,12 +474,15 @@ class SessionService:
     ) -> TurnOutcome:
         session = await self._access.visible(caller, session_id)
         agent = self._agents.get(session.agent)
+        if agent is None and session.status not in ("closed", "completed", "failed"):
+            raise AgentRemoved(session.id, session.agent)
         if agent is not None and not may_use(caller, agent):
             # The agent's users: changed since the session started; its history stays readable.
             raise InvalidArgument(
                 "session_id", f"agent '{agent.name}' is no longer available to {caller.id}; nothing was sent"
             )
         settings = self._check_settings(settings, agent)
+        await self._check_enabled_tools(settings, agent, session.kind)
         person = self._access.person(caller, session, ask_human)
         if queued_message_id is not None:
             return await self._promote(
@@ -565,6 +633,7 @@ class SessionService:
         messages = await self._store.list_messages(session.id, start, limit)
         last_turn = await self._store.get_turn(session.last_turn_id) if session.last_turn_id else None
         trail = await self._store.list_audit(session.id, None, None, DECISIONS_SHOWN * 4)
+        agent = self._agents.get(session.agent)
         return SessionDetails(
             session=session,
             messages=messages,
@@ -573,6 +642,9 @@ class SessionService:
             last_turn=last_turn,
             pending=await self._store.list_interrupts(session.id, pending_only=True),
             decisions=[e for e in trail if e.action in audit.DECISIONS][:DECISIONS_SHOWN],
+            tools=await self.session_tools(session),
+            memory=effective_memory(agent, session.settings) if agent is not None else None,
+            turns=(await self._store.list_turns(session.id))[-TURNS_SHOWN:],
         )
 
     async def list_sessions(
@@ -1014,6 +1086,35 @@ class SessionService:
         return _outcome(snapshot, snapshot.turn, message_id)
 
 
+def _check_memory(memory: Any, agent: AgentConfig | None) -> None:
+    """settings.memory: a mode that remembers no more than the agent's (none < window < compaction
+    < full), and a window no larger than the agent's own window."""
+    field_name = "settings.memory"
+    if not isinstance(memory, dict) or set(memory) - {"mode", "messages"}:
+        raise InvalidArgument(field_name, 'must be an object such as {"mode": "window", "messages": 10}')
+    own = agent.resolved_memory if agent is not None else None
+    mode = memory.get("mode", own.mode if own else None)
+    if mode not in MEMORY_MODES:
+        raise InvalidArgument(f"{field_name}.mode", f"must be one of: {', '.join(MEMORY_MODES)}")
+    if own is not None and MEMORY_MODES.index(mode) > MEMORY_MODES.index(own.mode):
+        raise InvalidArgument(
+            f"{field_name}.mode",
+            f"'{mode}' would remember more than agent '{agent.name if agent else ''}' does ({own.mode}); "
+            f"choose among: {', '.join(MEMORY_MODES[: MEMORY_MODES.index(own.mode) + 1])}",
+        )
+    messages = memory.get("messages")
+    if messages is None:
+        return
+    if mode != "window":
+        raise InvalidArgument(f"{field_name}.messages", 'goes with "mode": "window"')
+    if isinstance(messages, bool) or not isinstance(messages, int) or messages < 1:
+        raise InvalidArgument(f"{field_name}.messages", "must be a whole number of messages, 1 or more")
+    if own is not None and own.mode == "window" and messages > own.messages:
+        raise InvalidArgument(
+            f"{field_name}.messages", f"may be at most {own.messages}, the agent's own window"
+        )
+
+
 def _turn_view(turn_id: TurnId) -> SnapshotScope:
     """The session with one turn, its calls and its interrupts (not the queue)."""
     return SnapshotScope(turn_id=turn_id, queue=False)
@@ -1041,6 +1142,7 @@ def _outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMess
         queued_message_id=message_id or turn.queued_message_id,
         session_status=session.status,
         result=turn.result,
+        agent_version=turn.agent_version,
     )
 
 

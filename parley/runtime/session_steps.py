@@ -12,6 +12,7 @@ from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.runtime import transitions
 from parley.runtime.transitions import TurnEnd
 from parley.storage.base import (
+    AgentVersionRecord,
     EnqueueOutcome,
     InterruptRecord,
     ModelStep,
@@ -154,10 +155,22 @@ class SessionSteps:
     # ------------------------------------------------------------------ the lease holder's steps
 
     async def start_turn(
-        self, session_id: SessionId, lease: str, turn_id: TurnId, now: float
+        self,
+        session_id: SessionId,
+        lease: str,
+        turn_id: TurnId,
+        now: float,
+        agent_version: AgentVersionRecord | None = None,
+        *,
+        store_version: bool = False,
     ) -> TurnRecord | None:
         return await self._decide(
-            session_id, lambda s: transitions.start_turn(s, turn_id, now), None, now, lease=lease, turn=False
+            session_id,
+            lambda s: transitions.start_turn(s, turn_id, now, agent_version, store_version=store_version),
+            None,
+            now,
+            lease=lease,
+            turn=False,
         )
 
     async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from parley.config import AgentConfig
 from parley.runtime.builtin_tools import (
     BUILTIN_EFFECTS,
     RESERVED_NAMES,
+    SET_RESULT_NAME,
     ToolContext,
     ToolOutcome,
     run_builtin,
@@ -66,6 +68,21 @@ class Offer:
     bindings: dict[str, Binding] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
+
+    def narrowed(self, enabled: Sequence[str] | None) -> Offer:
+        """Only the tools a session's settings.enabled_tools names (None: all of them), never more:
+        a name the offer lacks stays out. A task session keeps set_result, the way it ends."""
+        if enabled is None:
+            return self
+        keep = {*enabled, SET_RESULT_NAME}
+        return Offer(
+            tools=[t for t in self.tools if t.name in keep],
+            bindings={name: b for name, b in self.bindings.items() if name in keep},
+            warnings=self.warnings,
+            unavailable={
+                s: why for s, why in self.unavailable.items() if any(n.startswith(f"{s}__") for n in keep)
+            },
+        )
 
     def binding(self, name: str) -> Binding:
         found = self.bindings.get(name)
@@ -116,8 +133,16 @@ def _input_asked(
     return ToolRun(status="awaiting_answer", result={}, remote=remote)
 
 
+def enabled_tools(settings: Mapping[str, Any]) -> list[str] | None:
+    """The tools a session's settings narrow it to (None: every tool of its agent)."""
+    enabled = settings.get("enabled_tools")
+    return list(enabled) if isinstance(enabled, list) else None
+
+
 def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
-    return ToolContext(enabled=agent.tools, kind=session.kind, result_schema=agent.result_schema)
+    narrowed = enabled_tools(session.settings)
+    builtins = agent.tools if narrowed is None else [t for t in agent.tools if t in narrowed]
+    return ToolContext(enabled=builtins, kind=session.kind, result_schema=agent.result_schema)
 
 
 class Toolbox:

@@ -74,6 +74,16 @@ def to_chat_messages(
     return tuple(out)
 
 
+def latest_messages(chat: Sequence[ChatMessage], count: int) -> tuple[ChatMessage, ...]:
+    """The last `count` messages of a conversation; when that would begin with a tool result, the
+    window starts earlier, at the assistant message that made the call (a provider refuses a
+    result without its call, and the model could not read it)."""
+    start = max(0, len(chat) - count)
+    while start > 0 and chat[start].role == "tool":
+        start -= 1
+    return tuple(chat[start:])
+
+
 def _chat_message(record: MessageRecord) -> ChatMessage:
     if record.role == "user":
         return ChatMessage(role="user", text=str(record.content.get("text", "")))

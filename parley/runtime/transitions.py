@@ -19,6 +19,7 @@ from parley.ids import ToolCallId, TurnId
 from parley.runtime.effect_policy import abandoned_status, start_must_be_durable
 from parley.runtime.machine import FinishTurn
 from parley.storage.base import (
+    AgentVersionRecord,
     EnqueueOutcome,
     InterruptRecord,
     InterruptStatus,
@@ -452,10 +453,18 @@ def request_close(snapshot: SessionSnapshot, owner: str, reason: str) -> Changes
 # ---------------------------------------------------------------------- a turn's steps
 
 
-def start_turn(snapshot: SessionSnapshot, turn_id: TurnId, now: float) -> tuple[TurnRecord | None, Changes]:
+def start_turn(
+    snapshot: SessionSnapshot,
+    turn_id: TurnId,
+    now: float,
+    agent_version: AgentVersionRecord | None = None,
+    *,
+    store_version: bool = False,
+) -> tuple[TurnRecord | None, Changes]:
     """A new turn takes the steered messages (all of them), else the oldest queued one. The
     messages' settings apply from this turn on; the turn keeps its own copy, so a restart or a
-    later change never alters a turn that has started."""
+    later change never alters a turn that has started. It runs on `agent_version` (the agent's
+    definition now), which it names, and stores with it unless the store already has it."""
     changes = Changes()
     session = snapshot.session
     if session.close_requested:
@@ -481,8 +490,11 @@ def start_turn(snapshot: SessionSnapshot, turn_id: TurnId, now: float) -> tuple[
         input_tokens=0,
         output_tokens=0,
         settings=settings,
+        agent_version=agent_version.version if agent_version is not None else None,
     )
     changes.new_turn = turn
+    if store_version:
+        changes.new_agent_version = agent_version
     for message in taken:
         changes.queued[message.id] = {"status": "consumed", "turn_id": turn_id}
         changes.messages.append(NewMessage(turn_id, "user", {"text": message.text}))

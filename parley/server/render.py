@@ -114,6 +114,7 @@ def render_session(v: SessionView) -> str:
     ]
     if v.closed_reason:
         lines.append(f"Closed: {v.closed_reason}.")
+    lines.append(f"Tools: {', '.join(v.tools) or 'none'}.")
     if v.result is not None:
         lines.append("Result: " + json.dumps(v.result, ensure_ascii=False))
     if v.last_error:

@@ -44,8 +44,9 @@ SettingsArg = Annotated[
     Field(
         strict=True,
         description=(
-            'Session settings from this message\'s turn on, e.g. {"model": "<name>"}: one of the models '
-            "this server offers (see list_agents). A running turn keeps its settings."
+            'Session settings from this message\'s turn on: {"model": "<name>"} (one of the models this '
+            'server offers, see list_agents), {"limits": {...}} (lower than the agent\'s), {"enabled_tools": '
+            '["ask_user", ...]} (a subset of the agent\'s tools; null: all). A running turn keeps its settings.'
         ),
     ),
 ]

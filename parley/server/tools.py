@@ -98,7 +98,9 @@ def build_mcp_server(
 
         async def work() -> CallToolResult:
             view = AgentList(
-                agents=[agent_view(a, offer) for a, offer in await service.describe_agents(caller_of(ctx))],
+                agents=[
+                    agent_view(*described) for described in await service.describe_agents(caller_of(ctx))
+                ],
                 models=service.model_names,
             )
             return ok(view, render_agents(view))

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from parley.config import AgentConfig
+from parley.config import AgentConfig, Memory
 from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (
@@ -20,6 +20,7 @@ from parley.storage.base import (
     QueuedMessageRecord,
     SessionRecord,
     ToolCallRecord,
+    TurnRecord,
 )
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
@@ -82,11 +83,29 @@ class TurnOutcomeView(BaseModel):
     session_status: str | None = Field(None, description="The session's status after this call.")
     queued_message_id: str | None = None
     notes: list[str] = Field(default_factory=list, description="E.g. a decision that was already made.")
+    agent_version: str | None = Field(
+        None, description="The version of the agent's definition the turn runs on (see list_agents)."
+    )
+
+
+class MemoryView(BaseModel):
+    mode: Literal["full", "window", "compaction", "none"] = Field(
+        description="full, window (the latest `messages`), compaction, or none (each turn alone)."
+    )
+    messages: int | None = Field(None, description="window: how many of the latest messages.")
+
+
+def memory_view(memory: Memory) -> MemoryView:
+    return MemoryView(mode=memory.mode, messages=memory.messages if memory.mode == "window" else None)
 
 
 class AgentView(BaseModel):
     name: str
     description: str
+    version: str = Field(
+        description="The version of this definition: a hash of its content; each turn names the one it ran on."
+    )
+    version_label: str | None = Field(None, description="The agent file's own version: field, if any.")
     kinds: list[str]
     default_kind: str
     input_schema: dict[str, Any] | None = Field(None, description="JSON Schema of start_session's inputs.")
@@ -97,6 +116,9 @@ class AgentView(BaseModel):
     tools_needing_approval: list[str]
     model: str
     limits: dict[str, int | float | None]
+    memory: MemoryView = Field(
+        description="What of the conversation the model sees; sessions may choose less."
+    )
     notes: list[str] = Field(
         default_factory=list, description="Tool sources that could not be listed, and why."
     )
@@ -138,6 +160,28 @@ class DecisionView(BaseModel):
     via: str | None = Field(None, description="tool, elicitation, mrtr or task_input; refused: why.")
 
 
+class TurnView(BaseModel):
+    turn_id: str
+    seq: int
+    status: str
+    agent_version: str | None = Field(
+        None, description="The version of the agent's definition it ran on (null: from before versions)."
+    )
+    started_at: str | None
+    ended_at: str | None = None
+
+
+def turn_view(turn: TurnRecord) -> TurnView:
+    return TurnView(
+        turn_id=turn.id,
+        seq=turn.seq,
+        status=turn.status,
+        agent_version=turn.agent_version,
+        started_at=iso(turn.started_at),
+        ended_at=iso(turn.ended_at),
+    )
+
+
 class SessionView(BaseModel):
     session_id: str
     agent: str
@@ -163,6 +207,17 @@ class SessionView(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict, description="The settings of the latest turn.")
     decisions: list[DecisionView] = Field(
         default_factory=list, description="Who decided what on this session's interrupts, newest first."
+    )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="The tools its agent may call from the next turn on (narrowed by settings.enabled_tools).",
+    )
+    memory: MemoryView | None = Field(
+        None, description="What of the conversation the next turn's model sees."
+    )
+    turns: list[TurnView] = Field(
+        default_factory=list,
+        description="The latest turns (up to 50), oldest first, each with the agent version it ran on.",
     )
 
 
@@ -244,6 +299,7 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
         queued_message_id=outcome.queued_message_id,
         pending=[pending_view(i) for i in outcome.pending],
         notes=list(outcome.notes),
+        agent_version=outcome.agent_version,
     )
 
 
@@ -264,10 +320,12 @@ def pending_view(interrupt: InterruptRecord) -> PendingView:
     )
 
 
-def agent_view(agent: AgentConfig, offer: Offer) -> AgentView:
+def agent_view(agent: AgentConfig, offer: Offer, version: str) -> AgentView:
     return AgentView(
         name=agent.name,
         description=agent.description,
+        version=version,
+        version_label=agent.version,
         kinds=list(agent.kinds),
         default_kind=agent.resolved_default_kind,
         input_schema=agent.input_schema,
@@ -277,6 +335,7 @@ def agent_view(agent: AgentConfig, offer: Offer) -> AgentView:
         notes=list(offer.warnings),
         model=f"{agent.model.provider}:{agent.model.name}",
         limits=agent.limits.model_dump(),
+        memory=memory_view(agent.resolved_memory),
     )
 
 
@@ -343,6 +402,9 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         inputs=s.inputs,
         settings=s.settings,
         decisions=[decision_view(e) for e in snapshot.decisions],
+        tools=snapshot.tools,
+        memory=memory_view(snapshot.memory) if snapshot.memory else None,
+        turns=[turn_view(t) for t in snapshot.turns],
     )
 
 

@@ -129,6 +129,20 @@ class TurnRecord:
     result: Any = None
     settings: dict[str, Any] = field(default_factory=dict)
     cached_tokens: int = 0
+    # The agent definition the turn runs on (AgentVersionRecord.version); None: a turn stored
+    # before versions were kept, which runs on the agent as configured now.
+    agent_version: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentVersionRecord:
+    """One definition of an agent as a turn ran with it, stored by the hash of its content (the
+    version), so any process resumes the turn on exactly it, whatever its configuration says now."""
+
+    agent: str
+    version: str
+    definition: dict[str, Any]
+    created_at: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
+    AgentVersionRecord,
     InterruptRecord,
     QueuedMessageRecord,
     Role,
@@ -120,6 +121,8 @@ class Changes:
     new_calls: list[ToolCallRecord] = field(default_factory=list)
     new_interrupts: list[InterruptRecord] = field(default_factory=list)
     new_queued: list[QueuedMessageRecord] = field(default_factory=list)
+    # The definition a new turn runs on, stored unless that agent's version is already.
+    new_agent_version: AgentVersionRecord | None = None
     # The commit must reach the disk before the decision takes effect (whatever the backend's
     # usual durability): set for the start of a call that must never run twice.
     durable: bool = False
@@ -138,6 +141,7 @@ class Changes:
             or self.new_calls
             or self.new_interrupts
             or self.new_queued
+            or self.new_agent_version
         )
 
 

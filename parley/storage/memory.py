@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from parley.errors import LeaseLost
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
+    AgentVersionRecord,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -249,6 +250,10 @@ class MemoryStore(MemorySteps, MemoryAccess):
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
         turn = (await self._committed()).turns.get(turn_id)
         return row(turn) if turn is not None else None
+
+    async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
+        found = (await self._committed()).agent_versions.get((agent, version))
+        return row(found) if found is not None else None
 
     async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
         turns = [t for t in (await self._committed()).turns.values() if t.session_id == session_id]

@@ -107,6 +107,9 @@ def _insert_new(tables: MemoryTables, snapshot: SessionSnapshot, changes: Change
             output_tokens=step.output_tokens,
             created_at=now,
         )
+    if changes.new_agent_version is not None:
+        version = changes.new_agent_version
+        tables.agent_versions.setdefault((version.agent, version.version), row(version))
     if changes.new_turn is not None:
         new = changes.new_turn
         if new.id in tables.turns or any(

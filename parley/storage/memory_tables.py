@@ -18,6 +18,7 @@ import anyio
 from parley.errors import StorageError
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
+    AgentVersionRecord,
     AuditRecord,
     EventRecord,
     InterruptRecord,
@@ -58,6 +59,7 @@ _COLUMNS: dict[type[Any], _Column] = {
     TaskRecord: _Column("tasks", ("result",)),
     StepRecord: _Column("steps", ()),
     AuditRecord: _Column("audit", ("detail",)),
+    AgentVersionRecord: _Column("agent_versions", ("definition",)),
 }
 # Records that carry the time of their last change.
 _STAMPED = (SessionRecord, ToolCallRecord)
@@ -130,6 +132,8 @@ class MemoryTables:
     # By id, which grows with every entry (an id is never given twice, also after a purge).
     audit: dict[int, AuditRecord] = field(default_factory=dict)
     audit_seq: dict[str, int] = field(default_factory=dict)
+    # By (agent, version): shared by every session of the agent, so deleting a session keeps them.
+    agent_versions: dict[tuple[str, str], AgentVersionRecord] = field(default_factory=dict)
 
     def copy(self) -> MemoryTables:
         # The records themselves are frozen, so copying the dicts is enough.

@@ -242,4 +242,16 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE status = 'waiting_for_input' AND (wake_at IS NOT NULL OR lease_owner IS NOT NULL);
     CREATE INDEX sessions_running ON sessions(updated_at) WHERE status = 'running';
     """,
+    # 14: agent versions: each turn names the definition it runs on, stored by its content hash
+    # (shared by every session of the agent, so it outlives them)
+    """
+    ALTER TABLE turns ADD COLUMN agent_version TEXT;
+    CREATE TABLE agent_versions (
+        agent TEXT NOT NULL,
+        version TEXT NOT NULL,
+        definition TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (agent, version)
+    );
+    """,
 )

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
+    AgentVersionRecord,
     AuditRecord,
     DeleteOutcome,
     EventRecord,
@@ -218,6 +219,13 @@ class AuditLog(Protocol):
         ...
 
 
+class AgentVersions(Protocol):
+    """The agent definitions turns ran with (written with the turn that first runs on one, see
+    Changes.new_agent_version), kept while any process may resume such a turn."""
+
+    async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None: ...
+
+
 class Store(
     StepStore,
     SessionStarts,
@@ -228,6 +236,7 @@ class Store(
     TaskStore,
     OwnerQueries,
     AuditLog,
+    AgentVersions,
     Protocol,
 ):
     """Every port: durable state of every session."""

@@ -26,6 +26,7 @@ from parley.errors import LeaseLost, StorageError
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.redaction import mask_url
 from parley.storage.base import (
+    AgentVersionRecord,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -352,6 +353,15 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
         row = await self._fetchone(f"SELECT {_TURN} FROM turns WHERE id = %s", (turn_id,))
         return turn_row(row) if row is not None else None
+
+    async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
+        row = await self._fetchone(
+            "SELECT agent, version, definition, created_at FROM agent_versions WHERE agent = %s AND version = %s",
+            (agent, version),
+        )
+        if row is None:
+            return None
+        return AgentVersionRecord(agent=row[0], version=row[1], definition=row[2], created_at=row[3])
 
     async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
         rows = await self._fetchall(

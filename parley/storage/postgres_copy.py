@@ -35,6 +35,7 @@ TABLE_NAMES = {
     "events": "events",
     "tasks": "tasks",
     "audit": "audit entries",
+    "agent_versions": "agent versions",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000

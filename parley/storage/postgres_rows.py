@@ -45,7 +45,7 @@ SESSION_FIELDS = _names(
 )
 TURN_FIELDS = _names(
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-    "model_calls, input_tokens, output_tokens, result, settings, cached_tokens"
+    "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
 )
 QUEUED_FIELDS = _names(
     "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
@@ -92,6 +92,7 @@ JSON_COLUMNS: dict[str, frozenset[str]] = {
         "summaries": frozenset(),
         "tasks": frozenset({"result"}),
         "steps": frozenset(),
+        "agent_versions": frozenset({"definition"}),
     }.items()
 }
 # Per table: the columns a change may write (the record's fields).

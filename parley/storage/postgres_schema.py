@@ -232,6 +232,18 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX audit_by_time ON audit (at);
     CREATE INDEX sessions_owner_status ON sessions (owner, status);
     """,
+    # 3: agent versions (SQLite's migration 14): each turn names the definition it runs on,
+    # stored by its content hash and shared by every session of the agent
+    """
+    ALTER TABLE turns ADD COLUMN agent_version text COLLATE "C";
+    CREATE TABLE agent_versions (
+        agent text COLLATE "C" NOT NULL,
+        version text COLLATE "C" NOT NULL,
+        definition json NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (agent, version)
+    );
+    """,
 )
 
 # The tables that hold parley's data, parents before children (the order a copy fills them in).
@@ -247,6 +259,7 @@ DATA_TABLES = (
     "summaries",
     "tasks",
     "audit",
+    "agent_versions",
 )
 
 

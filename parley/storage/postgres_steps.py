@@ -46,7 +46,17 @@ _CALL = listing(CALL_FIELDS)
 _INTERRUPT = listing(INTERRUPT_FIELDS)
 
 # The columns a new record is inserted with (the others start from their defaults, as on SQLite).
-NEW_TURN = ("id", "session_id", "seq", "status", "queued_message_id", "started_at", "ended_at", "settings")
+NEW_TURN = (
+    "id",
+    "session_id",
+    "seq",
+    "status",
+    "queued_message_id",
+    "started_at",
+    "ended_at",
+    "settings",
+    "agent_version",
+)
 NEW_CALL = [
     "id",
     "session_id",
@@ -150,6 +160,13 @@ class _Transaction:
                     now,
                     step.cached_tokens,
                 ),
+            )
+        if changes.new_agent_version is not None:
+            version = changes.new_agent_version
+            writes.add(
+                "INSERT INTO agent_versions (agent, version, definition, created_at) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (agent, version) DO NOTHING",
+                (version.agent, version.version, json_value(version.definition), version.created_at),
             )
         if changes.new_turn is not None:
             turn = changes.new_turn

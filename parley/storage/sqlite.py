@@ -21,6 +21,7 @@ import anyio
 from parley.errors import LeaseLost, StorageError
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
+    AgentVersionRecord,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -315,6 +316,20 @@ class SqliteStore(SqliteSteps, SqliteAccess):
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
         row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return _turn(row) if row is not None else None
+
+    async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
+        row = await self._fetchone(
+            "SELECT agent, version, definition, created_at FROM agent_versions WHERE agent = ? AND version = ?",
+            (agent, version),
+        )
+        if row is None:
+            return None
+        return AgentVersionRecord(
+            agent=row["agent"],
+            version=row["version"],
+            definition=json.loads(row["definition"]),
+            created_at=row["created_at"],
+        )
 
     async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
         rows = await self._fetchall(

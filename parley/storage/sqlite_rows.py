@@ -21,7 +21,7 @@ SESSION_COLUMNS = (
 )
 TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-    "model_calls, input_tokens, output_tokens, result, settings, cached_tokens"
+    "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
 )
 QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
 CALL_COLUMNS = (
@@ -85,6 +85,7 @@ def turn_row(row: sqlite3.Row) -> TurnRecord:
         result=json.loads(row["result"]) if row["result"] is not None else None,
         settings=json.loads(row["settings"]),
         cached_tokens=row["cached_tokens"],
+        agent_version=row["agent_version"],
     )
 
 

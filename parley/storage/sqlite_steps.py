@@ -194,6 +194,13 @@ def _apply(db: Connection, snapshot: SessionSnapshot, changes: Changes, now: flo
             )
         except sqlite3.IntegrityError as exc:
             raise LeaseLost(session_id) from exc
+    if changes.new_agent_version is not None:
+        version = changes.new_agent_version
+        db.execute(
+            "INSERT INTO agent_versions (agent, version, definition, created_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (agent, version) DO NOTHING",
+            (version.agent, version.version, dumps(version.definition), version.created_at),
+        )
     if changes.new_turn is not None:
         _insert_turn(db, changes.new_turn)
     if changes.new_calls:
@@ -224,7 +231,7 @@ def _apply(db: Connection, snapshot: SessionSnapshot, changes: Changes, now: flo
 def _insert_turn(db: Connection, turn: TurnRecord) -> None:
     db.execute(
         "INSERT INTO turns (id, session_id, seq, status, queued_message_id, started_at, ended_at, "
-        "settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "settings, agent_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             turn.id,
             turn.session_id,
@@ -234,6 +241,7 @@ def _insert_turn(db: Connection, turn: TurnRecord) -> None:
             turn.started_at,
             turn.ended_at,
             dumps(turn.settings),
+            turn.agent_version,
         ),
     )
 

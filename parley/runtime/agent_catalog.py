@@ -1,0 +1,125 @@
+"""The agents a process serves as they are configured now, and every earlier definition a turn
+still runs on.
+
+Each definition has a version: the hash of its content (its `version:` label included), so the
+same file gives the same version in every process. The live set is replaced whole when agent
+files change (agent_reload.py): a reader sees the old set or the new, never half of each. A turn
+runs on the definition it started with, found by its version: the live one while it is unchanged
+(a dictionary lookup per step), else one this process has held or read, else the one the database
+stored as the turn started (in any process, after any restart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from parley.config import AgentConfig
+from parley.storage.base import AgentVersionRecord
+from parley.storage.ports import AgentVersions
+
+logger = logging.getLogger(__name__)
+
+# Hex digits of the SHA-256 kept as the version: 64 bits, no collision among one agent's edits.
+VERSION_DIGITS = 16
+
+
+def definition_of(agent: AgentConfig) -> dict[str, Any]:
+    """The definition as stored: every field, as JSON."""
+    return agent.model_dump(mode="json")
+
+
+def version_of(definition: dict[str, Any]) -> str:
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:VERSION_DIGITS]
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    agent: AgentConfig
+    version: str
+    definition: dict[str, Any]
+
+    @classmethod
+    def of(cls, agent: AgentConfig) -> _Live:
+        definition = definition_of(agent)
+        return cls(agent, version_of(definition), definition)
+
+
+class AgentCatalog(Mapping[str, AgentConfig]):
+    """The live agents by name (what callers may start sessions with), with their versions, and
+    the definitions of earlier versions that turns run on. One per process."""
+
+    def __init__(self, agents: Mapping[str, AgentConfig], store: AgentVersions) -> None:
+        self._store = store
+        self._live: dict[str, _Live] = {}
+        # Versions this process has served or read: a turn that started on one finds it here.
+        self._held: dict[tuple[str, str], AgentConfig] = {}
+        # Versions this process knows the database holds (it stored or read them).
+        self._stored: set[tuple[str, str]] = set()
+        self.replace(agents)
+
+    def __getitem__(self, name: str) -> AgentConfig:
+        return self._live[name].agent
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._live)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def version(self, name: str) -> str | None:
+        """The version of the live definition of `name`."""
+        live = self._live.get(name)
+        return live.version if live is not None else None
+
+    def replace(self, agents: Mapping[str, AgentConfig]) -> None:
+        """Serve `agents` from now on. Turns that started on an earlier definition keep it."""
+        live: dict[str, _Live] = {}
+        for name, agent in agents.items():
+            old = self._live.get(name)
+            live[name] = old if old is not None and old.agent == agent else _Live.of(agent)
+            self._held[(name, live[name].version)] = agent
+        self._live = live  # one assignment: a reader sees the old set or the new
+
+    def for_new_turn(self, name: str, now: float) -> tuple[AgentVersionRecord | None, bool]:
+        """The definition a turn of `name` starting now runs on (None: the agent is not configured),
+        and whether the turn must store it (the first turn on it in this process, unless the
+        database is known to hold it)."""
+        live = self._live.get(name)
+        if live is None:
+            return None, False
+        record = AgentVersionRecord(
+            agent=name, version=live.version, definition=live.definition, created_at=now
+        )
+        return record, (name, live.version) not in self._stored
+
+    def mark_stored(self, record: AgentVersionRecord) -> None:
+        self._stored.add((record.agent, record.version))
+
+    async def for_turn(self, name: str, version: str | None) -> AgentConfig | None:
+        """The definition a turn runs on: its version's (None: a turn stored before versions were
+        kept runs on the live one); None when neither this process nor the database has it."""
+        live = self._live.get(name)
+        if version is None or (live is not None and live.version == version):
+            return live.agent if live is not None else None
+        held = self._held.get((name, version))
+        if held is not None:
+            return held
+        record = await self._store.get_agent_version(name, version)
+        if record is None:
+            return None
+        try:
+            agent = AgentConfig.model_validate(record.definition)
+        except ValidationError as exc:
+            logger.error("agent %s version %s is stored but cannot be read: %s", name, version, exc)
+            return None
+        self._held[(name, version)] = agent
+        self._stored.add((name, version))
+        return agent
