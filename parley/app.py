@@ -125,11 +125,11 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
     """
     clock = time.time
     async with AsyncExitStack() as stack:
-        opened = await stack.enter_async_context(open_store(config))
-        store = opened.store
-        signals = SessionSignals()
         process_id = new_process_id()
+        opened = await stack.enter_async_context(open_store(config, origin=process_id))
+        store = opened.store
         runtime = config.runtime
+        signals = SessionSignals(runtime.poll_interval_s, config.storage.listen_poll_interval_s)
         timings = DriveSettings(
             lease_ttl_s=runtime.lease_ttl_s,
             poll_interval_s=runtime.poll_interval_s,
@@ -177,6 +177,8 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             render=lambda outcome: as_wire(outcome_result(outcome)),
         )
         async with anyio.create_task_group() as tg:
+            # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
+            await tg.start(opened.feed.run, signals)
             await tg.start(sources.run)
             sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
             await tg.start(scheduler.run)

@@ -1,52 +1,123 @@
-"""In-process wake-ups: a fast path beside the database polling that other processes rely on."""
+"""Wake-ups: what this process commits, and what other processes commit as far as the storage's
+change feed delivers it (PostgreSQL's LISTEN/NOTIFY), wake whoever waits on it at once. Polling
+the database is the safety net beside them: at `poll_interval_s`, or, while the feed is live (every
+change of another process arrives), at the slower `notified_poll_interval_s`."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 
 import anyio
 
 from parley.ids import SessionId
 
 
-class SessionSignals:
-    """Per-session events: 'something was committed' and 'a cancel was requested here'."""
+class Watch:
+    """Wake-ups of one session since the last wait. Open it before looking at the session, so a
+    change committed while the look reads is not missed: the next wait then returns at once."""
+
+    __slots__ = ("_event",)
 
     def __init__(self) -> None:
-        self._changed: dict[SessionId, anyio.Event] = {}
-        self._waiting: dict[SessionId, int] = {}
-        self._cancel: dict[SessionId, anyio.Event] = {}
+        self._event = anyio.Event()
+
+    def fire(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Return when woken (True), or after `timeout_s` at most (False)."""
+        with anyio.move_on_after(timeout_s):
+            await self._event.wait()
+        if not self._event.is_set():
+            return False
+        self._event = anyio.Event()
+        return True
+
+
+class _Watches:
+    """The open watches, by session; a session without one takes no memory."""
+
+    def __init__(self) -> None:
+        self._by_session: dict[SessionId, set[Watch]] = {}
+
+    def fire(self, session_id: SessionId) -> None:
+        for watch in self._by_session.get(session_id, ()):
+            watch.fire()
+
+    def fire_all(self) -> None:
+        for watches in self._by_session.values():
+            for watch in watches:
+                watch.fire()
+
+    @contextmanager
+    def open(self, session_id: SessionId) -> Iterator[Watch]:
+        watch = Watch()
+        self._by_session.setdefault(session_id, set()).add(watch)
+        try:
+            yield watch
+        finally:
+            left = self._by_session[session_id]
+            left.discard(watch)
+            if not left:
+                del self._by_session[session_id]
+
+
+class SessionSignals:
+    """Per-session wake-ups ('something was committed', 'a cancel was requested') and the
+    scheduler's 'work is available'. Also the storage change feed's sink (storage/wakeups.py)."""
+
+    def __init__(self, poll_interval_s: float = 0.5, notified_poll_interval_s: float | None = None) -> None:
+        self._changed = _Watches()
+        self._cancels = _Watches()
         self._work = anyio.Event()
         self._named: set[SessionId] = set()
         self._scan_wanted = False
+        self._poll_interval_s = poll_interval_s
+        self._notified_poll_interval_s = max(notified_poll_interval_s or poll_interval_s, poll_interval_s)
+        self._live = False
+
+    @property
+    def poll_interval_s(self) -> float:
+        """How often a wait on one session looks at the database by itself: other processes'
+        changes are seen by these looks unless a live change feed delivers them."""
+        return self._notified_poll_interval_s if self._live else self._poll_interval_s
+
+    @property
+    def live(self) -> bool:
+        """Whether the change feed delivers other processes' changes now."""
+        return self._live
+
+    def feed_live(self, live: bool) -> None:
+        if live and not self._live:
+            # Whatever other processes did while nothing could be delivered: look at it all once.
+            self.everything_changed()
+        self._live = live
+
+    def everything_changed(self) -> None:
+        self._changed.fire_all()
+        self._cancels.fire_all()
+        self.work_available()
 
     def notify(self, session_id: SessionId) -> None:
-        event = self._changed.pop(session_id, None)
-        if event is not None:
-            event.set()
+        self._changed.fire(session_id)
+
+    def watching(self, session_id: SessionId) -> AbstractContextManager[Watch]:
+        """The session's changes while it is open (see Watch)."""
+        return self._changed.open(session_id)
 
     async def wait_changed(self, session_id: SessionId, timeout_s: float) -> None:
-        """Return when the session changes in this process, or after `timeout_s` at most."""
-        event = self._changed.setdefault(session_id, anyio.Event())
-        self._waiting[session_id] = self._waiting.get(session_id, 0) + 1
-        try:
-            with anyio.move_on_after(timeout_s):
-                await event.wait()
-        finally:
-            left = self._waiting[session_id] - 1
-            if left:
-                self._waiting[session_id] = left
-            else:
-                # Nobody waits on this session any more: forget its event (sessions come and go).
-                del self._waiting[session_id]
-                if self._changed.get(session_id) is event:
-                    del self._changed[session_id]
+        """Return when the session changes, or after `timeout_s` at most. (A change made before the
+        call is not seen: a caller that looks and then waits should hold a `watching` instead.)"""
+        with self._changed.open(session_id) as watch:
+            await watch.wait(timeout_s)
 
     def request_cancel(self, session_id: SessionId) -> None:
-        event = self._cancel.pop(session_id, None)
-        if event is not None:
-            event.set()
+        self._cancels.fire(session_id)
 
-    async def cancel_requested(self, session_id: SessionId) -> None:
-        await self._cancel.setdefault(session_id, anyio.Event()).wait()
+    def watching_cancel(self, session_id: SessionId) -> AbstractContextManager[Watch]:
+        """Cancel requests of the session while it is open (the driver holds one while it drives)."""
+        return self._cancels.open(session_id)
 
     def work_available(self, session_id: SessionId | None = None) -> None:
         """Something needs a driver: `session_id` when the caller knows which session (the
