@@ -204,12 +204,14 @@ class ServerProcess:
         host: str | None = None,
         db: str | None = None,
         port: int = 0,
+        log_level: str = "DEBUG",
     ) -> None:
         self.config_path = config_path
         self.http = http
         self.host = host
         self.db = db
         self.port = port
+        self.log_level = log_level
         self.extra_env = env or {}
         self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
@@ -229,7 +231,7 @@ class ServerProcess:
         env.pop("PARLEY_DB", None)
         self._log = self.log_path.open("ab")
         command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
-        command += ["--log-level", "DEBUG"] + (["--db", self.db] if self.db else [])
+        command += ["--log-level", self.log_level] + (["--db", self.db] if self.db else [])
         if self.http:
             command += ["--http", "--port", str(self.port)] + (["--host", self.host] if self.host else [])
         self._process = await anyio.open_process(

@@ -77,6 +77,24 @@ async def test_without_a_change_feed_the_signals_stay_on_the_plain_poll() -> Non
     assert (signals.live, signals.poll_interval_s) == (False, 0.2)
 
 
+async def test_named_work_arriving_all_the_time_does_not_put_off_the_scan() -> None:
+    # Other replicas' messages name sessions constantly; timers and dead replicas' leases are
+    # found only by the scan, which must still come every poll interval.
+    signals = SessionSignals()
+    interval = 0.2
+    assert (await signals.wait_for_work(interval))[1] is True
+    started = anyio.current_time()
+    with anyio.fail_after(TEST_DEADLINE_S):
+        while True:
+            signals.work_available(SID)
+            named, scan = await signals.wait_for_work(interval)
+            assert named == {SID}
+            if scan:
+                break
+            await anyio.sleep(interval / 10)
+    assert interval <= anyio.current_time() - started < 3 * interval
+
+
 # ---------------------------------------------------------------------------- what a change announces
 
 

@@ -5,6 +5,7 @@ change of another process arrives), at the slower `notified_poll_interval_s`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -73,6 +74,7 @@ class SessionSignals:
         self._work = anyio.Event()
         self._named: set[SessionId] = set()
         self._scan_wanted = False
+        self._scanned_at = -math.inf
         self._poll_interval_s = poll_interval_s
         self._notified_poll_interval_s = max(notified_poll_interval_s or poll_interval_s, poll_interval_s)
         self._live = False
@@ -130,12 +132,17 @@ class SessionSignals:
 
     async def wait_for_work(self, timeout_s: float) -> tuple[set[SessionId], bool]:
         """Wait until work is signalled, `timeout_s` at most: the sessions named since the last
-        call, and whether to scan (asked for, or the time passed: other processes' work)."""
-        signalled = False
+        call, and whether to scan (asked for, or `timeout_s` passed since the last scan: work no
+        signal names, such as a timer come due or the lease of a process that died). Named work
+        arriving all the time (other replicas' messages, through the change feed) does not put
+        the scan off."""
         with anyio.move_on_after(timeout_s):
             await self._work.wait()
-            signalled = True
         self._work = anyio.Event()
         named, self._named = self._named, set()
-        scan, self._scan_wanted = self._scan_wanted or not signalled, False
+        now = anyio.current_time()
+        scan = self._scan_wanted or now - self._scanned_at >= timeout_s
+        self._scan_wanted = False
+        if scan:
+            self._scanned_at = now
         return named, scan
