@@ -232,6 +232,25 @@ class PostgresStore(PostgresSteps, PostgresCopy):
         )
         return str(rows[0][0]) if rows else None
 
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        if not session_ids:
+            return {}
+        prefix = lease_token(owner, 0)[:-1]
+        # As try_acquire_lease, for every session at once: rows another transaction holds are
+        # skipped, not waited for.
+        rows = await self._write(
+            "UPDATE sessions SET lease_epoch = lease_epoch + 1, "
+            "lease_owner = %(prefix)s::text || (lease_epoch + 1), lease_expires_at = %(expires)s "
+            "WHERE id IN (SELECT id FROM sessions WHERE id = ANY(%(sids)s) "
+            "AND status IN ('running', 'waiting_for_input') "
+            "AND (lease_owner IS NULL OR lease_expires_at < %(now)s OR starts_with(lease_owner, %(prefix)s)) "
+            "FOR UPDATE SKIP LOCKED) RETURNING id, lease_owner",
+            {"prefix": prefix, "expires": now + ttl_s, "sids": list(session_ids), "now": now},
+        )
+        return {SessionId(row[0]): str(row[1]) for row in rows}
+
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         rows = await self._write(
             f"UPDATE sessions SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s RETURNING {_SESSION}",
