@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 import anyio
 from anyio.abc import TaskStatus
 
+from parley.errors import StorageUnavailable
 from parley.ids import SessionId
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.signals import SessionSignals
@@ -81,8 +82,12 @@ class Scheduler:
                     # Sessions named as having work (given it here, or by another process through
                     # the change feed): claimed at once, without a scan.
                     await self._claim(tg, named)
+                except StorageUnavailable as exc:
+                    # The database's condition (away, busy, full), which the store has reported:
+                    # the next tick tries again.
+                    logger.debug("scanning for work failed (%s); retrying", exc.condition)
                 except Exception:
-                    # A failed scan (database busy, disk hiccup) must not stop the process; retry next tick.
+                    # A failed scan (a bug, a disk hiccup) must not stop the process; retry next tick.
                     logger.exception("scanning for work failed; retrying")
                 named, scan = await self._signals.wait_for_work(self._timings.poll_interval_s)
 
@@ -120,11 +125,15 @@ class Scheduler:
         try:
             again = await self._driver.drive(session_id, lease)
             self._retry_at.pop(session_id, None)
-        except Exception:
+        except Exception as exc:
             _, pause = self._retry_at.get(session_id, (0.0, self._timings.poll_interval_s))
             pause = min(pause * 2, MAX_RETRY_PAUSE_S)
             self._retry_at[session_id] = (self._clock() + pause, pause)
-            logger.exception("driving session %s failed; retrying in %.1fs", session_id, pause)
+            if isinstance(exc, StorageUnavailable):
+                # The database's condition, not a bug: one line, no traceback.
+                logger.warning("driving session %s failed; retrying in %.1fs: %s", session_id, pause, exc)
+            else:
+                logger.exception("driving session %s failed; retrying in %.1fs", session_id, pause)
         finally:
             self._driving.discard(session_id)
             self._idle.set()
