@@ -150,7 +150,7 @@ class Refused(Exception):
 
 
 @dataclass
-class Client_:
+class Caller:
     """The test's client: every call goes to a random replica; a call that gets no answer (the
     replica died, the connection broke, the database was away) goes to another one, the same call
     with the same client_message_id, until one answers."""
@@ -218,7 +218,7 @@ def _message(conversation: Conversation, step: int, rng: random.Random) -> str:
 
 
 async def _converse(
-    conversation: Conversation, client: Client_, stop: anyio.Event, rng: random.Random
+    conversation: Conversation, client: Caller, stop: anyio.Event, rng: random.Random
 ) -> None:
     step = 0
     while not stop.is_set():
@@ -324,7 +324,7 @@ async def _run(cluster: Cluster, stack: AsyncExitStack) -> None:
     http = await stack.enter_async_context(
         httpx2.AsyncClient(timeout=WAIT_S + TEST_DEADLINE_S, limits=httpx2.Limits(max_connections=None))
     )
-    clients = [Client_(cluster.urls, random.Random(rng.random()), http) for _ in conversations]
+    clients = [Caller(cluster.urls, random.Random(rng.random()), http) for _ in conversations]
     stop = anyio.Event()
     takeovers = Takeovers()
     started = time.monotonic()

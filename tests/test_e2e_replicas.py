@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -49,7 +50,7 @@ STATE_KEYS_ENV = "PARLEY_TEST_STATE_KEYS"
 class Replicas:
     servers: list[ServerProcess]
     db: Database
-    directory: Any
+    directory: Path
 
     def process_ids(self) -> list[str]:
         return [s.process_id() for s in self.servers]

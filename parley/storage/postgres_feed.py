@@ -84,7 +84,6 @@ class PostgresChangeFeed:
         # between attempts to listen again.
         self._ping_s = ping_s
         self._secrets = tuple(secrets)
-        self.received = 0
 
     async def run(self, sink: WakeSink, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         started = False
@@ -138,7 +137,6 @@ class PostgresChangeFeed:
         wake, origin = parsed
         if origin == self._origin:
             return  # this process signalled it in-process already
-        self.received += 1
         sink.notify(wake.session_id)
         if wake.cancel:
             sink.request_cancel(wake.session_id)
