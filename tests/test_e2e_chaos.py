@@ -272,15 +272,15 @@ class Takeovers:
 
 
 async def _chaos(cluster: Cluster, stop: anyio.Event, rng: random.Random, takeovers: Takeovers) -> None:
-    """Until `stop`: every second or so SIGKILL a random running replica (leaving at least one)
-    and start it again on its port after a moment; follow how soon its leases are taken over."""
+    """Until `stop`: every second or so, while all three run, SIGKILL a random replica and start it
+    again on its port after a moment; follow how soon its leases are taken over."""
     async with anyio.create_task_group() as tg:
         while not stop.is_set():
-            with anyio.move_on_after(rng.uniform(0.3, 1.5)):
+            with anyio.move_on_after(rng.uniform(0.5, 2.0)):
                 await stop.wait()
             running = [i for i, server in enumerate(cluster.current) if server is not None]
-            if stop.is_set() or len(running) < 2:
-                continue  # one replica always answers
+            if stop.is_set() or len(running) < REPLICAS:
+                continue  # one replica down at a time: the two others carry on
             victim = rng.choice(running)
             dead = cluster.current[victim]
             assert dead is not None
@@ -396,4 +396,4 @@ async def _run(cluster: Cluster, stack: AsyncExitStack) -> None:
     )
     assert len(takeovers.delays) == cluster.kills, "every killed replica's sessions were taken over"
     assert duplicates == {}, f"writes that ran more than once: {duplicates}"
-    assert cluster.kills > 0 and turns > SESSIONS
+    assert cluster.kills > 0 and turns >= SESSIONS
