@@ -155,11 +155,11 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         level = logging.INFO if isinstance(notice, ConfigNote) else logging.WARNING
         logger.log(level, "%s", notice)
     async with AsyncExitStack() as stack:
-        opened = await stack.enter_async_context(open_store(config))
-        store = opened.store
-        signals = SessionSignals()
         process_id = new_process_id()
+        opened = await stack.enter_async_context(open_store(config, origin=process_id))
+        store = opened.store
         runtime = config.runtime
+        signals = SessionSignals(runtime.poll_interval_s, config.storage.listen_poll_interval_s)
         timings = DriveSettings(
             lease_ttl_s=runtime.lease_ttl_s,
             poll_interval_s=runtime.poll_interval_s,
@@ -211,6 +211,8 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         # Live views' wake-ups for what other processes commit (one query per interval for all).
         watch = EventWatch(store, signals, runtime.poll_interval_s)
         async with anyio.create_task_group() as tg:
+            # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
+            await tg.start(opened.feed.run, signals)
             await tg.start(sources.run)
             await tg.start(watch.run)
             sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)

@@ -409,13 +409,48 @@ class StorageConfig(_Strict):
             "call waits for a connection before it fails as unreachable."
         ),
     )
+    listen: bool = Field(
+        True,
+        description=(
+            "PostgreSQL: replicas wake each other with LISTEN/NOTIFY when they commit a change; false: "
+            "they find each other's changes by polling alone (runtime.poll_interval_s)."
+        ),
+    )
+    listen_url: str | None = Field(
+        None,
+        description=(
+            "PostgreSQL: a direct connection for LISTEN when storage.url goes through a pooler in "
+            "transaction mode (PgBouncer), which cannot keep a LISTEN. Default: storage.url. Its "
+            "password, like storage.url's, only from the environment."
+        ),
+    )
+    listen_poll_interval_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "PostgreSQL, while LISTEN works: how often a waiting call or a driven session still looks "
+            "at the database by itself (a safety net), and how long the listening connection may be "
+            "silent before it is checked. The work scan keeps runtime.poll_interval_s."
+        ),
+    )
 
 
 # What names a database on the command line or in PARLEY_DB: a URL with one of these schemes is
 # PostgreSQL; anything else is a SQLite file.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # Fields of `storage:` that mean nothing to the other backend.
-_POSTGRES_ONLY = ("schema", "pool_size", "statement_timeout_s", "connect_retry_s")
+_POSTGRES_ONLY = (
+    "schema",
+    "pool_size",
+    "statement_timeout_s",
+    "connect_retry_s",
+    "listen",
+    "listen_url",
+    "listen_poll_interval_s",
+)
+# Fields whose URL may carry a password reference (${NAME}), expanded by expand_database_url.
+_URL_FIELDS = ("url", "listen_url")
 _SQLITE_ONLY = ("max_size_mb", "synchronous")
 _PLAIN_SCHEMA = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
 # A URL's parts: the user information (user[:password]) and the rest.
@@ -834,15 +869,21 @@ def _read_server_yaml(path: Path) -> dict[str, Any]:
     checking that it holds no password in clear text."""
     raw = _read_raw_yaml(path)
     storage = raw.get("storage")
-    url = storage.get("url") if isinstance(storage, dict) else None
-    if not isinstance(url, str):
+    urls = {
+        name: value
+        for name in _URL_FIELDS
+        if isinstance(storage, dict) and isinstance(value := storage.get(name), str)
+    }
+    if not urls:
         return dict(_expand_env(raw, str(path), ""))
     assert isinstance(storage, dict)
-    if clear_text_password(url):
-        raise ConfigError(E_FIELD, str(path), "storage.url", _CLEAR_TEXT_FIX)
-    others = {**raw, "storage": {k: v for k, v in storage.items() if k != "url"}}
+    for name, url in urls.items():
+        if clear_text_password(url):
+            raise ConfigError(E_FIELD, str(path), f"storage.{name}", _CLEAR_TEXT_FIX)
+    others = {**raw, "storage": {k: v for k, v in storage.items() if k not in urls}}
     expanded: dict[str, Any] = _expand_env(others, str(path), "")
-    expanded["storage"]["url"] = expand_database_url(url, str(path), "storage.url")
+    for name, url in urls.items():
+        expanded["storage"][name] = expand_database_url(url, str(path), f"storage.{name}")
     return expanded
 
 
@@ -1331,7 +1372,8 @@ def _storage_problems(storage: StorageConfig, file: str) -> list[ConfigError]:
             for name in _SQLITE_ONLY
             if name in given
         ]
-    else:
+    elif storage.path is not None:
+        # (Without a path they may apply to a PostgreSQL URL given by --db or PARLEY_DB.)
         problems += [
             ConfigError(
                 E_FIELD,
@@ -1342,6 +1384,8 @@ def _storage_problems(storage: StorageConfig, file: str) -> list[ConfigError]:
             for name in _POSTGRES_ONLY
             if (name if name != "schema" else "db_schema") in given
         ]
+    if storage.listen_url is not None and not is_database_url(storage.listen_url):
+        problems.append(ConfigError(E_FIELD, file, "storage.listen_url", "must start with postgresql://"))
     if not _PLAIN_SCHEMA.fullmatch(storage.db_schema):
         problems.append(
             ConfigError(

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from parley.config import ServerConfig
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
+from parley.storage.wakeups import ChangeFeed, NoChangeFeed
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +22,14 @@ class OpenedStore:
     status: Callable[[], Awaitable[StorageStatus]]
     # (before, after): the schema versions when it was opened (after is the newest known).
     migrated: tuple[int, int] | None = None
+    # Other processes' changes, as far as the backend can tell them (PostgreSQL: LISTEN/NOTIFY).
+    feed: ChangeFeed = field(default_factory=NoChangeFeed)
 
 
 @asynccontextmanager
-async def open_store(config: ServerConfig) -> AsyncIterator[OpenedStore]:
-    """Open (creating and migrating as needed) the database the configuration names.
+async def open_store(config: ServerConfig, origin: str = "") -> AsyncIterator[OpenedStore]:
+    """Open (creating and migrating as needed) the database the configuration names; `origin`:
+    the process whose changes it announces to other processes (none for the command line).
 
     Raises:
         StorageError: it cannot be opened, reached or migrated; the message names the database
@@ -41,8 +45,12 @@ async def open_store(config: ServerConfig) -> AsyncIterator[OpenedStore]:
             pool_size=storage.pool_size,
             statement_timeout_s=storage.statement_timeout_s,
             connect_retry_s=storage.connect_retry_s,
+            origin=origin,
+            listen=storage.listen,
+            listen_url=storage.listen_url,
+            listen_ping_s=storage.listen_poll_interval_s,
         ) as postgres:
-            yield OpenedStore(postgres, config.db_label, postgres.status, postgres.migrated)
+            yield OpenedStore(postgres, config.db_label, postgres.status, postgres.migrated, postgres.feed)
         return
     from parley.storage.sqlite import open_sqlite_store
 

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from tests.postgres_support import PgSchema, require_postgres, schema_for_test
+from tests.support import Database
 
 # Modules named test_e2e_* start real processes (parley serve, MCP servers, npm tools). Everything
 # else is the fast layer: `pytest -m "not e2e"` runs it alone, with no subprocess.
@@ -35,3 +39,22 @@ def pg_schema(request: pytest.FixtureRequest, postgres_url: str) -> Iterator[PgS
         postgres_url, request.module.__name__.rpartition(".")[2].removeprefix("test_")
     ) as schema:
         yield schema
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Database]:
+    """The database of one test's parley: a SQLite file in its folder, or, for a test parametrized
+    with `indirect=["database"]` and "postgres", a schema of its own on the test server."""
+    with database_for(getattr(request, "param", "sqlite"), tmp_path, request.node.name) as chosen:
+        yield chosen
+
+
+@contextmanager
+def database_for(kind: str, directory: Path, tag: str) -> Iterator[Database]:
+    if kind == "sqlite":
+        yield Database(path=directory / "parley.db")
+        return
+    assert kind == "postgres", kind
+    url = require_postgres()
+    with schema_for_test(url, re.sub(r"[^a-z0-9_]", "_", tag.lower().removeprefix("test_"))[:20]) as schema:
+        yield Database(url=url, schema=schema.schema)

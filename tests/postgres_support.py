@@ -10,9 +10,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import pwd
 import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -177,3 +183,83 @@ class DatabaseProxy:
             async with anyio.create_task_group() as relay:
                 relay.start_soon(pump, client, server)
                 relay.start_soon(pump, server, client)
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own (initdb into a temporary folder, a free port, its unix
+    socket in that folder), so a test can stop and start the database under a running parley
+    without touching the server others use. Run as `with PrivatePostgres() as pg:`; `pg.url`
+    names it (user `parley`, trust authentication, loopback only).
+
+    As root (initdb refuses to run as root) the server runs as the `postgres` system account."""
+
+    def __init__(self) -> None:
+        self.binaries = _postgres_binaries()
+        self.port = 0
+        self.directory = Path()
+        self._as: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://parley@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def data(self) -> Path:
+        return self.directory / "data"
+
+    def __enter__(self) -> PrivatePostgres:
+        self.directory = Path(tempfile.mkdtemp(prefix="parley-pg-"))
+        if os.geteuid() == 0:
+            account = pwd.getpwnam("postgres")
+            os.chown(self.directory, account.pw_uid, account.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._run("initdb", "-D", str(self.data), "-U", "parley", "--auth=trust", "--no-sync", "-E", "UTF8")
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.directory / "log"), "-w", "start"
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server: `fast` disconnects everyone and shuts down cleanly, `immediate` kills
+        every server process at once (the next start recovers from the log, as after a crash)."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def log(self) -> str:
+        path = self.directory / "log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _run(self, program: str, *args: str) -> None:
+        subprocess.run(
+            [*self._as, str(self.binaries / program), *args], check=True, capture_output=True, timeout=120
+        )
+
+
+def _postgres_binaries() -> Path:
+    """The newest /usr/lib/postgresql/*/bin with initdb and pg_ctl; skips the test without one (fails
+    it on CI)."""
+    found = sorted(
+        (
+            p.parent
+            for p in Path("/usr/lib/postgresql").glob("*/bin/initdb")
+            if (p.parent / "pg_ctl").exists()
+        ),
+        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+    )
+    if found and (os.geteuid() != 0 or shutil.which("runuser")):
+        return found[-1]
+    reason = "no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql/*/bin"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason}; CI runs the PostgreSQL restart test, so they must be installed")
+    pytest.skip(reason)

@@ -71,6 +71,45 @@ FAST_RUNTIME = {
 }
 
 
+@dataclass(frozen=True)
+class Database:
+    """Where a test's parley keeps its data: a SQLite file, or a schema of its own on the test
+    PostgreSQL server (tests/postgres_support.py), which `parley serve` and the command line are
+    given as `--db URL` with `storage.schema` in parley.yaml. `rows` reads it as an operator would."""
+
+    path: Path | None = None
+    url: str | None = None
+    schema: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "postgres" if self.url is not None else "sqlite"
+
+    @property
+    def db_arg(self) -> str | None:
+        """What `--db` names (None: the SQLite file of parley.yaml)."""
+        return self.url
+
+    def storage(self) -> dict[str, Any]:
+        """The `storage:` section of parley.yaml."""
+        if self.url is not None:
+            return {"schema": self.schema}
+        return {"path": str(self.path)}
+
+    def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run SQL written for SQLite (`?` placeholders) on the database."""
+        if self.url is None:
+            assert self.path is not None
+            return db_rows(self.path, query, params)
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema or "public")))
+            cur = conn.execute(query.replace("%", "%%").replace("?", "%s").encode(), params)
+            return list(cur.fetchall()) if cur.description is not None else []
+
+
 def write_config(
     directory: Path,
     *,
@@ -79,16 +118,18 @@ def write_config(
     agents: dict[str, dict[str, Any]] | None = None,
     storage: dict[str, Any] | None = None,
     mcp_servers: dict[str, dict[str, Any]] | None = None,
+    database: Database | None = None,
     **sections: Any,
 ) -> Path:
     """Write parley.yaml (fast timings) and agent files into `directory`; return the config path.
 
-    `storage` and `runtime` add to the defaults; `mcp_servers` and any other top-level
-    `sections` (e.g. `tasks`) go into parley.yaml as given.
+    `storage` and `runtime` add to the defaults (the SQLite file `db_name`, or `database`);
+    `mcp_servers` and any other top-level `sections` (e.g. `tasks`) go into parley.yaml as given.
     """
     directory.mkdir(parents=True, exist_ok=True)
+    where = database.storage() if database is not None else {"path": db_name}
     config: dict[str, Any] = {
-        "storage": {"path": db_name, **(storage or {})},
+        "storage": {**where, **(storage or {})},
         "runtime": {**FAST_RUNTIME, **(runtime or {})},
         **sections,
     }
@@ -161,10 +202,16 @@ class ServerProcess:
         http: bool = False,
         env: dict[str, str] | None = None,
         host: str | None = None,
+        db: str | None = None,
+        port: int = 0,
+        log_level: str = "DEBUG",
     ) -> None:
         self.config_path = config_path
         self.http = http
         self.host = host
+        self.db = db
+        self.port = port
+        self.log_level = log_level
         self.extra_env = env or {}
         self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
@@ -184,9 +231,9 @@ class ServerProcess:
         env.pop("PARLEY_DB", None)
         self._log = self.log_path.open("ab")
         command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
-        command += ["--log-level", "DEBUG"]
+        command += ["--log-level", self.log_level] + (["--db", self.db] if self.db else [])
         if self.http:
-            command += ["--http", "--port", "0"] + (["--host", self.host] if self.host else [])
+            command += ["--http", "--port", str(self.port)] + (["--host", self.host] if self.host else [])
         self._process = await anyio.open_process(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env
         )
@@ -310,9 +357,12 @@ async def message_pump(
 
 @asynccontextmanager
 async def running_server(
-    config_path: Path, mode: str = "auto", name: str = "server", http: bool = False
+    config_path: Path, mode: str = "auto", name: str = "server", http: bool = False, db: str | None = None
 ) -> AsyncIterator[tuple[ServerProcess, Client]]:
-    async with ServerProcess(config_path, name=name, http=http) as server, server.client(mode) as client:
+    async with (
+        ServerProcess(config_path, name=name, http=http, db=db) as server,
+        server.client(mode) as client,
+    ):
         yield server, client
 
 

@@ -23,6 +23,7 @@ from tests.support import (
     REPO,
     STATE_WINDOW_S,
     TEST_DEADLINE_S,
+    Database,
     Served,
     ServerProcess,
     call,
@@ -52,19 +53,22 @@ AGENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def write_world_config(directory: Path) -> Path:
+def write_world_config(directory: Path, database: Database | None = None) -> Path:
     """parley.yaml with the fixture MCP server (logging to fixture.jsonl) and the agents above."""
     return write_config(
         directory,
         runtime={"max_timer_s": MAX_TIMER_S},
         agents=AGENTS,
         mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+        database=database,
     )
 
 
-def parley_cli(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def parley_cli(config: Path, *args: str, db: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`parley <command> --config config [--db db] <args...>`."""
+    where = ["--db", db] if db else []
     return subprocess.run(
-        [sys.executable, "-m", "parley", *args[:1], "--config", str(config), *args[1:]],
+        [sys.executable, "-m", "parley", *args[:1], "--config", str(config), *where, *args[1:]],
         capture_output=True,
         text=True,
         timeout=TEST_DEADLINE_S,

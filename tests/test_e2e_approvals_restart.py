@@ -11,9 +11,9 @@ import pytest
 
 from tests.support import (
     TEST_DEADLINE_S,
+    Database,
     ServerProcess,
     call,
-    db_rows,
     eventually,
     fixture_runs,
     running_server,
@@ -23,12 +23,14 @@ from tests.test_e2e_approvals import parley_cli, write_world_config
 pytestmark = pytest.mark.anyio
 
 
+# Also on PostgreSQL: parked sessions, timers and a decision from the command line while no server runs.
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
 async def test_sessions_waiting_for_a_person_or_a_timer_survive_sigkill_and_resolve_once(
-    tmp_path: Path,
+    tmp_path: Path, database: Database
 ) -> None:
-    config = write_world_config(tmp_path)
-    db = tmp_path / "parley.db"
-    async with ServerProcess(config, name="first") as server, server.client() as client:
+    config = write_world_config(tmp_path, database)
+    db = database.db_arg
+    async with ServerProcess(config, name="first", db=db) as server, server.client() as client:
 
         async def park(message: str) -> tuple[str, str]:
             outcome = await call(client, "start_session", agent="worker", message=message)
@@ -43,22 +45,24 @@ async def test_sessions_waiting_for_a_person_or_a_timer_survive_sigkill_and_reso
         )["session_id"]
 
         async def timer_set() -> bool:
-            rows = db_rows(db, "SELECT status FROM tool_calls WHERE session_id = ?", (timer_sid,))
+            rows = database.rows("SELECT status FROM tool_calls WHERE session_id = ?", (timer_sid,))
             return rows == [("waiting_for_timer",)]
 
         await eventually(timer_set, "the durable wait to set its timer")
         server.send_signal(signal.SIGKILL)
         assert await server.wait_exit() == -signal.SIGKILL
 
-    decided = await anyio.to_thread.run_sync(lambda: parley_cli(config, "approve", offline_sid, offline_iid))
+    decided = await anyio.to_thread.run_sync(
+        lambda: parley_cli(config, "approve", offline_sid, offline_iid, db=db)
+    )
     assert decided.returncode == 0, decided.stderr
-    pending = await anyio.to_thread.run_sync(lambda: parley_cli(config, "pending"))
+    pending = await anyio.to_thread.run_sync(lambda: parley_cli(config, "pending", db=db))
     assert pending.returncode == 0, pending.stderr
     assert approval_iid in pending.stdout and question_iid in pending.stdout
     assert offline_iid not in pending.stdout, "the offline decision is recorded"
     assert fixture_runs(tmp_path, "append_note", note="decided offline") == 0, "nothing runs without a server"
 
-    async with running_server(config, name="second") as (_, client):
+    async with running_server(config, name="second", db=db) as (_, client):
         approved = await call(
             client,
             "approve",
@@ -86,8 +90,7 @@ async def test_sessions_waiting_for_a_person_or_a_timer_survive_sigkill_and_reso
 
     assert fixture_runs(tmp_path, "append_note", note="after restart") == 1
     assert fixture_runs(tmp_path, "append_note", note="decided offline") == 1
-    resolved = db_rows(
-        db,
+    resolved = database.rows(
         "SELECT session_id, status, resolved_by FROM interrupts WHERE session_id IN (?, ?, ?)",
         (approval_sid, question_sid, offline_sid),
     )

@@ -32,6 +32,7 @@ from tests.support import (
     REPO,
     STATE_WINDOW_S,
     TEST_DEADLINE_S,
+    Database,
     ServerProcess,
     call,
     db_rows,
@@ -74,11 +75,14 @@ UNKNOWN_SESSION = "ses_" + "0" * 32
 APPROVE = {"action": "accept", "content": {"decision": "approve"}}
 
 
-def write_tasks_config(directory: Path, runtime: dict[str, Any] | None = None) -> Path:
+def write_tasks_config(
+    directory: Path, runtime: dict[str, Any] | None = None, database: Database | None = None
+) -> Path:
     """parley.yaml with fast timings, the task settings, the fixture MCP server (logging every
     call it really runs to fixture.jsonl) and the agent `worker` that uses it."""
     return write_config(
         directory,
+        database=database,
         runtime=runtime,
         agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
         mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
@@ -741,9 +745,11 @@ async def test_legacy_task_augmented_call_of_a_forbidden_tool_is_method_not_foun
 SLOW_SURVIVOR = f"/sleep {max(3.0, STATE_WINDOW_S):g}\nslow survivor"
 
 
-async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path) -> None:
-    config = write_tasks_config(tmp_path, runtime={"lease_ttl_s": 0.3})
-    first = ServerProcess(config, name="doomed")
+# Also on PostgreSQL: stored task handles, a turn resumed by the next process, a parked approval.
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
+async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path, database: Database) -> None:
+    config = write_tasks_config(tmp_path, runtime={"lease_ttl_s": 0.3}, database=database)
+    first = ServerProcess(config, name="doomed", db=database.db_arg)
     async with first as server:
         served = Served(server, tmp_path)
         async with served.legacy() as (client, _):
@@ -767,7 +773,7 @@ async def test_a_task_is_followed_to_its_end_across_a_sigkill(tmp_path: Path) ->
         assert await server.wait_exit() == -signal.SIGKILL
 
     recorder = TaskRecorder(expect_related_task=True, answers=[APPROVE])
-    async with ServerProcess(config, name="restarted") as server:
+    async with ServerProcess(config, name="restarted", db=database.db_arg) as server:
         served = Served(server, tmp_path)
         async with served.legacy(recorder) as (client, _):
             done = await poll_until(lambda: get_task(client, slow["taskId"]), is_terminal)

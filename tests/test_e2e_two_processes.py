@@ -1,16 +1,17 @@
-"""Two `parley serve` processes on one database, as two desktop client windows would run."""
+"""Two `parley serve` processes on one database, as two desktop client windows would run: one SQLite
+file, and (the same tests) one PostgreSQL schema."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, db_rows, eventually, write_config
+from tests.conftest import database_for
+from tests.support import TEST_DEADLINE_S, Database, ServerProcess, call, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -21,20 +22,23 @@ class Pair:
     b: ServerProcess
     client_a: Client
     client_b: Client
-    db: Path
+    db: Database
 
 
-@pytest.fixture(scope="module")
-async def pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pair]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+async def pair(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Pair]:
     directory = tmp_path_factory.mktemp("pair")
-    config = write_config(directory)
-    async with (
-        ServerProcess(config, name="a") as a,
-        ServerProcess(config, name="b") as b,
-        a.client() as client_a,
-        b.client("legacy") as client_b,
-    ):
-        yield Pair(a, b, client_a, client_b, directory / "parley.db")
+    with database_for(request.param, directory, "pair") as database:
+        config = write_config(directory, database=database)
+        async with (
+            ServerProcess(config, name="a", db=database.db_arg) as a,
+            ServerProcess(config, name="b", db=database.db_arg) as b,
+            a.client() as client_a,
+            b.client("legacy") as client_b,
+        ):
+            yield Pair(a, b, client_a, client_b, database)
 
 
 async def test_a_session_started_through_one_process_continues_through_the_other(pair: Pair) -> None:
@@ -64,21 +68,18 @@ async def test_concurrent_messages_through_both_processes_never_run_a_step_twice
             tg.start_soon(talk, sid)
 
     for sid in sessions:
-        steps = db_rows(
-            pair.db, "SELECT turn_id, step_no, process_id FROM steps WHERE session_id = ?", (sid,)
-        )
-        turns = db_rows(pair.db, "SELECT id FROM turns WHERE session_id = ?", (sid,))
+        steps = pair.db.rows("SELECT turn_id, step_no, process_id FROM steps WHERE session_id = ?", (sid,))
+        turns = pair.db.rows("SELECT id FROM turns WHERE session_id = ?", (sid,))
         assert len(turns) == turns_per_session
         assert sorted(t for t, _, _ in steps) == sorted(t for (t,) in turns), (
             "exactly one model step per turn"
         )
-        answers = db_rows(
-            pair.db,
+        answers = pair.db.rows(
             "SELECT content FROM messages WHERE session_id = ? AND role = 'assistant' ORDER BY seq",
             (sid,),
         )
         assert len(answers) == turns_per_session
-    drivers = {p for (p,) in db_rows(pair.db, "SELECT DISTINCT process_id FROM steps")}
+    drivers = {p for (p,) in pair.db.rows("SELECT DISTINCT process_id FROM steps")}
     assert drivers <= {pair.a.process_id(), pair.b.process_id()}
 
 
@@ -89,11 +90,11 @@ async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair:
     sid = started["session_id"]
 
     async def leased() -> bool:
-        rows = db_rows(pair.db, "SELECT lease_owner, phase FROM sessions WHERE id = ?", (sid,))
+        rows = pair.db.rows("SELECT lease_owner, phase FROM sessions WHERE id = ?", (sid,))
         return rows[0][0] is not None and rows[0][1] == "model"
 
     await eventually(leased, "a process to take the turn into its model call")
-    token = db_rows(pair.db, "SELECT lease_owner FROM sessions WHERE id = ?", (sid,))[0][0]
+    token = pair.db.rows("SELECT lease_owner FROM sessions WHERE id = ?", (sid,))[0][0]
     driver_is_a = token.rpartition("#")[0] == pair.a.process_id()  # a lease token: "<process>#<epoch>"
     other = pair.client_b if driver_is_a else pair.client_a
     with anyio.fail_after(TEST_DEADLINE_S):
@@ -101,4 +102,4 @@ async def test_cancel_through_one_process_stops_a_turn_driven_by_the_other(pair:
     assert cancelled["status"] == "cancelled"
     snapshot = await call(other, "get_session", session_id=sid)
     assert snapshot["status"] == "idle"
-    assert db_rows(pair.db, "SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(0,)]
+    assert pair.db.rows("SELECT COUNT(*) FROM steps WHERE session_id = ?", (sid,)) == [(0,)]

@@ -898,6 +898,26 @@ async def test_a_lease_held_by_one_process_blocks_another_until_it_expires(
         await store.renew_lease(sid, second, T0 + 50, TTL)
 
 
+async def test_several_leases_are_taken_at_once_skipping_sessions_held_or_at_rest(
+    store: Store, other_store: Store
+) -> None:
+    free, held, resting, mine = (
+        await new_session(store, "work"),
+        await new_session(store, "work"),
+        await new_session(store),
+        await new_session(store, "work"),
+    )
+    assert await other_store.try_acquire_lease(held, PROC_B, T0, TTL)
+    earlier = await store.try_acquire_lease(mine, PROC_A, T0, TTL)
+    missing = SessionId("ses_" + "9" * 32)
+    taken = await store.try_acquire_leases([free, held, resting, mine, missing], PROC_A, T0 + 1, TTL)
+    assert taken == {free: lease_token(PROC_A, 1), mine: lease_token(PROC_A, 2)}
+    assert earlier == lease_token(PROC_A, 1), "a process takes its own lease again under a new token"
+    held_row = await store.get_session(held)
+    assert held_row is not None and held_row.lease_owner == lease_token(PROC_B, 1)
+    assert await store.try_acquire_leases([], PROC_A, T0, TTL) == {}
+
+
 async def test_only_a_running_session_can_be_leased(store: Store) -> None:
     sid = await new_session(store)
     assert not await store.try_acquire_lease(sid, PROC_A, T0, TTL)

@@ -375,9 +375,31 @@ def test_a_password_reference_is_taken_from_the_environment_and_never_shown(
     assert config.db_label == "postgresql://root:[redacted]@db.example:5433/parley (schema app)"
 
 
+def test_the_listen_url_takes_its_password_from_the_environment_like_the_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clear = {"url": "postgresql://root@pooler/parley", "listen_url": "postgresql://root:hunter2@db/parley"}
+    [(field, problem)] = _errors(_project(tmp_path, clear))
+    assert field == "storage.listen_url" and "${PGPASSWORD}" in problem and "hunter2" not in problem
+    monkeypatch.setenv("PARLEY_TEST_SECRET", "p@ss")
+    referenced = {**clear, "listen_url": "postgresql://root:${PARLEY_TEST_SECRET}@db/parley"}
+    config = load_config(_project(tmp_path, referenced), None)
+    assert config.storage.listen_url == "postgresql://root:p%40ss@db/parley"
+    # Fields of a PostgreSQL URL given with --db / PARLEY_DB need no url in parley.yaml.
+    config = load_config(_project(tmp_path, {"schema": "app", "listen": False}), "postgresql://root@h/db")
+    assert (config.db_url, config.storage.db_schema, config.storage.listen) == (
+        "postgresql://root@h/db",
+        "app",
+        False,
+    )
+
+
 @pytest.mark.parametrize(
     ("storage", "field"),
     [
+        ({"url": "postgresql://h/db", "listen_url": "db.example:5432"}, "storage.listen_url"),
+        ({"path": "x.db", "listen": False}, "storage.listen"),
+        ({"url": "postgresql://h/db", "listen_poll_interval_s": 0}, "storage.listen_poll_interval_s"),
         ({"url": "postgresql://h/db", "max_size_mb": 5}, "storage.max_size_mb"),
         ({"path": "x.db", "pool_size": 5}, "storage.pool_size"),
         ({"path": "x.db", "schema": "app"}, "storage.schema"),

@@ -165,12 +165,13 @@ class DownstreamQuestions:
             interrupt = _question(call, question_payload(params, call), now, wait_s)
             await self._steps.raise_interrupt(session.id, lease, interrupt, now)
             self._signals.notify(session.id)
-            with anyio.move_on_after(wait_s):
+            with anyio.move_on_after(wait_s), self._signals.watching(session.id) as changes:
                 while not cancelled():
                     current = await self._current(interrupt)
                     if current is not None and current.status != "pending":
                         return elicit_result(current)
-                    await self._signals.wait_changed(session.id, self._poll_interval_s)
+                    # The base interval at most: `cancelled()` is looked at only between waits.
+                    await changes.wait(min(self._signals.poll_interval_s, self._poll_interval_s))
             if cancelled():
                 # The turn ends (or the process stops): the question ends with the call.
                 return ElicitResult(action="cancel")

@@ -24,7 +24,7 @@ from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.model_caller import ModelCaller, ModelFor
 from parley.runtime.session_log import about
-from parley.runtime.signals import SessionSignals
+from parley.runtime.signals import SessionSignals, Watch
 from parley.runtime.step_context import DriveSettings, StepContext, TurnControl
 from parley.runtime.tool_runner import ToolRunner
 from parley.runtime.toolbox import Toolbox
@@ -133,16 +133,20 @@ class SessionDriver:
         return again
 
     async def _keep_lease(self, session_id: SessionId, control: TurnControl, tg: TaskGroup) -> None:
-        """Watch for cancel requests every poll interval (a read), and renew the lease (a write,
+        """Look for cancel requests when one is signalled (in this process, or by another through
+        the change feed) and otherwise every poll interval (a read), and renew the lease (a write,
         with an fsync) only every third of its time to live: renewing hundreds of leases every
         poll interval would queue the very writes that keep them alive."""
+        with self._ctx.signals.watching_cancel(session_id) as cancels:
+            await self._keep(session_id, control, tg, cancels)
+
+    async def _keep(self, session_id: SessionId, control: TurnControl, tg: TaskGroup, cancels: Watch) -> None:
         ttl = self._ctx.timings.lease_ttl_s
         renew_every = ttl / 3
-        interval = min(self._ctx.timings.poll_interval_s, renew_every)
         renewed_at = anyio.current_time()
         while True:
-            with anyio.move_on_after(interval):
-                await self._ctx.signals.cancel_requested(session_id)
+            # The interval is read each time: it grows while the change feed is live.
+            await cancels.wait(min(self._ctx.signals.poll_interval_s, renew_every))
             if anyio.current_time() - renewed_at >= renew_every:
                 try:
                     session = await self._ctx.store.renew_lease(

@@ -24,7 +24,7 @@ from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
 from parley.runtime.service import SessionService, TurnOutcome
 from parley.runtime.session_access import AskHuman
-from parley.runtime.signals import SessionSignals
+from parley.runtime.signals import SessionSignals, Watch
 from parley.storage.base import InterruptRecord, Resolution, TaskRecord, TaskStatus
 from parley.storage.ports import Store
 
@@ -243,61 +243,80 @@ class McpTaskService:
         agent takes that person's decisions), put each interrupt to the person once (the tools can
         answer it too; the first answer wins)."""
         asked = set() if asked is None else asked
-        while True:
-            state = await self.get(caller, task_id)
-            task = state.task
-            if task.is_terminal:
-                return task
-            fresh = [i for i in state.pending if i.id not in asked]
-            person = (
-                await self._service.person_for(caller, task.session_id, ask_human)
-                if fresh and task.session_id
-                else None
-            )
-            if person is not None:
-                for interrupt in fresh:
-                    asked.add(interrupt.id)
-                    await self._service.put_to_person(person, interrupt, _deadline_of(task, self._clock()))
-                continue
-            if task.session_id is None:
-                return task
-            await self._signals.wait_changed(task.session_id, self._service.poll_interval_s)
+        state = await self.get(caller, task_id)
+        if state.task.is_terminal or state.task.session_id is None:
+            return state.task
+        # Watched from before the next look: a change committed while a look reads is not missed.
+        with self._signals.watching(state.task.session_id) as changes:
+            while True:
+                task = state.task
+                if task.is_terminal:
+                    return task
+                fresh = [i for i in state.pending if i.id not in asked]
+                person = (
+                    await self._service.person_for(caller, task.session_id, ask_human)
+                    if fresh and task.session_id
+                    else None
+                )
+                if person is not None:
+                    for interrupt in fresh:
+                        asked.add(interrupt.id)
+                        await self._service.put_to_person(
+                            person, interrupt, _deadline_of(task, self._clock())
+                        )
+                else:
+                    await changes.wait(self._service.poll_interval_s)
+                state = await self.get(caller, task_id)
 
     async def follow(
         self, owner: Principal, task_id: str, on_change: Callable[[TaskRecord], Awaitable[None]]
     ) -> None:
         """Call `on_change` with each new state of the task until it ends or expires. Changes made
-        in this process are seen at once, those of other processes within `status_poll_s`."""
+        in this process are seen at once, those of other processes as the storage's change feed
+        delivers them (PostgreSQL), else within `status_poll_s`."""
         last = (await self.get(owner, task_id)).task
         session_id = last.session_id
         if session_id is None:
             return
         self._watched[session_id] = self._watched.get(session_id, 0) + 1
         try:
-            seen = await self._store.latest_event_seq(session_id)
-            while not last.is_terminal:
-                # Woken by this process's changes at once, by other processes' via run_watch.
-                await self._signals.wait_changed(session_id, WATCH_IDLE_S)
-                if last.expires_at is not None and self._clock() >= last.expires_at:
-                    return
-                # Every change of a session writes an event: one cheap read says whether to look again.
-                seq = await self._store.latest_event_seq(session_id)
-                if seq == seen:
-                    continue
-                seen = seq
-                try:
-                    task = (await self.get(owner, task_id)).task
-                except TaskNotFound:
-                    return
-                if (task.status, task.status_message) != (last.status, last.status_message):
-                    await on_change(task)
-                last = task
+            with self._signals.watching(session_id) as changes:
+                await self._follow(owner, task_id, session_id, last, changes, on_change)
         finally:
             left = self._watched.get(session_id, 1) - 1
             if left:
                 self._watched[session_id] = left
             else:
                 self._watched.pop(session_id, None)
+
+    async def _follow(
+        self,
+        owner: Principal,
+        task_id: str,
+        session_id: SessionId,
+        last: TaskRecord,
+        changes: Watch,
+        on_change: Callable[[TaskRecord], Awaitable[None]],
+    ) -> None:
+        seen = await self._store.latest_event_seq(session_id)
+        while not last.is_terminal:
+            # Woken by this process's changes at once, by other processes' through the storage's
+            # change feed (PostgreSQL) or else run_watch.
+            await changes.wait(WATCH_IDLE_S)
+            if last.expires_at is not None and self._clock() >= last.expires_at:
+                return
+            # Every change of a session writes an event: one cheap read says whether to look again.
+            seq = await self._store.latest_event_seq(session_id)
+            if seq == seen:
+                continue
+            seen = seq
+            try:
+                task = (await self.get(owner, task_id)).task
+            except TaskNotFound:
+                return
+            if (task.status, task.status_message) != (last.status, last.status_message):
+                await on_change(task)
+            last = task
 
     async def run_watch(self, *, task_status: StartedStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Every `status_poll_s`, one read of the event numbers of every watched session: a
@@ -307,7 +326,8 @@ class McpTaskService:
         while True:
             await anyio.sleep(self._settings.status_poll_s)
             watched = list(self._watched)
-            if not watched:
+            if not watched or self._signals.live:
+                # Nothing to watch, or the change feed wakes the watchers itself.
                 seen.clear()
                 continue
             try:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import anyio
 from anyio.abc import TaskStatus
 
+from parley.errors import StorageUnavailable
 from parley.ids import SessionId
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.signals import SessionSignals
@@ -78,52 +79,61 @@ class Scheduler:
                 try:
                     if scan:
                         await self._scan(tg)
-                    else:
-                        # Sessions this process just gave work (a message, a decision): claimed
-                        # at once, without a scan; other processes' work waits for the next scan.
-                        for session_id in named:
-                            await self._claim(tg, session_id)
+                    # Sessions named as having work (given it here, or by another process through
+                    # the change feed): claimed at once, without a scan.
+                    await self._claim(tg, named)
+                except StorageUnavailable as exc:
+                    # The database's condition (away, busy, full), which the store has reported:
+                    # the next tick tries again.
+                    logger.debug("scanning for work failed (%s); retrying", exc.condition)
                 except Exception:
-                    # A failed scan (database busy, disk hiccup) must not stop the process; retry next tick.
+                    # A failed scan (a bug, a disk hiccup) must not stop the process; retry next tick.
                     logger.exception("scanning for work failed; retrying")
                 named, scan = await self._signals.wait_for_work(self._timings.poll_interval_s)
 
     async def _scan(self, tg: anyio.abc.TaskGroup) -> None:
-        for session_id in await self._store.sessions_needing_work(self._clock(), SCAN_BATCH):
-            if not await self._claim(tg, session_id):
-                break
+        await self._claim(tg, await self._store.sessions_needing_work(self._clock(), SCAN_BATCH))
 
-    async def _claim(self, tg: anyio.abc.TaskGroup, session_id: SessionId) -> bool:
-        """Take the session's lease and drive it, if it is free and needs work. False when this
-        process drives all it may: the rest stay free for other processes (and for this one's
-        next scan) instead of holding leases while they queue."""
-        if session_id in self._driving or self._draining:
-            return True
-        if len(self._driving) >= self._timings.max_driven_sessions:
-            self._full = True
-            return False
+    async def _claim(self, tg: anyio.abc.TaskGroup, session_ids: Iterable[SessionId]) -> None:
+        """Take the leases of those sessions that are free and need work, in one go, and drive
+        them; as many as this process may drive: the rest stay free for other processes (and for
+        this one's next scan) instead of holding leases while they queue."""
+        if self._draining:
+            return
         now = self._clock()
-        retry = self._retry_at.get(session_id)
-        if retry is not None and retry[0] > now:
-            return True
-        lease = await self._store.try_acquire_lease(
-            session_id, self._process_id, now, self._timings.lease_ttl_s
+        wanted = [
+            session_id
+            for session_id in dict.fromkeys(session_ids)
+            if session_id not in self._driving
+            and (session_id not in self._retry_at or self._retry_at[session_id][0] <= now)
+        ]
+        room = self._timings.max_driven_sessions - len(self._driving)
+        if len(wanted) > room:
+            self._full = True
+            wanted = wanted[: max(room, 0)]
+        if not wanted:
+            return
+        leases = await self._store.try_acquire_leases(
+            wanted, self._process_id, now, self._timings.lease_ttl_s
         )
-        if lease is not None:
+        for session_id, lease in leases.items():
             self._driving.add(session_id)
             tg.start_soon(self._drive, session_id, lease)
-        return True
 
     async def _drive(self, session_id: SessionId, lease: str) -> None:
         again: bool | None = None  # unknown after a failure: scan
         try:
             again = await self._driver.drive(session_id, lease)
             self._retry_at.pop(session_id, None)
-        except Exception:
+        except Exception as exc:
             _, pause = self._retry_at.get(session_id, (0.0, self._timings.poll_interval_s))
             pause = min(pause * 2, MAX_RETRY_PAUSE_S)
             self._retry_at[session_id] = (self._clock() + pause, pause)
-            logger.exception("driving session %s failed; retrying in %.1fs", session_id, pause)
+            if isinstance(exc, StorageUnavailable):
+                # The database's condition, not a bug: one line, no traceback.
+                logger.warning("driving session %s failed; retrying in %.1fs: %s", session_id, pause, exc)
+            else:
+                logger.exception("driving session %s failed; retrying in %.1fs", session_id, pause)
         finally:
             self._driving.discard(session_id)
             self._idle.set()

@@ -176,7 +176,8 @@ class SessionService:
 
     @property
     def poll_interval_s(self) -> float:
-        return self._runtime.poll_interval_s
+        """How often a wait looks at the database by itself (longer while the change feed is live)."""
+        return self._signals.poll_interval_s
 
     @property
     def model_names(self) -> list[str]:
@@ -1026,12 +1027,15 @@ class SessionService:
                     tg.cancel_scope.cancel()
 
                 async def withdraw_when_resolved() -> None:
-                    while True:
-                        await self._signals.wait_changed(interrupt.session_id, self._runtime.poll_interval_s)
-                        pending = await self._store.list_interrupts(interrupt.session_id, pending_only=True)
-                        if all(p.id != interrupt.id for p in pending):
-                            tg.cancel_scope.cancel()
-                            return
+                    with self._signals.watching(interrupt.session_id) as changes:
+                        while True:
+                            await changes.wait(self._signals.poll_interval_s)
+                            pending = await self._store.list_interrupts(
+                                interrupt.session_id, pending_only=True
+                            )
+                            if all(p.id != interrupt.id for p in pending):
+                                tg.cancel_scope.cancel()
+                                return
 
                 tg.start_soon(ask)
                 tg.start_soon(withdraw_when_resolved)
@@ -1061,18 +1065,18 @@ class SessionService:
         change of the session (or every poll interval, for changes made by other processes).
         `look(last)` is told when the wait is over and must answer then; AGAIN looks at once."""
         deadline = anyio.current_time() + wait_s
-        while True:
-            remaining = deadline - anyio.current_time()
-            found = await look(remaining <= 0)
-            if found is AGAIN:
-                continue
-            if found is not None:
-                return found  # type: ignore[return-value]
-            await self._signals.wait_changed(
-                session_id, min(max(remaining, 0.0), self._runtime.poll_interval_s)
-            )
-            if progress is not None:
-                await progress.poll()
+        # Watched from before the first look: a change committed while a look reads wakes the next wait.
+        with self._signals.watching(session_id) as changes:
+            while True:
+                remaining = deadline - anyio.current_time()
+                found = await look(remaining <= 0)
+                if found is AGAIN:
+                    continue
+                if found is not None:
+                    return found  # type: ignore[return-value]
+                await changes.wait(min(max(remaining, 0.0), self._signals.poll_interval_s))
+                if progress is not None:
+                    await progress.poll()
 
     async def _progress(self, session_id: SessionId, on_progress: ProgressFn | None) -> ProgressFeed:
         feed = ProgressFeed(self._store, session_id, on_progress, self._runtime.progress_interval_s)

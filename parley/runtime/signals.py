@@ -1,7 +1,11 @@
-"""In-process wake-ups: a fast path beside the database polling that other processes rely on."""
+"""Wake-ups: what this process commits, and what other processes commit as far as the storage's
+change feed delivers it (PostgreSQL's LISTEN/NOTIFY), wake whoever waits on it at once. Polling
+the database is the safety net beside them: at `poll_interval_s`, or, while the feed is live (every
+change of another process arrives), at the slower `notified_poll_interval_s`."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -55,39 +59,76 @@ class ChangeTap:
         return changed
 
 
-class SessionSignals:
-    """Per-session events: 'something was committed' and 'a cancel was requested here'."""
+class _Watches:
+    """The open watches, by session; a session without one takes no memory."""
 
     def __init__(self) -> None:
-        self._watches: dict[SessionId, set[Watch]] = {}
-        self._taps: set[ChangeTap] = set()
-        self._cancel: dict[SessionId, anyio.Event] = {}
-        self._work = anyio.Event()
-        self._named: set[SessionId] = set()
-        self._scan_wanted = False
+        self._by_session: dict[SessionId, set[Watch]] = {}
 
-    def notify(self, session_id: SessionId) -> None:
-        for watch in self._watches.get(session_id, ()):
+    def fire(self, session_id: SessionId) -> None:
+        for watch in self._by_session.get(session_id, ()):
             watch.fire()
-        for tap in self._taps:
-            tap.add(session_id)
 
-    def watching(self, session_id: SessionId) -> AbstractContextManager[Watch]:
-        """The session's changes while it is open (see Watch)."""
-        return self._open(session_id)
+    def fire_all(self) -> None:
+        for watches in self._by_session.values():
+            for watch in watches:
+                watch.fire()
 
     @contextmanager
-    def _open(self, session_id: SessionId) -> Iterator[Watch]:
+    def open(self, session_id: SessionId) -> Iterator[Watch]:
         watch = Watch()
-        self._watches.setdefault(session_id, set()).add(watch)
+        self._by_session.setdefault(session_id, set()).add(watch)
         try:
             yield watch
         finally:
-            # Nobody watches the session any more: forget it (sessions come and go).
-            left = self._watches[session_id]
+            left = self._by_session[session_id]
             left.discard(watch)
             if not left:
-                del self._watches[session_id]
+                del self._by_session[session_id]
+
+
+class SessionSignals:
+    """Per-session wake-ups ('something was committed', 'a cancel was requested') and the
+    scheduler's 'work is available'. Also the storage change feed's sink (storage/wakeups.py)."""
+
+    def __init__(self, poll_interval_s: float = 0.5, notified_poll_interval_s: float | None = None) -> None:
+        self._changed = _Watches()
+        self._cancels = _Watches()
+        self._taps: set[ChangeTap] = set()
+        self._work = anyio.Event()
+        self._named: set[SessionId] = set()
+        self._scan_wanted = False
+        self._scanned_at = -math.inf
+        self._poll_interval_s = poll_interval_s
+        self._notified_poll_interval_s = max(notified_poll_interval_s or poll_interval_s, poll_interval_s)
+        self._live = False
+
+    @property
+    def poll_interval_s(self) -> float:
+        """How often a wait on one session looks at the database by itself: other processes'
+        changes are seen by these looks unless a live change feed delivers them."""
+        return self._notified_poll_interval_s if self._live else self._poll_interval_s
+
+    @property
+    def live(self) -> bool:
+        """Whether the change feed delivers other processes' changes now."""
+        return self._live
+
+    def feed_live(self, live: bool) -> None:
+        if live and not self._live:
+            # Whatever other processes did while nothing could be delivered: look at it all once.
+            self.everything_changed()
+        self._live = live
+
+    def everything_changed(self) -> None:
+        self._changed.fire_all()
+        self._cancels.fire_all()
+        self.work_available()
+
+    def notify(self, session_id: SessionId) -> None:
+        self._changed.fire(session_id)
+        for tap in self._taps:
+            tap.add(session_id)
 
     @contextmanager
     def tapping(self) -> Iterator[ChangeTap]:
@@ -99,21 +140,24 @@ class SessionSignals:
         finally:
             self._taps.discard(tap)
 
+    def watching(self, session_id: SessionId) -> AbstractContextManager[Watch]:
+        """The session's changes while it is open (see Watch)."""
+        return self._changed.open(session_id)
+
     async def wait_changed(self, session_id: SessionId, timeout_s: float) -> None:
-        """Return when the session changes in this process, or after `timeout_s` at most. (A change
-        made before the call is not seen: a caller that looks and then waits holds a `watching`.)"""
-        with self._open(session_id) as watch:
+        """Return when the session changes, or after `timeout_s` at most. (A change made before the
+        call is not seen: a caller that looks and then waits should hold a `watching` instead.)"""
+        with self._changed.open(session_id) as watch:
             await watch.wait(timeout_s)
 
     def request_cancel(self, session_id: SessionId) -> None:
-        event = self._cancel.pop(session_id, None)
-        if event is not None:
-            event.set()
+        self._cancels.fire(session_id)
         # The request is committed: whoever follows the session sees it at once.
         self.notify(session_id)
 
-    async def cancel_requested(self, session_id: SessionId) -> None:
-        await self._cancel.setdefault(session_id, anyio.Event()).wait()
+    def watching_cancel(self, session_id: SessionId) -> AbstractContextManager[Watch]:
+        """Cancel requests of the session while it is open (the driver holds one while it drives)."""
+        return self._cancels.open(session_id)
 
     def work_available(self, session_id: SessionId | None = None) -> None:
         """Something needs a driver: `session_id` when the caller knows which session (the
@@ -129,12 +173,17 @@ class SessionSignals:
 
     async def wait_for_work(self, timeout_s: float) -> tuple[set[SessionId], bool]:
         """Wait until work is signalled, `timeout_s` at most: the sessions named since the last
-        call, and whether to scan (asked for, or the time passed: other processes' work)."""
-        signalled = False
+        call, and whether to scan (asked for, or `timeout_s` passed since the last scan: work no
+        signal names, such as a timer come due or the lease of a process that died). Named work
+        arriving all the time (other replicas' messages, through the change feed) does not put
+        the scan off."""
         with anyio.move_on_after(timeout_s):
             await self._work.wait()
-            signalled = True
         self._work = anyio.Event()
         named, self._named = self._named, set()
-        scan, self._scan_wanted = self._scan_wanted or not signalled, False
+        now = anyio.current_time()
+        scan = self._scan_wanted or now - self._scanned_at >= timeout_s
+        self._scan_wanted = False
+        if scan:
+            self._scanned_at = now
         return named, scan

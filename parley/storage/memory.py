@@ -140,20 +140,27 @@ class MemoryStore(MemorySteps, MemoryAccess):
     async def try_acquire_lease(
         self, session_id: SessionId, owner: str, now: float, ttl_s: float
     ) -> str | None:
+        return (await self.try_acquire_leases([session_id], owner, now, ttl_s)).get(session_id)
+
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        taken: dict[SessionId, str] = {}
         async with self._db.write() as tables:
-            session = tables.sessions.get(session_id)
-            if (
-                session is None
-                or session.status not in ("running", "waiting_for_input")
-                or not (_lease_is_free(session, now) or lease_holder(session.lease_owner) == owner)
-            ):
-                return None
-            epoch = session.lease_epoch + 1
-            token = lease_token(owner, epoch)
-            tables.sessions[session_id] = replace(
-                session, lease_owner=token, lease_epoch=epoch, lease_expires_at=now + ttl_s
-            )
-            return token
+            for session_id in session_ids:
+                session = tables.sessions.get(session_id)
+                if (
+                    session is None
+                    or session.status not in ("running", "waiting_for_input")
+                    or not (_lease_is_free(session, now) or lease_holder(session.lease_owner) == owner)
+                ):
+                    continue
+                epoch = session.lease_epoch + 1
+                taken[session_id] = lease_token(owner, epoch)
+                tables.sessions[session_id] = replace(
+                    session, lease_owner=taken[session_id], lease_epoch=epoch, lease_expires_at=now + ttl_s
+                )
+        return taken
 
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         async with self._db.write() as tables:

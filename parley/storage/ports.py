@@ -62,6 +62,14 @@ class Leases(Protocol):
         None if another process holds it or the session needs no driver."""
         ...
 
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        """try_acquire_lease for several sessions in one transaction (one statement where the
+        backend can): the tokens of the sessions taken. A scheduler taking over a crashed process's
+        hundred sessions claims them at once, not with a hundred round trips one after another."""
+        ...
+
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         """Extend the lease and return the session as stored. Raises LeaseLost."""
         ...

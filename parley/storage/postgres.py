@@ -40,6 +40,7 @@ from parley.storage.base import (
 )
 from parley.storage.postgres_access import PostgresAccess
 from parley.storage.postgres_copy import PostgresCopy
+from parley.storage.postgres_feed import PostgresChangeFeed, channel_name
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, detail_of
 from parley.storage.postgres_rows import (
     CALL_FIELDS,
@@ -65,6 +66,7 @@ from parley.storage.postgres_schema import SCHEMA_NAME, migrate
 from parley.storage.postgres_steps import PostgresSteps, queued_values
 from parley.storage.postgres_tasks import page_limit
 from parley.storage.status import StorageStatus
+from parley.storage.wakeups import ChangeFeed, NoChangeFeed, Wake
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +125,8 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
 
     # (before, after): the schema versions when this store was opened (`parley db migrate`).
     migrated: tuple[int, int] = (0, 0)
+    # Other replicas' changes (LISTEN/NOTIFY), unless listening is turned off.
+    feed: ChangeFeed = NoChangeFeed()
 
     async def steer_pending(self, session_id: SessionId) -> bool:
         row = await self._fetchone(
@@ -173,7 +177,11 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
                 ", queued AS (INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
                 "SELECT id, 2, NULL, 'message_queued', %(queued)s::json, %(now)s FROM s)",
             ]
-        parts.append(" SELECT id FROM s")
+        # A session started with a message needs a driver: other replicas hear of it (only when
+        # it was created: the expression runs for the rows of `s`).
+        notify, notify_params = self._notify_sql(Wake(session.id, work=first_message is not None))
+        params |= notify_params
+        parts.append(f" SELECT id, {notify} FROM s")
         return bool(await self._write("".join(parts), params))
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
@@ -225,6 +233,25 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
         )
         return str(rows[0][0]) if rows else None
 
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        if not session_ids:
+            return {}
+        prefix = lease_token(owner, 0)[:-1]
+        # As try_acquire_lease, for every session at once: rows another transaction holds are
+        # skipped, not waited for.
+        rows = await self._write(
+            "UPDATE sessions SET lease_epoch = lease_epoch + 1, "
+            "lease_owner = %(prefix)s::text || (lease_epoch + 1), lease_expires_at = %(expires)s "
+            "WHERE id IN (SELECT id FROM sessions WHERE id = ANY(%(sids)s) "
+            "AND status IN ('running', 'waiting_for_input') "
+            "AND (lease_owner IS NULL OR lease_expires_at < %(now)s OR starts_with(lease_owner, %(prefix)s)) "
+            "FOR UPDATE SKIP LOCKED) RETURNING id, lease_owner",
+            {"prefix": prefix, "expires": now + ttl_s, "sids": list(session_ids), "now": now},
+        )
+        return {SessionId(row[0]): str(row[1]) for row in rows}
+
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         rows = await self._write(
             f"UPDATE sessions SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s RETURNING {_SESSION}",
@@ -235,9 +262,14 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
         return session_row(rows[0])
 
     async def release_lease(self, session_id: SessionId, lease: str) -> None:
+        # A session let go with work left (this process stops, or a message came as it let go)
+        # wakes the other replicas; a parked one waits for its timer or a person.
+        notify, params = self._notify_sql(Wake(session_id, work=True))
         await self._write(
-            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = %s AND lease_owner = %s",
-            (session_id, lease),
+            "WITH released AS (UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL "
+            "WHERE id = %(sid)s AND lease_owner = %(lease)s RETURNING status, wake_at) "
+            f"SELECT {notify} FROM released WHERE status = 'running' AND wake_at IS NULL",
+            {"sid": session_id, "lease": lease, **params},
         )
 
     async def count_leases(self, owner: str, now: float) -> int:
@@ -260,11 +292,22 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
     async def record_event(
         self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
     ) -> None:
+        # Waiting callers on other replicas hear of it (a tool's progress, a warning).
+        notify, params = self._notify_sql(Wake(session_id))
         rows = await self._write(
-            "WITH s AS (UPDATE sessions SET event_seq = event_seq + 1 WHERE id = %s RETURNING id, event_seq) "
+            "WITH s AS (UPDATE sessions SET event_seq = event_seq + 1 WHERE id = %(sid)s "
+            "RETURNING id, event_seq) "
             "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
-            "SELECT id, event_seq, %s::text, %s, %s::json, %s::float8 FROM s RETURNING seq",
-            (session_id, turn_id, kind, json_value(data), now),
+            "SELECT id, event_seq, %(turn)s::text, %(kind)s, %(data)s::json, %(now)s::float8 FROM s "
+            f"RETURNING seq, {notify}",
+            {
+                "sid": session_id,
+                "turn": turn_id,
+                "kind": kind,
+                "data": json_value(data),
+                "now": now,
+                **params,
+            },
         )
         if not rows:
             raise StorageError(f"session {session_id} vanished from the database")
@@ -288,6 +331,7 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
     ) -> None:
         # One statement: the lease check is the UPDATE's condition (it locks the row, so no other
         # holding comes between), and the summary and its event go in only when it matched.
+        notify, notify_params = self._notify_sql(Wake(session_id))
         rows = await self._write(
             "WITH s AS (UPDATE sessions SET event_seq = event_seq + 1 WHERE id = %(sid)s AND lease_owner = %(lease)s "
             "RETURNING id, event_seq), "
@@ -296,8 +340,10 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
             "ON CONFLICT (session_id, upto_seq) DO UPDATE SET turn_id = excluded.turn_id, text = excluded.text, "
             "created_at = excluded.created_at) "
             "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
-            "SELECT id, event_seq, %(turn)s::text, 'compacted', %(data)s::json, %(now)s FROM s RETURNING seq",
+            "SELECT id, event_seq, %(turn)s::text, 'compacted', %(data)s::json, %(now)s FROM s "
+            f"RETURNING seq, {notify}",
             {
+                **notify_params,
                 "sid": session_id,
                 "lease": lease,
                 "upto": upto_seq,
@@ -483,10 +529,18 @@ async def open_postgres_store(
     pool_size: int = 10,
     statement_timeout_s: float = 30.0,
     connect_retry_s: float = 10.0,
+    origin: str = "",
+    listen: bool = True,
+    listen_url: str | None = None,
+    listen_ping_s: float = 5.0,
 ) -> AsyncIterator[PostgresStore]:
     """Connect to the PostgreSQL database at `url` (creating `schema` and migrating it as needed)
     and open a pool of at most `pool_size` connections whose statements run in `schema` and are
     stopped after `statement_timeout_s`.
+
+    With `listen`, every change is announced to other replicas as process `origin` and
+    `store.change_feed()` hears theirs, on a connection to `listen_url` (default `url`) that is
+    pinged after `listen_ping_s` of silence (postgres_feed.py).
 
     Raises:
         StorageError: the URL is malformed, the database cannot be reached within
@@ -500,7 +554,7 @@ async def open_postgres_store(
         params: dict[str, Any] = conninfo_to_dict(url)
     except psycopg.Error as exc:
         raise StorageError(f"storage.url {mask_url(url)} is not a PostgreSQL URL: {detail_of(exc)}") from None
-    secrets = (params.get("password"),)
+    secrets: tuple[str | None, ...] = (params.get("password"),)
     params.setdefault("application_name", "parley")
     params.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
     first = await _connect(params, connect_retry_s, label, secrets)
@@ -544,9 +598,34 @@ async def open_postgres_store(
         raise StorageError(
             f"cannot open connections to the PostgreSQL database {label}: {detail_of(exc, secrets)}"
         ) from exc
+    listen_params: dict[str, Any] | None = None
+    if listen:
+        try:
+            listen_params = {**params, **conninfo_to_dict(listen_url)} if listen_url else dict(params)
+        except psycopg.Error as exc:
+            raise StorageError(
+                f"storage.listen_url {mask_url(listen_url or '')} is not a PostgreSQL URL: {detail_of(exc)}"
+            ) from None
+        secrets = (*secrets, listen_params.get("password"))
     try:
-        store = PostgresStore(pool, label=label, schema=schema, secrets=secrets)
+        store = PostgresStore(
+            pool,
+            label=label,
+            schema=schema,
+            secrets=secrets,
+            channel=channel_name(schema) if listen else None,
+            origin=origin,
+        )
         store.migrated = migrated
+        if listen_params is not None:
+            store.feed = PostgresChangeFeed(
+                listen_params,
+                channel=channel_name(schema),
+                origin=origin,
+                label=database_label(listen_url or url, schema),
+                ping_s=listen_ping_s,
+                secrets=secrets,
+            )
         yield store
     finally:
         with anyio.CancelScope(shield=True):

@@ -23,6 +23,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from parley.errors import LeaseLost, StorageCondition, StorageError, StorageUnavailable
 from parley.redaction import redact
+from parley.storage.postgres_feed import wake_payload
+from parley.storage.wakeups import Wake
 
 logger = logging.getLogger(__name__)
 
@@ -139,16 +141,46 @@ class Writes:
 class PostgresBase:
     """The pool and its transactions; the store's parts build on it."""
 
-    def __init__(self, pool: Pool, *, label: str, schema: str, secrets: Sequence[str | None] = ()) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        label: str,
+        schema: str,
+        secrets: Sequence[str | None] = (),
+        channel: str | None = None,
+        origin: str = "",
+    ) -> None:
         self._pool = pool
         # The database as messages name it: its URL without a password, and the schema.
         self.label = label
         self.schema = schema
         self._secrets = tuple(secrets)
+        # Where committed changes are announced to other replicas (postgres_feed.py; None: not
+        # at all), and who announces them (this process; "" for the command line).
+        self._channel = channel
+        self._origin = origin
         self.health = PostgresHealth()
         # Connections handed out and not yet back (the pool's own size also counts connections
         # still being opened, which says nothing about how busy parley is).
         self._in_use = 0
+
+    # ------------------------------------------------------------------ wake-ups
+
+    def _announce(self, writes: Writes, wake: Wake) -> None:
+        """Queue the wake with a transaction's writes: PostgreSQL delivers it at COMMIT."""
+        if self._channel is not None:
+            writes.add("SELECT pg_notify(%s, %s)", (self._channel, wake_payload(wake, self._origin)))
+
+    def _notify_sql(self, wake: Wake) -> tuple[str, dict[str, Any]]:
+        """An expression (and its parameters) that announces `wake` from inside a statement, or
+        a harmless NULL when wakes are not announced."""
+        if self._channel is None:
+            return "NULL", {}
+        return "pg_notify(%(wake_channel)s, %(wake)s)", {
+            "wake_channel": self._channel,
+            "wake": wake_payload(wake, self._origin),
+        }
 
     # ------------------------------------------------------------------ connections
 

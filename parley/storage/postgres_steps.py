@@ -36,6 +36,7 @@ from parley.storage.postgres_rows import (
     turn_row,
 )
 from parley.storage.postgres_tasks import PostgresTasks
+from parley.storage.wakeups import wake_after
 
 T = TypeVar("T")
 
@@ -369,13 +370,15 @@ class PostgresSteps(PostgresTasks):
                 return decide(None)[0]
             snapshot, counters = loaded
             # The fencing check: under the row lock, so no other holding can come between it and
-            # the commit. LISTEN/NOTIFY goes with the writes: a `pg_notify` queued after them is
-            # delivered by PostgreSQL at COMMIT, with no extra round trip.
+            # the commit.
             if lease is not None and snapshot.session.lease_owner != lease:
                 raise LeaseLost(session_id)
             result, changes = decide(snapshot)
             if not changes.is_empty():
                 _Transaction(snapshot, counters, writes).apply(changes, now)
+                # Other replicas hear of it (postgres_feed.py): a `pg_notify` queued after the
+                # writes is delivered by PostgreSQL at COMMIT, with no extra round trip.
+                self._announce(writes, wake_after(snapshot.session, changes, now))
             return result
 
     async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:

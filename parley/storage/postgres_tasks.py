@@ -47,15 +47,35 @@ class PostgresTasks(PostgresBase):
         # One statement: the update of an open task, or else the task as it is (an ended one is
         # never changed). Both branches read the row as it is before the statement; the UNION
         # takes the updated one when there is one.
+        # A task that changed wakes whoever follows it on other replicas (its session's waiters).
         rows = await self._write(
-            f"WITH changed AS (UPDATE tasks SET status = %s, status_message = %s, "
-            f"turn_id = coalesce(%s, turn_id), result = %s, updated_at = %s WHERE id = %s AND {_OPEN} "
-            f"RETURNING {_TASK}) "
+            f"WITH changed AS (UPDATE tasks SET status = %(status)s, status_message = %(message)s, "
+            f"turn_id = coalesce(%(turn)s, turn_id), result = %(result)s, updated_at = %(now)s "
+            # RETURNING is computed for every updated row, whatever the query reads of it.
+            f"WHERE id = %(id)s AND {_OPEN} RETURNING {_TASK}, {self._task_notify()}) "
             f"SELECT {_TASK} FROM changed UNION ALL "
-            f"SELECT {_TASK} FROM tasks WHERE id = %s AND NOT EXISTS (SELECT 1 FROM changed)",
-            (status, json_value(status_message), turn_id, json_value(result), now, task_id, task_id),
+            f"SELECT {_TASK} FROM tasks WHERE id = %(id)s AND NOT EXISTS (SELECT 1 FROM changed)",
+            {
+                "status": status,
+                "message": json_value(status_message),
+                "turn": turn_id,
+                "result": json_value(result),
+                "now": now,
+                "id": task_id,
+                "wake_channel": self._channel,
+                "wake_origin": self._origin,
+            },
         )
         return task_row(rows[0]) if rows else None
+
+    def _task_notify(self) -> str:
+        """The expression that announces a change of a task row's session (see postgres_feed.py)."""
+        if self._channel is None:
+            return "NULL"
+        return (
+            "CASE WHEN session_id IS NOT NULL THEN "
+            "pg_notify(%(wake_channel)s, '-/' || %(wake_origin)s || '/' || session_id) END"
+        )
 
     async def list_tasks(self, owner: str, cursor: str | None, limit: int, now: float) -> TaskPage:
         where = ["owner = %s", _LIVE]

@@ -174,19 +174,28 @@ class SqliteStore(SqliteSteps, SqliteAccess):
     async def try_acquire_lease(
         self, session_id: SessionId, owner: str, now: float, ttl_s: float
     ) -> str | None:
+        return (await self.try_acquire_leases([session_id], owner, now, ttl_s)).get(session_id)
+
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
         prefix = lease_token(owner, 0)[:-1]  # "<owner>#": any earlier holding of this process
 
-        def acquire(db: Connection) -> str | None:
-            row = db.execute(
-                "UPDATE sessions SET lease_epoch = lease_epoch + 1, lease_owner = ? || (lease_epoch + 1), "
-                "lease_expires_at = ? WHERE id = ? AND status IN ('running', 'waiting_for_input') "
-                "AND (lease_owner IS NULL OR lease_expires_at < ? OR substr(lease_owner, 1, ?) = ?) "
-                "RETURNING lease_owner",
-                (prefix, now + ttl_s, session_id, now, len(prefix), prefix),
-            ).fetchone()
-            return str(row[0]) if row is not None else None
+        def acquire(db: Connection) -> dict[SessionId, str]:
+            taken: dict[SessionId, str] = {}
+            for session_id in session_ids:
+                row = db.execute(
+                    "UPDATE sessions SET lease_epoch = lease_epoch + 1, lease_owner = ? || (lease_epoch + 1), "
+                    "lease_expires_at = ? WHERE id = ? AND status IN ('running', 'waiting_for_input') "
+                    "AND (lease_owner IS NULL OR lease_expires_at < ? OR substr(lease_owner, 1, ?) = ?) "
+                    "RETURNING lease_owner",
+                    (prefix, now + ttl_s, session_id, now, len(prefix), prefix),
+                ).fetchone()
+                if row is not None:
+                    taken[session_id] = str(row[0])
+            return taken
 
-        return await self._write(acquire)
+        return await self._write(acquire) if session_ids else {}
 
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         def renew(db: Connection) -> sqlite3.Row | None:
