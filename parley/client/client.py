@@ -167,13 +167,20 @@ async def _connected(
     handlers = Handlers(
         on_approval=options.on_approval, on_question=options.on_question, on_event=options.on_event
     )
-    async with anyio.create_task_group() as tg:
-        await tg.start(connection.run)
-        try:
-            calls = Calls(connection, wait_s=options.wait_s, handlers=handlers)
-            yield Parley(calls, tasks_asked=options.tasks, event_stream=event_stream)
-        finally:
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(connection.run)
+            try:
+                calls = Calls(connection, wait_s=options.wait_s, handlers=handlers)
+                yield Parley(calls, tasks_asked=options.tasks, event_stream=event_stream)
+            finally:
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The task group wraps whatever ends it; a caller expects the one error itself (a failed
+        # connection, or its own exception from inside `async with`).
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 def _mcp_client(transport: Any, options: Options) -> Client:
