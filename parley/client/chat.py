@@ -21,7 +21,7 @@ from anyio.abc import TaskGroup
 
 from parley.client.client import Parley, connect_http, connect_stdio
 from parley.client.errors import ClientError, ToolError
-from parley.client.events import Event, Notice, Text, ToolFinished, ToolProgress, ToolStarted
+from parley.client.events import Event, Notice, Text, ToolFinished, ToolProgress, ToolStarted, TurnStarted
 from parley.client.handlers import OnEvent
 from parley.client.models import Interrupt, Outcome
 from parley.client.session import Session
@@ -97,11 +97,12 @@ class Chat:
     async def _next_line(self, prompt: str) -> str | None:
         """The next line: one typed while a turn ran, else a new one (None at the end of input)."""
         if self._queued:
-            return self._queued.pop(0)
-        if self._eof:
+            line: str | None = self._queued.pop(0)
+        elif self._eof:
             return None
-        self.term.prompt(prompt)
-        line = await self.reader.next()
+        else:
+            self.term.prompt(prompt)
+            line = await self.reader.next()
         if line is None:
             self._eof = True
         elif not self.term.styled:
@@ -144,6 +145,8 @@ class Chat:
                         await self._idle.wait()  # the input ended: let the turn finish, then quit
                         break
                     await self._during_turn(line.strip(), tg)
+        # A Ctrl-C that cancelled this turn does not make the next one quit.
+        self._last_interrupt = -math.inf
         return self._final
 
     async def _stop_when_idle(self, reading: anyio.CancelScope) -> None:
@@ -197,7 +200,9 @@ class Chat:
         def show(event: Event) -> None:
             if number != self._current:
                 return
-            if isinstance(event, Text):
+            if isinstance(event, TurnStarted) and self.term.styled:
+                self.term.note("working (Ctrl-C cancels)")
+            elif isinstance(event, Text):
                 self.term.stream(event.text, self.agent or "agent")
                 self._streamed += event.text
             elif isinstance(event, ToolStarted):
@@ -338,7 +343,7 @@ class Chat:
             self.term.error(f"name an agent: parley chat AGENT (this server has: {known})")
             return False
         description = next(a.description for a in agents if a.name == self.agent)
-        self.term.line(f"parley chat with {self.agent}: {description}", "dim")
+        self.term.line(f"parley chat with {self.agent}" + (f": {description}" if description else ""), "dim")
         self.term.line("/help for commands; Ctrl-C cancels a turn, twice quits; Ctrl-D quits.", "dim")
         return True
 
