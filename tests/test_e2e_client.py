@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
@@ -21,6 +23,7 @@ import parley.client as pc
 from parley.client import sync
 from tests.support import (
     FIXTURE_LOG,
+    REPO,
     TEST_DEADLINE_S,
     ServerProcess,
     db_rows,
@@ -360,3 +363,40 @@ async def test_a_server_that_cannot_be_reached_is_a_connection_failure(tmp_path:
         with pytest.raises(pc.ConnectionFailed, match="No such file"):
             async with pc.connect_stdio(command=[str(tmp_path / "no-parley-here")]):
                 pass
+
+
+async def test_a_message_queued_behind_a_turn_that_waits_for_input_does_not_wait_forever(
+    world: World,
+) -> None:
+    with anyio.fail_after(TEST_DEADLINE_S):
+        s = await world.parley.start("worker", "/ask First things first? | yes | no")
+        blocked = await s.send("second")
+        # The message queues behind the question: the outcome is that turn's, saying so.
+        assert blocked.status == "waiting_for_input" and blocked.pending[0].question == "First things first?"
+        assert any("is queued behind turn" in note for note in blocked.notes)
+        # With a callback, the question is answered and the queued message's own turn follows.
+        s2 = await world.parley.start("worker", "/ask Again first? | yes | no")
+        answered = await s2.send("after it", on_question=lambda q: "yes")
+    assert (
+        answered.status == "answered" and answered.answer == "You said: after it (message 2 of this session)"
+    )
+
+
+def test_the_client_example_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "client_demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=2 * TEST_DEADLINE_S,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "1. You said: hello (message 1 of this session)" in out
+    assert "added note 1: buy milk" in out
+    assert "A person declined this call: the notes stay" in out
+    assert "4. waiting_for_input [('approval', 'notes__delete_notes')]" in out
+    assert "deleted 1 note(s)" in out
+    assert "The user answered: yes" in out
+    assert "event: ToolFinished(tool='notes__add_note', status='succeeded')" in out
+    assert "6. UnknownAgent: No agent named 'nobody'" in out

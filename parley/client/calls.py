@@ -45,6 +45,10 @@ EVENT_BUFFER = 1000
 _REPEATABLE = frozenset({"start_session", "send_message"})
 
 
+def _queued_behind_input(outcome: Outcome) -> bool:
+    return outcome.status == "running" and outcome.session_status == "waiting_for_input"
+
+
 def _text(result: CallToolResult) -> str:
     return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
 
@@ -146,7 +150,17 @@ class Calls:
         `repeat`: the send whose repetition waits for the same turn again."""
         asked: set[str] = set()
         while True:
-            if outcome.status == "running":
+            blocking = await self._blocking_turn(outcome) if _queued_behind_input(outcome) else None
+            if blocking is not None:
+                # The message waits behind a turn that waits for a person: that turn's approvals and
+                # questions go to the callbacks first (else the wait would never end).
+                decided = await self._decide(blocking, asked, handlers)
+                if decided is None:
+                    return blocking
+                if repeat is not None:
+                    decided = await self._once(*repeat, outcome.session_id, handlers, True)
+                outcome = decided
+            elif outcome.status == "running":
                 if repeat is not None:
                     outcome = await self._once(*repeat, outcome.session_id, handlers, True)
                 else:
@@ -192,6 +206,20 @@ class Calls:
                     session_id=state.session_id, status="idle", session_status=state.status
                 )
 
+    async def _blocking_turn(self, queued: Outcome) -> Outcome | None:
+        """The turn a queued message waits behind, when it waits for input (with a note saying so)."""
+        state = await self.read(
+            "get_session", {"session_id": queued.session_id, "messages_limit": 1}, SessionState
+        )
+        last = state.last_turn
+        if state.status != "waiting_for_input" or last is None or last.status != "waiting_for_input":
+            return None
+        note = (
+            f"Your message {queued.queued_message_id or ''} is queued behind turn {last.turn_id}, "
+            "which waits for these approvals or answers."
+        )
+        return last.model_copy(update={"notes": [*last.notes, note]})
+
     async def _decide(self, outcome: Outcome, asked: set[str], handlers: Handlers) -> Outcome | None:
         """Offer the interrupts not offered yet to the callbacks; send the first decisions they
         make (all approvals in one call, or one question) and return that call's outcome."""
@@ -228,6 +256,7 @@ class Calls:
         """Poll a task until it completes (its result is the turn outcome) or waits for input."""
         interval_s = min(max((handle.poll_interval_ms or 1000) / 1000, 0.05), 5.0)
         task_id = handle.task_id
+        checked_at = anyio.current_time()
         while True:
             state = await self.connection.call(
                 lambda client: tasks.get_task(client.session, task_id, READ_TIMEOUT_S)
@@ -246,6 +275,13 @@ class Calls:
                 waiting = await self._waiting(state.input_requests, session_id)
                 if waiting is not None:
                     return waiting
+            if session_id is not None and anyio.current_time() - checked_at >= self.wait_s:
+                # A task whose message waits behind another turn works until that turn ends, which
+                # may wait for a person: say so as the blocking call would.
+                checked_at = anyio.current_time()
+                queued = Outcome(session_id=session_id, status="running", session_status="waiting_for_input")
+                if await self._blocking_turn(queued) is not None:
+                    return queued
             await anyio.sleep(interval_s)
 
     async def _waiting(self, requests: Mapping[str, Any], session_id: str | None) -> Outcome | None:
