@@ -20,6 +20,8 @@ import httpx2
 from parley.client.errors import ProtocolError
 from parley.client.events import Event, from_stream
 
+# A stream may be quiet for as long as nothing happens in the session: no read timeout.
+STREAM_TIMEOUT = httpx2.Timeout(30.0, read=None)
 # Statuses that mean "this server has no event stream".
 _NOT_OFFERED = frozenset({404, 405})
 
@@ -81,9 +83,15 @@ class EventStream:
     async def open(self, session_id: str) -> SessionEvents | None:
         """The open stream, or None when the server has none."""
         request = self._http.build_request(
-            "GET", f"{self._base}/v1/sessions/{session_id}/events", headers={"Accept": "text/event-stream"}
+            "GET",
+            f"{self._base}/v1/sessions/{session_id}/events",
+            headers={"Accept": "text/event-stream"},
+            timeout=STREAM_TIMEOUT,
         )
-        response = await self._http.send(request, stream=True)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx2.TransportError:
+            return None  # no stream to be had: the progress of the client's own calls it is
         if response.status_code in _NOT_OFFERED:
             await response.aclose()
             return None
