@@ -184,10 +184,10 @@ async def test_events_follow_a_turn_sent_by_the_same_client(world: World) -> Non
     seen: list[pc.Event] = []
     with anyio.fail_after(TEST_DEADLINE_S):
         s = await world.parley.start("worker")
-        async with anyio.create_task_group() as tg:
+        async with s.events() as feed, anyio.create_task_group() as tg:
 
             async def follow() -> None:
-                async for event in s.events():
+                async for event in feed:
                     seen.append(event)
                     if isinstance(event, pc.TurnEnded):
                         return

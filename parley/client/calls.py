@@ -111,7 +111,12 @@ class Calls:
         if not streams:
             self._subscribers.pop(session_id, None)
 
-    def _progress(self, session_id: str | None, on_event: OnEvent | None) -> ProgressFnT:
+    def _progress(self, session_id: str | None, on_event: OnEvent | None) -> ProgressFnT | None:
+        """The progress callback of a call, when someone listens: progress costs the server a
+        notification per event and the client a parse (bench/README.md), so it is asked only then."""
+        if on_event is None and not self._subscribers.get(session_id or ""):
+            return None
+
         async def report(progress: float, total: float | None, message: str | None) -> None:
             for event in from_progress(message):
                 if on_event is not None:

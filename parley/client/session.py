@@ -15,7 +15,7 @@ from parley.client.handlers import Callbacks, Handlers, OnApproval, OnEvent, OnQ
 from parley.client.models import Closed, Deleted, Interrupt, Outcome, QueuedMessageDeleted, SessionState
 
 if TYPE_CHECKING:
-    from parley.client.sse import EventStream
+    from parley.client.sse import EventStream, SessionEvents
 
 
 def new_message_id() -> str:
@@ -205,29 +205,61 @@ class Session:
         self.agent = state.agent
         return state
 
-    async def events(self) -> AsyncIterator[Event]:
-        """What happens in the session, as it happens, until you stop reading.
+    def events(self) -> EventFeed:
+        """What happens in the session, as it happens, until you stop reading (`aclose()`, or use
+        it as `async with s.events() as feed:`).
 
         Over HTTP, from the server's event stream (`/v1/sessions/{id}/events`) when it offers one.
         Otherwise (stdio, or a server without the stream) from the progress of this client's own
-        calls on the session: the turns it sends, resumes, waits for (`wait()`) or cancels."""
-        if self._event_stream is not None:
-            stream = await self._event_stream.open(self.id)
-            if stream is not None:
-                async with stream:
-                    async for event in stream:
-                        yield event
-                return
-        send, receive = anyio.create_memory_object_stream[Event](EVENT_BUFFER)
-        self._calls.subscribe(self.id, send)
-        try:
-            async with receive:
-                async for event in receive:
-                    yield event
-        finally:
-            self._calls.unsubscribe(self.id, send)
-            send.close()
+        calls on the session made from the moment `events()` is called: the turns it sends,
+        resumes, waits for (`wait()`) or cancels."""
+        return EventFeed(self._calls, self.id, self._event_stream)
 
     def _seen(self, outcome: Outcome) -> Outcome:
         self.last = outcome
         return outcome
+
+
+class EventFeed:
+    """A session's events from the moment the feed was made (see `Session.events`)."""
+
+    def __init__(self, calls: Calls, session_id: str, event_stream: EventStream | None) -> None:
+        self._calls = calls
+        self._session_id = session_id
+        self._event_stream = event_stream
+        self._send, self._receive = anyio.create_memory_object_stream[Event](EVENT_BUFFER)
+        # Subscribed now, not at the first read: a send made right after sees it, so it asks the
+        # server for progress (calls nobody listens to do not).
+        calls.subscribe(session_id, self._send)
+        self._stream: SessionEvents | None = None
+        self._stream_events: AsyncIterator[Event] | None = None
+
+    def __aiter__(self) -> EventFeed:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._event_stream is not None:
+            opener, self._event_stream = self._event_stream, None  # tried once
+            self._stream = await opener.open(self._session_id)
+            if self._stream is not None:
+                self._calls.unsubscribe(self._session_id, self._send)  # the stream carries it all
+                self._stream_events = aiter(self._stream)
+        if self._stream_events is not None:
+            return await anext(self._stream_events)
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._calls.unsubscribe(self._session_id, self._send)
+        self._send.close()
+        self._receive.close()
+        if self._stream is not None:
+            await self._stream.__aexit__(None, None, None)
+
+    async def __aenter__(self) -> EventFeed:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
