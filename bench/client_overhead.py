@@ -1,13 +1,15 @@
 """What parley.client adds to a turn, against the raw mcp SDK calls it wraps.
 
 Starts one `parley serve --http` (default runtime settings, a fresh SQLite file in a temporary
-directory) and, per transport, drives three sessions of the `demo` agent turn by turn:
+directory) and, per transport, drives four sessions of the `demo` agent turn by turn:
 
 - `raw`: `mcp.Client.call_tool("send_message", {...})`, reading `structured_content` as a dict;
 - `raw+progress`: the same with a progress callback (the server then sends progress
   notifications, as it does for the client);
-- `client`: `parley.client`'s `Session.send(...)`: a client_message_id, a progress token whose
-  notifications are parsed into events, the typed `Outcome`, the reconnect wrapper.
+- `client`: `parley.client`'s `Session.send(...)`: a client_message_id, the typed `Outcome`, the
+  reconnect wrapper (no progress: nobody listens);
+- `client+events`: the same with an `on_event` callback (progress asked for, each notification
+  read back as typed events).
 
 The variants take turns call by call, in a rotating order, so they see the same machine. Over
 stdio each variant has its own `parley serve` (the client starts its own; the raw ones share
@@ -51,7 +53,7 @@ from mcp import Client
 
 import parley.client as pc
 
-VARIANTS = ("raw", "raw+progress", "client")
+VARIANTS = ("raw", "raw+progress", "client", "client+events")
 WARM_UP = 10
 Turn = Callable[[str], Awaitable[str]]
 
@@ -74,9 +76,13 @@ def raw_turns(client: Client, session_id: str, progress: bool, timeout_s: float)
     return turn
 
 
-def client_turns(session: pc.Session) -> Turn:
+def _ignore_event(event: pc.Event) -> None:
+    return None
+
+
+def client_turns(session: pc.Session, events: bool) -> Turn:
     async def turn(text: str) -> str:
-        return (await session.send(text)).answer or ""
+        return (await session.send(text, on_event=_ignore_event if events else None)).answer or ""
 
     return turn
 
@@ -85,7 +91,7 @@ def client_turns(session: pc.Session) -> Turn:
 async def variants(
     transport: str, workdir: Path, url: str | None, timeout_s: float
 ) -> AsyncIterator[dict[str, Turn]]:
-    """The three variants' turn functions, each on a fresh demo session."""
+    """The variants' turn functions, each on a fresh demo session."""
     async with AsyncExitStack() as stack:
         if transport == "http":
             assert url is not None
@@ -106,7 +112,8 @@ async def variants(
         for name in ("raw", "raw+progress"):
             started = checked("start_session", await mcp.call_tool("start_session", {"agent": "demo"}))
             turns[name] = raw_turns(mcp, started["session_id"], name == "raw+progress", timeout_s)
-        turns["client"] = client_turns(await parley.start("demo"))
+        for name in ("client", "client+events"):
+            turns[name] = client_turns(await parley.start("demo"), name == "client+events")
         yield turns
 
 
@@ -115,7 +122,7 @@ async def measure(turns: dict[str, Turn], count: int, server_pid: int | None) ->
     own_cpu: dict[str, float] = dict.fromkeys(VARIANTS, 0.0)
     server_cpu: dict[str, float] = dict.fromkeys(VARIANTS, 0.0)
     for n in range(WARM_UP + count):
-        order = VARIANTS[n % 3 :] + VARIANTS[: n % 3]
+        order = VARIANTS[n % len(VARIANTS) :] + VARIANTS[: n % len(VARIANTS)]
         for name in order:
             server_before = cpu_seconds(server_pid) if server_pid else 0.0
             cpu_before, t0 = time.process_time(), time.perf_counter()
@@ -140,6 +147,13 @@ async def measure(turns: dict[str, Turn], count: int, server_pid: int | None) ->
     figures["client_minus_raw_p50_ms"] = round(figures["client"]["p50_ms"] - raw["p50_ms"], 2)
     figures["client_minus_raw_cpu_ms"] = round(
         figures["client"]["client_cpu_ms_per_turn"] - raw["client_cpu_ms_per_turn"], 3
+    )
+    with_progress = figures["raw+progress"]
+    figures["client_events_minus_raw_progress_p50_ms"] = round(
+        figures["client+events"]["p50_ms"] - with_progress["p50_ms"], 2
+    )
+    figures["client_events_minus_raw_progress_cpu_ms"] = round(
+        figures["client+events"]["client_cpu_ms_per_turn"] - with_progress["client_cpu_ms_per_turn"], 3
     )
     return figures
 
@@ -174,12 +188,15 @@ def report(r: dict[str, Any]) -> None:
                 else ""
             )
             print(
-                f"    {name:<13} p50 {f['p50_ms']:7.2f} ms  p95 {f['p95_ms']:7.2f} ms"
+                f"    {name:<14} p50 {f['p50_ms']:7.2f} ms  p95 {f['p95_ms']:7.2f} ms"
                 f"   client CPU {f['client_cpu_ms_per_turn']:6.3f} ms/turn{server}"
             )
+        f = r[transport]
         print(
-            f"    client - raw: p50 {r[transport]['client_minus_raw_p50_ms']:+.2f} ms, "
-            f"client CPU {r[transport]['client_minus_raw_cpu_ms']:+.3f} ms per turn"
+            f"    client - raw: p50 {f['client_minus_raw_p50_ms']:+.2f} ms, "
+            f"client CPU {f['client_minus_raw_cpu_ms']:+.3f} ms per turn; client+events - raw+progress: "
+            f"p50 {f['client_events_minus_raw_progress_p50_ms']:+.2f} ms, "
+            f"client CPU {f['client_events_minus_raw_progress_cpu_ms']:+.3f} ms"
         )
     print(f"  load average {r['loadavg_1m_before']} -> {r['loadavg_1m_after']}, nproc {r['nproc']}")
     print(json.dumps(r, sort_keys=True))
