@@ -39,7 +39,7 @@ M = TypeVar("M", bound=BaseModel)
 CALL_MARGIN_S = 30.0
 # How long a call that does not wait for a turn may take.
 READ_TIMEOUT_S = 60.0
-# Events kept for an events() reader that falls behind; older ones are dropped for it.
+# Events held for an events() reader that falls behind; events beyond that are dropped for it.
 EVENT_BUFFER = 1000
 # The turn calls whose repetition (with the same client_message_id) waits for the same turn again.
 _REPEATABLE = frozenset({"start_session", "send_message"})

@@ -99,8 +99,8 @@ class Parley:
         for name, value in (("message", message), ("kind", kind), ("inputs", inputs), ("settings", settings)):
             if value is not None:
                 arguments[name] = value
-        if message is not None or inputs is not None:
-            arguments["client_message_id"] = new_message_id()
+        # Also without a message: a start sent again after a dropped connection finds its session.
+        arguments["client_message_id"] = new_message_id()
         handlers = self._calls.handlers.over(on_approval, on_question, on_event)
         outcome = await self._calls.turn("start_session", arguments, session_id=None, handlers=handlers)
         return Session(
