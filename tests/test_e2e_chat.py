@@ -5,18 +5,22 @@ session; and plain text with both sides of the conversation when stdout is not a
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pexpect
 import pytest
 
+from parley.config_auth import token_digest
 from tests.support import (
     FIXTURE_LOG,
     REPO,
     TEST_DEADLINE_S,
+    ServerProcess,
     db_rows,
     fixture_runs,
     fixture_server,
@@ -150,3 +154,36 @@ def test_without_a_terminal_the_chat_is_plain_text_with_both_sides(config: Path)
     assert "Ship it?  1) yes  2) no  [/decline to decline]" in lines
     assert "you: yes" in lines
     assert any("The user answered: yes" in line for line in lines)
+
+
+@pytest.mark.anyio
+async def test_the_chat_talks_to_a_server_over_http_with_a_token(tmp_path: Path) -> None:
+    token = "parley_" + secrets.token_urlsafe(32)
+    config = write_config(
+        tmp_path,
+        auth={
+            "mode": "tokens",
+            "tokens": [{"name": "alice", "sha256": token_digest(token), "scopes": ["parley:use"]}],
+        },
+    )
+
+    def chat(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "parley", "chat", "--url", url],
+            input="hello over http\n",
+            capture_output=True,
+            text=True,
+            timeout=TEST_DEADLINE_S,
+            cwd=REPO,
+            env={**os.environ, **env},
+        )
+
+    async with ServerProcess(config, http=True) as server:
+        url = server.url or ""
+        with_token = await anyio.to_thread.run_sync(chat, url, {"PARLEY_TOKEN": token})
+        without = await anyio.to_thread.run_sync(chat, url, {"PARLEY_TOKEN": ""})
+    assert with_token.returncode == 0, with_token.stderr
+    assert "demo: You said: hello over http (message 1 of this session)" in with_token.stdout
+    assert db_rows(tmp_path / "parley.db", "SELECT DISTINCT owner FROM sessions") == [("alice",)]
+    assert without.returncode == 1
+    assert f"error: {url} answered HTTP 401 Unauthorized (is the token right?" in without.stdout

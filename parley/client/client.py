@@ -21,6 +21,7 @@ from parley import __version__
 from parley.client import tasks
 from parley.client.calls import Calls
 from parley.client.connection import Connection
+from parley.client.errors import ConnectionFailed
 from parley.client.handlers import Handlers, OnApproval, OnEvent, OnQuestion
 from parley.client.models import (
     AgentList,
@@ -236,7 +237,7 @@ async def connect_http(
     """Talk to `parley serve --http` at `url` (…/mcp), with `token` as the bearer token."""
     options = options or Options()
     sent_headers = dict(headers or {})
-    if token is not None:
+    if token:
         sent_headers["Authorization"] = f"Bearer {token}"
     # Reads may last a whole wait; the connection is checked again after the call margin.
     timeout = httpx2.Timeout(30.0, read=options.wait_s + 60.0)
@@ -245,13 +246,32 @@ async def connect_http(
 
         @asynccontextmanager
         async def open_client() -> AsyncIterator[Client]:
+            # The SDK reports a refused request as "Server returned an error response": keep the
+            # HTTP status (401 without a valid token, 403 without the scope) to say what happened.
+            refused: list[str] = []
+
+            async def note_refusal(response: httpx2.Response) -> None:
+                if response.status_code >= 400:
+                    refused.append(f"HTTP {response.status_code} {response.reason_phrase}".rstrip())
+
+            hooks = {"response": [note_refusal]}
             # A fresh HTTP client per connection: the old one's pool may hold the broken sockets.
-            async with (
-                httpx2.AsyncClient(headers=sent_headers, timeout=timeout) as mcp_http,
-                _mcp_client(streamable_http_client(url, http_client=mcp_http), options) as client,
-            ):
-                await client.list_tools()
-                yield client
+            try:
+                async with (
+                    httpx2.AsyncClient(headers=sent_headers, timeout=timeout, event_hooks=hooks) as mcp_http,
+                    _mcp_client(streamable_http_client(url, http_client=mcp_http), options) as client,
+                ):
+                    await client.list_tools()
+                    yield client
+            except Exception as exc:
+                if refused and not isinstance(exc, GeneratorExit):
+                    hint = (
+                        " (is the token right? --token, or connect_http(url, token))"
+                        if "401" in refused[-1]
+                        else ""
+                    )
+                    raise ConnectionFailed(f"{url} answered {refused[-1]}{hint}") from exc
+                raise
 
         async with _connected(open_client, options, url, EventStream(http, url)) as parley:
             yield parley

@@ -39,10 +39,16 @@ MAX_BACKOFF_S = 2.0
 _BROKEN = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for an error that may be an ExceptionGroup from a transport's task group."""
+def _innermost(exc: BaseException) -> BaseException:
+    """The error inside an ExceptionGroup from a transport's task group."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an error that may be an ExceptionGroup from a transport's task group."""
+    exc = _innermost(exc)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
@@ -88,6 +94,9 @@ class Connection:
                     await self._broken.wait()
             except Exception as exc:
                 if not started:
+                    reason = _innermost(exc)
+                    if isinstance(reason, ConnectionFailed):
+                        raise reason from exc
                     raise ConnectionFailed(f"could not connect to {self._target}: {_describe(exc)}") from exc
                 self._last_error = _describe(exc)
                 logger.info("connection to %s ended: %s", self._target, self._last_error)
