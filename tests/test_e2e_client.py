@@ -253,11 +253,12 @@ async def _dropping_client(world: World) -> AsyncIterator[tuple[pc.Parley, Calla
     it started (the next call starts another on the same database), over HTTP by cutting the
     connections through a proxy."""
     if world.transport == "stdio":
+        others = set(_child_servers(world.config))  # the module's own client's server stays
         async with world.connect() as parley:
+            [ours] = set(_child_servers(world.config)) - others
 
             async def kill() -> None:
-                for pid in _child_servers(world.config):
-                    os.kill(pid, signal.SIGKILL)
+                os.kill(ours, signal.SIGKILL)
 
             yield parley, kill
         return

@@ -100,9 +100,11 @@ class Session:
             )
         )
 
-    async def steer(self, message: str, **options: Any) -> Outcome:
+    async def steer(
+        self, message: str, *, settings: dict[str, Any] | None = None, **callbacks: Unpack[Callbacks]
+    ) -> Outcome:
         """Send a message that stops the running turn after its current step and is answered next."""
-        return await self.send(message, steer=True, **options)
+        return await self.send(message, steer=True, settings=settings, **callbacks)
 
     async def delete_queued(self, queued_message_id: str) -> QueuedMessageDeleted:
         return await self._calls.read(
