@@ -325,6 +325,12 @@ def _cmd_db_copy(args: argparse.Namespace) -> int:
     return anyio.run(run)
 
 
+def _cmd_chat(args: argparse.Namespace) -> int:
+    from parley.client.chat import main as chat
+
+    return chat(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
     parser.add_argument("--version", action="version", version=f"parley {__version__}")
@@ -350,6 +356,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     serve.set_defaults(func=_cmd_serve)
+
+    chat = sub.add_parser(
+        "chat", help="talk to an agent in the terminal (a local store, or a server at --url)"
+    )
+    common(chat)
+    chat.add_argument("agent", nargs="?", help="the agent (default: the only one there is)")
+    chat.add_argument("--session", help="resume this session instead of starting one")
+    chat.add_argument(
+        "--url", help="a parley serve --http endpoint (http://host:port/mcp) instead of a local store"
+    )
+    chat.add_argument(
+        "--token", help="bearer token for --url (better: --token-env, kept out of the process list)"
+    )
+    chat.add_argument(
+        "--token-env", default="PARLEY_TOKEN", help="variable holding the token (default PARLEY_TOKEN)"
+    )
+    chat.set_defaults(func=_cmd_chat)
 
     check = sub.add_parser("check", help="validate parley.yaml and every agent file; exit 1 on problems")
     check.add_argument(

@@ -1,0 +1,101 @@
+"""A typed client for parley, for scripts and terminals (see the README, "The Python client").
+
+async with parley.client.connect_stdio() as p:
+    s = await p.start("demo", "hello")      # follows the turn through `running` by itself
+    print(s.answer)
+"""
+
+from parley.client.client import Options, Parley, connect_http, connect_stdio
+from parley.client.errors import (
+    ClientError,
+    ConnectionFailed,
+    DecisionConflict,
+    InterruptNotFound,
+    InvalidArgument,
+    NotYourDecision,
+    ProtocolError,
+    RateLimited,
+    ServerFailure,
+    SessionBusy,
+    SessionClosed,
+    SessionLimitReached,
+    SessionNotFound,
+    ToolError,
+    UnknownAgent,
+)
+from parley.client.events import (
+    Event,
+    InterruptRaised,
+    Notice,
+    StillWorking,
+    Text,
+    ToolFinished,
+    ToolProgress,
+    ToolsRequested,
+    ToolStarted,
+    TurnEnded,
+    TurnStarted,
+)
+from parley.client.handlers import Decline, Handlers, Reject
+from parley.client.models import (
+    Agent,
+    AgentList,
+    Interrupt,
+    Message,
+    Outcome,
+    PendingItem,
+    SessionPage,
+    SessionState,
+    SessionSummary,
+    ToolCall,
+    Usage,
+)
+from parley.client.session import Session
+
+__all__ = [
+    "Agent",
+    "AgentList",
+    "ClientError",
+    "ConnectionFailed",
+    "DecisionConflict",
+    "Decline",
+    "Event",
+    "Handlers",
+    "Interrupt",
+    "InterruptNotFound",
+    "InterruptRaised",
+    "InvalidArgument",
+    "Message",
+    "NotYourDecision",
+    "Notice",
+    "Options",
+    "Outcome",
+    "Parley",
+    "PendingItem",
+    "ProtocolError",
+    "RateLimited",
+    "Reject",
+    "ServerFailure",
+    "Session",
+    "SessionBusy",
+    "SessionClosed",
+    "SessionLimitReached",
+    "SessionNotFound",
+    "SessionPage",
+    "SessionState",
+    "SessionSummary",
+    "StillWorking",
+    "Text",
+    "ToolCall",
+    "ToolError",
+    "ToolFinished",
+    "ToolProgress",
+    "ToolStarted",
+    "ToolsRequested",
+    "TurnEnded",
+    "TurnStarted",
+    "UnknownAgent",
+    "Usage",
+    "connect_http",
+    "connect_stdio",
+]

@@ -1,0 +1,222 @@
+"""What parley's tools return, as typed models for the client.
+
+These mirror the server's tool outputs (parley/server/wire.py, published as each tool's
+outputSchema) without importing the server: a client should not load the runtime. A fast test
+(tests/test_client_models.py) compares each model with the outputSchema the server publishes, so
+the two cannot drift apart. Unknown fields are ignored, so a newer server does not break an
+older client.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+OutcomeStatus = Literal[
+    "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
+]
+# The outcomes after which nothing more happens in the turn by itself.
+AT_REST: frozenset[str] = frozenset({"answered", "completed", "failed", "cancelled", "idle"})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ToolCall(_Model):
+    """One tool call of a turn."""
+
+    id: str
+    tool: str
+    arguments: dict[str, Any]
+    status: str
+    effect: str
+    result: str | None = None
+    is_error: bool = False
+    requires_approval: bool = False
+    server: str | None = None
+
+
+class Interrupt(_Model):
+    """A pending approval (`kind == "approval"`: `tool`, `arguments`, `effect`) or question
+    (`kind == "question"`: `question`, `choices`, `allows_free_text`)."""
+
+    id: str
+    kind: Literal["approval", "question"]
+    tool_call_id: str | None = None
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+    effect: str | None = None
+    question: str | None = None
+    choices: list[str] = Field(default_factory=list)
+    allows_free_text: bool = False
+    deadline: str | None = None
+    created_at: str | None = None
+
+
+class Usage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    model_calls: int = 0
+
+
+class Outcome(_Model):
+    """The outcome of a turn (start_session, send_message, approve, answer_question, cancel_turn)."""
+
+    session_id: str
+    turn_id: str | None = None
+    status: OutcomeStatus
+    answer: str | None = None
+    result: Any = None
+    pending: list[Interrupt] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    error: str | None = None
+    session_status: str | None = None
+    queued_message_id: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def is_at_rest(self) -> bool:
+        """Nothing more happens in this turn by itself (it is not running nor waiting for input)."""
+        return self.status in AT_REST
+
+
+class Agent(_Model):
+    name: str
+    description: str
+    kinds: list[str]
+    default_kind: str
+    input_schema: dict[str, Any] | None = None
+    result_schema: dict[str, Any] | None = None
+    tools: list[str]
+    tools_needing_approval: list[str]
+    model: str
+    limits: dict[str, int | float | None]
+    notes: list[str] = Field(default_factory=list)
+
+
+class AgentList(_Model):
+    agents: list[Agent]
+    models: list[str] = Field(default_factory=list)
+
+
+class Message(_Model):
+    seq: int
+    role: str
+    turn_id: str | None
+    text: str
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    is_error: bool = False
+    created_at: str | None
+
+
+class QueuedMessage(_Model):
+    id: str
+    message: str
+    created_at: str | None
+
+
+class Decision(_Model):
+    """A decision recorded on a session's interrupts (or a refused attempt)."""
+
+    at: str | None
+    action: str
+    interrupt_id: str | None
+    principal: str
+    client: str | None = None
+    outcome: Literal["ok", "refused"]
+    via: str | None = None
+
+
+class SessionState(_Model):
+    """A session as get_session reads it."""
+
+    session_id: str
+    agent: str
+    owner: str
+    kind: str
+    status: str
+    phase: str | None
+    created_at: str | None
+    updated_at: str | None
+    turn_count: int
+    current_turn_id: str | None
+    last_turn: Outcome | None = None
+    pending: list[Interrupt] = Field(default_factory=list)
+    queued_messages: list[QueuedMessage] = Field(default_factory=list)
+    messages: list[Message] = Field(default_factory=list)
+    total_messages: int = 0
+    todos: list[dict[str, Any]] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    last_error: str | None = None
+    closed_reason: str | None = None
+    result: Any = None
+    inputs: dict[str, Any] | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+    decisions: list[Decision] = Field(default_factory=list)
+
+
+class SessionSummary(_Model):
+    session_id: str
+    agent: str
+    owner: str
+    kind: str
+    status: str
+    turn_count: int
+    created_at: str | None
+    updated_at: str | None
+    closed_reason: str | None = None
+
+
+class SessionPage(_Model):
+    sessions: list[SessionSummary]
+    next_cursor: str | None = None
+
+
+class PendingItem(_Model):
+    session_id: str
+    agent: str
+    owner: str
+    interrupt: Interrupt
+
+
+class PendingList(_Model):
+    pending: list[PendingItem]
+
+
+class Closed(_Model):
+    session_id: str
+    status: str
+    closed_reason: str | None
+
+
+class Deleted(_Model):
+    session_id: str
+    status: Literal["deleted", "already deleted"]
+
+
+class QueuedMessageDeleted(_Model):
+    session_id: str
+    queued_message_id: str
+    status: Literal["deleted", "already deleted"]
+
+
+# Which model reads which tool's structured content (the fast test walks this table).
+TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
+    "list_agents": AgentList,
+    "start_session": Outcome,
+    "send_message": Outcome,
+    "approve": Outcome,
+    "answer_question": Outcome,
+    "cancel_turn": Outcome,
+    "get_session": SessionState,
+    "list_sessions": SessionPage,
+    "list_pending": PendingList,
+    "close_session": Closed,
+    "delete_session": Deleted,
+    "delete_queued_message": QueuedMessageDeleted,
+}

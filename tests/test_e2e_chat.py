@@ -1,0 +1,189 @@
+"""`parley chat` in a real terminal (a pseudo-terminal driven by pexpect): a conversation, an
+approval answered at the prompt, Ctrl-C cancelling a long turn and twice quitting; resuming a
+session; and plain text with both sides of the conversation when stdout is not a terminal."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pexpect
+import pytest
+
+from parley.config_auth import token_digest
+from tests.support import (
+    FIXTURE_LOG,
+    REPO,
+    TEST_DEADLINE_S,
+    ServerProcess,
+    db_rows,
+    fixture_runs,
+    fixture_server,
+    write_config,
+)
+
+PROMPT = "you> "
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("chat")
+    return write_config(
+        directory,
+        agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+    )
+
+
+@pytest.fixture
+def chat(config: Path) -> Iterator[pexpect.spawn]:
+    """`parley chat worker` on a terminal of 160 columns."""
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "parley", "chat", "worker", "--config", str(config)],
+        cwd=str(REPO),
+        env={**os.environ, "TERM": "xterm"},
+        encoding="utf-8",
+        timeout=TEST_DEADLINE_S,
+        dimensions=(40, 160),
+    )
+    try:
+        child.expect(PROMPT)
+        yield child
+    finally:
+        child.close(force=True)
+
+
+def _session_id(child: pexpect.spawn) -> str:
+    child.expect(r"session (ses_[0-9a-f]{32})")
+    return str(child.match.group(1))
+
+
+def test_a_conversation_with_an_approval_answered_at_the_prompt(chat: pexpect.spawn, config: Path) -> None:
+    chat.sendline("hello")
+    sid = _session_id(chat)
+    chat.expect(r"You said: hello \(message 1 of this session\)")
+    chat.expect(PROMPT)
+    chat.sendline("and again")
+    chat.expect(r"You said: and again \(message 2 of this session\)")
+    chat.expect(PROMPT)
+    chat.sendline('/tool fixture__bare {"text": "at the prompt"}')
+    chat.expect(r"worker wants to call fixture__bare \(unclassified\) with \{\"text\": \"at the prompt\"\}")
+    chat.expect(r"Allow\? \[y/n")
+    chat.sendline("maybe")
+    chat.expect("answer y or n")
+    chat.sendline("y")
+    chat.expect("tool fixture__bare started")
+    chat.expect("tool fixture__bare succeeded")
+    chat.expect("bare at the prompt")
+    chat.expect(PROMPT)
+    assert fixture_runs(config.parent, "bare", text="at the prompt") == 1
+    chat.sendline("/ask Ship it? | yes | no")
+    chat.expect(r"Ship it\?  1\) yes  2\) no")
+    chat.sendline("2")
+    chat.expect("The user answered: no")
+    chat.expect(PROMPT)
+    chat.sendline("/quit")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+    users = db_rows(
+        config.parent / "parley.db",
+        "SELECT count(*) FROM messages WHERE session_id = ? AND role = 'user'",
+        (sid,),
+    )
+    assert users == [(4,)]  # hello, and again, the tool call, the question
+
+
+def test_ctrl_c_cancels_a_long_turn_and_twice_quits(chat: pexpect.spawn, config: Path) -> None:
+    chat.sendline("/sleep 600")
+    sid = _session_id(chat)
+    chat.expect("working")  # the turn has started on the server
+    chat.sendcontrol("c")
+    chat.expect("cancelling the turn")
+    chat.expect("turn cancelled", timeout=TEST_DEADLINE_S)
+    chat.expect(PROMPT)
+    chat.sendline("still here?")
+    chat.expect(r"You said: still here\? \(message 2 of this session\)")
+    chat.expect(PROMPT)
+    chat.sendcontrol("c")
+    chat.expect(r"Ctrl-C again")
+    chat.sendcontrol("c")
+    chat.expect(pexpect.EOF)
+    chat.close()
+    assert chat.exitstatus == 0
+    turns = db_rows(
+        config.parent / "parley.db", "SELECT status FROM turns WHERE session_id = ? ORDER BY rowid", (sid,)
+    )
+    assert turns == [("cancelled",), ("answered",)]
+
+
+def test_a_session_is_resumed_by_id(config: Path) -> None:
+    first = _plain_chat(config, ["worker"], "remember me\n")
+    sid = first.split("session ", 1)[1].split()[0]
+    resumed = _plain_chat(config, ["--session", sid], "and now?\n/sessions\n")
+    assert f"resumed session {sid} with worker" in resumed
+    assert "You said: and now? (message 2 of this session)" in resumed
+    assert f"* {sid}" in resumed
+
+
+def _plain_chat(config: Path, args: list[str], typed: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "parley", "chat", *args, "--config", str(config)],
+        input=typed,
+        capture_output=True,
+        text=True,
+        timeout=TEST_DEADLINE_S,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_without_a_terminal_the_chat_is_plain_text_with_both_sides(config: Path) -> None:
+    out = _plain_chat(config, ["worker"], "hello\n/ask Ship it? | yes | no\nyes\n")
+    assert "\033[" not in out
+    lines = out.splitlines()
+    assert "you: hello" in lines
+    assert "worker: You said: hello (message 1 of this session)" in lines
+    assert "Ship it?  1) yes  2) no  [/decline to decline]" in lines
+    assert "you: yes" in lines
+    assert any("The user answered: yes" in line for line in lines)
+
+
+@pytest.mark.anyio
+async def test_the_chat_talks_to_a_server_over_http_with_a_token(tmp_path: Path) -> None:
+    token = "parley_" + secrets.token_urlsafe(32)
+    config = write_config(
+        tmp_path,
+        auth={
+            "mode": "tokens",
+            "tokens": [{"name": "alice", "sha256": token_digest(token), "scopes": ["parley:use"]}],
+        },
+    )
+
+    def chat(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "parley", "chat", "--url", url],
+            input="hello over http\n",
+            capture_output=True,
+            text=True,
+            timeout=TEST_DEADLINE_S,
+            cwd=REPO,
+            env={**os.environ, **env},
+        )
+
+    async with ServerProcess(config, http=True) as server:
+        url = server.url or ""
+        with_token = await anyio.to_thread.run_sync(chat, url, {"PARLEY_TOKEN": token})
+        without = await anyio.to_thread.run_sync(chat, url, {"PARLEY_TOKEN": ""})
+    assert with_token.returncode == 0, with_token.stderr
+    assert "demo: You said: hello over http (message 1 of this session)" in with_token.stdout
+    assert db_rows(tmp_path / "parley.db", "SELECT DISTINCT owner FROM sessions") == [("alice",)]
+    assert without.returncode == 1
+    assert f"error: {url} answered HTTP 401 Unauthorized (is the token right?" in without.stdout
