@@ -77,6 +77,7 @@ class Outcome(_Model):
     session_status: str | None = None
     queued_message_id: str | None = None
     notes: list[str] = Field(default_factory=list)
+    agent_version: str | None = None
 
     @property
     def is_at_rest(self) -> bool:
@@ -84,9 +85,19 @@ class Outcome(_Model):
         return self.status in AT_REST
 
 
+class Memory(_Model):
+    """What of the conversation the model sees: full, window (the latest `messages`),
+    compaction, or none."""
+
+    mode: Literal["full", "window", "compaction", "none"]
+    messages: int | None = None
+
+
 class Agent(_Model):
     name: str
     description: str
+    version: str
+    version_label: str | None = None
     kinds: list[str]
     default_kind: str
     input_schema: dict[str, Any] | None = None
@@ -95,6 +106,7 @@ class Agent(_Model):
     tools_needing_approval: list[str]
     model: str
     limits: dict[str, int | float | None]
+    memory: Memory
     notes: list[str] = Field(default_factory=list)
 
 
@@ -132,6 +144,17 @@ class Decision(_Model):
     via: str | None = None
 
 
+class TurnSummary(_Model):
+    """A turn of the session, with the version of the agent's definition it ran on."""
+
+    turn_id: str
+    seq: int
+    status: str
+    agent_version: str | None = None
+    started_at: str | None
+    ended_at: str | None = None
+
+
 class SessionState(_Model):
     """A session as get_session reads it."""
 
@@ -158,6 +181,9 @@ class SessionState(_Model):
     inputs: dict[str, Any] | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     decisions: list[Decision] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list)
+    memory: Memory | None = None
+    turns: list[TurnSummary] = Field(default_factory=list)
 
 
 class SessionSummary(_Model):
