@@ -60,7 +60,6 @@ class Chat:
         self._current = 0  # the call whose events and outcome are shown
         self._active = 0  # turn calls in flight
         self._idle = anyio.Event()
-        self._final: Outcome | None = None
         self._streamed = ""  # the current call's text since its last tool line
         self._last_interrupt = -math.inf
         self._eof = False
@@ -71,11 +70,10 @@ class Chat:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._on_ctrl_c)
-            if resume is not None:
-                await self._resume(resume)
-            elif not await self._choose_agent():
+            started = await self._resume(resume) if resume is not None else await self._choose_agent()
+            if not started:
                 tg.cancel_scope.cancel()
-                return 2
+                return 1 if resume is not None else 2
             await self._loop()
             tg.cancel_scope.cancel()
         return 0
@@ -129,12 +127,8 @@ class Chat:
         return self.session
 
     async def _turn(self, call: TurnCall) -> None:
-        """Run a turn call until its turn rests; the person is asked inline on the way."""
-        await self._follow(call)
-
-    async def _follow(self, call: TurnCall) -> Outcome | None:
-        """Run a turn call while reading lines (commands act now; messages wait for the turn)."""
-        self._final = None
+        """Run a turn call until its turn rests, reading lines meanwhile: they answer the agent's
+        questions, or are commands (which act now), or messages (sent when the turn ends)."""
         self._idle = anyio.Event()
         async with anyio.create_task_group() as tg:
             self._turn_calls = tg
@@ -155,7 +149,6 @@ class Chat:
         self._turn_calls = None
         # A Ctrl-C that cancelled this turn does not make the next one quit.
         self._last_interrupt = -math.inf
-        return self._final
 
     async def _stop_when_idle(self, reading: anyio.CancelScope) -> None:
         await self._idle.wait()
@@ -177,7 +170,6 @@ class Chat:
                 }
                 outcome = await call(callbacks)
                 if number == self._current:
-                    self._final = outcome
                     self._show(outcome)
             except ToolError as exc:
                 if number == self._current:
@@ -364,12 +356,12 @@ class Chat:
                 f"{mark} {s.session_id}  {s.agent:<12} {s.status:<18} turns={s.turn_count}  {s.updated_at}"
             )
 
-    async def _resume(self, session_id: str) -> None:
+    async def _resume(self, session_id: str) -> bool:
         try:
             session = await self.p.resume(session_id)
         except ClientError as exc:
             self.term.error(str(exc))
-            return
+            return False
         self.session, self.agent = session, session.agent
         last = session.last
         self.term.note(
@@ -378,6 +370,7 @@ class Chat:
         )
         if last is not None and last.status in ("waiting_for_input", "running"):
             await self._turn(lambda callbacks: session.wait(**callbacks))
+        return True
 
     async def _choose_agent(self) -> bool:
         try:
