@@ -35,7 +35,10 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("chat")
     return write_config(
         directory,
-        agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+        agents={
+            "worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]},
+            "guarded": {"mcp_servers": ["fixture"], "tools": ["ask_user"], "approver": "human"},
+        },
         mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
     )
 
@@ -43,9 +46,13 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def chat(config: Path) -> Iterator[pexpect.spawn]:
     """`parley chat worker` on a terminal of 160 columns."""
+    yield from _terminal_chat(config, "worker")
+
+
+def _terminal_chat(config: Path, agent: str) -> Iterator[pexpect.spawn]:
     child = pexpect.spawn(
         sys.executable,
-        ["-m", "parley", "chat", "worker", "--config", str(config)],
+        ["-m", "parley", "chat", agent, "--config", str(config)],
         cwd=str(REPO),
         env={**os.environ, "TERM": "xterm"},
         encoding="utf-8",
@@ -121,6 +128,35 @@ def test_ctrl_c_cancels_a_long_turn_and_twice_quits(chat: pexpect.spawn, config:
         config.parent / "parley.db", "SELECT status FROM turns WHERE session_id = ? ORDER BY rowid", (sid,)
     )
     assert turns == [("cancelled",), ("answered",)]
+
+
+def test_the_person_at_the_chat_decides_for_an_agent_that_takes_only_a_persons_word(config: Path) -> None:
+    # approver: human refuses approve and answer_question; the chat answers the forms as the person.
+    for chat in _terminal_chat(config, "guarded"):
+        chat.sendline('/tool fixture__bare {"text": "by a person"}')
+        sid = _session_id(chat)
+        chat.expect(r"Allow\? \[y/n")
+        chat.sendline("n not today")
+        chat.expect("not today")
+        chat.expect(PROMPT)
+        chat.sendline('/tool fixture__bare {"text": "by a person"}')
+        chat.expect(r"Allow\? \[y/n")
+        chat.sendline("y")
+        chat.expect("bare by a person")
+        chat.expect(PROMPT)
+        chat.sendline("/ask Stop here? | yes | no")
+        chat.expect(r"Stop here\?")
+        chat.sendline("/cancel")
+        chat.expect("turn cancelled")
+        chat.expect(PROMPT)
+    assert fixture_runs(config.parent, "bare", text="by a person") == 1
+    decisions = db_rows(
+        config.parent / "parley.db",
+        "SELECT action, outcome, detail FROM audit WHERE session_id = ? AND action IN ('approve', 'reject')",
+        (sid,),
+    )
+    assert [(a, o) for a, o, _ in decisions] == [("reject", "ok"), ("approve", "ok")]
+    assert all('"mrtr"' in detail for _, _, detail in decisions)
 
 
 def test_a_session_is_resumed_by_id(config: Path) -> None:

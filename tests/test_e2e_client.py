@@ -401,3 +401,24 @@ def test_the_client_example_runs() -> None:
     assert "The user answered: yes" in out
     assert "event: ToolFinished(tool='notes__add_note', status='succeeded')" in out
     assert "6. UnknownAgent: No agent named 'nobody'" in out
+
+
+@pytest.mark.parametrize("as_task", [False, True], ids=["blocking", "task"])
+async def test_as_the_person_the_callbacks_decide_for_an_agent_that_takes_only_a_persons_word(
+    world: World, as_task: bool
+) -> None:
+    text = f"as the person, {'task' if as_task else 'blocking'}"
+    with anyio.fail_after(TEST_DEADLINE_S):
+        async with world.connect(as_person=True, tasks=as_task) as parley:
+            s = await parley.start("guarded", BARE % text, on_approval=lambda i: True)
+            started = s.answer
+            asked = await s.send("/ask Sure? | yes | no", on_question=lambda q: "yes")
+            left = await s.send(BARE % "left for later")
+            state = await s.state()
+    assert f"bare {text}" in (started or "")
+    assert world.runs(text) == 1
+    assert "The user answered: yes" in (asked.answer or "")
+    # Undecided by any callback: the form was dismissed, the approval waits.
+    assert left.status == "waiting_for_input" and left.pending[0].tool == "fixture__bare"
+    via = {d.via for d in state.decisions if d.outcome == "ok"}
+    assert via == ({"task_input"} if as_task else {"mrtr"})

@@ -9,7 +9,9 @@ until nothing more happens by itself:
   and what they decide goes back through approve / answer_question (whose outcome is followed in
   turn); what they leave undecided comes back as `waiting_for_input`;
 - a task handle (with tasks on): tasks/get is polled until the task completes, or needs input,
-  which is handled as above.
+  which is handled as above;
+- an input-required round (as the person, see forms.py): the callbacks answer its forms, and the
+  same call is sent again with the answers.
 """
 
 from __future__ import annotations
@@ -21,15 +23,15 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp import Client
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, ElicitResult, InputRequiredResult, TextContent
 from pydantic import BaseModel
 
-from parley.client import tasks
+from parley.client import forms, tasks
 from parley.client.connection import Connection
 from parley.client.errors import ClientError, ProtocolError, tool_error
 from parley.client.events import Event, from_progress
 from parley.client.handlers import Decline, Handlers, OnEvent, Reject, resolved
-from parley.client.models import Interrupt, Outcome, PendingList, SessionState
+from parley.client.models import Outcome, PendingItem, PendingList, SessionState
 from parley.client.tasks import TaskHandle
 
 M = TypeVar("M", bound=BaseModel)
@@ -41,6 +43,8 @@ CALL_MARGIN_S = 30.0
 READ_TIMEOUT_S = 60.0
 # Events held for an events() reader that falls behind; events beyond that are dropped for it.
 EVENT_BUFFER = 1000
+# Input-required rounds of one call before the client gives up (each asks only new interrupts).
+MAX_INPUT_ROUNDS = 10
 # The turn calls whose repetition (with the same client_message_id) waits for the same turn again.
 _REPEATABLE = frozenset({"start_session", "send_message"})
 
@@ -56,10 +60,13 @@ def _text(result: CallToolResult) -> str:
 class Calls:
     """Every tool call of one client goes through here."""
 
-    def __init__(self, connection: Connection, *, wait_s: float, handlers: Handlers) -> None:
+    def __init__(
+        self, connection: Connection, *, wait_s: float, handlers: Handlers, as_person: bool = False
+    ) -> None:
         self.connection = connection
         self.wait_s = wait_s
         self.handlers = handlers
+        self.as_person = as_person
         self._subscribers: dict[str, set[MemoryObjectSendStream[Event]]] = {}
 
     # ------------------------------------------------------------------ single calls
@@ -71,7 +78,9 @@ class Calls:
         *,
         timeout_s: float = READ_TIMEOUT_S,
         progress: ProgressFnT | None = None,
-    ) -> CallToolResult | TaskHandle:
+        input_responses: dict[str, Any] | None = None,
+        request_state: str | None = None,
+    ) -> CallToolResult | TaskHandle | InputRequiredResult:
         """One tool call (sent again on a new connection if the connection breaks); a refusal
         raises the ToolError for its text."""
 
@@ -81,11 +90,14 @@ class Calls:
                 arguments,
                 read_timeout_seconds=timeout_s,
                 progress_callback=progress,
+                input_responses=input_responses,
+                request_state=request_state,
+                allow_input_required=True,
                 allow_claimed=True,
             )
 
         result = await self.connection.call(call)
-        if isinstance(result, TaskHandle):
+        if isinstance(result, TaskHandle | InputRequiredResult):
             return result
         if not isinstance(result, CallToolResult):
             raise ProtocolError(0, f"{tool} answered with an unexpected result: {type(result).__name__}")
@@ -96,8 +108,8 @@ class Calls:
     async def read(self, tool: str, arguments: dict[str, Any], model: type[M], **options: Any) -> M:
         """A call that does not start a turn, read as `model`."""
         result = await self.result(tool, arguments, **options)
-        if isinstance(result, TaskHandle):
-            raise ProtocolError(0, f"{tool} answered with a task, which only turn calls do")
+        if not isinstance(result, CallToolResult):
+            raise ProtocolError(0, f"{tool} answered with {type(result).__name__}, which only turn calls do")
         return model.model_validate(result.structured_content)
 
     # ------------------------------------------------------------------ events
@@ -143,18 +155,25 @@ class Calls:
         wait: bool = True,
     ) -> Outcome:
         """Make a turn call and follow the turn until it rests (or, with wait=False, return at once)."""
-        outcome = await self._once(tool, arguments, session_id, handlers, wait)
+        asked: set[str] = set()  # interrupts offered to the callbacks, each once
+        outcome = await self._once(tool, arguments, session_id, handlers, asked, wait)
         if not wait:
             return outcome
-        return await self.settle(outcome, handlers, (tool, arguments) if tool in _REPEATABLE else None)
+        repeat = (tool, arguments) if tool in _REPEATABLE else None
+        return await self.settle(outcome, handlers, repeat, asked)
 
     async def settle(
-        self, outcome: Outcome, handlers: Handlers, repeat: tuple[str, dict[str, Any]] | None = None
+        self,
+        outcome: Outcome,
+        handlers: Handlers,
+        repeat: tuple[str, dict[str, Any]] | None = None,
+        asked: set[str] | None = None,
     ) -> Outcome:
         """Follow `outcome` until the turn rests, or waits for what the callbacks leave undecided.
         `repeat`: the send whose repetition waits for the same turn again."""
-        asked: set[str] = set()
+        asked = set() if asked is None else asked
         while True:
+            sid = outcome.session_id
             blocking = await self._blocking_turn(outcome) if _queued_behind_input(outcome) else None
             if blocking is not None:
                 # The message waits behind a turn that waits for a person: that turn's approvals and
@@ -163,11 +182,11 @@ class Calls:
                 if decided is None:
                     return blocking
                 if repeat is not None:
-                    decided = await self._once(*repeat, outcome.session_id, handlers, True)
+                    decided = await self._once(*repeat, sid, handlers, asked, True)
                 outcome = decided
             elif outcome.status == "running":
                 if repeat is not None:
-                    outcome = await self._once(*repeat, outcome.session_id, handlers, True)
+                    outcome = await self._once(*repeat, sid, handlers, asked, True)
                 else:
                     outcome = await self._until_rest(outcome, handlers)
             elif outcome.status == "waiting_for_input":
@@ -179,21 +198,40 @@ class Calls:
                 return outcome
 
     async def _once(
-        self, tool: str, arguments: dict[str, Any], session_id: str | None, handlers: Handlers, wait: bool
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        session_id: str | None,
+        handlers: Handlers,
+        asked: set[str],
+        wait: bool,
     ) -> Outcome:
-        result = await self.result(
-            tool,
-            {**arguments, "wait_seconds": self.wait_s if wait else 0},
-            timeout_s=self.wait_s + CALL_MARGIN_S,
-            progress=self._progress(session_id, handlers.on_event),
-        )
-        if isinstance(result, TaskHandle):
-            if not wait:
-                return Outcome(
-                    session_id=session_id or "", status="running", notes=[f"task {result.task_id}"]
-                )
-            return await self._follow(tool, result, session_id)
-        return Outcome.model_validate(result.structured_content)
+        """One turn call, through its input-required rounds (as_person), or its task."""
+        arguments = {**arguments, "wait_seconds": self.wait_s if wait else 0}
+        responses: dict[str, Any] | None = None
+        state: str | None = None
+        for _ in range(MAX_INPUT_ROUNDS):
+            result = await self.result(
+                tool,
+                arguments,
+                timeout_s=self.wait_s + CALL_MARGIN_S,
+                progress=self._progress(session_id, handlers.on_event),
+                input_responses=responses,
+                request_state=state,
+            )
+            if isinstance(result, InputRequiredResult):
+                # The retry carries the answers and the round's state; it never sends the message again.
+                responses = dict(await self._form_answers(list(result.input_requests or {}), handlers, asked))
+                state = result.request_state
+                continue
+            if isinstance(result, TaskHandle):
+                if not wait:
+                    return Outcome(
+                        session_id=session_id or "", status="running", notes=[f"task {result.task_id}"]
+                    )
+                return await self._follow(tool, result, session_id, handlers, asked)
+            return Outcome.model_validate(result.structured_content)
+        raise ProtocolError(0, f"{tool} still asked for input after {MAX_INPUT_ROUNDS} rounds")
 
     async def _until_rest(self, outcome: Outcome, handlers: Handlers) -> Outcome:
         """Wait (get_session, as often as needed) until the session rests; return its last turn."""
@@ -240,9 +278,8 @@ class Calls:
             elif isinstance(verdict, Reject):
                 decisions.append({"interrupt_id": interrupt.id, "approved": False, "reason": verdict.reason})
         if decisions:
-            return await self._once(
-                "approve", {"session_id": sid, "decisions": decisions}, sid, handlers, True
-            )
+            arguments = {"session_id": sid, "decisions": decisions}
+            return await self._once("approve", arguments, sid, handlers, asked, True)
         for interrupt in outcome.pending:
             if interrupt.kind != "question" or interrupt.id in asked or handlers.on_question is None:
                 continue
@@ -250,15 +287,30 @@ class Calls:
             answer = await resolved(handlers.on_question(interrupt))
             if answer is None:
                 continue
-            arguments: dict[str, Any] = {"session_id": sid, "interrupt_id": interrupt.id}
-            arguments |= {"decline": True} if isinstance(answer, Decline) else {"answer": answer}
-            return await self._once("answer_question", arguments, sid, handlers, True)
+            question: dict[str, Any] = {"session_id": sid, "interrupt_id": interrupt.id}
+            question |= {"decline": True} if isinstance(answer, Decline) else {"answer": answer}
+            return await self._once("answer_question", question, sid, handlers, asked, True)
         return None
+
+    # ------------------------------------------------------------------ answering as the person
+
+    async def _pending_by_id(self) -> dict[str, PendingItem]:
+        found = await self.read("list_pending", {"limit": 200}, PendingList)
+        return {p.interrupt.id: p for p in found.pending}
+
+    async def _form_answers(
+        self, keys: list[str], handlers: Handlers, asked: set[str]
+    ) -> dict[str, ElicitResult]:
+        pending = await self._pending_by_id()
+        return await forms.form_answers(keys, {i: p.interrupt for i, p in pending.items()}, asked, handlers)
 
     # ------------------------------------------------------------------ tasks
 
-    async def _follow(self, tool: str, handle: TaskHandle, session_id: str | None) -> Outcome:
-        """Poll a task until it completes (its result is the turn outcome) or waits for input."""
+    async def _follow(
+        self, tool: str, handle: TaskHandle, session_id: str | None, handlers: Handlers, asked: set[str]
+    ) -> Outcome:
+        """Poll a task until it completes (its result is the turn outcome) or waits for input that
+        the callbacks do not give (as the person: through tasks/update)."""
         interval_s = min(max((handle.poll_interval_ms or 1000) / 1000, 0.05), 5.0)
         task_id = handle.task_id
         checked_at = anyio.current_time()
@@ -277,7 +329,7 @@ class Calls:
             if state.status == "cancelled":
                 raise ClientError(f"task {task_id} of {tool} was cancelled, and its turn with it")
             if state.status == "input_required":
-                waiting = await self._waiting(state.input_requests, session_id)
+                waiting = await self._task_input(task_id, state.input_requests, session_id, handlers, asked)
                 if waiting is not None:
                     return waiting
             if session_id is not None and anyio.current_time() - checked_at >= self.wait_s:
@@ -289,16 +341,37 @@ class Calls:
                     return queued
             await anyio.sleep(interval_s)
 
-    async def _waiting(self, requests: Mapping[str, Any], session_id: str | None) -> Outcome | None:
-        """A waiting_for_input outcome for a task's input requests (keyed `approval:<id>` or
-        `question:<id>`), read from list_pending, which also names the session."""
-        ids = {key.partition(":")[2] for key in requests}
-        found = await self.read("list_pending", {"limit": 200}, PendingList)
-        items = [p for p in found.pending if p.interrupt.id in ids]
+    async def _task_input(
+        self,
+        task_id: str,
+        requests: Mapping[str, Any],
+        session_id: str | None,
+        handlers: Handlers,
+        asked: set[str],
+    ) -> Outcome | None:
+        """None when the task goes on (its input was given, or was decided meanwhile); else a
+        waiting_for_input outcome for its input requests (keyed `approval:<id>` or `question:<id>`),
+        read from list_pending, which also names the session."""
+        pending = await self._pending_by_id()
+        items = [pending[i] for i in map(forms.interrupt_id, requests) if i in pending]
         if not items:
-            return None  # decided meanwhile: the task moves on
+            return None
+        if self.as_person:
+            fresh = [k for k in requests if forms.interrupt_id(k) not in asked]
+            interrupts = {i: p.interrupt for i, p in pending.items()}
+            answers = await forms.form_answers(fresh, interrupts, asked, handlers)
+            if forms.decided(answers):
+                responses = {
+                    k: a.model_dump(by_alias=True, mode="json", exclude_none=True) for k, a in answers.items()
+                }
+                await self.connection.call(
+                    lambda client: tasks.update_task(client.session, task_id, responses, READ_TIMEOUT_S)
+                )
+                return None
         sid = session_id or items[0].session_id
-        pending: list[Interrupt] = [p.interrupt for p in items if p.session_id == sid]
         return Outcome(
-            session_id=sid, status="waiting_for_input", pending=pending, session_status="waiting_for_input"
+            session_id=sid,
+            status="waiting_for_input",
+            pending=[p.interrupt for p in items if p.session_id == sid],
+            session_status="waiting_for_input",
         )

@@ -18,11 +18,12 @@ from contextlib import AbstractAsyncContextManager
 
 import anyio
 from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
 
-from parley.client.client import Parley, connect_http, connect_stdio
+from parley.client.client import Options, Parley, connect_http, connect_stdio
 from parley.client.errors import ClientError, ToolError
 from parley.client.events import Event, Notice, Text, ToolFinished, ToolProgress, ToolStarted, TurnStarted
-from parley.client.handlers import OnEvent
+from parley.client.handlers import ApprovalVerdict, Callbacks, Decline, OnEvent, QuestionVerdict, Reject
 from parley.client.models import Interrupt, Outcome
 from parley.client.session import Session
 from parley.client.terminal import LineReader, Terminal
@@ -37,10 +38,14 @@ Type a message and press Enter. Commands:
   /help           this help
   /quit           quit (or Ctrl-D)
 Other lines starting with / are sent as they are (the demo agent's /sleep, /ask, /tool ...)."""
+# Whoever types at the chat is a person: agents that take decisions only from one (approver:
+# human) take the answers given at its prompts.
+AS_PERSON = Options(as_person=True)
 # A second Ctrl-C within this time quits.
 DOUBLE_INTERRUPT_S = 2.0
 
-TurnCall = Callable[[OnEvent], Awaitable[Outcome]]
+# A turn call, given the chat's callbacks (its event printer, and its questions to the person).
+TurnCall = Callable[[Callbacks], Awaitable[Outcome]]
 
 
 class Chat:
@@ -55,20 +60,20 @@ class Chat:
         self._current = 0  # the call whose events and outcome are shown
         self._active = 0  # turn calls in flight
         self._idle = anyio.Event()
-        self._final: Outcome | None = None
         self._streamed = ""  # the current call's text since its last tool line
         self._last_interrupt = -math.inf
         self._eof = False
+        self._answer: MemoryObjectSendStream[str | None] | None = None  # an open question's answer
+        self._turn_calls: TaskGroup | None = None  # the turn calls in flight, while there are any
 
     async def run(self, resume: str | None) -> int:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             tg.start_soon(self._on_ctrl_c)
-            if resume is not None:
-                await self._resume(resume)
-            elif not await self._choose_agent():
+            started = await self._resume(resume) if resume is not None else await self._choose_agent()
+            if not started:
                 tg.cancel_scope.cancel()
-                return 2
+                return 1 if resume is not None else 2
             await self._loop()
             tg.cancel_scope.cancel()
         return 0
@@ -92,7 +97,7 @@ class Chat:
     async def _send(self, text: str) -> None:
         session = await self._session()
         if session is not None:
-            await self._turn(lambda on_event: session.send(text, on_event=on_event))
+            await self._turn(lambda callbacks: session.send(text, **callbacks))
 
     async def _next_line(self, prompt: str) -> str | None:
         """The next line: one typed while a turn ran, else a new one (None at the end of input)."""
@@ -122,32 +127,28 @@ class Chat:
         return self.session
 
     async def _turn(self, call: TurnCall) -> None:
-        """Run a turn call, then ask for what the turn waits for, until it rests."""
-        outcome = await self._follow(call)
-        while outcome is not None and outcome.status == "waiting_for_input":
-            decision = await self._decision(outcome)
-            if decision is None:
-                return
-            outcome = await self._follow(decision)
-
-    async def _follow(self, call: TurnCall) -> Outcome | None:
-        """Run a turn call while reading lines (commands act now; messages wait for the turn)."""
-        self._final = None
+        """Run a turn call until its turn rests, reading lines meanwhile: they answer the agent's
+        questions, or are commands (which act now), or messages (sent when the turn ends)."""
         self._idle = anyio.Event()
         async with anyio.create_task_group() as tg:
+            self._turn_calls = tg
             self._launch(tg, call)
             with anyio.CancelScope() as reading:
                 tg.start_soon(self._stop_when_idle, reading)
                 while True:
                     line = await self.reader.next()
+                    answering = self._answer
+                    if answering is not None:
+                        answering.send_nowait(line)  # the line answers the open question
                     if line is None:
                         self._eof = True
                         await self._idle.wait()  # the input ended: let the turn finish, then quit
                         break
-                    await self._during_turn(line.strip(), tg)
+                    if answering is None:
+                        await self._during_turn(line.strip(), tg)
+        self._turn_calls = None
         # A Ctrl-C that cancelled this turn does not make the next one quit.
         self._last_interrupt = -math.inf
-        return self._final
 
     async def _stop_when_idle(self, reading: anyio.CancelScope) -> None:
         await self._idle.wait()
@@ -162,9 +163,13 @@ class Chat:
 
         async def run() -> None:
             try:
-                outcome = await call(self._printer(number))
+                callbacks: Callbacks = {
+                    "on_event": self._printer(number),
+                    "on_approval": self._ask_approval,
+                    "on_question": self._ask_question,
+                }
+                outcome = await call(callbacks)
                 if number == self._current:
-                    self._final = outcome
                     self._show(outcome)
             except ToolError as exc:
                 if number == self._current:
@@ -184,7 +189,7 @@ class Chat:
             self._cancel()
         elif word == "/steer" and rest.strip() and self.session is not None:
             session, text = self.session, rest.strip()
-            self._launch(tg, lambda on_event: session.steer(text, on_event=on_event))
+            self._launch(tg, lambda callbacks: session.steer(text, **callbacks))
         elif word in ("/quit", "/exit"):
             self._quit()
         elif word == "/help":
@@ -240,34 +245,71 @@ class Chat:
 
     # ------------------------------------------------------------------ approvals and questions
 
-    async def _decision(self, outcome: Outcome) -> TurnCall | None:
-        """Ask about the first pending interrupt; the call that sends the decision."""
-        session = self.session
-        if session is None or not outcome.pending:
-            return None
-        interrupt = outcome.pending[0]
+    async def _ask_approval(self, interrupt: Interrupt) -> ApprovalVerdict:
+        arguments = json.dumps(interrupt.arguments or {}, ensure_ascii=False)
+        text = (
+            f"{self.agent} wants to call {interrupt.tool} ({interrupt.effect}) with {arguments}. "
+            "Allow? [y/n, or n REASON]"
+        )
         while True:
-            if interrupt.kind == "approval":
-                arguments = json.dumps(interrupt.arguments or {}, ensure_ascii=False)
-                self.term.line(
-                    f"{self.agent} wants to call {interrupt.tool} ({interrupt.effect}) with {arguments}. "
-                    "Allow? [y/n, or n REASON]",
-                    "bold",
-                )
-            else:
-                self.term.line(_question_text(interrupt), "bold")
-            line = await self._next_line("> ")
-            if line is None or line.strip() in ("/quit", "/exit"):
-                self._eof = True
+            line = await self._ask(text)
+            if line is None:
                 return None
-            line = line.strip()
-            if line == "/cancel":
-                return lambda on_event: session.cancel()
-            made = _decided(session, interrupt, line)
-            if isinstance(made, str):
-                self.term.error(made)
-                continue
-            return made
+            word, _, reason = line.partition(" ")
+            if word.lower() in ("y", "yes"):
+                return True
+            if word.lower() in ("n", "no"):
+                return Reject(reason.strip()) if reason.strip() else False
+            self.term.error("answer y or n (n REASON tells the agent why)")
+
+    async def _ask_question(self, interrupt: Interrupt) -> QuestionVerdict:
+        text = interrupt.question or "The agent asks a question."
+        if interrupt.choices:
+            text += "  " + "  ".join(f"{n}) {c}" for n, c in enumerate(interrupt.choices, start=1))
+        text += "  [/decline to decline]"
+        while True:
+            line = await self._ask(text)
+            if line is None:
+                return None
+            if line == "/decline":
+                return Decline()
+            answer = line
+            if line.isdigit() and 1 <= int(line) <= len(interrupt.choices):
+                answer = interrupt.choices[int(line) - 1]
+            if interrupt.choices and not interrupt.allows_free_text and answer not in interrupt.choices:
+                self.term.error("answer with one of: " + ", ".join(interrupt.choices))
+            elif answer:
+                return answer
+            else:
+                self.term.error("type an answer (or /decline)")
+
+    async def _ask(self, text: str) -> str | None:
+        """Put `text` to the person and return their line; None when the input ended, or when they
+        cancel the turn (/cancel, Ctrl-C): the question then stays pending and the turn is ended."""
+        self.term.line(text, "bold")
+        line: str | None
+        if self._queued:
+            line = self._queued.pop(0)  # typed while the turn ran
+        elif self._eof:
+            return None
+        else:
+            send, receive = anyio.create_memory_object_stream[str | None](1)
+            self._answer = send
+            self.term.prompt("> ")
+            try:
+                with receive:
+                    line = await receive.receive()
+            except anyio.EndOfStream:
+                line = None  # the turn is being cancelled
+            finally:
+                self._answer = None
+        if line is not None and not self.term.styled:
+            self.term.line(f"you: {line}")
+        line = line.strip() if line is not None else None
+        if line in ("/cancel", "/quit", "/exit"):
+            self._cancel()
+            return None
+        return line
 
     # ------------------------------------------------------------------ commands
 
@@ -292,7 +334,7 @@ class Chat:
             if session is None:
                 self.term.note("no session yet")
             else:
-                await self._turn(lambda on_event: session.cancel())
+                await self._turn(lambda callbacks: session.cancel())
         elif word == "/steer" and rest:
             self.term.note("nothing is running: sending it as a message")
             self._queued.insert(0, rest)
@@ -314,12 +356,12 @@ class Chat:
                 f"{mark} {s.session_id}  {s.agent:<12} {s.status:<18} turns={s.turn_count}  {s.updated_at}"
             )
 
-    async def _resume(self, session_id: str) -> None:
+    async def _resume(self, session_id: str) -> bool:
         try:
             session = await self.p.resume(session_id)
         except ClientError as exc:
             self.term.error(str(exc))
-            return
+            return False
         self.session, self.agent = session, session.agent
         last = session.last
         self.term.note(
@@ -327,7 +369,8 @@ class Chat:
             + (f"; its last turn: {last.status}" if last else "")
         )
         if last is not None and last.status in ("waiting_for_input", "running"):
-            await self._turn(lambda on_event: session.wait(on_event=on_event))
+            await self._turn(lambda callbacks: session.wait(**callbacks))
+        return True
 
     async def _choose_agent(self) -> bool:
         try:
@@ -350,19 +393,16 @@ class Chat:
     # ------------------------------------------------------------------ stopping
 
     def _cancel(self, say: bool = True) -> None:
-        session = self.session
-        if session is None:
+        """Cancel the running turn. The cancel becomes the turn call shown: its outcome says how the
+        turn ended, and the call it interrupts returns unseen."""
+        session, turn_calls = self.session, self._turn_calls
+        if session is None or turn_calls is None:
             return
         if say:
             self.term.note("cancelling the turn")
-
-        async def cancel() -> None:
-            try:
-                await session.cancel()
-            except ClientError as exc:
-                self.term.error(str(exc))
-
-        self._tg.start_soon(cancel)
+        if self._answer is not None:
+            self._answer.close()  # an open question goes unanswered: the turn is ending
+        self._launch(turn_calls, lambda callbacks: session.cancel())
 
     def _quit(self) -> None:
         self.term.end_stream()
@@ -387,36 +427,6 @@ class Chat:
                     self.term.note("Ctrl-C again (or /quit, or Ctrl-D) quits")
 
 
-def _question_text(interrupt: Interrupt) -> str:
-    text = f"{interrupt.question or 'The agent asks a question.'}"
-    if interrupt.choices:
-        text += "  " + "  ".join(f"{n}) {c}" for n, c in enumerate(interrupt.choices, start=1))
-    return text + "  [/decline to decline]"
-
-
-def _decided(session: Session, interrupt: Interrupt, line: str) -> TurnCall | str:
-    """The call for what was typed at an approval or question prompt, or what is wrong with it."""
-    if interrupt.kind == "approval":
-        word, _, reason = line.partition(" ")
-        if word.lower() in ("y", "yes"):
-            return lambda on_event: session.approve(interrupt, on_event=on_event)
-        if word.lower() in ("n", "no"):
-            return lambda on_event: session.reject(
-                interrupt, reason=reason.strip() or None, on_event=on_event
-            )
-        return "answer y or n (n REASON tells the agent why)"
-    if line == "/decline":
-        return lambda on_event: session.decline(interrupt, on_event=on_event)
-    answer = line
-    if line.isdigit() and 1 <= int(line) <= len(interrupt.choices):
-        answer = interrupt.choices[int(line) - 1]
-    if interrupt.choices and not interrupt.allows_free_text and answer not in interrupt.choices:
-        return "answer with one of: " + ", ".join(interrupt.choices)
-    if not answer:
-        return "type an answer (or /decline)"
-    return lambda on_event: session.answer_question(interrupt, answer, on_event=on_event)
-
-
 async def run_chat(
     connect: AbstractAsyncContextManager[Parley], agent: str | None, resume: str | None, terminal: Terminal
 ) -> int:
@@ -438,8 +448,8 @@ def main(args: argparse.Namespace) -> int:
     connect: AbstractAsyncContextManager[Parley]
     if args.url:
         token = args.token or secret_from_env(args.token_env)
-        connect = connect_http(args.url, token)
+        connect = connect_http(args.url, token, options=AS_PERSON)
     else:
         # The server's own log would interleave with the conversation: errors only.
-        connect = connect_stdio(args.config, args.db, log_level="ERROR")
+        connect = connect_stdio(args.config, args.db, log_level="ERROR", options=AS_PERSON)
     return anyio.run(run_chat, connect, args.agent, args.session, terminal)

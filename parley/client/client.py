@@ -15,7 +15,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import Implementation
+from mcp.types import ElicitResult, Implementation
 
 from parley import __version__
 from parley.client import tasks
@@ -49,6 +49,8 @@ class Options:
     wait_s: float = DEFAULT_WAIT_S
     reconnect_s: float = DEFAULT_RECONNECT_S
     tasks: bool = False
+    # Answer approvals and questions as the person at this client (form elicitation; forms.py).
+    as_person: bool = False
     on_approval: OnApproval | None = None
     on_question: OnQuestion | None = None
     on_event: OnEvent | None = None
@@ -172,7 +174,9 @@ async def _connected(
         async with anyio.create_task_group() as tg:
             await tg.start(connection.run)
             try:
-                calls = Calls(connection, wait_s=options.wait_s, handlers=handlers)
+                calls = Calls(
+                    connection, wait_s=options.wait_s, handlers=handlers, as_person=options.as_person
+                )
                 yield Parley(calls, tasks_asked=options.tasks, event_stream=event_stream)
             finally:
                 tg.cancel_scope.cancel()
@@ -184,9 +188,18 @@ async def _connected(
         raise
 
 
+async def _no_blocking_forms(context: Any, params: Any) -> ElicitResult:
+    # Declares form elicitation (as_person); parley asks a 2026-07-28 client by input-required
+    # rounds, which calls.py answers itself, so nothing is put to this callback.
+    return ElicitResult(action="cancel")
+
+
 def _mcp_client(transport: Any, options: Options) -> Client:
     extensions = [tasks.TasksExtension()] if options.tasks else None
-    return Client(transport, mode="auto", client_info=CLIENT_INFO, extensions=extensions)
+    forms = _no_blocking_forms if options.as_person else None
+    return Client(
+        transport, mode="auto", client_info=CLIENT_INFO, extensions=extensions, elicitation_callback=forms
+    )
 
 
 @asynccontextmanager
