@@ -159,8 +159,8 @@ def test_the_turn_end_statuses_are_the_servers() -> None:
 
 
 def test_the_stored_events_read_as_the_progress_lines_do() -> None:
-    # The provisional reading of the HTTP event stream (#19) agrees with the progress reading.
+    # The reading of the HTTP event stream agrees with the progress reading.
     for record, expected in PROGRESS_CASES:
-        if record.kind in ("model_retry", "compacted", "nudged", "tool_progress"):
-            continue  # notices and tool progress are shown differently over the stream
+        if record.kind == "tool_progress":
+            continue  # the stream carries the message alone, progress adds the amounts
         assert events.from_stream(record.kind, record.data) == expected

@@ -275,6 +275,39 @@ async def _dropping_client(world: World) -> AsyncIterator[tuple[pc.Parley, Calla
         tg.cancel_scope.cancel()
 
 
+async def test_the_event_stream_follows_from_now_whoever_calls_and_survives_a_dropped_connection(
+    world: World,
+) -> None:
+    if world.transport != "http":
+        pytest.skip("the event stream is HTTP's; stdio follows the progress of its own calls")
+    seen: list[pc.Event] = []
+    with anyio.fail_after(2 * TEST_DEADLINE_S):
+        s = await world.parley.start("worker", "before the feed")
+        async with _dropping_client(world) as (watcher, drop):
+            async with watcher.session(s.id).events() as feed, anyio.create_task_group() as tg:
+
+                async def follow() -> None:
+                    async for event in feed:
+                        seen.append(event)
+                        if isinstance(event, pc.ToolStarted):
+                            await drop()  # the stream's connection goes; the feed reopens it
+                        if isinstance(event, pc.TurnEnded):
+                            return
+
+                tg.start_soon(follow)
+                # Another client's turn: a tool call, then the answer quoting its result.
+                outcome = await s.send('/tool fixture__read_thing {"name": "dropped"}')
+            assert watcher.reconnects == 0  # the MCP connection was idle: only the stream was cut
+    assert outcome.status == "answered" and outcome.answer
+    # Nothing of the turn before the feed was made, nothing twice, nothing missed.
+    assert not any(isinstance(e, pc.Text) and "before the feed" in e.text for e in seen)
+    assert seen[0] == pc.TurnStarted() and seen[-1] == pc.TurnEnded("answered")
+    assert seen.count(pc.TurnStarted()) == 1
+    assert seen.count(pc.ToolStarted("fixture__read_thing")) == 1
+    finished = seen.index(pc.ToolFinished("fixture__read_thing", "succeeded"))
+    assert "".join(e.text for e in seen[finished:] if isinstance(e, pc.Text)) == outcome.answer
+
+
 async def test_a_send_retried_after_the_connection_dropped_is_sent_once(world: World) -> None:
     with anyio.fail_after(2 * TEST_DEADLINE_S):
         async with _dropping_client(world) as (parley, drop):

@@ -286,5 +286,7 @@ async def connect_http(
                     raise ConnectionFailed(f"{url} answered {refused[-1]}{hint}") from exc
                 raise
 
-        async with _connected(open_client, options, url, EventStream(http, url)) as parley:
+        async with _connected(
+            open_client, options, url, EventStream(http, url, reconnect_s=options.reconnect_s)
+        ) as parley:
             yield parley

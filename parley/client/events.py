@@ -135,15 +135,18 @@ def from_progress(message: str | None) -> list[Event]:
     return [Text(message)]
 
 
-# ---------------------------------------------------------------------------------------------
-# PROVISIONAL: the HTTP event stream (`GET /v1/sessions/{id}/events`, issue #19) is being built
-# beside this client. Until it lands, its events are read as parley stores them (`kind` + `data`,
-# parley/runtime/transitions.py); unknown kinds are skipped. Adjust here once #19 fixes the format.
-# ---------------------------------------------------------------------------------------------
+# The HTTP event stream (`GET /v1/sessions/{id}/events`) sends each stored event as
+# `{"seq", "kind", "data": {...}, ...}`; sse.py reads the frames and hands `kind` and `data` here.
+_STREAM_NOTICES = {
+    "attempt_discarded": "the model call failed part-way; disregard its text above",
+    "compacted": "summarized the earlier conversation to fit the model's context",
+    "compaction_failed": "could not summarize the earlier conversation; continuing without",
+    "nudged": "reminded the agent to hand in its result",
+}
 
 
 def from_stream(kind: str, data: Mapping[str, Any]) -> list[Event]:
-    """The events one stored session event stands for."""
+    """The events one stored session event stands for (kinds a client has no event for: none)."""
     tool = str(data.get("tool") or "")
     if kind == "turn_started":
         return [TurnStarted()]
@@ -163,4 +166,10 @@ def from_stream(kind: str, data: Mapping[str, Any]) -> list[Event]:
         return [InterruptRaised(str(data.get("interrupt_id") or ""), str(data.get("kind") or ""))]
     if kind == "turn_ended":
         return [TurnEnded(str(data.get("status") or ""))]
+    if kind == "model_retry":
+        return [
+            Notice(f"model call attempt {data.get('attempt')} failed; retrying in {data.get('retry_in_s')}s")
+        ]
+    if kind in _STREAM_NOTICES:
+        return [Notice(_STREAM_NOTICES[kind])]
     return []

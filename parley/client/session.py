@@ -211,8 +211,9 @@ class Session:
         """What happens in the session, as it happens, until you stop reading (`aclose()`, or use
         it as `async with s.events() as feed:`).
 
-        Over HTTP, from the server's event stream (`/v1/sessions/{id}/events`) when it offers one.
-        Otherwise (stdio, or a server without the stream) from the progress of this client's own
+        Over HTTP, from the server's event stream (`/v1/sessions/{id}/events`) when it offers one,
+        from the moment the feed is entered (`async with`) or first read, whoever makes the calls;
+        the stream is reopened where it stopped if it drops. Otherwise (stdio, or a server without the stream) from the progress of this client's own
         calls on the session made from the moment `events()` is called: the turns it sends,
         resumes, waits for (`wait()`) or cancels."""
         return EventFeed(self._calls, self.id, self._event_stream)
@@ -239,13 +240,16 @@ class EventFeed:
     def __aiter__(self) -> EventFeed:
         return self
 
-    async def __anext__(self) -> Event:
+    async def _open_stream(self) -> None:
         if self._event_stream is not None:
             opener, self._event_stream = self._event_stream, None  # tried once
             self._stream = await opener.open(self._session_id)
             if self._stream is not None:
                 self._calls.unsubscribe(self._session_id, self._send)  # the stream carries it all
                 self._stream_events = aiter(self._stream)
+
+    async def __anext__(self) -> Event:
+        await self._open_stream()
         if self._stream_events is not None:
             return await anext(self._stream_events)
         try:
@@ -258,9 +262,12 @@ class EventFeed:
         self._send.close()
         self._receive.close()
         if self._stream is not None:
-            await self._stream.__aexit__(None, None, None)
+            await self._stream.close()
 
     async def __aenter__(self) -> EventFeed:
+        # The event stream follows from where it opens: open it now, so whatever the block does
+        # next is seen, whenever the first read comes.
+        await self._open_stream()
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -156,15 +156,19 @@ async def json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-def event_position(request: Request) -> int:
+def event_position(request: Request) -> int | None:
     """Where a stream resumes: `Last-Event-ID` (what an EventSource sends on reconnecting), else
-    `?after=`, else 0 (from the session's first event)."""
+    `?after=`, else 0 (from the session's first event). `?after=latest` is None: from the events
+    committed after the stream opens (a viewer that shows what happens from now on)."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if raw == "latest":
+        return None
     try:
         position = int(raw)
     except ValueError:
         raise BadRequest(
-            f"Last-Event-ID / after must be an event number from this stream, got {raw[:40]!r}"
+            "Last-Event-ID / after must be an event number from this stream (or after=latest), "
+            f"got {raw[:40]!r}"
         ) from None
     if position < 0:
         raise BadRequest("Last-Event-ID / after must be 0 or more")

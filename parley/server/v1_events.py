@@ -95,6 +95,8 @@ class SessionStream:
         who = caller(request)
         session = await self._ctx.service.visible_session(who, request.path_params["session_id"])
         after = event_position(request)
+        if after is None:
+            after = await self._ctx.events.latest_seq(session.id)
         streams = self._ctx.streams
         return SseResponse(
             self._frames(who, session.id, after),
