@@ -39,7 +39,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from parley.config import secret_from_env
 from parley.config_auth import AuthConfig, TokenEntry
 from parley.runtime.access import ADMIN, LOCAL_PRINCIPAL, METRICS, SCOPES, USE, Principal
-from parley.server.auth_oauth import OAuthVerifier
 from parley.server.auth_tokens import BearerVerifier, Refusal, StaticTokenVerifier, principal_of
 
 logger = logging.getLogger(__name__)
@@ -243,6 +242,10 @@ def build_http_auth(
         oauth = auth.oauth
         assert oauth is not None and public_url is not None  # the configuration was checked
         secret = secret_from_env(oauth.introspection.client_secret_env) if oauth.introspection else None
+        # Imported here: JWT and its cryptography cost ~2 MiB of memory a server without OAuth
+        # does not need.
+        from parley.server.auth_oauth import OAuthVerifier
+
         verifier = OAuthVerifier(oauth, public_url, http, introspection_secret=secret)
         routes, paths = metadata_routes(public_url, [oauth.issuer])
         return HttpAuth(verifier, Challenge(metadata_url(public_url)), routes, paths)
