@@ -199,6 +199,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             toolbox=toolbox,
             model_names=sorted(config.models),
             limits=config.limits,
+            attachments=config.attachments,
         )
         tasks = McpTaskService(
             store=store,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
@@ -76,6 +76,7 @@ class Session:
         *,
         steer: bool = False,
         settings: dict[str, Any] | None = None,
+        attachments: Sequence[Mapping[str, Any]] | None = None,
         on_approval: OnApproval | None = None,
         on_question: OnQuestion | None = None,
         on_event: OnEvent | None = None,
@@ -83,7 +84,8 @@ class Session:
     ) -> Outcome:
         """Send a message and follow its turn until it rests: through `running`, and through the
         approvals and questions the callbacks decide. With wait=False, return at once (`running`,
-        or `answered` for a quick turn); `wait()` follows it later."""
+        or `answered` for a quick turn); `wait()` follows it later. `attachments` are MCP content
+        blocks (see parley.client.attachments)."""
         arguments: dict[str, Any] = {
             "session_id": self.id,
             "message": message,
@@ -93,6 +95,8 @@ class Session:
             arguments["steer"] = True
         if settings is not None:
             arguments["settings"] = settings
+        if attachments:
+            arguments["attachments"] = [dict(a) for a in attachments]
         handlers = self._calls.handlers.over(on_approval, on_question, on_event)
         return self._seen(
             await self._calls.turn(

@@ -16,6 +16,7 @@ from parley.config import AgentConfig, ModelSpec, effective_memory
 from parley.errors import ModelError
 from parley.ids import SessionId, TurnId, new_tool_call_id
 from parley.runtime import compaction
+from parley.runtime.attachments import with_attachment_data
 from parley.runtime.builtin_tools import SET_RESULT_NAME
 from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.machine import CallModel, FinishTurn
@@ -215,7 +216,8 @@ class _ModelView:
             instructions=compaction.COMPACTION_INSTRUCTION,
             messages=(
                 *earlier,
-                *to_chat_messages(plan.prefix),
+                # Attachments go to the summarizer as they went to the model: it puts them in words.
+                *await with_attachment_data(to_chat_messages(plan.prefix), self._caller._ctx.store),
                 ChatMessage(role="user", text=compaction.SUMMARY_REQUEST),
             ),
             tools=(),
@@ -291,7 +293,7 @@ class ModelCaller:
         stream = _TextStream(self._ctx, session.id, turn_id)
         view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease, transcript)
         try:
-            chat = await view.messages(messages)
+            chat = await with_attachment_data(await view.messages(messages), self._ctx.store)
             request = ModelRequest(
                 model=model_spec.name,
                 instructions=agent.instructions,
@@ -307,7 +309,7 @@ class ModelCaller:
                 if not exc.context_length or not view.can_compact:
                     raise
                 # The provider says the prompt is too long: compact now and try once more.
-                chat = await view.messages(messages, force=True)
+                chat = await with_attachment_data(await view.messages(messages, force=True), self._ctx.store)
                 response = await self.complete(
                     model, replace(request, messages=chat), session, turn_id, stream
                 )

@@ -30,6 +30,7 @@ from parley.server.tool_args import (
     READ_ONLY,
     SENDS,
     STOPS,
+    AttachmentsArg,
     ClientMessageIdArg,
     DecisionArg,
     SessionIdArg,
@@ -129,6 +130,7 @@ def build_mcp_server(
         ] = None,
         client_message_id: ClientMessageIdArg = None,
         settings: SettingsArg = None,
+        attachments: AttachmentsArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Start a session with an agent and, given a message or inputs, wait for its first turn.
@@ -152,6 +154,7 @@ def build_mcp_server(
                 on_progress=caller.progress,
                 ask_human=caller.ask_human,
                 settings=settings,
+                attachments=attachments,
             ),
         )
 
@@ -183,6 +186,7 @@ def build_mcp_server(
         ] = None,
         client_message_id: ClientMessageIdArg = None,
         settings: SettingsArg = None,
+        attachments: AttachmentsArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Send a message to a session and wait for the turn that answers it.
@@ -205,6 +209,7 @@ def build_mcp_server(
                 steer=steer,
                 queued_message_id=queued_message_id,
                 settings=settings,
+                attachments=attachments,
             ),
         )
 
