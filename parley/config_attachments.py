@@ -43,6 +43,22 @@ class AttachmentsConfig(BaseModel):
         "checked only when they name one.",
     )
 
+    collect_interval_s: float = Field(
+        3600.0,
+        gt=0,
+        le=86_400,
+        description="How often the bytes no session refers to any more (deleted sessions') are deleted.",
+    )
+    collect_grace_s: float = Field(
+        3600.0,
+        ge=0.05,
+        le=30 * 86_400,
+        description=(
+            "Bytes stored more recently than this are kept even when nothing refers to them yet (a message "
+            "being stored may be about to)."
+        ),
+    )
+
     @field_validator("mime_types")
     @classmethod
     def _patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:

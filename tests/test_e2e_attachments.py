@@ -24,7 +24,7 @@ from parley.client import connect_http
 from parley.config_auth import token_digest
 from tests.auth_support import bearer, token_client
 from tests.fake_providers import FakeProviders, serving_fake_providers
-from tests.support import CALL_DEADLINE_S, Database, ServerProcess, call, call_error, write_config
+from tests.support import CALL_DEADLINE_S, Database, ServerProcess, call, call_error, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +97,9 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 "max_bytes": MAX_BYTES,
                 "max_count": 3,
                 "mime_types": ["image/png", "image/jpeg", "text/*", "audio/wav"],
+                # Deleted sessions' bytes go within a test's wait.
+                "collect_interval_s": 0.2,
+                "collect_grace_s": 0.05,
             },
             auth={
                 "mode": "tokens",
@@ -316,4 +319,24 @@ async def test_over_stdio_and_through_the_python_client(world: World) -> None:
         assert session.last is not None and "[attached image 'client.png'" in (session.last.answer or "")
         state = await session.state()
         assert [(a.name, a.sha256) for a in state.messages[0].attachments] == [("client.png", PIXEL_SHA)]
+    assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (PIXEL_SHA,)) == [(1,)]
+
+
+async def test_deleting_a_session_deletes_the_bytes_only_it_carried(world: World) -> None:
+    own = b"\x89PNG\r\n\x1a\n" + secrets.token_bytes(32)
+    own_sha = hashlib.sha256(own).hexdigest()
+    block = {"type": "image", "data": base64.b64encode(own).decode(), "mimeType": "image/png"}
+    started = await call(
+        world.alice, "start_session", agent="demo", message="mine", attachments=[block, pixel()]
+    )
+    sid = started["session_id"]
+    assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (own_sha,)) == [(1,)]
+    await call(world.alice, "delete_session", session_id=sid)
+
+    async def collected() -> bool:
+        return world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (own_sha,)) == [(0,)]
+
+    await eventually(collected, "the deleted session's own bytes to be collected")
+    assert world.db.rows("SELECT count(*) FROM attachment_refs WHERE session_id = ?", (sid,)) == [(0,)]
+    # Bytes other sessions still carry stay.
     assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (PIXEL_SHA,)) == [(1,)]

@@ -15,15 +15,21 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
 
 from parley.config_attachments import AttachmentsConfig
 from parley.errors import InvalidArgument
 from parley.runtime.model import ChatMessage
 from parley.storage.base import AttachmentBlob
 from parley.storage.ports import AttachmentStore
+
+logger = logging.getLogger(__name__)
 
 FIELD = "attachments"
 KINDS = ("image", "audio", "resource", "resource_link")
@@ -322,3 +328,26 @@ def _loaded(ref: Mapping[str, Any], blob: AttachmentBlob | None) -> dict[str, An
     else:
         item["data"] = base64.b64encode(blob.data).decode("ascii")
     return item
+
+
+# ---------------------------------------------------------------------- deleted sessions' bytes
+
+
+async def run_collect(
+    store: AttachmentStore,
+    clock: Callable[[], float],
+    config: AttachmentsConfig,
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Delete the bytes no session refers to any more (those of deleted sessions) now and every
+    `collect_interval_s`, sparing those stored within `collect_grace_s`."""
+    task_status.started()
+    while True:
+        try:
+            collected = await store.collect_attachments(clock() - config.collect_grace_s)
+            if collected:
+                logger.info("deleted %d attachment(s) no session refers to any more", collected)
+        except Exception:
+            logger.exception("collecting unreferenced attachments failed; trying again later")
+        await anyio.sleep(config.collect_interval_s)
