@@ -11,14 +11,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from parley.config import load_config
 from parley.config_attachments import AttachmentsConfig
 from parley.errors import InvalidArgument
-from parley.runtime import attachments
-from parley.runtime.model import ChatMessage
+from parley.runtime import attachments, compaction
+from parley.runtime.demo_model import DemoModelClient
+from parley.runtime.model import ChatMessage, ModelRequest
 from parley.runtime.providers import anthropic, openai
+from parley.runtime.transcript import to_chat_messages
 from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord
+from parley.storage.base import MessageRecord, QueuedMessageRecord, SessionRecord
 from parley.storage.memory import open_memory_store
+from tests.test_config import assert_names, only_error, project
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
 PNG_B64 = base64.b64encode(PNG).decode()
@@ -193,3 +197,39 @@ async def test_a_model_call_loads_the_bytes_by_hash_and_leaves_missing_ones_as_r
         assert await store.create_session(starting(record, queued), queued, 1.0)
         [loaded] = await attachments.with_attachment_data([message], store)
         assert loaded.attachments[0]["data"] == PNG_B64
+
+
+def test_parley_yaml_sets_the_limits_and_names_a_bad_media_type_with_its_field(tmp_path: Any) -> None:
+    config = load_config(
+        project(tmp_path / "ok", {"attachments": {"max_bytes": 10, "mime_types": ["image/*"]}}), None
+    )
+    assert (config.attachments.max_bytes, config.attachments.mime_types) == (10, ("image/*",))
+    config_path = project(tmp_path / "bad", {"attachments": {"mime_types": ["png"]}})
+    error = only_error(config_path)
+    assert_names(error, "PARLEY-C002", config_path, "attachments.mime_types")
+    assert "type/subtype" in error.problem
+
+
+def _user_record(seq: int, text: str, refs: list[dict[str, Any]]) -> MessageRecord:
+    content: dict[str, Any] = {"text": text, "attachments": refs} if refs else {"text": text}
+    return MessageRecord(
+        session_id="ses_x", seq=seq, turn_id=None, role="user", content=content, created_at=1.0
+    )  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_compaction_counts_attachments_and_the_summary_puts_them_in_words() -> None:
+    refs, _ = attachments.check_attachments([_image(name="plan.png")], CONFIG)
+    chat = to_chat_messages([_user_record(1, "see the plan", refs), _user_record(2, "thanks", [])])
+    assert chat[0].attachments == tuple(refs)
+    bare = to_chat_messages([_user_record(1, "see the plan", []), _user_record(2, "thanks", [])])
+    # An image weighs like a large one, about 1,600 tokens.
+    assert compaction.estimate_tokens(chat) - compaction.estimate_tokens(bare) == 1600
+    request = ModelRequest(
+        model="demo",
+        instructions=compaction.COMPACTION_INSTRUCTION,
+        messages=(*chat, ChatMessage(role="user", text=compaction.SUMMARY_REQUEST)),
+        tools=(),
+    )
+    summary = (await DemoModelClient().complete(request)).text
+    assert "Earlier the user said: see the plan [attached image 'plan.png' (image/png" in summary

@@ -322,6 +322,48 @@ async def test_over_stdio_and_through_the_python_client(world: World) -> None:
     assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (PIXEL_SHA,)) == [(1,)]
 
 
+async def test_a_retry_with_the_same_client_message_id_must_carry_the_same_attachments(world: World) -> None:
+    first = await call(
+        world.alice,
+        "start_session",
+        agent="demo",
+        message="once",
+        attachments=[pixel()],
+        client_message_id="att-1",
+    )
+    again = await call(
+        world.alice,
+        "start_session",
+        agent="demo",
+        message="once",
+        attachments=[pixel()],
+        client_message_id="att-1",
+    )
+    assert (again["session_id"], again["turn_id"]) == (first["session_id"], first["turn_id"])
+    other = await call_error(
+        world.alice,
+        "start_session",
+        agent="demo",
+        message="once",
+        attachments=[NOTES],
+        client_message_id="att-1",
+    )
+    assert "client_message_id" in other and "different agent or message" in other
+    sent = await call(
+        world.alice, "send_message", session_id=first["session_id"], message="more", client_message_id="att-2"
+    )
+    refused = await call_error(
+        world.alice,
+        "send_message",
+        session_id=first["session_id"],
+        message="more",
+        attachments=[pixel()],
+        client_message_id="att-2",
+    )
+    assert "was already used for a different message" in refused
+    assert sent["status"] == "answered"
+
+
 async def test_deleting_a_session_deletes_the_bytes_only_it_carried(world: World) -> None:
     own = b"\x89PNG\r\n\x1a\n" + secrets.token_bytes(32)
     own_sha = hashlib.sha256(own).hexdigest()
