@@ -311,6 +311,16 @@ async def test_over_stdio_and_through_the_python_client(world: World) -> None:
             attachments=[{"type": "image", "data": "%%", "mimeType": "image/png"}],
         )
         assert "Invalid argument 'attachments[0].data'" in refused
+        # Over MCP the bytes come with get_session(attachment=<sha256>), as a content block.
+        read = await client.call_tool(
+            "get_session", {"session_id": started["session_id"], "attachment": PIXEL_SHA}
+        )
+        assert not read.is_error
+        [image] = [b for b in read.content if b.type == "image"]
+        assert (image.data, image.mime_type) == (PIXEL_B64, "image/png")  # type: ignore[union-attr]
+        other = await call(client, "start_session", agent="demo")
+        absent = await call_error(client, "get_session", session_id=other["session_id"], attachment=PIXEL_SHA)
+        assert f"No attachment '{PIXEL_SHA}' in session {other['session_id']}" in absent
     assert world.server.url is not None
     async with connect_http(world.server.url, world.tokens["alice"]) as parley:
         session = await parley.start(
@@ -319,6 +329,10 @@ async def test_over_stdio_and_through_the_python_client(world: World) -> None:
         assert session.last is not None and "[attached image 'client.png'" in (session.last.answer or "")
         state = await session.state()
         assert [(a.name, a.sha256) for a in state.messages[0].attachments] == [("client.png", PIXEL_SHA)]
+        assert await session.attachment(PIXEL_SHA) == PIXEL
+        notes = await parley.start("demo", "and notes", attachments=[NOTES])
+        [ref] = (await notes.state()).messages[0].attachments
+        assert ref.sha256 is not None and await notes.attachment(ref.sha256) == b"# notes\nbuy milk"
     assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (PIXEL_SHA,)) == [(1,)]
 
 

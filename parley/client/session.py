@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
+from mcp.types import AudioContent, CallToolResult, EmbeddedResource, ImageContent, TextResourceContents
 
 from parley.client.calls import EVENT_BUFFER, Calls
 from parley.client.errors import ClientError
@@ -197,6 +199,24 @@ class Session:
     async def delete(self) -> Deleted:
         """Delete the session and everything of it, for good."""
         return await self._calls.read("delete_session", {"session_id": self.id}, Deleted)
+
+    async def attachment(self, sha256: str) -> bytes:
+        """The bytes of an attachment a message of this session carried (its `sha256` from a
+        message's attachments), read with get_session over whatever transport this client uses."""
+        result = await self._calls.result(
+            "get_session", {"session_id": self.id, "messages_limit": 1, "attachment": sha256}
+        )
+        if not isinstance(result, CallToolResult):
+            raise ClientError(f"get_session answered with {type(result).__name__}")
+        for block in result.content[1:]:
+            if isinstance(block, ImageContent | AudioContent):
+                return base64.b64decode(block.data)
+            if isinstance(block, EmbeddedResource):
+                contents = block.resource
+                if isinstance(contents, TextResourceContents):
+                    return contents.text.encode("utf-8")
+                return base64.b64decode(contents.blob)
+        raise ClientError(f"get_session sent no bytes for attachment {sha256}")
 
     async def state(
         self, *, messages_from: int | None = None, messages_limit: int | None = None

@@ -137,6 +137,9 @@ class SyncSession:
     def state(self) -> SessionState:
         return self._portal.call(self.aio.state)
 
+    def attachment(self, sha256: str) -> bytes:
+        return self._portal.call(self.aio.attachment, sha256)
+
 
 class SyncParley:
     """A Parley client whose methods block until their call is done."""

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from parley.runtime.decisions import Decision
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
+from parley.server.attachment_content import attachment_block
 from parley.server.client_logs import ClientLogRelay
 from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
@@ -317,18 +318,33 @@ def build_mcp_server(
                 description="How many messages to return (default 50, at most 200).",
             ),
         ] = None,
+        attachment: Annotated[
+            str | None,
+            Field(
+                strict=True,
+                pattern="^[0-9a-fA-F]{64}$",
+                description=(
+                    "The sha256 of an attachment a message of this session carried (from its attachments): "
+                    "its bytes come back as one more content block (an image, audio or an embedded resource)."
+                ),
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SessionView]:
         """Read a session: status, queued messages, recent messages, the last turn, usage.
 
         With wait_seconds, first wait (bounded) until a running session rests."""
 
         async def work() -> CallToolResult:
+            blob = await service.attachment(caller_of(ctx), session_id, attachment) if attachment else None
             snapshot = await service.get_session(
                 caller_of(ctx), session_id, wait_seconds, messages_from, messages_limit, progress_of(ctx)
             )
             last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
             view = session_view(snapshot, last)
-            return ok(view, render_session(view))
+            result = ok(view, render_session(view))
+            if blob is not None:
+                result.content.append(attachment_block(view.session_id, blob))
+            return result
 
         return await guarded("get_session", work)
 
