@@ -20,7 +20,7 @@ from parley.runtime.model import ChatMessage, ModelRequest
 from parley.runtime.providers import anthropic, openai
 from parley.runtime.transcript import to_chat_messages
 from parley.runtime.transitions import starting
-from parley.storage.base import MessageRecord, QueuedMessageRecord, SessionRecord
+from parley.storage.base import AttachmentBlob, MessageRecord, QueuedMessageRecord, SessionRecord
 from parley.storage.memory import open_memory_store
 from tests.test_config import assert_names, only_error, project
 
@@ -233,3 +233,27 @@ async def test_compaction_counts_attachments_and_the_summary_puts_them_in_words(
     )
     summary = (await DemoModelClient().complete(request)).text
     assert "Earlier the user said: see the plan [attached image 'plan.png' (image/png" in summary
+
+
+class _CountingStore:
+    def __init__(self, blobs: dict[str, AttachmentBlob]) -> None:
+        self.blobs = blobs
+        self.asked: list[list[str]] = []
+
+    async def attachment_data(self, hashes: Any) -> dict[str, AttachmentBlob]:
+        self.asked.append(sorted(hashes))
+        return {h: self.blobs[h] for h in hashes if h in self.blobs}
+
+
+@pytest.mark.anyio
+async def test_bytes_shown_to_a_model_are_read_once_and_the_least_recent_go_beyond_the_budget() -> None:
+    _, (a,) = attachments.check_attachments([_image()], CONFIG)
+    b = AttachmentBlob(sha256="b" * 64, mime_type="text/plain", size=len(PNG), data=b"x" * len(PNG))
+    store = _CountingStore({a.sha256: a, b.sha256: b})
+    kept = attachments.AttachmentBytes(store, max_bytes=len(PNG))  # type: ignore[arg-type]
+    assert await kept.get([a.sha256]) == {a.sha256: a}
+    assert await kept.get([a.sha256]) == {a.sha256: a}
+    assert store.asked == [[a.sha256]]
+    assert await kept.get([b.sha256, a.sha256]) == {a.sha256: a, b.sha256: b}
+    await kept.get([a.sha256])  # b pushed a out: read again
+    assert store.asked == [[a.sha256], [b.sha256], [a.sha256]]

@@ -16,6 +16,7 @@ import base64
 import binascii
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -301,15 +302,47 @@ def with_descriptions(message: ChatMessage) -> str:
     )
 
 
+class AttachmentBytes:
+    """The bytes of attachments recently shown to a model, kept in this process (the least recently
+    used go first beyond `max_bytes`), so a long conversation's pictures are not read again for
+    every model call. Bytes never change under their hash, so a kept copy is always right."""
+
+    def __init__(self, store: AttachmentStore, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self._store = store
+        self._max_bytes = max_bytes
+        self._kept: OrderedDict[str, AttachmentBlob] = OrderedDict()
+        self._size = 0
+
+    async def get(self, hashes: Sequence[str]) -> dict[str, AttachmentBlob]:
+        found = {h: self._kept[h] for h in hashes if h in self._kept}
+        for sha256 in found:
+            self._kept.move_to_end(sha256)
+        missing = [h for h in hashes if h not in found]
+        if missing:
+            for sha256, blob in (await self._store.attachment_data(missing)).items():
+                found[sha256] = blob
+                self._keep(blob)
+        return found
+
+    def _keep(self, blob: AttachmentBlob) -> None:
+        if blob.sha256 in self._kept or blob.size > self._max_bytes:
+            return
+        self._kept[blob.sha256] = blob
+        self._size += blob.size
+        while self._size > self._max_bytes:
+            _, gone = self._kept.popitem(last=False)
+            self._size -= gone.size
+
+
 async def with_attachment_data(
-    messages: Sequence[ChatMessage], store: AttachmentStore
+    messages: Sequence[ChatMessage], store: AttachmentStore | AttachmentBytes
 ) -> tuple[ChatMessage, ...]:
     """The messages with their attachments' bytes loaded for one model call: images and audio as
     `data` (base64), text documents as `text`. Bytes no longer stored stay a description."""
-    hashes = [a["sha256"] for m in messages for a in m.attachments if a.get("sha256")]
+    hashes = sorted({a["sha256"] for m in messages for a in m.attachments if a.get("sha256")})
     if not hashes:
         return tuple(messages)
-    blobs = await store.attachment_data(hashes)
+    blobs = await (store.get(hashes) if isinstance(store, AttachmentBytes) else store.attachment_data(hashes))
     out = []
     for message in messages:
         if message.attachments:
