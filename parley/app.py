@@ -26,6 +26,7 @@ from parley.errors import ConfigErrors, StorageError
 from parley.ids import new_process_id
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.agent_reload import AgentReloader
+from parley.runtime.attachments import run_collect
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.faults import FaultPoints
@@ -199,6 +200,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             toolbox=toolbox,
             model_names=sorted(config.models),
             limits=config.limits,
+            attachments=config.attachments,
         )
         tasks = McpTaskService(
             store=store,
@@ -222,6 +224,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             await tg.start(
                 service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
             )
+            await tg.start(run_collect, store, clock, config.attachments)
             if config.config_path is not None and runtime.agent_reload_s > 0:
                 reloader = AgentReloader(
                     config.config_path,

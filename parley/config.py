@@ -32,6 +32,7 @@ from parley.config_agents import (
     not_an_agent,
     read_front_matter,
 )
+from parley.config_attachments import AttachmentsConfig
 from parley.config_auth import (
     MIN_TOKEN_CHARS,
     AuditConfig,
@@ -746,6 +747,10 @@ class ServerConfigFile(_Strict):
         default_factory=lambda: LimitsConfig(), description="Fair use per principal."
     )
     audit: AuditConfig = Field(default_factory=lambda: AuditConfig(), description="The audit trail.")
+    attachments: AttachmentsConfig = Field(
+        default_factory=lambda: AttachmentsConfig(),
+        description="What a message may carry besides its text: sizes, count and media types.",
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -805,6 +810,7 @@ class ServerConfig:
     token_problems: tuple[ConfigError, ...] = ()
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
 
@@ -1241,6 +1247,7 @@ def _load(
         token_problems=tuple(token_errors),
         limits=file_cfg.limits,
         audit=file_cfg.audit,
+        attachments=file_cfg.attachments,
         agent_notices=tuple(notices),
     )
     return config, errors

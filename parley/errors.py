@@ -10,6 +10,7 @@ ParleyError
 │  ├─ AgentRemoved          the session's agent is no longer configured: it takes no more messages
 │  ├─ SessionLimitReached   the session has used up a session-level limit
 │  ├─ InterruptNotFound     unknown, malformed or foreign interrupt id
+│  ├─ AttachmentNotFound    no attachment of that hash in the session
 │  ├─ DecisionConflict      the interrupt was already resolved the other way
 │  ├─ HumanApprovalOnly     the agent takes decisions only from a person
 │  ├─ ApproversOnly         the agent takes decisions only from the principals it names
@@ -90,6 +91,14 @@ class InterruptNotFound(RequestError):
         super().__init__(
             f"No interrupt '{interrupt_id}' in session {session_id}. Interrupt ids look like int_ followed "
             "by 32 hex digits; get_session lists the pending ones under 'pending'."
+        )
+
+
+class AttachmentNotFound(RequestError):
+    def __init__(self, session_id: str, sha256: str) -> None:
+        super().__init__(
+            f"No attachment '{sha256[:80]}' in session {session_id}. Attachments are named by the sha256 "
+            "(64 hex digits) get_session shows in a message's attachments."
         )
 
 

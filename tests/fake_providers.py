@@ -162,7 +162,7 @@ class FakeProviders:
                     break
                 tail.insert(0, m["content"])
             return _sse(_openai_text("done: " + "; ".join(tail)), done=True)
-        text = messages[-1]["content"]
+        text = _openai_text_of(messages[-1]["content"])
         compacted = any(str(m.get("content") or "").startswith("[Summary") for m in messages)
         if "too long" in text and not compacted:
             error = {
@@ -192,6 +192,13 @@ class FakeProviders:
                 done=True,
             )
         return _sse(_openai_text(f"echo: {text}"), done=True)
+
+
+def _openai_text_of(content: Any) -> str:
+    """A user message's text: the content itself, or its text parts (beside images...)."""
+    if isinstance(content, str):
+        return content
+    return " ".join(part.get("text", "") for part in content if part.get("type") == "text")
 
 
 def _leak(text: str, request: Request) -> Response | str:

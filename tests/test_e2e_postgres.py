@@ -109,9 +109,11 @@ async def _fill_sqlite(directory: Path) -> Path:
         )
         await call(client, "start_session", agent="demo", kind="task", message='/result {"summary": "done"}')
         long_text = "a fairly long message that fills the small context window " * 6
-        squeezed_sid = (await call(client, "start_session", agent="squeezed", message=long_text))[
-            "session_id"
-        ]
+        # A picture in the compacted conversation: its bytes are copied too.
+        picture = {"type": "image", "data": PIXEL_B64, "mimeType": "image/png"}
+        squeezed_sid = (
+            await call(client, "start_session", agent="squeezed", message=long_text, attachments=[picture])
+        )["session_id"]
         await call(client, "send_message", session_id=squeezed_sid, message="and one more")
     db = directory / "parley.db"
     async with open_sqlite_store(db) as store:
@@ -137,6 +139,10 @@ async def _fill_sqlite(directory: Path) -> Path:
     return db
 
 
+# A 1x1 PNG.
+PIXEL_B64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
 def _sqlite_counts(db: Path) -> dict[str, int]:
     tables = {
         "sessions": "sessions",
@@ -151,6 +157,8 @@ def _sqlite_counts(db: Path) -> dict[str, int]:
         "tasks": "tasks",
         "audit entries": "audit",
         "agent versions": "agent_versions",
+        "attachments": "attachments",
+        "attachment references": "attachment_refs",
     }
     with sqlite3.connect(db) as conn:
         return {
@@ -165,7 +173,8 @@ async def _everything(store: Store, db: Path) -> dict[str, Any]:
         sids = [SessionId(r[0]) for r in conn.execute("SELECT id FROM sessions ORDER BY id")]
         queued = [r[0] for r in conn.execute("SELECT id FROM queued_messages ORDER BY id")]
         tasks = [r[0] for r in conn.execute("SELECT id FROM tasks ORDER BY id")]
-    seen: dict[str, Any] = {}
+        blobs = [r[0] for r in conn.execute("SELECT sha256 FROM attachments")]
+    seen: dict[str, Any] = {"attachments": await store.attachment_data(blobs)}
     for sid in sids:
         turns = await store.list_turns(sid)
         seen[sid] = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +92,7 @@ class Parley:
         kind: str | None = None,
         inputs: dict[str, Any] | None = None,
         settings: dict[str, Any] | None = None,
+        attachments: Sequence[Mapping[str, Any]] | None = None,
         on_approval: OnApproval | None = None,
         on_question: OnQuestion | None = None,
         on_event: OnEvent | None = None,
@@ -102,6 +103,8 @@ class Parley:
         for name, value in (("message", message), ("kind", kind), ("inputs", inputs), ("settings", settings)):
             if value is not None:
                 arguments[name] = value
+        if attachments:
+            arguments["attachments"] = [dict(a) for a in attachments]
         # Also without a message: a start sent again after a dropped connection finds its session.
         arguments["client_message_id"] = new_message_id()
         handlers = self._calls.handlers.over(on_approval, on_question, on_event)

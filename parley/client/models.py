@@ -115,6 +115,18 @@ class AgentList(_Model):
     models: list[str] = Field(default_factory=list)
 
 
+class Attachment(_Model):
+    """What a message carried besides its text; the bytes are at
+    GET /v1/sessions/{id}/attachments/{sha256} (none for a resource link)."""
+
+    kind: Literal["image", "audio", "resource", "resource_link"]
+    name: str
+    mime_type: str | None
+    size: int | None
+    sha256: str | None
+    uri: str | None = None
+
+
 class Message(_Model):
     seq: int
     role: str
@@ -123,12 +135,14 @@ class Message(_Model):
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
+    attachments: list[Attachment] = Field(default_factory=list)
     created_at: str | None
 
 
 class QueuedMessage(_Model):
     id: str
     message: str
+    attachments: list[Attachment] = Field(default_factory=list)
     created_at: str | None
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
+from mcp.types import AudioContent, CallToolResult, EmbeddedResource, ImageContent, TextResourceContents
 
 from parley.client.calls import EVENT_BUFFER, Calls
 from parley.client.errors import ClientError
@@ -76,6 +78,7 @@ class Session:
         *,
         steer: bool = False,
         settings: dict[str, Any] | None = None,
+        attachments: Sequence[Mapping[str, Any]] | None = None,
         on_approval: OnApproval | None = None,
         on_question: OnQuestion | None = None,
         on_event: OnEvent | None = None,
@@ -83,7 +86,8 @@ class Session:
     ) -> Outcome:
         """Send a message and follow its turn until it rests: through `running`, and through the
         approvals and questions the callbacks decide. With wait=False, return at once (`running`,
-        or `answered` for a quick turn); `wait()` follows it later."""
+        or `answered` for a quick turn); `wait()` follows it later. `attachments` are MCP content
+        blocks (see parley.client.attachments)."""
         arguments: dict[str, Any] = {
             "session_id": self.id,
             "message": message,
@@ -93,6 +97,8 @@ class Session:
             arguments["steer"] = True
         if settings is not None:
             arguments["settings"] = settings
+        if attachments:
+            arguments["attachments"] = [dict(a) for a in attachments]
         handlers = self._calls.handlers.over(on_approval, on_question, on_event)
         return self._seen(
             await self._calls.turn(
@@ -193,6 +199,24 @@ class Session:
     async def delete(self) -> Deleted:
         """Delete the session and everything of it, for good."""
         return await self._calls.read("delete_session", {"session_id": self.id}, Deleted)
+
+    async def attachment(self, sha256: str) -> bytes:
+        """The bytes of an attachment a message of this session carried (its `sha256` from a
+        message's attachments), read with get_session over whatever transport this client uses."""
+        result = await self._calls.result(
+            "get_session", {"session_id": self.id, "messages_limit": 1, "attachment": sha256}
+        )
+        if not isinstance(result, CallToolResult):
+            raise ClientError(f"get_session answered with {type(result).__name__}")
+        for block in result.content[1:]:
+            if isinstance(block, ImageContent | AudioContent):
+                return base64.b64decode(block.data)
+            if isinstance(block, EmbeddedResource):
+                contents = block.resource
+                if isinstance(contents, TextResourceContents):
+                    return contents.text.encode("utf-8")
+                return base64.b64decode(contents.blob)
+        raise ClientError(f"get_session sent no bytes for attachment {sha256}")
 
     async def state(
         self, *, messages_from: int | None = None, messages_limit: int | None = None

@@ -14,7 +14,7 @@ may block (e.g. on input()) without stopping the connection.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -99,13 +99,16 @@ class SyncSession:
         message: str,
         *,
         steer: bool = False,
+        attachments: Sequence[Mapping[str, Any]] | None = None,
         on_approval: SyncOnApproval | None = None,
         on_question: SyncOnQuestion | None = None,
         on_event: SyncOnEvent | None = None,
         wait: bool = True,
     ) -> Outcome:
         callbacks = _callbacks(on_approval, on_question, on_event)
-        return self._portal.call(lambda: self.aio.send(message, steer=steer, wait=wait, **callbacks))
+        return self._portal.call(
+            lambda: self.aio.send(message, steer=steer, attachments=attachments, wait=wait, **callbacks)
+        )
 
     def approve(self, *interrupts: Interrupt | str, reason: str | None = None) -> Outcome:
         return self._portal.call(lambda: self.aio.approve(*interrupts, reason=reason))
@@ -134,6 +137,9 @@ class SyncSession:
     def state(self) -> SessionState:
         return self._portal.call(self.aio.state)
 
+    def attachment(self, sha256: str) -> bytes:
+        return self._portal.call(self.aio.attachment, sha256)
+
 
 class SyncParley:
     """A Parley client whose methods block until their call is done."""
@@ -151,12 +157,15 @@ class SyncParley:
         message: str | None = None,
         *,
         inputs: dict[str, Any] | None = None,
+        attachments: Sequence[Mapping[str, Any]] | None = None,
         on_approval: SyncOnApproval | None = None,
         on_question: SyncOnQuestion | None = None,
         on_event: SyncOnEvent | None = None,
     ) -> SyncSession:
         callbacks = _callbacks(on_approval, on_question, on_event)
-        session = self._portal.call(lambda: self.aio.start(agent, message, inputs=inputs, **callbacks))
+        session = self._portal.call(
+            lambda: self.aio.start(agent, message, inputs=inputs, attachments=attachments, **callbacks)
+        )
         return SyncSession(self._portal, session)
 
     def session(self, session_id: str) -> SyncSession:

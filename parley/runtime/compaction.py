@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from parley.config import CompactionConfig
 from parley.runtime.model import ChatMessage, ToolSpec
@@ -45,8 +46,19 @@ def estimate_tokens(
     chars = len(instructions)
     for m in messages:
         chars += len(m.text) + sum(len(c.name) + len(json.dumps(c.arguments)) for c in m.tool_calls)
+        chars += sum(_attachment_chars(a) for a in m.attachments)
     chars += sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in tools)
     return chars // CHARS_PER_TOKEN + 1
+
+
+# What an image or a sound is counted as (providers charge about 1,600 tokens for a large image).
+ATTACHMENT_CHARS = 1600 * CHARS_PER_TOKEN
+
+
+def _attachment_chars(item: dict[str, Any]) -> int:
+    """A document counts as its text; anything else as a large image."""
+    text = item.get("text")
+    return len(text) if isinstance(text, str) else ATTACHMENT_CHARS
 
 
 def _record_tokens(records: Sequence[MessageRecord]) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from parley.errors import ModelError
+from parley.runtime.attachments import describe, with_descriptions
 from parley.runtime.compaction import COMPACTION_INSTRUCTION
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 
@@ -164,7 +165,7 @@ def _summarize(request: ModelRequest) -> str:
     said = []
     for message in request.messages[:-1]:  # the last one is the request to summarize
         if message.role == "user":
-            text = " ".join(message.text.split())
+            text = " ".join(with_descriptions(message).split())
             said.append(text[:60] + ("..." if len(text) > 60 else ""))
     return "Earlier the user said: " + " | ".join(said)
 
@@ -198,6 +199,10 @@ class DemoModelClient:
 
         said = " ".join(parsed.text_lines)
         heard = f"You said: {said} (message {len(user_positions)} of this session)" if said else ""
+        if user.attachments:
+            # The demo model sees no pictures: it reads what each attachment is, as any model
+            # that cannot take a kind does.
+            heard = "\n".join([heard, *(describe(a) for a in user.attachments)]).strip()
         if parsed.problems:
             text = "I could not follow your directives:\n" + "\n".join(f"- {p}" for p in parsed.problems)
             return self._respond(request, "\n\n".join(part for part in (heard, text) if part))

@@ -31,6 +31,9 @@ class ChatMessage:
     is_error: bool = False
     # Tool results: images and audio ({type, mime_type, data}) for models that accept media.
     media: tuple[dict[str, Any], ...] = ()
+    # User messages: what they carry besides text, as references ({kind, name, mime_type, size,
+    # sha256, uri}; see runtime/attachments.py), with `data` (base64) or `text` once loaded for a call.
+    attachments: tuple[dict[str, Any], ...] = ()
     # Assistant messages: the provider's own content (e.g. thinking blocks), replayed verbatim
     # to the same provider; another provider gets text and tool calls only.
     provider: str | None = None

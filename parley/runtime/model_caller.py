@@ -16,6 +16,7 @@ from parley.config import AgentConfig, ModelSpec, effective_memory
 from parley.errors import ModelError
 from parley.ids import SessionId, TurnId, new_tool_call_id
 from parley.runtime import compaction
+from parley.runtime.attachments import AttachmentBytes, with_attachment_data
 from parley.runtime.builtin_tools import SET_RESULT_NAME
 from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.machine import CallModel, FinishTurn
@@ -215,7 +216,8 @@ class _ModelView:
             instructions=compaction.COMPACTION_INSTRUCTION,
             messages=(
                 *earlier,
-                *to_chat_messages(plan.prefix),
+                # Attachments go to the summarizer as they went to the model: it puts them in words.
+                *await with_attachment_data(to_chat_messages(plan.prefix), self._caller.attachment_bytes),
                 ChatMessage(role="user", text=compaction.SUMMARY_REQUEST),
             ),
             tools=(),
@@ -258,6 +260,8 @@ class ModelCaller:
         self._catalog = dict(catalog)
         self._toolbox = toolbox
         self._compaction_failures: dict[TurnId, int] = {}
+        # Attachments' bytes shown to models lately (one copy per process, whatever the session).
+        self.attachment_bytes = AttachmentBytes(ctx.store)
         # Process-wide: resuming a thousand sessions at start queues calls instead of stampeding.
         self._model_slots = anyio.CapacityLimiter(ctx.timings.max_concurrent_model_calls)
 
@@ -291,7 +295,7 @@ class ModelCaller:
         stream = _TextStream(self._ctx, session.id, turn_id)
         view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease, transcript)
         try:
-            chat = await view.messages(messages)
+            chat = await with_attachment_data(await view.messages(messages), self.attachment_bytes)
             request = ModelRequest(
                 model=model_spec.name,
                 instructions=agent.instructions,
@@ -307,7 +311,9 @@ class ModelCaller:
                 if not exc.context_length or not view.can_compact:
                     raise
                 # The provider says the prompt is too long: compact now and try once more.
-                chat = await view.messages(messages, force=True)
+                chat = await with_attachment_data(
+                    await view.messages(messages, force=True), self.attachment_bytes
+                )
                 response = await self.complete(
                     model, replace(request, messages=chat), session, turn_id, stream
                 )

@@ -26,9 +26,11 @@ from parley.config import (
     effective_limits,
     effective_memory,
 )
+from parley.config_attachments import AttachmentsConfig
 from parley.config_auth import LimitsConfig
 from parley.errors import (
     AgentRemoved,
+    AttachmentNotFound,
     InvalidArgument,
     RequestError,
     SessionBusy,
@@ -50,6 +52,7 @@ from parley.ids import (
 from parley.runtime import audit, transitions
 from parley.runtime.access import Principal, may_see, may_use
 from parley.runtime.agent_catalog import AgentCatalog
+from parley.runtime.attachments import check_attachments
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
@@ -61,6 +64,7 @@ from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
 from parley.storage.base import (
+    AttachmentBlob,
     AuditRecord,
     InterruptRecord,
     MessageRecord,
@@ -156,7 +160,9 @@ class SessionService:
         toolbox: Toolbox,
         model_names: Sequence[str] = (),
         limits: LimitsConfig | None = None,
+        attachments: AttachmentsConfig | None = None,
     ) -> None:
+        self._attachments = attachments or AttachmentsConfig()
         self._toolbox = toolbox
         self._model_names = list(model_names)
         # A plain mapping (tests) becomes a catalog, so versions are named the same way.
@@ -365,11 +371,13 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
         settings: dict[str, Any] | None = None,
+        attachments: list[Any] | None = None,
     ) -> TurnOutcome:
         agent = self._agent(caller, agent_name)
         settings = self._check_settings(settings, agent)
         if message is not None:
             self._check_message(message)
+        refs, blobs = check_attachments(attachments, self._attachments)
         wait_s = self._wait_s(wait_seconds)
         self._check_client_message_id(client_message_id)
         session_kind = kind or agent.resolved_default_kind
@@ -384,11 +392,13 @@ class SessionService:
             raise InvalidArgument(
                 "inputs", "with the message they exceed the message size limit; shorten them"
             )
+        if refs and text is None:
+            raise InvalidArgument("attachments", "go with a message: add one that says what they are for")
 
         if client_message_id is not None:
             existing = await self._store.find_started(caller.id, client_message_id)
             if existing is not None:
-                return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
+                return await self._retry_of_start(existing, agent.name, text, refs, wait_s, on_progress)
         if text is not None:
             self._fair_use.check_message(caller)
             await self._fair_use.check_turn(caller, starts_turn=True)
@@ -415,13 +425,15 @@ class SessionService:
                 turn_id=None,
                 created_at=now,
                 client_message_id=client_message_id,
+                attachments=refs or None,
+                blobs=blobs,
             )
         if not await self._store.create_session(transitions.starting(record, queued), queued, now):
             # A concurrent retry with the same client_message_id won the race.
             existing = await self._store.find_started(caller.id, client_message_id or "")
             if existing is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
-            return await self._retry_of_start(existing, agent.name, text, wait_s, on_progress)
+            return await self._retry_of_start(existing, agent.name, text, refs, wait_s, on_progress)
         logger.info(
             "session %s started with agent %s (%s)", session_id, agent.name, session_kind, extra=about(record)
         )
@@ -443,11 +455,13 @@ class SessionService:
         existing: SessionRecord,
         agent: str,
         text: str | None,
+        refs: list[dict[str, Any]],
         wait_s: float,
         on_progress: ProgressFn | None,
     ) -> TurnOutcome:
         first = await self._store.first_message(existing.id)
-        if existing.agent != agent or (first.text if first else None) != text:
+        sent = (first.text, first.attachments or []) if first else (None, [])
+        if existing.agent != agent or sent != (text, refs):
             raise InvalidArgument(
                 "client_message_id",
                 f"was already used to start session {existing.id} with a different agent or message; "
@@ -472,6 +486,7 @@ class SessionService:
         steer: bool = False,
         queued_message_id: str | None = None,
         settings: dict[str, Any] | None = None,
+        attachments: list[Any] | None = None,
     ) -> TurnOutcome:
         session = await self._access.visible(caller, session_id)
         agent = self._agents.get(session.agent)
@@ -485,7 +500,12 @@ class SessionService:
         settings = self._check_settings(settings, agent)
         await self._check_enabled_tools(settings, agent, session.kind)
         person = self._access.person(caller, session, ask_human)
+        refs, blobs = check_attachments(attachments, self._attachments)
         if queued_message_id is not None:
+            if refs:
+                raise InvalidArgument(
+                    "attachments", "leave them out when promoting a queued message; it keeps its own"
+                )
             return await self._promote(
                 caller, session, queued_message_id, steer, message, wait_seconds, on_progress, person
             )
@@ -499,7 +519,7 @@ class SessionService:
         if client_message_id is not None:
             sent = await self._store.find_sent(session.id, client_message_id)
             if sent is not None:
-                return await self._retry_of_send(sent, message, wait_s, on_progress)
+                return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
         self._fair_use.check_message(caller)
         # A message to a busy session queues behind (or steers) its turn: no turn more runs at once.
         await self._fair_use.check_turn(caller, starts_turn=session.status == "idle")
@@ -517,6 +537,8 @@ class SessionService:
             client_message_id=client_message_id,
             steer=steer,
             settings=settings,
+            attachments=refs or None,
+            blobs=blobs,
         )
         outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now)
         if outcome == "not_found":
@@ -525,7 +547,7 @@ class SessionService:
             sent = await self._store.find_sent(session.id, client_message_id or "")
             if sent is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
-            return await self._retry_of_send(sent, message, wait_s, on_progress)
+            return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
         if outcome == "closed":
             latest = await self._store.get_session(session.id) or session
             raise SessionClosed(session_id, _ended_reason(latest))
@@ -603,9 +625,14 @@ class SessionService:
         return "deleted"
 
     async def _retry_of_send(
-        self, sent: QueuedMessageRecord, message: str, wait_s: float, on_progress: ProgressFn | None
+        self,
+        sent: QueuedMessageRecord,
+        message: str,
+        refs: list[dict[str, Any]],
+        wait_s: float,
+        on_progress: ProgressFn | None,
     ) -> TurnOutcome:
-        if sent.text != message:
+        if (sent.text, sent.attachments or []) != (message, refs):
             raise InvalidArgument(
                 "client_message_id",
                 "was already used for a different message in this session; use a new client_message_id",
@@ -647,6 +674,14 @@ class SessionService:
             memory=effective_memory(agent, session.settings) if agent is not None else None,
             turns=(await self._store.list_turns(session.id))[-TURNS_SHOWN:],
         )
+
+    async def attachment(self, caller: Principal, session_id: str, sha256: str) -> AttachmentBlob:
+        """The bytes of an attachment a message of the caller's session carried."""
+        session = await self._access.visible(caller, session_id)
+        blob = await self._store.session_attachment(session.id, sha256.lower())
+        if blob is None:
+            raise AttachmentNotFound(session.id, sha256)
+        return blob
 
     async def list_sessions(
         self,

@@ -86,7 +86,11 @@ def latest_messages(chat: Sequence[ChatMessage], count: int) -> tuple[ChatMessag
 
 def _chat_message(record: MessageRecord) -> ChatMessage:
     if record.role == "user":
-        return ChatMessage(role="user", text=str(record.content.get("text", "")))
+        return ChatMessage(
+            role="user",
+            text=str(record.content.get("text", "")),
+            attachments=tuple(record.content.get("attachments") or ()),
+        )
     calls = tuple(
         ModelToolCall(id=c["id"], name=c["name"], arguments=c["arguments"])
         for c in record.content.get("tool_calls", [])

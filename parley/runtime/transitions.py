@@ -412,7 +412,7 @@ def request_cancel(
             output_tokens=0,
         )
         changes.queued[first.id] = {"status": "consumed", "turn_id": queued_turn_id}
-        changes.messages.append(NewMessage(queued_turn_id, "user", {"text": first.text}))
+        changes.messages.append(NewMessage(queued_turn_id, "user", user_content(first)))
         changes.session.update(turn_count=seq, last_turn_id=queued_turn_id)
         changes.events.append(NewEvent(queued_turn_id, "turn_ended", {"status": "cancelled", "error": None}))
         rest = replace(snapshot, queued=snapshot.queued[1:])
@@ -451,6 +451,13 @@ def request_close(snapshot: SessionSnapshot, owner: str, reason: str) -> Changes
 
 
 # ---------------------------------------------------------------------- a turn's steps
+
+
+def user_content(message: QueuedMessageRecord) -> dict[str, Any]:
+    """A queued message as the transcript keeps it: its text, and references to its attachments."""
+    if message.attachments:
+        return {"text": message.text, "attachments": message.attachments}
+    return {"text": message.text}
 
 
 def start_turn(
@@ -497,7 +504,7 @@ def start_turn(
         changes.new_agent_version = agent_version
     for message in taken:
         changes.queued[message.id] = {"status": "consumed", "turn_id": turn_id}
-        changes.messages.append(NewMessage(turn_id, "user", {"text": message.text}))
+        changes.messages.append(NewMessage(turn_id, "user", user_content(message)))
     changes.session.update(
         status="running",
         phase="model",

@@ -145,6 +145,12 @@ def render_session(v: SessionView) -> str:
                 lines.append(f"[{m.seq}] {m.role}: {m.text} (calls {names})")
             else:
                 lines.append(f"[{m.seq}] {m.role}: {m.text}")
+            for a in m.attachments:
+                size = f", {a.size} bytes" if a.size is not None else ""
+                digest = f", sha256 {a.sha256}" if a.sha256 else ""
+                lines.append(
+                    f"    attached {a.kind} '{a.name}' ({a.mime_type or 'unknown type'}{size}{digest})"
+                )
         if first > 1:
             lines.append(f'Earlier messages: get_session(session_id="{v.session_id}", messages_from=1).')
     lines.append("")

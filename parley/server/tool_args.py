@@ -50,6 +50,21 @@ SettingsArg = Annotated[
         ),
     ),
 ]
+AttachmentsArg = Annotated[
+    list[dict[str, Any]] | None,
+    Field(
+        strict=True,
+        description=(
+            "Files the message carries, as MCP content blocks: "
+            '{"type": "image", "data": "<base64>", "mimeType": "image/png", "name"?: "shot.png"}, '
+            '{"type": "audio", "data": "<base64>", "mimeType": "audio/wav"}, '
+            '{"type": "resource", "resource": {"uri": "file:///notes.md", "mimeType": "text/markdown", '
+            '"text": "..."}} (or "blob": "<base64>"), {"type": "resource_link", "uri": "...", "name": "..."}. '
+            "Sizes, count and media types are limited by the server; models that cannot take a kind read a "
+            "description of it."
+        ),
+    ),
+]
 
 # Message sequence numbers are SQLite integers (signed 64-bit).
 MAX_SEQUENCE_NUMBER = 2**63 - 1

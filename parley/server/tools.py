@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from parley.runtime.decisions import Decision
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
+from parley.server.attachment_content import attachment_block
 from parley.server.client_logs import ClientLogRelay
 from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
@@ -30,6 +31,7 @@ from parley.server.tool_args import (
     READ_ONLY,
     SENDS,
     STOPS,
+    AttachmentsArg,
     ClientMessageIdArg,
     DecisionArg,
     SessionIdArg,
@@ -129,6 +131,7 @@ def build_mcp_server(
         ] = None,
         client_message_id: ClientMessageIdArg = None,
         settings: SettingsArg = None,
+        attachments: AttachmentsArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Start a session with an agent and, given a message or inputs, wait for its first turn.
@@ -152,6 +155,7 @@ def build_mcp_server(
                 on_progress=caller.progress,
                 ask_human=caller.ask_human,
                 settings=settings,
+                attachments=attachments,
             ),
         )
 
@@ -183,6 +187,7 @@ def build_mcp_server(
         ] = None,
         client_message_id: ClientMessageIdArg = None,
         settings: SettingsArg = None,
+        attachments: AttachmentsArg = None,
         wait_seconds: WaitArg = None,
     ) -> Annotated[CallToolResult, TurnOutcomeView]:
         """Send a message to a session and wait for the turn that answers it.
@@ -205,6 +210,7 @@ def build_mcp_server(
                 steer=steer,
                 queued_message_id=queued_message_id,
                 settings=settings,
+                attachments=attachments,
             ),
         )
 
@@ -312,18 +318,33 @@ def build_mcp_server(
                 description="How many messages to return (default 50, at most 200).",
             ),
         ] = None,
+        attachment: Annotated[
+            str | None,
+            Field(
+                strict=True,
+                pattern="^[0-9a-fA-F]{64}$",
+                description=(
+                    "The sha256 of an attachment a message of this session carried (from its attachments): "
+                    "its bytes come back as one more content block (an image, audio or an embedded resource)."
+                ),
+            ),
+        ] = None,
     ) -> Annotated[CallToolResult, SessionView]:
         """Read a session: status, queued messages, recent messages, the last turn, usage.
 
         With wait_seconds, first wait (bounded) until a running session rests."""
 
         async def work() -> CallToolResult:
+            blob = await service.attachment(caller_of(ctx), session_id, attachment) if attachment else None
             snapshot = await service.get_session(
                 caller_of(ctx), session_id, wait_seconds, messages_from, messages_limit, progress_of(ctx)
             )
             last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
             view = session_view(snapshot, last)
-            return ok(view, render_session(view))
+            result = ok(view, render_session(view))
+            if blob is not None:
+                result.content.append(attachment_block(view.session_id, blob))
+            return result
 
         return await guarded("get_session", work)
 

@@ -36,6 +36,7 @@ class StartBody(_Body):
     kind: Literal["chat", "task"] | None = None
     inputs: dict[str, Any] | None = None
     settings: dict[str, Any] | None = None
+    attachments: list[dict[str, Any]] | None = None
     client_message_id: str | None = None
     wait_seconds: float | None = None
 
@@ -45,6 +46,7 @@ class MessageBody(_Body):
     steer: bool = False
     queued_message_id: str | None = None
     settings: dict[str, Any] | None = None
+    attachments: list[dict[str, Any]] | None = None
     client_message_id: str | None = None
     wait_seconds: float | None = None
 
@@ -136,6 +138,7 @@ class JsonEndpoints:
             ("/v1/sessions/{session_id}/approve", self._approve, "POST"),
             ("/v1/sessions/{session_id}/answer", self._answer, "POST"),
             ("/v1/sessions/{session_id}/close", self._close, "POST"),
+            ("/v1/sessions/{session_id}/attachments/{sha256}", self._attachment, "GET"),
             ("/v1/pending", self._pending, "GET"),
         ]
         return [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in endpoints]
@@ -174,6 +177,7 @@ class JsonEndpoints:
             inputs=body.inputs,
             client_message_id=body.client_message_id,
             settings=body.settings,
+            attachments=body.attachments,
         )
         return _json(outcome_view(outcome), 201)
 
@@ -188,6 +192,7 @@ class JsonEndpoints:
             steer=body.steer,
             queued_message_id=body.queued_message_id,
             settings=body.settings,
+            attachments=body.attachments,
         )
         return _json(outcome_view(outcome))
 
@@ -241,6 +246,20 @@ class JsonEndpoints:
         return _json(
             CloseResult(session_id=session.id, status=session.status, closed_reason=session.closed_reason)
         )
+
+    async def _attachment(self, request: Request) -> Response:
+        blob = await self._service.attachment(
+            caller(request), request.path_params["session_id"], request.path_params["sha256"]
+        )
+        # The bytes as they came, never rendered here: a download, of the type the sender named.
+        headers = {
+            "content-disposition": "attachment",
+            "x-content-type-options": "nosniff",
+            "content-security-policy": "default-src 'none'; sandbox",
+            "cache-control": "private, max-age=86400, immutable",
+            "etag": f'"{blob.sha256}"',
+        }
+        return Response(blob.data, media_type=blob.mime_type, headers=headers)
 
     async def _pending(self, request: Request) -> Response:
         found = await self._service.list_pending(caller(request), _int_param(request, "limit", 1, 200) or 50)

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from parley.config import HttpConfig
 from parley.errors import (
     ApproversOnly,
+    AttachmentNotFound,
     DecisionConflict,
     HumanApprovalOnly,
     InterruptNotFound,
@@ -89,6 +90,7 @@ class BadRequest(RequestError):
 _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (SessionNotFound, 404, "session-not-found"),
     (InterruptNotFound, 404, "interrupt-not-found"),
+    (AttachmentNotFound, 404, "attachment-not-found"),
     (UnknownAgent, 404, "unknown-agent"),
     (HumanApprovalOnly, 403, "human-approval-only"),
     (ApproversOnly, 403, "approvers-only"),

@@ -131,6 +131,19 @@ class AgentList(BaseModel):
     )
 
 
+class AttachmentView(BaseModel):
+    """What a message carried besides its text (the bytes: GET /v1/sessions/{id}/attachments/{sha256})."""
+
+    kind: Literal["image", "audio", "resource", "resource_link"]
+    name: str
+    mime_type: str | None
+    size: int | None = Field(description="Bytes (a resource link: as the link said, if it did).")
+    sha256: str | None = Field(
+        description="The bytes' hash (none for a resource link: parley keeps no bytes)."
+    )
+    uri: str | None = Field(None, description="A resource's or a resource link's URI.")
+
+
 class MessageView(BaseModel):
     seq: int
     role: str
@@ -139,12 +152,14 @@ class MessageView(BaseModel):
     tool_calls: list[dict[str, Any]] = Field(default_factory=list)
     tool_call_id: str | None = None
     is_error: bool = False
+    attachments: list[AttachmentView] = Field(default_factory=list)
     created_at: str | None
 
 
 class QueuedView(BaseModel):
     id: str
     message: str
+    attachments: list[AttachmentView] = Field(default_factory=list)
     created_at: str | None
 
 
@@ -349,12 +364,18 @@ def message_view(message: MessageRecord) -> MessageView:
         tool_calls=list(content.get("tool_calls", [])),
         tool_call_id=content.get("tool_call_id"),
         is_error=bool(content.get("is_error", False)),
+        attachments=[AttachmentView.model_validate(a) for a in content.get("attachments") or ()],
         created_at=iso(message.created_at),
     )
 
 
 def queued_view(message: QueuedMessageRecord) -> QueuedView:
-    return QueuedView(id=message.id, message=message.text, created_at=iso(message.created_at))
+    return QueuedView(
+        id=message.id,
+        message=message.text,
+        attachments=[AttachmentView.model_validate(a) for a in message.attachments or ()],
+        created_at=iso(message.created_at),
+    )
 
 
 def session_summary(session: SessionRecord) -> SessionSummary:

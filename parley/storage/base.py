@@ -236,6 +236,22 @@ class QueuedMessageRecord:
     client_message_id: str | None = None
     steer: bool = False
     settings: dict[str, Any] | None = None
+    # What the message carries besides its text: one reference per attachment ({kind, name,
+    # mime_type, size, sha256, uri}; see parley/runtime/attachments.py), as JSON.
+    attachments: list[dict[str, Any]] | None = None
+    # The bytes of those attachments, written with the message in its transaction (stored once
+    # by their sha256) and never read back with it: a stored message has none here.
+    blobs: tuple[AttachmentBlob, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttachmentBlob:
+    """An attachment's bytes, stored once by content hash, whatever the messages that carry it."""
+
+    sha256: str
+    mime_type: str
+    size: int
+    data: bytes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

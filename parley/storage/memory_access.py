@@ -8,11 +8,11 @@ from dataclasses import replace
 
 from parley.ids import SessionId
 from parley.storage.base import AuditRecord, DeleteOutcome, PendingInterrupt
+from parley.storage.memory_attachments import MemoryAttachments
 from parley.storage.memory_tables import row
-from parley.storage.memory_tasks import MemoryTasks
 
 
-class MemoryAccess(MemoryTasks):
+class MemoryAccess(MemoryAttachments):
     async def count_running(self, owner: str) -> int:
         sessions = (await self._committed()).sessions.values()
         return sum(1 for s in sessions if s.owner == owner and s.status == "running" and s.phase != "waiting")

@@ -19,6 +19,7 @@ from parley.errors import StorageError
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
     AgentVersionRecord,
+    AttachmentBlob,
     AuditRecord,
     EventRecord,
     InterruptRecord,
@@ -53,7 +54,7 @@ _COLUMNS: dict[type[Any], _Column] = {
     TurnRecord: _Column("turns", ("result", "settings")),
     ToolCallRecord: _Column("tool_calls", ("arguments", "result", "remote"), ("requires_approval",)),
     InterruptRecord: _Column("interrupts", ("payload", "resolution")),
-    QueuedMessageRecord: _Column("queued_messages", ("settings",), ("steer",)),
+    QueuedMessageRecord: _Column("queued_messages", ("settings", "attachments"), ("steer",)),
     MessageRecord: _Column("messages", ("content",)),
     EventRecord: _Column("events", ("data",)),
     TaskRecord: _Column("tasks", ("result",)),
@@ -134,6 +135,11 @@ class MemoryTables:
     audit_seq: dict[str, int] = field(default_factory=dict)
     # By (agent, version): shared by every session of the agent, so deleting a session keeps them.
     agent_versions: dict[tuple[str, str], AgentVersionRecord] = field(default_factory=dict)
+    # Attachment bytes by sha256, when each was last stored, and which sessions refer to them
+    # ((session, sha256) -> since).
+    attachments: dict[str, AttachmentBlob] = field(default_factory=dict)
+    attachments_stored: dict[str, float] = field(default_factory=dict)
+    attachment_refs: dict[tuple[SessionId, str], float] = field(default_factory=dict)
 
     def copy(self) -> MemoryTables:
         # The records themselves are frozen, so copying the dicts is enough.
@@ -178,8 +184,12 @@ class MemoryTables:
                 f"session {message.session_id} already has a message with client_message_id "
                 f"{message.client_message_id}"
             )
-        stored = row(replace(message, seq=self.next_seq(message.session_id, "queue")))
+        stored = row(replace(message, seq=self.next_seq(message.session_id, "queue"), blobs=()))
         self.queued[message.id] = stored
+        for blob in message.blobs:
+            self.attachments.setdefault(blob.sha256, blob)
+            self.attachments_stored[blob.sha256] = message.created_at
+            self.attachment_refs.setdefault((message.session_id, blob.sha256), message.created_at)
         return stored
 
 

@@ -254,4 +254,24 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (agent, version)
     );
     """,
+    # 15: attachments: a queued message's references (JSON), the bytes stored once by sha256, and
+    # which sessions refer to which bytes (a blob no session refers to any more is garbage: see
+    # collect_attachments; deleting a session deletes its attachment_refs rows)
+    """
+    ALTER TABLE queued_messages ADD COLUMN attachments TEXT;
+    CREATE TABLE attachments (
+        sha256 TEXT PRIMARY KEY,
+        mime_type TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        stored_at REAL NOT NULL
+    );
+    CREATE TABLE attachment_refs (
+        session_id TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, sha256)
+    );
+    CREATE INDEX attachment_refs_by_blob ON attachment_refs(sha256);
+    """,
 )

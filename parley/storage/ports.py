@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
     AgentVersionRecord,
+    AttachmentBlob,
     AuditRecord,
     DeleteOutcome,
     EventRecord,
@@ -234,8 +235,29 @@ class AgentVersions(Protocol):
     async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None: ...
 
 
+class AttachmentStore(Protocol):
+    """Attachment bytes, stored once by sha256 with the message that brought them (see
+    QueuedMessageRecord.blobs), and which sessions refer to them."""
+
+    async def attachment_data(self, hashes: Sequence[str]) -> dict[str, AttachmentBlob]:
+        """The bytes of these hashes (those stored), for a model call."""
+        ...
+
+    async def session_attachment(self, session_id: SessionId, sha256: str) -> AttachmentBlob | None:
+        """The bytes `sha256` names, if a message of the session carried them."""
+        ...
+
+    async def collect_attachments(self, stored_before: float) -> int:
+        """Drop the references of sessions that no longer exist, then the bytes no session refers
+        to and that were last stored before `stored_before` (a message being stored now may be
+        about to refer to older bytes again); return how many blobs went. Run it after deleting
+        sessions."""
+        ...
+
+
 class Store(
     StepStore,
+    AttachmentStore,
     SessionStarts,
     Leases,
     SessionReads,

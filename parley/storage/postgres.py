@@ -39,6 +39,7 @@ from parley.storage.base import (
     lease_token,
 )
 from parley.storage.postgres_access import PostgresAccess
+from parley.storage.postgres_attachments import PostgresAttachments
 from parley.storage.postgres_copy import PostgresCopy
 from parley.storage.postgres_feed import PostgresChangeFeed, channel_name
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, detail_of
@@ -120,7 +121,7 @@ WORK_SCAN = (
 )
 
 
-class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
+class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachments):
     """The Store on PostgreSQL. Open it with `open_postgres_store`, which migrates the schema."""
 
     # (before, after): the schema versions when this store was opened (`parley db migrate`).
@@ -170,13 +171,35 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
             values = queued_values(message, session.id, 1)
             params |= {f"q{i}": value for i, value in enumerate(values)}
             params |= {"events": 2, "queue": 1, "queued": json_value({"queued_message_id": message.id})}
-            casts = {"text": "::json", "settings": "::json", "steer": "::boolean", "created_at": "::float8"}
+            casts = {
+                "text": "::json",
+                "settings": "::json",
+                "attachments": "::json",
+                "steer": "::boolean",
+                "created_at": "::float8",
+            }
             selected = ", ".join(f"%(q{i})s{casts.get(name, '')}" for i, name in enumerate(QUEUED_FIELDS))
             parts += [
                 f", q AS (INSERT INTO queued_messages ({_QUEUED}) SELECT {selected} FROM s)",
                 ", queued AS (INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
                 "SELECT id, 2, NULL, 'message_queued', %(queued)s::json, %(now)s FROM s)",
             ]
+            # Its attachments' bytes (distinct hashes: one statement cannot insert a key twice),
+            # stored only when the session is.
+            for i, blob in enumerate(message.blobs):
+                params |= {
+                    f"b{i}": blob.sha256,
+                    f"bm{i}": blob.mime_type,
+                    f"bs{i}": blob.size,
+                    f"bd{i}": blob.data,
+                }
+                parts += [
+                    f", b{i} AS (INSERT INTO attachments (sha256, mime_type, size, data, stored_at) "
+                    f"SELECT %(b{i})s, %(bm{i})s, %(bs{i})s, %(bd{i})s, %(now)s FROM s "
+                    "ON CONFLICT (sha256) DO UPDATE SET stored_at = excluded.stored_at)",
+                    f", r{i} AS (INSERT INTO attachment_refs (session_id, sha256, created_at) "
+                    f"SELECT id, %(b{i})s, %(now)s FROM s ON CONFLICT DO NOTHING)",
+                ]
         # A session started with a message needs a driver: other replicas hear of it (only when
         # it was created: the expression runs for the rows of `s`).
         notify, notify_params = self._notify_sql(Wake(session.id, work=first_message is not None))

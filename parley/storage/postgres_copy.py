@@ -36,6 +36,8 @@ TABLE_NAMES = {
     "tasks": "tasks",
     "audit": "audit entries",
     "agent_versions": "agent versions",
+    "attachments": "attachments",
+    "attachment_refs": "attachment references",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000

@@ -48,7 +48,7 @@ TURN_FIELDS = _names(
     "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
 )
 QUEUED_FIELDS = _names(
-    "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
+    "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, attachments"
 )
 CALL_FIELDS = _names(
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
@@ -86,7 +86,7 @@ JSON_COLUMNS: dict[str, frozenset[str]] = {
         "turns": frozenset({"result", "settings"}),
         "tool_calls": frozenset({"arguments", "result", "remote"}),
         "interrupts": frozenset({"payload", "resolution"}),
-        "queued_messages": frozenset({"settings"}),
+        "queued_messages": frozenset({"settings", "attachments"}),
         "messages": frozenset({"content"}),
         "events": frozenset({"data"}),
         "summaries": frozenset(),

@@ -244,6 +244,25 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (agent, version)
     );
     """,
+    # 4: attachments (SQLite's migration 15): a queued message's references, the bytes stored
+    # once by sha256, and which sessions refer to which bytes
+    """
+    ALTER TABLE queued_messages ADD COLUMN attachments json;
+    CREATE TABLE attachments (
+        sha256 text COLLATE "C" PRIMARY KEY,
+        mime_type text NOT NULL,
+        size bigint NOT NULL,
+        data bytea NOT NULL,
+        stored_at double precision NOT NULL
+    );
+    CREATE TABLE attachment_refs (
+        session_id text COLLATE "C" NOT NULL,
+        sha256 text COLLATE "C" NOT NULL,
+        created_at double precision NOT NULL,
+        PRIMARY KEY (session_id, sha256)
+    );
+    CREATE INDEX attachment_refs_by_blob ON attachment_refs(sha256);
+    """,
 )
 
 # The tables that hold parley's data, parents before children (the order a copy fills them in).
@@ -260,6 +279,8 @@ DATA_TABLES = (
     "tasks",
     "audit",
     "agent_versions",
+    "attachments",
+    "attachment_refs",
 )
 
 

@@ -91,6 +91,15 @@ NEW_INTERRUPT = [
 _STAMPED = frozenset({"sessions", "tool_calls"})
 
 INSERT_QUEUED = f"INSERT INTO queued_messages ({_QUEUED}) VALUES ({', '.join(['%s'] * len(QUEUED_FIELDS))})"
+# Attachment bytes are stored once by hash (stored again: marked so, which collect_attachments
+# spares); a session refers to them (see migration 4).
+INSERT_BLOB = (
+    "INSERT INTO attachments (sha256, mime_type, size, data, stored_at) VALUES (%s, %s, %s, %s, %s) "
+    "ON CONFLICT (sha256) DO UPDATE SET stored_at = excluded.stored_at"
+)
+INSERT_BLOB_REF = (
+    "INSERT INTO attachment_refs (session_id, sha256, created_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+)
 INSERT_MESSAGE = "INSERT INTO messages (session_id, seq, turn_id, role, content, created_at) VALUES (%s, %s, %s, %s, %s, %s)"
 INSERT_EVENT = (
     "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) VALUES (%s, %s, %s, %s, %s, %s)"
@@ -179,6 +188,9 @@ class _Transaction:
             counters.queue += 1
             queued_rows.append(queued_values(new, session_id, counters.queue))
         writes.add_many(INSERT_QUEUED, queued_rows)
+        blobs = [b for new in changes.new_queued for b in new.blobs]
+        writes.add_many(INSERT_BLOB, [(b.sha256, b.mime_type, b.size, b.data, now) for b in blobs])
+        writes.add_many(INSERT_BLOB_REF, [(session_id, b.sha256, now) for b in blobs])
         writes.add_many(
             _insert("tool_calls", NEW_CALL),
             [

@@ -36,6 +36,7 @@ from parley.storage.base import (
 from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_access import SqliteAccess
+from parley.storage.sqlite_attachments import SqliteAttachments
 from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import (
     BUSY_WAIT_S,
@@ -79,7 +80,7 @@ from parley.storage.sqlite_steps import SqliteSteps, append_rows
 _dumps = dumps
 
 
-class SqliteStore(SqliteSteps, SqliteAccess):
+class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
     @staticmethod

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId
 from parley.storage.base import (
+    AttachmentBlob,
     InterruptRecord,
     QueuedMessageRecord,
     ToolCallRecord,
@@ -45,14 +46,14 @@ _TABLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "turns": (_columns(TURN_COLUMNS), frozenset({"result", "settings"})),
     "tool_calls": (_columns(CALL_COLUMNS), frozenset({"arguments", "result", "remote"})),
     "interrupts": (_columns(INTERRUPT_COLUMNS), frozenset({"payload", "resolution"})),
-    "queued_messages": (_columns(QUEUED_COLUMNS), frozenset({"settings"})),
+    "queued_messages": (_columns(QUEUED_COLUMNS), frozenset({"settings", "attachments"})),
 }
 # Tables whose rows carry the time of their last change.
 _STAMPED = frozenset({"sessions", "tool_calls"})
 
 _INSERT_QUEUED = (
     "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, "
-    "client_message_id, steer, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "client_message_id, steer, settings, attachments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CALL = (
     "INSERT INTO tool_calls (id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, "
@@ -166,10 +167,28 @@ def append_rows(
                     q.client_message_id,
                     int(q.steer),
                     dumps(q.settings) if q.settings is not None else None,
+                    dumps(q.attachments) if q.attachments is not None else None,
                 )
                 for i, q in enumerate(queued)
             ],
         )
+        store_blobs(db, session_id, [b for q in queued for b in q.blobs], now)
+
+
+def store_blobs(db: Connection, session_id: SessionId, blobs: Sequence[AttachmentBlob], now: float) -> None:
+    """Attachment bytes, each stored once by its hash, and the session's reference to them."""
+    if not blobs:
+        return
+    db.executemany(
+        # A blob stored again is marked so: collect_attachments spares what was stored lately.
+        "INSERT INTO attachments (sha256, mime_type, size, data, stored_at) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (sha256) DO UPDATE SET stored_at = excluded.stored_at",
+        [(b.sha256, b.mime_type, b.size, b.data, now) for b in blobs],
+    )
+    db.executemany(
+        "INSERT OR IGNORE INTO attachment_refs (session_id, sha256, created_at) VALUES (?, ?, ?)",
+        [(session_id, b.sha256, now) for b in blobs],
+    )
 
 
 def _apply(db: Connection, snapshot: SessionSnapshot, changes: Changes, now: float) -> None:

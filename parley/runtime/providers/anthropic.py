@@ -8,6 +8,7 @@ from typing import Any
 import httpx2
 
 from parley.errors import ModelError
+from parley.runtime.attachments import as_text
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 from parley.runtime.providers.http import (
     object_schema,
@@ -21,6 +22,8 @@ PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
+# The image types the Messages API takes as image blocks.
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
@@ -61,12 +64,25 @@ def build_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
             blocks = _assistant_blocks(message)
             out.append({"role": "assistant", "content": blocks or [{"type": "text", "text": "(no text)"}]})
             continue
-        block = _tool_result(message) if message.role == "tool" else {"type": "text", "text": message.text}
+        blocks = [_tool_result(message)] if message.role == "tool" else _user_blocks(message)
         if out and out[-1]["role"] == "user":
-            out[-1]["content"].append(block)
+            out[-1]["content"].extend(blocks)
         else:
-            out.append({"role": "user", "content": [block]})
+            out.append({"role": "user", "content": blocks})
     return out
+
+
+def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
+    """The text, then each attachment: an image as an image block, anything else (a document's
+    text included) as text."""
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
+    for item in message.attachments:
+        if item.get("mime_type") in IMAGE_TYPES and isinstance(item.get("data"), str):
+            source = {"type": "base64", "media_type": item["mime_type"], "data": item["data"]}
+            blocks.append({"type": "image", "source": source})
+        else:
+            blocks.append({"type": "text", "text": as_text(item)})
+    return blocks
 
 
 def _from_message(message: dict[str, Any]) -> ModelResponse:

@@ -10,6 +10,7 @@ import anyio
 import httpx2
 
 from parley.errors import ModelError
+from parley.runtime.attachments import as_text
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 from parley.runtime.providers.http import (
     object_schema,
@@ -24,13 +25,15 @@ DRAIN_AFTER_DONE_S = 1.0
 
 PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# The image types Chat Completions takes as image_url parts.
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 def build_messages(instructions: str, messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
     for message in messages:
         if message.role == "user":
-            out.append({"role": "user", "content": message.text})
+            out.append({"role": "user", "content": _user_content(message)})
         elif message.role == "assistant":
             item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
             if message.tool_calls:
@@ -58,6 +61,21 @@ def build_messages(instructions: str, messages: tuple[ChatMessage, ...]) -> list
                 }
             )
     return out
+
+
+def _user_content(message: ChatMessage) -> str | list[dict[str, Any]]:
+    """Plain text, or content parts when the message carries attachments: an image as an
+    image_url part (a data: URL), anything else (a document's text included) as text."""
+    if not message.attachments:
+        return message.text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
+    for item in message.attachments:
+        if item.get("mime_type") in IMAGE_TYPES and isinstance(item.get("data"), str):
+            url = f"data:{item['mime_type']};base64,{item['data']}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            parts.append({"type": "text", "text": as_text(item)})
+    return parts
 
 
 def _from_completion(completion: dict[str, Any]) -> ModelResponse:
