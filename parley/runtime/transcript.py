@@ -39,8 +39,8 @@ def to_chat_messages(
     records: Sequence[MessageRecord], memo: dict[int, ChatMessage] | None = None
 ) -> tuple[ChatMessage, ...]:
     """Rebuild the conversation; tool results follow their assistant message in call order.
-    `memo` keeps the user and assistant messages built from records (by sequence number, as
-    records never change) for the next call on the same transcript."""
+    `memo` keeps the messages built from records (by sequence number, as records never change)
+    for the next call on the same transcript."""
     out: list[ChatMessage] = []
     results: dict[str, MessageRecord] = {r.content["tool_call_id"]: r for r in records if r.role == "tool"}
     # Calls before the last user or assistant message are settled: one without a result never ran.
@@ -58,20 +58,39 @@ def to_chat_messages(
             result = results.get(call.id)
             if result is None and record.seq >= last_turn_seq:
                 continue  # still running in the current step
-            # Providers reject a tool call without a result: a call that never ran (a cancel,
-            # the model-call limit) gets one that says so.
-            text = str(result.content.get("text", "")) if result is not None else NOT_RUN_TEXT
-            out.append(
-                ChatMessage(
-                    role="tool",
-                    text=text,
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    is_error=bool(result.content.get("is_error", False)) if result is not None else True,
-                    media=tuple(result.content.get("media", ())) if result is not None else (),
+            if result is None:
+                # Providers reject a tool call without a result: a call that never ran (a
+                # cancel, the model-call limit) gets one that says so.
+                out.append(
+                    ChatMessage(
+                        role="tool",
+                        text=NOT_RUN_TEXT,
+                        tool_call_id=call.id,
+                        tool_name=call.name,
+                        is_error=True,
+                    )
                 )
-            )
+                continue
+            # Results are kept under their negated sequence number (user and assistant
+            # messages under theirs), so a provider sees the same objects at every call.
+            built = memo.get(-result.seq) if memo is not None else None
+            if built is None:
+                built = _tool_message(call.id, call.name, result)
+                if memo is not None:
+                    memo[-result.seq] = built
+            out.append(built)
     return tuple(out)
+
+
+def _tool_message(call_id: str, tool: str, result: MessageRecord) -> ChatMessage:
+    return ChatMessage(
+        role="tool",
+        text=str(result.content.get("text", "")),
+        tool_call_id=call_id,
+        tool_name=tool,
+        is_error=bool(result.content.get("is_error", False)),
+        media=tuple(result.content.get("media", ())),
+    )
 
 
 def latest_messages(chat: Sequence[ChatMessage], count: int) -> tuple[ChatMessage, ...]:

@@ -19,6 +19,7 @@ from parley.runtime.providers.http import (
     transport_error,
     without_secrets,
 )
+from parley.runtime.providers.wire_json import EncodedMessages, body_with_messages, dumps
 
 # How long the rest of a stream after [DONE] is read before the connection is given up on.
 DRAIN_AFTER_DONE_S = 1.0
@@ -30,37 +31,33 @@ IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 def build_messages(instructions: str, messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = [{"role": "system", "content": instructions}] if instructions else []
-    for message in messages:
-        if message.role == "user":
-            out.append({"role": "user", "content": _user_content(message)})
-        elif message.role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
-            if message.tool_calls:
-                item["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                    }
-                    for c in message.tool_calls
-                ]
-            if (
-                message.provider == PROVIDER
-                and isinstance(message.raw, dict)
-                and message.raw.get("reasoning_content")
-            ):
-                item["reasoning_content"] = message.raw["reasoning_content"]
-            out.append(item)
-        else:
-            out.append(
+    system = [{"role": "system", "content": instructions}] if instructions else []
+    return [*system, *(wire_message(m) for m in messages)]
+
+
+def wire_message(message: ChatMessage) -> dict[str, Any]:
+    """One conversation message as Chat Completions takes it."""
+    if message.role == "user":
+        return {"role": "user", "content": _user_content(message)}
+    if message.role == "assistant":
+        item: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+        if message.tool_calls:
+            item["tool_calls"] = [
                 {
-                    "role": "tool",
-                    "tool_call_id": message.tool_call_id,
-                    "content": message.text or "(no output)",
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
                 }
-            )
-    return out
+                for c in message.tool_calls
+            ]
+        if (
+            message.provider == PROVIDER
+            and isinstance(message.raw, dict)
+            and message.raw.get("reasoning_content")
+        ):
+            item["reasoning_content"] = message.raw["reasoning_content"]
+        return item
+    return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text or "(no output)"}
 
 
 def _user_content(message: ChatMessage) -> str | list[dict[str, Any]]:
@@ -114,6 +111,7 @@ class OpenAIModelClient:
         self._http = http
         self._api_key = api_key
         self._base_url = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._encoded = EncodedMessages(wire_message)
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         try:
@@ -126,7 +124,6 @@ class OpenAIModelClient:
         stream = bool(options.pop("stream", True))
         body: dict[str, Any] = {
             "model": request.model,
-            "messages": build_messages(request.instructions, request.messages),
             "stream": stream,
             **({"stream_options": {"include_usage": True}} if stream else {}),
             **options,
@@ -143,12 +140,14 @@ class OpenAIModelClient:
                 }
                 for t in request.tools
             ]
+        system = [dumps({"role": "system", "content": request.instructions})] if request.instructions else []
+        content = body_with_messages(body, [*system, *map(self._encoded.encode, request.messages)])
         headers = {"content-type": "application/json"}
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
         try:
             async with self._http.stream(
-                "POST", f"{self._base_url}/chat/completions", json=body, headers=headers
+                "POST", f"{self._base_url}/chat/completions", content=content, headers=headers
             ) as response:
                 await raise_for_status(PROVIDER, response)
                 if not stream:
