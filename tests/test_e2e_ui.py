@@ -173,6 +173,7 @@ async def test_the_page_is_served_with_a_strict_policy_behind_the_host_guard(wor
         other_origin = await http.get(world.base + "/ui", headers={"Origin": "http://evil.example"})
         missing = await http.get(world.base + "/ui/../parley.yaml")
         posted = await http.post(world.base + "/ui")
+        agents = await http.get(world.base + "/v1/agents")
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
     assert "frame-ancestors 'none'" in policy and page.headers["x-content-type-options"] == "nosniff"
@@ -181,6 +182,8 @@ async def test_the_page_is_served_with_a_strict_policy_behind_the_host_guard(wor
     assert "access-control-allow-origin" not in page.headers
     assert (other_host.status_code, other_origin.status_code) == (421, 403)
     assert (missing.status_code, posted.status_code) == (404, 405)
+    # What the page's agent picker offers: list_agents over /v1.
+    assert {a["name"] for a in agents.json()["agents"]} == {"demo", "worker", "guarded", "claude"}
 
 
 async def test_a_session_started_on_the_page_answers_live_and_is_steered_and_cancelled(world: World) -> None:
@@ -196,11 +199,17 @@ async def test_a_session_started_on_the_page_answers_live_and_is_steered_and_can
     )
     await expect(page.locator("#stream-state")).to_have_text("live")
 
-    # A long turn, cancelled from the page.
+    # A long turn, cancelled from the page; what was sent meanwhile waits, then gets its turn.
     await compose(page, "/sleep 60\nnever answered")
     await expect(page.locator("#session-view")).to_have_attribute("data-status", "running")
+    await compose(page, "sent while it ran")
+    await expect(page.locator("#queued")).to_contain_text("sent while it ran")
     await page.click("#cancel")
-    await expect(transcript.locator(".turn").last).to_have_attribute("data-status", "cancelled")
+    await expect(transcript.locator(".turn[data-status=cancelled]")).to_have_count(1)
+    await expect(transcript.locator(".msg.assistant .text").last).to_have_text(
+        "You said: sent while it ran (message 3 of this session)"
+    )
+    await expect(page.locator("#queued")).to_be_hidden()
     await expect(page.locator("#session-view")).to_have_attribute("data-status", "idle")
 
     # A turn steered: it stops after its step, and the steer is answered next.
@@ -209,7 +218,7 @@ async def test_a_session_started_on_the_page_answers_live_and_is_steered_and_can
     await page.fill("#composer-text", "instead")
     await page.click("#steer")
     await expect(transcript.locator(".msg.assistant .text").last).to_have_text(
-        "You said: instead (message 4 of this session)"
+        "You said: instead (message 5 of this session)"
     )
     await shoot(page, "session")
     no_script_failed(world, page)
@@ -367,13 +376,18 @@ async def test_without_authentication_the_pages_decisions_are_not_a_persons(worl
 
 
 async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World, tmp_path: Path) -> None:
-    token = "parley_" + secrets.token_urlsafe(24)
+    token, approver = ("parley_" + secrets.token_urlsafe(24) for _ in range(2))
     config = write_config(
         tmp_path,
         http={"stream_heartbeat_s": 0.2},
+        agents={"deployer": {"mcp_servers": ["fixture"], "approvers": {"principals": ["pat"]}}},
+        mcp_servers={"fixture": fixture_server(tmp_path / FIXTURE_LOG)},
         auth={
             "mode": "tokens",
-            "tokens": [{"name": "alice", "sha256": token_digest(token), "scopes": ["parley:use"]}],
+            "tokens": [
+                {"name": "alice", "sha256": token_digest(token), "scopes": ["parley:use"]},
+                {"name": "pat", "sha256": token_digest(approver), "scopes": ["parley:use"]},
+            ],
         },
     )
     async with ServerProcess(config, name="ui_tokens", http=True) as server:
@@ -382,6 +396,7 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
             assert (await http.get(base + "/ui")).status_code == 200
             assert (await http.get(base + "/v1/sessions")).status_code == 401
+            assert (await http.get(base + "/v1/agents")).status_code == 401
         page = await world.page(PHONE, base=base)
         await expect(page.locator("#sign-in")).to_be_visible()
         await expect(page.locator("#sign-in-why")).to_contain_text("bearer token")
@@ -407,5 +422,27 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         await page.click("#sign-out")
         await expect(page.locator("#sign-in")).to_be_visible()
         assert await page.evaluate("sessionStorage.getItem('parley.token')") is None
+
+        # Alice's session waits for an approver; Pat, signed in, finds it in the inbox and decides.
+        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+            started = await http.post(
+                base + "/v1/sessions",
+                json={"agent": "deployer", "message": '/tool fixture__bare {"text": "deploy"}'},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        session_id = started.json()["session_id"]
+        await page.fill("#token", approver)
+        await page.click("#sign-in-form button")
+        await page.click("#nav-inbox")
+        card = page.locator(f"#inbox li.decision[data-session-id='{session_id}']")
+        await expect(card).to_contain_text("alice")
+        await card.locator("button.approve").click()
+        await expect(card).to_have_count(0)
+
+        async def deployed() -> bool:
+            return fixture_runs(tmp_path, "bare", text="deploy") == 1
+
+        await eventually(deployed, "the approver's decision to run the call")
         no_script_failed(world, page)
-        assert token not in server.log()
+        log = server.log()
+        assert token not in log and approver not in log

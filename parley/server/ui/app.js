@@ -14,6 +14,7 @@ const state = {
   agents: [],
   pending: [],
   refreshTimer: null,
+  nextCursor: null,
 };
 
 // ---- signing in -------------------------------------------------------------------------------
@@ -35,6 +36,7 @@ async function boot() {
   });
   byId('steer').addEventListener('click', () => sendMessage(true));
   byId('cancel').addEventListener('click', cancelTurn);
+  byId('more-sessions').addEventListener('click', () => refreshSessions(true));
   window.addEventListener('hashchange', route);
   watchScrolling();
   await enter(tokens.get());
@@ -168,20 +170,25 @@ function describeAgent() {
 
 function refreshSessionsSoon() {
   clearTimeout(state.refreshTimer);
-  state.refreshTimer = setTimeout(refreshSessions, 250);
+  state.refreshTimer = setTimeout(() => refreshSessions(), 250);
 }
 
-async function refreshSessions() {
+/** The first page of sessions again (`more`: the next page, added below). */
+async function refreshSessions(more = false) {
   let listed;
+  const cursor = more && state.nextCursor ? `&cursor=${encodeURIComponent(state.nextCursor)}` : '';
   try {
-    listed = await api.get('/v1/sessions?limit=50');
+    listed = await api.get(`/v1/sessions?limit=50${cursor}`);
   } catch (error) {
     say(byId('trouble'), error.message);
     return;
   }
   say(byId('trouble'), '');
+  state.nextCursor = listed.next_cursor;
+  byId('more-sessions').hidden = !listed.next_cursor;
   const list = byId('session-list');
-  list.replaceChildren(
+  if (!more) list.replaceChildren();
+  list.append(
     ...listed.sessions.map((s) =>
       el(
         'li',
@@ -197,7 +204,7 @@ async function refreshSessions() {
       ),
     ),
   );
-  byId('session-list-empty').hidden = listed.sessions.length > 0;
+  byId('session-list-empty').hidden = list.children.length > 0;
   markSelected();
 }
 
@@ -243,6 +250,8 @@ function closeSession() {
   state.transcript = null;
   byId('session-view').hidden = true;
   byId('session-none').hidden = false;
+  byId('queued').replaceChildren();
+  byId('queued').hidden = true;
 }
 
 async function openSession(sessionId) {
@@ -257,7 +266,7 @@ async function openSession(sessionId) {
   byId('session-none').hidden = true;
   byId('session-view').hidden = false;
   say(byId('composer-error'), '');
-  const transcript = new Transcript(sessionId, list, showSessionState);
+  const transcript = new Transcript(sessionId, list, byId('queued'), showSessionState);
   state.transcript = transcript;
   markSelected();
   try {

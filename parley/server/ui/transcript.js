@@ -12,10 +12,13 @@ import { follow } from './sse.js';
 const ENDED = new Set(['closed', 'completed', 'failed']);
 
 export class Transcript {
-  /** `list`: the <ol> to fill; `onChange(view)` whenever the status changes. */
-  constructor(sessionId, list, onChange) {
+  /** `list`: the <ol> to fill; `queued`: the <ul> of messages waiting for their turn;
+   * `onChange(view)` whenever the status changes. */
+  constructor(sessionId, list, queued, onChange) {
     this.sessionId = sessionId;
     this.list = list;
+    this.queued = queued;
+    this.queuedTimer = null;
     this.onChange = onChange;
     this.lastSeq = 0;
     this.turns = new Map(); // turn id -> {node, body, step, userSlot}
@@ -32,6 +35,7 @@ export class Transcript {
     const view = await api.get(sessionPath(this.sessionId) + '?messages_limit=1');
     this.session = view;
     this.status = view.status;
+    this.showQueued(view.queued_messages || []);
     this.onChange(this);
     await this.readMessages();
     this.stream = follow(sessionPath(this.sessionId, '/events'), {
@@ -42,6 +46,29 @@ export class Transcript {
 
   close() {
     if (this.stream) this.stream.stop();
+    clearTimeout(this.queuedTimer);
+  }
+
+  /** Messages sent while a turn ran wait for their own turn: shown under the transcript. */
+  refreshQueuedSoon() {
+    clearTimeout(this.queuedTimer);
+    this.queuedTimer = setTimeout(async () => {
+      try {
+        const view = await api.get(sessionPath(this.sessionId) + '?messages_limit=1');
+        this.showQueued(view.queued_messages || []);
+      } catch {
+        // the next event tries again
+      }
+    }, 150);
+  }
+
+  showQueued(queued) {
+    this.queued.replaceChildren(
+      ...queued.map((q) =>
+        el('li', { data: { queuedId: q.id } }, el('span', { class: 'muted', text: 'Waiting to be sent: ' }), el('span', { class: 'text', text: q.message })),
+      ),
+    );
+    this.queued.hidden = queued.length === 0;
   }
 
   /** The person's messages, by turn (read again when a turn starts whose message is not known). */
@@ -152,6 +179,12 @@ const HANDLERS = {
   session_created(event) {
     this.note(`Session with ${event.data.agent} started ${when(event.at)}`, 'muted');
   },
+  message_queued() {
+    this.refreshQueuedSoon();
+  },
+  message_deleted() {
+    this.refreshQueuedSoon();
+  },
   steer_requested() {
     const turn = this.runningTurn && this.turns.get(this.runningTurn);
     const text = 'Steered: the turn stops after its current step, then the new message is answered.';
@@ -164,6 +197,7 @@ const HANDLERS = {
     slot.classList.add('loading');
     turn.body.append(slot);
     this.showUserText(event.turn_id, slot);
+    this.refreshQueuedSoon();
     this.runningTurn = event.turn_id;
     this.setStatus('running');
   },
