@@ -275,6 +275,13 @@ async def test_an_approval_is_decided_from_the_inbox_and_others_in_the_transcrip
     )
     assert fixture_runs(world.directory, "bare", text="not this one") == 0
 
+    # A question left unanswered leaves the inbox and the transcript when its turn is cancelled.
+    await compose(page, "/ask Still there?")
+    await expect(page.locator(f"#inbox li.decision[data-session-id='{session_id}']")).to_have_count(1)
+    await page.click("#cancel")
+    await expect(transcript.locator(".interrupt .note").last).to_have_text("No longer asked: the turn ended.")
+    await expect(page.locator(f"#inbox li.decision[data-session-id='{session_id}']")).to_have_count(0)
+
     # A question, answered with one of its choices.
     await compose(page, "/ask Which colour? | red | blue")
     await transcript.locator(".inline-decision button.choice", has_text="blue").click()

@@ -169,8 +169,9 @@ def build_http_app(
     app: ASGIApp = starlette_app
     if auth is not None:
         app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
-    # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
-    app = with_ui(app)
+    if v1 is not None:
+        # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
+        app = with_ui(app)
     app = BodyDeadline(app, connection_limits(config))
     if config.cors_origins:
         # Outside the bearer gate: a browser's preflight carries no token.

@@ -357,7 +357,10 @@ function followOwner() {
         refreshSessionsSoon();
         return;
       }
-      if (event.kind === 'interrupt_raised' || event.kind === 'interrupt_resolved') refreshPending();
+      // A turn that ends (cancelled, closed) takes what it waited for with it, without a decision.
+      if (['interrupt_raised', 'interrupt_resolved', 'turn_ended', 'session_closed'].includes(event.kind)) {
+        refreshPending();
+      }
       if (
         ['session_created', 'turn_started', 'turn_ended', 'turn_parked', 'session_closed', 'session_completed', 'session_failed'].includes(
           event.kind,

@@ -24,6 +24,7 @@ export class Transcript {
     this.turns = new Map(); // turn id -> {node, body, step, userSlot}
     this.calls = new Map(); // call id -> node
     this.interrupts = new Map(); // interrupt id -> card slot
+    this.undecided = new Set(); // interrupt ids raised and not resolved
     this.userTexts = new Map(); // turn id -> [text]
     this.messagesRead = 0; // the highest message seq read
     this.status = 'idle';
@@ -114,6 +115,7 @@ export class Transcript {
     this.turns.clear();
     this.calls.clear();
     this.interrupts.clear();
+    this.undecided.clear();
     this.note('Earlier events are no longer kept; the conversation as stored:', 'muted');
     for (const message of event.session.messages || []) {
       if (message.role === 'user' || message.role === 'assistant') {
@@ -262,10 +264,11 @@ const HANDLERS = {
   interrupt_raised(event) {
     const interrupt = event.interrupt;
     if (!interrupt) return;
-    const slot = el('div', { class: 'interrupt' });
+    const slot = el('div', { class: 'interrupt', data: { turnId: event.turn_id } });
     const card = decisionCard({ session_id: event.session_id, interrupt });
     slot.append(el('ul', { class: 'inline-decision' }, card));
     this.interrupts.set(interrupt.id, slot);
+    this.undecided.add(interrupt.id);
     this.turn(event).body.append(slot);
   },
   interrupt_resolved(event) {
@@ -274,6 +277,9 @@ const HANDLERS = {
     const text = interrupt ? resolutionText(interrupt) : 'decided';
     const what = interrupt && interrupt.kind === 'approval' ? `${interrupt.tool}: ${text}` : text;
     const resolved = el('div', { class: 'note resolved', text: what });
+    if (interrupt) this.undecided.delete(interrupt.id);
+    // Nothing left to decide: the turn goes on.
+    if (!this.undecided.size && this.status === 'waiting_for_input') this.setStatus('running');
     if (slot) slot.replaceChildren(resolved);
     else this.turn(event).body.append(resolved);
   },
@@ -295,6 +301,14 @@ const HANDLERS = {
       turn.body.append(el('div', { class: `note ${status === 'failed' ? 'error' : 'muted'}`, text }));
     }
     turn.node.dataset.status = status;
+    // What the ended turn still waited for is no longer asked.
+    for (const id of [...this.undecided]) {
+      const slot = this.interrupts.get(id);
+      if (slot && slot.dataset.turnId === event.turn_id) {
+        slot.replaceChildren(el('div', { class: 'note muted', text: 'No longer asked: the turn ended.' }));
+        this.undecided.delete(id);
+      }
+    }
     if (this.runningTurn === event.turn_id) this.runningTurn = null;
     if (!ENDED.has(this.status)) this.setStatus('idle');
   },
