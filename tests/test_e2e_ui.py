@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
 from parley.config_auth import token_digest
+from tests.auth_support import SigningKey, auth_server, claims
 from tests.fake_providers import STALLED_TEXT, serving_fake_providers
 from tests.support import (
     CALL_DEADLINE_S,
@@ -453,3 +455,30 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         no_script_failed(world, page)
         log = server.log()
         assert token not in log and approver not in log
+
+
+async def test_an_oauth_server_takes_a_pasted_access_token(world: World, tmp_path: Path) -> None:
+    key = SigningKey.ec()
+    public_url = "https://parley.example.test/mcp"
+    with auth_server(key) as auth:
+        config = write_config(
+            tmp_path,
+            http={"stream_heartbeat_s": 0.2, "public_url": public_url},
+            auth={"mode": "oauth", "oauth": {"issuer": auth.url, "jwks_url": f"{auth.url}/jwks.json"}},
+        )
+        async with ServerProcess(config, name="ui_oauth", http=True) as server:
+            assert server.url is not None
+            page = await world.page(base=server.url.removesuffix("/mcp"))
+            await expect(page.locator("#sign-in-why")).to_contain_text("OAuth access tokens")
+            expired = key.sign(claims(auth.url, public_url, "ann", exp=int(time.time()) - 600))
+            await page.fill("#token", expired)
+            await page.click("#sign-in-form button")
+            await expect(page.locator("#sign-in-error")).to_contain_text("The token was refused")
+            await expect(page.locator("#sign-in-error")).to_contain_text("expired")
+            await page.fill("#token", key.sign(claims(auth.url, public_url, "ann")))
+            await page.click("#sign-in-form button")
+            await start(page, "demo", "hello with OAuth")
+            await expect(page.locator("#transcript .msg.assistant .text")).to_have_text(
+                ["You said: hello with OAuth (message 1 of this session)"]
+            )
+            no_script_failed(world, page)
