@@ -457,14 +457,24 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         assert token not in log and approver not in log
 
 
-async def test_an_oauth_server_takes_a_pasted_access_token(world: World, tmp_path: Path) -> None:
+async def test_an_oauth_server_takes_a_pasted_access_token_until_it_is_refused(
+    world: World, tmp_path: Path
+) -> None:
     key = SigningKey.ec()
     public_url = "https://parley.example.test/mcp"
     with auth_server(key) as auth:
         config = write_config(
             tmp_path,
             http={"stream_heartbeat_s": 0.2, "public_url": public_url},
-            auth={"mode": "oauth", "oauth": {"issuer": auth.url, "jwks_url": f"{auth.url}/jwks.json"}},
+            auth={
+                "mode": "oauth",
+                "oauth": {
+                    "issuer": auth.url,
+                    "jwks_url": f"{auth.url}/jwks.json",
+                    # Opaque tokens are asked about on every request, so a revoked one stops at once.
+                    "introspection": {"url": f"{auth.url}/introspect", "cache_s": 0},
+                },
+            },
         )
         async with ServerProcess(config, name="ui_oauth", http=True) as server:
             assert server.url is not None
@@ -475,10 +485,24 @@ async def test_an_oauth_server_takes_a_pasted_access_token(world: World, tmp_pat
             await page.click("#sign-in-form button")
             await expect(page.locator("#sign-in-error")).to_contain_text("The token was refused")
             await expect(page.locator("#sign-in-error")).to_contain_text("expired")
-            await page.fill("#token", key.sign(claims(auth.url, public_url, "ann")))
+
+            opaque = "opaque-" + secrets.token_urlsafe(16)
+            auth.introspected[opaque] = {
+                "active": True,
+                **claims(auth.url, public_url, "ann"),
+                "aud": [public_url],
+            }
+            await page.fill("#token", opaque)
             await page.click("#sign-in-form button")
             await start(page, "demo", "hello with OAuth")
             await expect(page.locator("#transcript .msg.assistant .text")).to_have_text(
                 ["You said: hello with OAuth (message 1 of this session)"]
             )
+            # Revoked at the authorization server: the next call is refused and the page asks again.
+            auth.introspected[opaque] = {"active": False}
+            await page.fill("#composer-text", "still me?")
+            await page.press("#composer-text", "Enter")
+            await expect(page.locator("#sign-in")).to_be_visible()
+            await expect(page.locator("#sign-in-error")).to_contain_text("The token was refused")
+            assert await page.evaluate("sessionStorage.getItem('parley.token')") is None
             no_script_failed(world, page)

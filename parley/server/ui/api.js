@@ -33,6 +33,17 @@ export const tokens = {
   },
 };
 
+// Called with the error when parley refuses the stored token (it expired, or was revoked).
+let refusedHandler = null;
+
+export function whenRefused(handler) {
+  refusedHandler = handler;
+}
+
+export function refused(error) {
+  if (refusedHandler && error.status === 401 && tokens.get()) refusedHandler(error);
+}
+
 export function authHeaders(token = tokens.get()) {
   return token ? { Authorization: `Bearer ${token}` } : {};
 }
@@ -64,7 +75,11 @@ async function request(method, path, body, token) {
   } catch {
     throw new ApiError(0, null);
   }
-  if (!response.ok) throw await errorOf(response);
+  if (!response.ok) {
+    const error = await errorOf(response);
+    if (token === undefined) refused(error);
+    throw error;
+  }
   return response.status === 204 ? null : response.json();
 }
 

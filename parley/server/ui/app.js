@@ -1,7 +1,7 @@
 // The page: signing in, the session list, one session's transcript with the composer, and the
 // inbox of decisions across sessions, kept live by the owner-wide stream (/v1/events).
 
-import { api, ApiError, sessionPath, tokens } from './api.js';
+import { api, ApiError, sessionPath, tokens, whenRefused } from './api.js';
 import { decisionCard } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
 import { follow } from './sse.js';
@@ -39,6 +39,14 @@ async function boot() {
   byId('more-sessions').addEventListener('click', () => refreshSessions(true));
   window.addEventListener('hashchange', route);
   watchScrolling();
+  // A token that stops working (an OAuth token expires) sends the person back to sign in.
+  whenRefused((error) => {
+    if (byId('app').hidden) return; // already asking
+    if (state.owner) state.owner.stop();
+    closeSession();
+    tokens.clear();
+    showSignIn(refusal(error), error.challenge);
+  });
   await enter(tokens.get());
 }
 
@@ -52,7 +60,7 @@ async function enter(token) {
     state.open = true;
   } catch (error) {
     if (!(error instanceof ApiError && (error.status === 401 || error.status === 403))) {
-      say(byId('trouble'), error.message);
+      showTrouble(error);
       return;
     }
     if (!token) {
@@ -78,6 +86,12 @@ async function enter(token) {
   showApp();
 }
 
+/** A failed call, in the page's trouble line (a refused token is the sign-in form's instead). */
+function showTrouble(error) {
+  if (error.status === 401 && tokens.get() === '' && byId('app').hidden) return;
+  say(byId('trouble'), error.message);
+}
+
 function refusal(error) {
   if (error.status === 403) return `This token may not use parley: ${error.message}`;
   return `The token was refused: ${error.message}`;
@@ -88,6 +102,9 @@ function showSignIn(problem, challenge) {
   byId('sign-in').hidden = false;
   byId('sign-out').hidden = true;
   byId('nav-inbox').hidden = byId('nav-sessions').hidden = true;
+  byId('notice').hidden = true;
+  byId('who').textContent = '';
+  say(byId('trouble'), '');
   say(byId('sign-in-error'), problem);
   byId('sign-in-why').textContent = /resource_metadata/.test(challenge || '')
     ? 'This parley takes OAuth access tokens. Paste an access token for parley from your ' +
@@ -180,7 +197,7 @@ async function refreshSessions(more = false) {
   try {
     listed = await api.get(`/v1/sessions?limit=50${cursor}`);
   } catch (error) {
-    say(byId('trouble'), error.message);
+    showTrouble(error);
     return;
   }
   say(byId('trouble'), '');
@@ -370,7 +387,7 @@ function followOwner() {
       }
     },
     onState(streamState, error) {
-      if (streamState === 'failed' && error) say(byId('trouble'), error.message);
+      if (streamState === 'failed' && error) showTrouble(error);
     },
   });
 }
@@ -380,7 +397,7 @@ async function refreshPending() {
     const found = await api.get('/v1/pending?limit=200');
     showPending(found.pending);
   } catch (error) {
-    say(byId('trouble'), error.message);
+    showTrouble(error);
   }
 }
 

@@ -3,7 +3,7 @@
 // `retry:` delay, with `Last-Event-ID` set to the last event id seen, so a session's stream goes
 // on exactly after it (no gap, no repeat).
 
-import { authHeaders, errorOf } from './api.js';
+import { authHeaders, errorOf, refused } from './api.js';
 
 /** Yields {id, event, data, retry} for each event of a text/event-stream body. */
 export async function* events(body) {
@@ -76,6 +76,7 @@ export function follow(url, { onEvent, onState, lastEventId = null }) {
           const error = await errorOf(response);
           if ([400, 401, 403, 404].includes(response.status)) {
             onState('failed', error);
+            refused(error);
             return;
           }
           onState('reconnecting', error);
