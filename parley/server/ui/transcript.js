@@ -39,6 +39,7 @@ export class Transcript {
     this.showQueued(view.queued_messages || []);
     this.onChange(this);
     await this.readMessages();
+    if (this.closed) return; // the person went elsewhere meanwhile
     this.stream = follow(sessionPath(this.sessionId, '/events'), {
       onEvent: (event) => this.apply(event),
       onState: (state, error) => this.onChange(this, state, error),
@@ -46,6 +47,7 @@ export class Transcript {
   }
 
   close() {
+    this.closed = true;
     if (this.stream) this.stream.stop();
     clearTimeout(this.queuedTimer);
   }
@@ -72,13 +74,21 @@ export class Transcript {
     this.queued.hidden = queued.length === 0;
   }
 
-  /** The person's messages, by turn (read again when a turn starts whose message is not known). */
-  async readMessages() {
+  /** The person's messages, by turn (read again when a turn starts whose message is not known).
+   * One read at a time, each message taken once by its number, however many turns ask. */
+  readMessages() {
+    const previous = (this.reading || Promise.resolve()).catch(() => {});
+    this.reading = previous.then(() => this.readNewMessages());
+    return this.reading;
+  }
+
+  async readNewMessages() {
     for (;;) {
       const from = this.messagesRead + 1;
       const page = await api.get(sessionPath(this.sessionId) + `?messages_from=${from}&messages_limit=200`);
       for (const message of page.messages) {
-        this.messagesRead = Math.max(this.messagesRead, message.seq);
+        if (message.seq <= this.messagesRead) continue;
+        this.messagesRead = message.seq;
         if (message.role === 'user' && message.turn_id) {
           const texts = this.userTexts.get(message.turn_id) || [];
           texts.push(message.text);
@@ -164,7 +174,7 @@ export class Transcript {
       try {
         await this.readMessages();
       } catch {
-        // shown as unknown below; the transcript goes on
+        // shown as not available below; the next turn reads again
       }
     }
     const texts = this.userTexts.get(turnId);
