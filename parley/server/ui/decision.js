@@ -53,7 +53,7 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
     const reason = el('input', {
       class: 'reason',
       type: 'text',
-      placeholder: 'Reason (told to the agent when you reject)',
+      placeholder: 'Reason for rejecting (the agent reads it)',
       'aria-label': 'Reason',
       maxLength: 4000,
     });
