@@ -1,6 +1,6 @@
-"""Streamable HTTP: the same tools at exactly /mcp, plus /healthz and parley's own /v1 surface
-(event streams, JSON endpoints, the AI SDK chat protocol), behind the limits of `http:` in
-parley.yaml."""
+"""Streamable HTTP: the same tools at exactly /mcp, plus /healthz, parley's own /v1 surface
+(event streams, JSON endpoints, the AI SDK chat protocol) and the page for people at /ui, behind
+the limits of `http:` in parley.yaml."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
 from parley.server.http_guard import HostGuard
 from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
 from parley.server.http_sessions import SessionLimits, SessionTable
+from parley.server.ui_routes import with_ui
 from parley.server.v1_common import V1Context
 from parley.server.v1_routes import v1_cors, v1_routes
 
@@ -168,6 +169,9 @@ def build_http_app(
     app: ASGIApp = starlette_app
     if auth is not None:
         app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
+    if v1 is not None:
+        # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
+        app = with_ui(app)
     app = BodyDeadline(app, connection_limits(config))
     if config.cors_origins:
         # Outside the bearer gate: a browser's preflight carries no token.

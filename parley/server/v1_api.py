@@ -16,9 +16,11 @@ from parley.runtime.decisions import Decision
 from parley.server.arguments import argument_errors
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
 from parley.server.wire import (
+    AgentList,
     CloseResult,
     PendingList,
     SessionList,
+    agent_view,
     outcome_view,
     pending_item,
     session_summary,
@@ -140,6 +142,7 @@ class JsonEndpoints:
             ("/v1/sessions/{session_id}/close", self._close, "POST"),
             ("/v1/sessions/{session_id}/attachments/{sha256}", self._attachment, "GET"),
             ("/v1/pending", self._pending, "GET"),
+            ("/v1/agents", self._agents, "GET"),
         ]
         return [Route(path, guarded(endpoint), methods=[method]) for path, endpoint, method in endpoints]
 
@@ -264,3 +267,7 @@ class JsonEndpoints:
     async def _pending(self, request: Request) -> Response:
         found = await self._service.list_pending(caller(request), _int_param(request, "limit", 1, 200) or 50)
         return _json(PendingList(pending=[pending_item(p) for p in found]))
+
+    async def _agents(self, request: Request) -> Response:
+        described = await self._service.describe_agents(caller(request))
+        return _json(AgentList(agents=[agent_view(*d) for d in described], models=self._service.model_names))

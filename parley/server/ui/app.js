@@ -1,0 +1,422 @@
+// The page: signing in, the session list, one session's transcript with the composer, and the
+// inbox of decisions across sessions, kept live by the owner-wide stream (/v1/events).
+
+import { api, ApiError, sessionPath, tokens, whenRefused } from './api.js';
+import { decisionCard } from './decision.js';
+import { byId, el, newId, say, when } from './dom.js';
+import { follow } from './sse.js';
+import { Transcript } from './transcript.js';
+
+const state = {
+  open: false, // auth: none: nobody signs in, and decisions here are not a person's
+  transcript: null,
+  owner: null,
+  agents: [],
+  pending: [],
+  refreshTimer: null,
+  nextCursor: null,
+};
+
+// ---- signing in -------------------------------------------------------------------------------
+
+async function boot() {
+  byId('sign-in-form').addEventListener('submit', signIn);
+  byId('sign-out').addEventListener('click', signOut);
+  byId('new-session').addEventListener('submit', startSession);
+  byId('new-agent').addEventListener('change', describeAgent);
+  byId('composer').addEventListener('submit', (event) => {
+    event.preventDefault();
+    sendMessage(false);
+  });
+  byId('composer-text').addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      sendMessage(false);
+    }
+  });
+  byId('steer').addEventListener('click', () => sendMessage(true));
+  byId('cancel').addEventListener('click', cancelTurn);
+  byId('more-sessions').addEventListener('click', () => refreshSessions(true));
+  window.addEventListener('hashchange', route);
+  watchScrolling();
+  // A token that stops working (an OAuth token expires) sends the person back to sign in.
+  whenRefused((error) => {
+    if (byId('app').hidden) return; // already asking
+    if (state.owner) state.owner.stop();
+    closeSession();
+    tokens.clear();
+    showSignIn(refusal(error), error.challenge);
+  });
+  await enter(tokens.get());
+}
+
+/** Without a token first (a parley with auth: none answers, and then no token is used), else
+ * with `token`; show the app, or the sign-in form saying why. */
+async function enter(token) {
+  let agents;
+  try {
+    agents = await api.get('/v1/agents', '');
+    tokens.clear();
+    state.open = true;
+  } catch (error) {
+    if (!(error instanceof ApiError && (error.status === 401 || error.status === 403))) {
+      showTrouble(error);
+      return;
+    }
+    if (!token) {
+      showSignIn('', error.challenge);
+      return;
+    }
+    try {
+      agents = await api.get('/v1/agents', token);
+    } catch (refused) {
+      if (refused instanceof ApiError && (refused.status === 401 || refused.status === 403)) {
+        tokens.clear();
+        showSignIn(refusal(refused), error.challenge);
+      } else {
+        say(byId('trouble'), refused.message);
+      }
+      return;
+    }
+    tokens.set(token);
+    state.open = false;
+  }
+  say(byId('trouble'), '');
+  state.agents = agents.agents;
+  showApp();
+}
+
+/** A failed call, in the page's trouble line (a refused token is the sign-in form's instead). */
+function showTrouble(error) {
+  if (error.status === 401 && tokens.get() === '' && byId('app').hidden) return;
+  say(byId('trouble'), error.message);
+}
+
+function refusal(error) {
+  if (error.status === 403) return `This token may not use parley: ${error.message}`;
+  return `The token was refused: ${error.message}`;
+}
+
+function showSignIn(problem, challenge) {
+  byId('app').hidden = true;
+  byId('sign-in').hidden = false;
+  byId('sign-out').hidden = true;
+  byId('nav-inbox').hidden = byId('nav-sessions').hidden = true;
+  byId('notice').hidden = true;
+  byId('who').textContent = '';
+  say(byId('trouble'), '');
+  say(byId('sign-in-error'), problem);
+  byId('sign-in-why').textContent = /resource_metadata/.test(challenge || '')
+    ? 'This parley takes OAuth access tokens. Paste an access token for parley from your ' +
+      'organisation’s authorization server (a sign-in button is not built yet).'
+    : 'This parley asks every caller for a bearer token (auth: tokens). Paste yours.';
+  byId('token').focus();
+}
+
+async function signIn(event) {
+  event.preventDefault();
+  const token = byId('token').value.trim();
+  if (!token) {
+    say(byId('sign-in-error'), 'Paste a token first.');
+    return;
+  }
+  byId('token').value = '';
+  await enter(token);
+}
+
+function signOut() {
+  tokens.clear();
+  location.hash = '#/';
+  location.reload();
+}
+
+function showApp() {
+  byId('sign-in').hidden = true;
+  byId('app').hidden = false;
+  byId('nav-inbox').hidden = byId('nav-sessions').hidden = false;
+  byId('sign-out').hidden = state.open;
+  byId('who').textContent = state.open ? 'not signed in (auth: none)' : 'signed in';
+  const notice = byId('notice');
+  if (state.open) {
+    notice.textContent =
+      'Not signed in (auth: none): what you decide here is not a person’s decision, so agents with ' +
+      'approver: human refuse it (decide theirs with parley approve on the server).';
+    notice.hidden = false;
+    const note = byId('inbox-note');
+    note.textContent = 'Not signed in: agents that take decisions only from a person will refuse yours.';
+    note.hidden = false;
+  }
+  fillAgents();
+  followOwner();
+  refreshSessions();
+  route();
+}
+
+// ---- routes -----------------------------------------------------------------------------------
+
+function route() {
+  const hash = location.hash || '#/';
+  const session = hash.match(/^#\/s\/([A-Za-z0-9_-]+)$/);
+  document.body.classList.remove('view-sessions', 'view-session', 'view-inbox');
+  byId('nav-inbox').classList.toggle('active', hash === '#/inbox');
+  byId('nav-sessions').classList.toggle('active', hash !== '#/inbox');
+  if (session) {
+    document.body.classList.add('view-session');
+    openSession(session[1]);
+  } else if (hash === '#/inbox') {
+    document.body.classList.add('view-inbox');
+  } else {
+    document.body.classList.add('view-sessions');
+    closeSession();
+  }
+  markSelected();
+}
+
+// ---- the session list and starting one --------------------------------------------------------
+
+function fillAgents() {
+  const select = byId('new-agent');
+  select.replaceChildren(...state.agents.map((a) => el('option', { value: a.name, text: a.name })));
+  describeAgent();
+}
+
+function describeAgent() {
+  const agent = state.agents.find((a) => a.name === byId('new-agent').value);
+  byId('new-agent-about').textContent = agent ? agent.description : '';
+}
+
+function refreshSessionsSoon() {
+  clearTimeout(state.refreshTimer);
+  state.refreshTimer = setTimeout(() => refreshSessions(), 250);
+}
+
+/** The first page of sessions again (`more`: the next page, added below). */
+async function refreshSessions(more = false) {
+  let listed;
+  const cursor = more && state.nextCursor ? `&cursor=${encodeURIComponent(state.nextCursor)}` : '';
+  try {
+    listed = await api.get(`/v1/sessions?limit=50${cursor}`);
+  } catch (error) {
+    showTrouble(error);
+    return;
+  }
+  say(byId('trouble'), '');
+  state.nextCursor = listed.next_cursor;
+  byId('more-sessions').hidden = !listed.next_cursor;
+  const list = byId('session-list');
+  if (!more) list.replaceChildren();
+  list.append(
+    ...listed.sessions.map((s) =>
+      el(
+        'li',
+        { data: { sessionId: s.session_id } },
+        el(
+          'a',
+          { href: `#/s/${s.session_id}` },
+          el('span', { class: 'agent', text: s.agent }),
+          el('span', { class: `status ${s.status}`, text: statusText(s.status) }),
+          el('span', { class: 'muted small', text: `${s.turn_count} turn${s.turn_count === 1 ? '' : 's'} · ${when(s.updated_at)}` }),
+          el('span', { class: 'muted small mono', text: s.session_id }),
+        ),
+      ),
+    ),
+  );
+  byId('session-list-empty').hidden = list.children.length > 0;
+  markSelected();
+}
+
+function markSelected() {
+  const current = state.transcript ? state.transcript.sessionId : null;
+  for (const item of byId('session-list').children) {
+    item.classList.toggle('selected', item.dataset.sessionId === current);
+  }
+}
+
+function statusText(status) {
+  return (status || '').replaceAll('_', ' ');
+}
+
+async function startSession(event) {
+  event.preventDefault();
+  const form = byId('new-session');
+  const message = byId('new-message').value;
+  const button = form.querySelector('button');
+  button.disabled = true;
+  say(byId('new-session-error'), '');
+  try {
+    const started = await api.post('/v1/sessions', {
+      agent: byId('new-agent').value,
+      message,
+      wait_seconds: 0,
+      client_message_id: newId(),
+    });
+    byId('new-message').value = '';
+    location.hash = `#/s/${started.session_id}`;
+    refreshSessionsSoon();
+  } catch (error) {
+    say(byId('new-session-error'), error.message);
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---- one session ------------------------------------------------------------------------------
+
+function closeSession() {
+  if (state.transcript) state.transcript.close();
+  state.transcript = null;
+  byId('session-view').hidden = true;
+  byId('session-none').hidden = false;
+  byId('queued').replaceChildren();
+  byId('queued').hidden = true;
+}
+
+async function openSession(sessionId) {
+  if (state.transcript && state.transcript.sessionId === sessionId) return;
+  closeSession();
+  const list = byId('transcript');
+  list.replaceChildren();
+  delete list.dataset.lastSeq;
+  atBottom = true;
+  byId('session-title').textContent = sessionId;
+  byId('session-status').textContent = '';
+  byId('session-none').hidden = true;
+  byId('session-view').hidden = false;
+  say(byId('composer-error'), '');
+  const transcript = new Transcript(sessionId, list, byId('queued'), showSessionState);
+  state.transcript = transcript;
+  markSelected();
+  try {
+    await transcript.open();
+  } catch (error) {
+    if (state.transcript === transcript) say(byId('composer-error'), error.message);
+  }
+}
+
+function showSessionState(transcript, streamState, error) {
+  if (transcript !== state.transcript) return;
+  const session = transcript.session;
+  if (session) byId('session-title').textContent = `${session.agent} · ${session.session_id}`;
+  const status = byId('session-status');
+  status.textContent = statusText(transcript.status);
+  status.className = `status ${transcript.status}`;
+  byId('session-view').dataset.status = transcript.status;
+  if (streamState) {
+    const shown = { live: 'live', reconnecting: 'reconnecting…', failed: 'stopped' }[streamState];
+    byId('stream-state').textContent = shown;
+    byId('stream-state').dataset.state = streamState;
+    if (streamState === 'failed' && error) say(byId('composer-error'), error.message);
+  }
+  const ended = ['closed', 'completed', 'failed', 'deleted'].includes(transcript.status);
+  const busy = ['running', 'waiting_for_input'].includes(transcript.status);
+  byId('composer-text').disabled = ended;
+  byId('send').disabled = ended;
+  byId('steer').disabled = !busy;
+  byId('cancel').disabled = !busy;
+  followNewest();
+}
+
+// The transcript follows the newest part unless the person scrolled up to read.
+let atBottom = true;
+
+function followNewest() {
+  const list = byId('transcript');
+  if (atBottom) list.scrollTop = list.scrollHeight;
+}
+
+function watchScrolling() {
+  const list = byId('transcript');
+  list.addEventListener('scroll', () => {
+    atBottom = list.scrollHeight - list.scrollTop - list.clientHeight < 80;
+  });
+  // New parts (and a narrower window) make the list taller: stay at the bottom if it was there.
+  const observer = new ResizeObserver(followNewest);
+  observer.observe(list);
+  new MutationObserver(followNewest).observe(list, { childList: true, subtree: true, characterData: true });
+}
+
+async function sendMessage(steer) {
+  const transcript = state.transcript;
+  const box = byId('composer-text');
+  const message = box.value;
+  if (!transcript || !message.trim()) {
+    say(byId('composer-error'), 'Write a message first.');
+    return;
+  }
+  say(byId('composer-error'), '');
+  try {
+    const body = { message, wait_seconds: 0, client_message_id: newId() };
+    await api.post(sessionPath(transcript.sessionId, steer ? '/steer' : '/messages'), body);
+    box.value = '';
+  } catch (error) {
+    say(byId('composer-error'), error.message);
+  }
+}
+
+async function cancelTurn() {
+  const transcript = state.transcript;
+  if (!transcript) return;
+  try {
+    await api.post(sessionPath(transcript.sessionId, '/cancel'), { wait_seconds: 0 });
+  } catch (error) {
+    say(byId('composer-error'), error.message);
+  }
+}
+
+// ---- the inbox and the owner-wide stream -------------------------------------------------------
+
+function followOwner() {
+  if (state.owner) state.owner.stop();
+  state.owner = follow('/v1/events', {
+    onEvent(event) {
+      if (event.kind === 'snapshot') {
+        showPending(event.pending);
+        refreshSessionsSoon();
+        return;
+      }
+      // A turn that ends (cancelled, closed) takes what it waited for with it, without a decision.
+      if (['interrupt_raised', 'interrupt_resolved', 'turn_ended', 'session_closed'].includes(event.kind)) {
+        refreshPending();
+      }
+      if (
+        ['session_created', 'turn_started', 'turn_ended', 'turn_parked', 'session_closed', 'session_completed', 'session_failed'].includes(
+          event.kind,
+        )
+      ) {
+        refreshSessionsSoon();
+      }
+    },
+    onState(streamState, error) {
+      if (streamState === 'failed' && error) showTrouble(error);
+    },
+  });
+}
+
+async function refreshPending() {
+  try {
+    const found = await api.get('/v1/pending?limit=200');
+    showPending(found.pending);
+  } catch (error) {
+    showTrouble(error);
+  }
+}
+
+function showPending(pending) {
+  state.pending = pending;
+  const inbox = byId('inbox');
+  // Cards already shown stay (with what the person typed in them); new ones are added.
+  const shown = new Map([...inbox.children].map((card) => [card.dataset.interruptId, card]));
+  const wanted = new Set(pending.map((p) => p.interrupt.id));
+  for (const [id, card] of shown) if (!wanted.has(id)) card.remove();
+  for (const item of pending) {
+    if (!shown.has(item.interrupt.id)) {
+      inbox.append(decisionCard(item, { showSession: true, onDecided: refreshPending }));
+    }
+  }
+  const count = byId('inbox-count');
+  count.textContent = String(pending.length);
+  count.hidden = pending.length === 0;
+  byId('inbox-empty').hidden = pending.length > 0;
+}
+
+boot();
