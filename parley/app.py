@@ -39,6 +39,7 @@ from parley.runtime.service import SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
+from parley.runtime.tracing import Tracing
 from parley.server.auth_gate import build_http_auth, caller_of
 from parley.server.client_logs import ClientLogRelay
 from parley.server.http import (
@@ -143,7 +144,7 @@ def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> ModelClients
 
 
 @asynccontextmanager
-async def running_app(config: ServerConfig) -> AsyncIterator[App]:
+async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> AsyncIterator[App]:
     """Open the store and run the scheduler for as long as the context is open.
 
     Leaving the context drains: running steps may finish within the shutdown grace period,
@@ -186,6 +187,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             process_id=process_id,
             timings=timings,
             clock=clock,
+            tracing=tracing,
         )
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
@@ -292,9 +294,11 @@ async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None])
             return
 
 
-async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
+async def serve_stdio(
+    config: ServerConfig, ready_hint: str | None = None, *, tracing: Tracing | None = None
+) -> None:
     """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
-    async with running_app(config) as app, anyio.create_task_group() as tg:
+    async with running_app(config, tracing) as app, anyio.create_task_group() as tg:
         server = await _mcp_server(config, app, tg)
         await tg.start(_on_signal, tg.cancel_scope.cancel)
         if ready_hint:
@@ -311,6 +315,8 @@ async def serve_http(
     port: int,
     insecure_bind: bool,
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
+    *,
+    tracing: Tracing | None = None,
 ) -> None:
     if config.auth.mode == "tokens" and config.token_problems:
         raise ConfigErrors(list(config.token_problems))
@@ -319,7 +325,7 @@ async def serve_http(
     listener = bind_listener(host, port)
     with listener:
         async with (
-            running_app(config) as app,
+            running_app(config, tracing) as app,
             # The authorization server's keys and introspection; never a caller's token elsewhere.
             httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
             anyio.create_task_group() as tg,

@@ -6,9 +6,11 @@ import argparse
 import getpass
 import json
 import logging
+import os
 import secrets
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -46,6 +48,9 @@ def _load(args: argparse.Namespace) -> ServerConfig:
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
     from parley.app import serve_stdio
+    from parley.telemetry import setup_tracing
+
+    tracing = setup_tracing(os.environ)
 
     if args.http:
         from parley.app import serve_http
@@ -59,13 +64,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"parley {__version__}: serving MCP at {http_url(bound_host, bound_port)}\n")
             sys.stderr.flush()
 
-        anyio.run(serve_http, config, host, port, args.insecure_bind, announce)
+        anyio.run(partial(serve_http, config, host, port, args.insecure_bind, announce, tracing=tracing))
         return 0
     hint = None
     if sys.stdin.isatty():
         exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
         hint = CONNECT_HINT.format(version=__version__, db=config.db_label, exe=exe)
-    anyio.run(serve_stdio, config, hint)
+    anyio.run(partial(serve_stdio, config, hint, tracing=tracing))
     return 0
 
 

@@ -236,6 +236,8 @@ class QueuedMessageRecord:
     client_message_id: str | None = None
     steer: bool = False
     settings: dict[str, Any] | None = None
+    # The caller's W3C trace context (traceparent, tracestate, baggage), for the turn's spans.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -254,4 +254,9 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (agent, version)
     );
     """,
+    # 15: the W3C trace context (traceparent, tracestate, baggage) a caller sent with a message,
+    # so the turn it starts joins the caller's trace, in whichever process runs it
+    """
+    ALTER TABLE queued_messages ADD COLUMN trace_context TEXT;
+    """,
 )

@@ -170,7 +170,13 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess):
             values = queued_values(message, session.id, 1)
             params |= {f"q{i}": value for i, value in enumerate(values)}
             params |= {"events": 2, "queue": 1, "queued": json_value({"queued_message_id": message.id})}
-            casts = {"text": "::json", "settings": "::json", "steer": "::boolean", "created_at": "::float8"}
+            casts = {
+                "text": "::json",
+                "settings": "::json",
+                "trace_context": "::json",
+                "steer": "::boolean",
+                "created_at": "::float8",
+            }
             selected = ", ".join(f"%(q{i})s{casts.get(name, '')}" for i, name in enumerate(QUEUED_FIELDS))
             parts += [
                 f", q AS (INSERT INTO queued_messages ({_QUEUED}) SELECT {selected} FROM s)",

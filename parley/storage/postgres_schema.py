@@ -244,6 +244,10 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (agent, version)
     );
     """,
+    # 4: the W3C trace context a caller sent with a message (SQLite's migration 15)
+    """
+    ALTER TABLE queued_messages ADD COLUMN trace_context json;
+    """,
 )
 
 # The tables that hold parley's data, parents before children (the order a copy fills them in).

@@ -23,7 +23,7 @@ TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
     "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
 )
-QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings"
+QUEUED_COLUMNS = "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, trace_context"
 CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
     "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, wake_at, decision, "
@@ -144,4 +144,5 @@ def queued_row(row: sqlite3.Row) -> QueuedMessageRecord:
         client_message_id=row["client_message_id"],
         steer=bool(row["steer"]),
         settings=json.loads(row["settings"]) if row["settings"] is not None else None,
+        trace_context=json.loads(row["trace_context"]) if row["trace_context"] is not None else None,
     )

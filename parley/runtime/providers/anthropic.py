@@ -16,6 +16,7 @@ from parley.runtime.providers.http import (
     transport_error,
     without_secrets,
 )
+from parley.runtime.tracing import inject_headers
 
 PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -118,6 +119,7 @@ class AnthropicModelClient:
                 for t in request.tools
             ]
         headers = {"anthropic-version": API_VERSION, "content-type": "application/json"}
+        inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:
             headers["x-api-key"] = self._api_key
         try:

@@ -18,6 +18,7 @@ from parley.runtime.providers.http import (
     transport_error,
     without_secrets,
 )
+from parley.runtime.tracing import inject_headers
 
 # How long the rest of a stream after [DONE] is read before the connection is given up on.
 DRAIN_AFTER_DONE_S = 1.0
@@ -126,6 +127,7 @@ class OpenAIModelClient:
                 for t in request.tools
             ]
         headers = {"content-type": "application/json"}
+        inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
         try:
