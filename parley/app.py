@@ -31,6 +31,7 @@ from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.faults import FaultPoints
 from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.mcp_tasks import McpTaskService
+from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model import ModelClient
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
@@ -50,6 +51,7 @@ from parley.server.http import (
     http_url,
     uvicorn_config,
 )
+from parley.server.metrics_route import MetricsSources
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
@@ -71,6 +73,7 @@ class App:
     sources: McpToolSources
     tasks: McpTaskService
     events: SessionEvents
+    metrics: RuntimeMetrics
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -176,6 +179,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
         sources = McpToolSources(config.mcp_servers, __version__)
         toolbox = Toolbox(sources)
         agents = AgentCatalog(config.agents, store)
+        metrics = RuntimeMetrics()
         driver = SessionDriver(
             store=store,
             agents=agents,
@@ -188,6 +192,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
             timings=timings,
             clock=clock,
             tracing=tracing,
+            metrics=metrics,
         )
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
@@ -247,6 +252,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
                     sources=sources,
                     tasks=tasks,
                     events=SessionEvents(store, signals, watch),
+                    metrics=metrics,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
@@ -334,7 +340,10 @@ async def serve_http(
             auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
             uv = QuietUvicorn(
                 uvicorn_config(
-                    build_http_app(server, host, app.health, config.http, auth, _v1(config, app)), config.http
+                    build_http_app(
+                        server, host, app.health, config.http, auth, _v1(config, app), _metrics(app)
+                    ),
+                    config.http,
                 )
             )
 
@@ -345,6 +354,16 @@ async def serve_http(
             tg.start_soon(_announce, uv, listener, on_listening)
             await uv.serve(sockets=[listener])
             tg.cancel_scope.cancel()
+
+
+def _metrics(app: App) -> MetricsSources:
+    return MetricsSources(
+        runtime=app.metrics,
+        pending_interrupts=app.store.list_all_pending,
+        database_counts=app.store.database_counts,
+        downstream_connections=app.sources.open_connections,
+        connection_errors=app.sources.connection_errors,
+    )
 
 
 def _v1(config: ServerConfig, app: App) -> V1Context:

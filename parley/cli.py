@@ -360,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a non-loopback --host without authentication (unsafe: anyone reaching the port drives sessions)",
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="stderr lines as text (default) or one JSON object per line (time, level, message, ids)",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     chat = sub.add_parser(
@@ -471,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
     # (parley/server/client_logs.py), which must not flood the server's own log.
     for handler in logging.getLogger().handlers:
         handler.setLevel(level)
+        if getattr(args, "log_format", "text") == "json":
+            from parley.log_format import JsonLogFormatter
+
+            handler.setFormatter(JsonLogFormatter())
     # The database driver's DEBUG lines may show statements with their parameters (users'
     # messages) and connection details: not in parley's log, whatever its level.
     logging.getLogger("psycopg").setLevel(logging.INFO)

@@ -23,6 +23,7 @@ from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.faults import FaultPoints
 from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
+from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model_caller import ModelCaller, ModelFor
 from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals, Watch
@@ -87,6 +88,7 @@ class SessionDriver:
         timings: DriveSettings,
         clock: Callable[[], float],
         tracing: Tracing | None = None,
+        metrics: RuntimeMetrics | None = None,
     ) -> None:
         self._ctx = StepContext(
             store=store,
@@ -96,6 +98,7 @@ class SessionDriver:
             clock=clock,
             faults=faults or FaultPoints(None),
             tracing=tracing or Tracing(),
+            metrics=metrics or RuntimeMetrics(),
         )
         self._agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
         self._toolbox = toolbox
@@ -112,6 +115,7 @@ class SessionDriver:
         as the lease is let go, the session needs a driver again (a message came meanwhile)."""
         control = TurnControl(lease)
         again = False
+        self._ctx.metrics.leases_held.inc()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
@@ -123,6 +127,7 @@ class SessionDriver:
         finally:
             # The turn goes on later (a person, a timer, another process): this drive's span ends.
             self._end_turn_span(control, "released" if self._ctx.stopping else "parked")
+            self._ctx.metrics.leases_held.dec()
             with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
                 await self._ctx.store.release_lease(session_id, lease)
                 ended = await self._ctx.store.get_session(session_id)
@@ -219,7 +224,7 @@ class SessionDriver:
                         turn.id,
                         session.agent,
                         turn.agent_version,
-                        extra=about(session),
+                        extra={**about(session), "turn_id": turn.id},
                     )
                 if turn is None and await self._ctx.steps.rest_session(
                     session_id, control.lease, self._ctx.clock()
@@ -248,13 +253,16 @@ class SessionDriver:
     ) -> None:
         """A step under the turn's `invoke_agent` span (opened on the drive's first step of the
         turn), so its model and tool spans are the turn's children; no span work when off."""
-        if not self._ctx.tracing.enabled or snapshot.turn is None:
-            await self._step(snapshot, transcript, control, only_finish=only_finish)
-            return
-        await self._enter_turn_span(snapshot.session, snapshot.turn, control)
-        assert control.span is not None
-        with trace.use_span(control.span, end_on_exit=False):
-            await self._step(snapshot, transcript, control, only_finish=only_finish)
+        if snapshot.turn is not None:
+            control.turn_started_at = snapshot.turn.started_at
+        with self._ctx.metrics.running_turns.track_inprogress():
+            if not self._ctx.tracing.enabled or snapshot.turn is None:
+                await self._step(snapshot, transcript, control, only_finish=only_finish)
+                return
+            await self._enter_turn_span(snapshot.session, snapshot.turn, control)
+            assert control.span is not None
+            with trace.use_span(control.span, end_on_exit=False):
+                await self._step(snapshot, transcript, control, only_finish=only_finish)
 
     async def _enter_turn_span(self, session: SessionRecord, turn: TurnRecord, control: TurnControl) -> None:
         if control.span_turn == turn.id:
@@ -365,7 +373,11 @@ class SessionDriver:
             await self._ctx.steps.finish_turn(session.id, control.lease, turn_id, end, self._ctx.clock())
         if control.span_turn == turn_id:
             self._end_turn_span(control, action.status, action.error)
+        self._ctx.metrics.turns.labels(session.agent, action.status).inc()
+        if control.turn_started_at is not None:
+            elapsed = max(0.0, self._ctx.clock() - control.turn_started_at)
+            self._ctx.metrics.turn_seconds.labels(session.agent).observe(elapsed)
         ended = f"session %s: turn %s {action.status}" + (": %s" if action.error else "")
         args = (session.id, turn_id, action.error) if action.error else (session.id, turn_id)
         level = logging.WARNING if action.status == "failed" else logging.INFO
-        logger.log(level, ended, *args, extra=about(session))
+        logger.log(level, ended, *args, extra={**about(session), "turn_id": turn_id})

@@ -373,7 +373,7 @@ class ModelCaller:
         """One model step: transient failures are retried as attempts of it, with a capped back-off.
         `stream` (the call's streamed text) learns of each failed attempt, so what it showed is
         discarded before the next attempt streams its own. One `chat` span covers the attempts."""
-        tracing = self._ctx.tracing
+        tracing, metrics, started = self._ctx.tracing, self._ctx.metrics, anyio.current_time()
         with tracing.chat(
             provider=provider,
             model=request.model,
@@ -386,6 +386,14 @@ class ModelCaller:
             except ModelError as exc:
                 tracing.failed(span, "context_length" if exc.context_length else type(exc).__name__, str(exc))
                 raise
+            finally:
+                metrics.model_seconds.labels(provider, request.model).observe(anyio.current_time() - started)
+            for kind, count in (
+                ("input", response.input_tokens),
+                ("output", response.output_tokens),
+                ("cached", response.cached_tokens),
+            ):
+                metrics.model_tokens.labels(provider, request.model, kind).inc(count)
             tracing.chat_answered(
                 span,
                 model=request.model,

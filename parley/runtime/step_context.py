@@ -12,6 +12,7 @@ from opentelemetry.trace import Span
 
 from parley.ids import TurnId
 from parley.runtime.faults import FaultPoints
+from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.tracing import Tracing
@@ -39,6 +40,7 @@ class StepContext:
     clock: Callable[[], float]
     faults: FaultPoints = field(default_factory=lambda: FaultPoints(None))
     tracing: Tracing = field(default_factory=Tracing)
+    metrics: RuntimeMetrics = field(default_factory=RuntimeMetrics)
     steps: SessionSteps = field(init=False)
     # Shutdown: finish the step in progress, start nothing new.
     stopping: bool = False
@@ -63,6 +65,8 @@ class TurnControl:
         self.span: Span | None = None
         # The turn this drive started (any other was resumed: started earlier, maybe elsewhere).
         self.started_turn: TurnId | None = None
+        # When the turn worked on started (for its duration when it ends).
+        self.turn_started_at: float | None = None
 
     def cancel(self, turn_id: TurnId) -> None:
         self.cancelled.add(turn_id)

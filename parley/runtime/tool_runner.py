@@ -142,6 +142,7 @@ class ToolRunner:
         )
         await self._ctx.steps.raise_interrupt(session.id, lease, interrupt, now)
         self._ctx.tracing.interrupt_raised(kind, interrupt.id, call.id)
+        self._ctx.metrics.interrupts.labels(kind).inc()
         logger.info(
             "session %s: waiting for %s %s on call %s (%s)",
             session.id,
@@ -203,6 +204,7 @@ class ToolRunner:
         # A started call runs to its end (bounded by its own timeout) even when the turn is
         # cancelled, so its result is kept.
         with anyio.CancelScope(shield=True), self._span(session, call) as span:
+            started = anyio.current_time()
             async with self._tool_slots:
                 run = await self._toolbox.run(
                     call,
@@ -213,6 +215,9 @@ class ToolRunner:
                     await self._answers(call),
                 )
             self._ctx.faults.hit("tool_ran", call.name)
+            server = call.server or "builtin"
+            self._ctx.metrics.tool_seconds.labels(server).observe(anyio.current_time() - started)
+            self._ctx.metrics.tool_calls.labels(server, run.status).inc()
             self._ctx.tracing.tool_ended(span, run.status, run.result)
             await self._commit_run(session, call, run, control.lease)
 
@@ -307,7 +312,11 @@ def _log_tool_result(session: SessionRecord, call: ToolCallRecord, run: ToolRun)
     text = str((run.result or {}).get("text") or "")
     if run.status == "succeeded":
         logger.debug(
-            "session %s: tool call %s (%s) succeeded", session.id, call.id, call.name, extra=about(session)
+            "session %s: tool call %s (%s) succeeded",
+            session.id,
+            call.id,
+            call.name,
+            extra={**about(session), "turn_id": call.turn_id, "tool_call_id": call.id},
         )
         return
     logger.warning(
@@ -317,5 +326,5 @@ def _log_tool_result(session: SessionRecord, call: ToolCallRecord, run: ToolRun)
         call.name,
         run.status.replace("_", " "),
         text[:LOGGED_RESULT_CHARS],
-        extra=about(session),
+        extra={**about(session), "turn_id": call.turn_id, "tool_call_id": call.id},
     )

@@ -376,3 +376,14 @@ class PendingInterrupt:
 
 
 DeleteOutcome = Literal["deleted", "busy", "not_found"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatabaseCounts:
+    """Counts over the whole database, for /metrics: sessions by status, messages queued,
+    live leases (of any process), and MCP tasks by status."""
+
+    sessions: dict[str, int]
+    queued_messages: int
+    leases: int
+    tasks: dict[str, int]
