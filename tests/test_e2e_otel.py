@@ -228,7 +228,10 @@ async def test_a_turn_resumed_after_sigkill_joins_the_callers_trace_and_content_
     [(session_id,)] = db_rows(
         tmp_path / "parley.db", "SELECT id FROM sessions WHERE start_client_message_id = ?", (mark,)
     )
-    async with ServerProcess(config, name="restarted", env=env) as again, again.client() as client:
+    # Over streamable HTTP (2025-11-25, which has MCP sessions): the SDK's server spans get the
+    # MCP session id from parley.
+    restarted = ServerProcess(config, name="restarted", env=env, http=True)
+    async with restarted as again, again.client("legacy") as client:
         out = await call(client, "get_session", session_id=session_id, wait_seconds=TEST_DEADLINE_S)
         assert out["last_turn"]["status"] == "answered", out
         spans = await _spans_until(
@@ -242,6 +245,14 @@ async def test_a_turn_resumed_after_sigkill_joins_the_callers_trace_and_content_
     assert any(SECRET_PROMPT in str(c.attributes.get("gen_ai.input.messages")) for c in chats), chats
     (tool,) = [s for s in spans if s.name == "execute_tool fixture__read_thing"]
     assert SECRET_PROMPT in str(tool.attributes["gen_ai.tool.call.arguments"])
+
+    async def served_over_http() -> bool:
+        return any(s.service == "crashy" for s in receiver.named("tools/call get_session"))
+
+    await eventually(served_over_http, "the span of the get_session call")
+    (served,) = [s for s in receiver.named("tools/call get_session") if s.service == "crashy"]
+    assert served.attributes["mcp.session.id"], served
+    assert served.attributes["mcp.method.name"] == "tools/call"
 
 
 # ---------------------------------------------------------------------- no SDK at all
@@ -283,3 +294,57 @@ async def test_without_the_sdk_parley_serves_and_says_nothing_unless_traces_were
     else:
         assert warnings == [], log
         assert "opentelemetry" not in log.lower(), log
+
+
+# ---------------------------------------------------------------------- JSON logs
+
+
+async def test_json_logs_carry_ids_and_a_wait_for_approval_is_a_span_linked_to_the_decision(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    fixture = fixture_server(tmp_path / "fixture.jsonl")
+    config = write_config(
+        tmp_path, agents={"worker": {"mcp_servers": ["fixture"]}}, mcp_servers={"fixture": fixture}
+    )
+    traceparent, trace_id, _ = _traceparent()
+    deciding, decider_trace, _ = _traceparent()
+    json_logs = ServerProcess(config, name="json", env=receiver.env("json"), args=("--log-format", "json"))
+    async with json_logs as server, server.client() as client:
+        arguments = {
+            "agent": "worker",
+            "message": '/tool fixture__bare {"text": "x"}',
+            "wait_seconds": TEST_DEADLINE_S,
+        }
+        result = await client.call_tool("start_session", arguments, meta={"traceparent": traceparent})
+        out = dict(result.structured_content or {})
+        assert out.get("status") == "waiting_for_input", out
+        [pending] = out["pending"]
+        decisions = [{"interrupt_id": pending["id"], "approved": True}]
+        result = await client.call_tool(
+            "approve",
+            {"session_id": out["session_id"], "decisions": decisions, "wait_seconds": TEST_DEADLINE_S},
+            meta={"traceparent": deciding},
+        )
+        assert dict(result.structured_content or {}).get("status") == "answered", result
+        spans = await _spans_until(
+            receiver, trace_id, ("json", "parley.await_approval"), ("json", "execute_tool fixture__bare")
+        )
+        log = server.log()
+    (wait,) = [s for s in spans if s.name == "parley.await_approval"]
+    assert wait.attributes["parley.interrupt.resolution"] == "approved"
+    assert [t for t, _ in wait.links] == [decider_trace]  # linked to the approving request
+    (tool,) = [s for s in spans if s.name == "execute_tool fixture__bare"]
+    assert "parley.approval.granted" in [name for name, _ in tool.events]
+    turns = [s for s in spans if s.name == "invoke_agent worker"]
+    assert "parley.approval.requested" in [name for t in turns for name, _ in t.events]
+
+    lines = [json.loads(line) for line in log.splitlines() if line.strip()]  # every line is one object
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    ended = [
+        line
+        for line in lines
+        if line.get("session_id") == out["session_id"] and "answered" in line["message"]
+    ]
+    assert ended, lines
+    assert ended[0]["turn_id"].startswith("turn_")
+    assert ended[0]["trace_id"] == trace_id and len(ended[0]["span_id"]) == 16

@@ -26,7 +26,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from parley import __version__
 
-__all__ = ["Tracing", "current_trace_context", "inject_headers"]
+__all__ = ["Tracing", "current_trace_context", "inject_headers", "is_installed", "resolution_name"]
 
 # The keys of a W3C trace context in `_meta` and in HTTP headers.
 CARRIER_KEYS = ("traceparent", "tracestate", "baggage")
@@ -43,9 +43,22 @@ def current_trace_context() -> dict[str, str] | None:
     return found or None
 
 
+def is_installed() -> bool:
+    """Whether an SDK tracer provider is installed (parley/telemetry.py), so spans are recorded."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def inject_headers(headers: dict[str, str]) -> None:
     """Add the current trace context to an outgoing HTTP request's headers (`traceparent`...)."""
     propagate.inject(headers)
+
+
+def resolution_name(approved: bool | None, declined: bool, expired: bool) -> str:
+    if expired:
+        return "expired"
+    if approved is not None:
+        return "approved" if approved else "rejected"
+    return "declined" if declined else "answered"
 
 
 def _json(value: Any) -> str:

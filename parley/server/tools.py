@@ -13,6 +13,7 @@ from parley.runtime.decisions import Decision
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
 from parley.server.client_logs import ClientLogRelay
+from parley.server.mcp_spans import mcp_session_on_span
 from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
 from parley.server.render import (
@@ -86,7 +87,7 @@ def build_mcp_server(
         instructions=SERVER_INSTRUCTIONS,
         request_state_security=security,
         extensions=[gateway],
-        middleware=[*([logs.middleware] if logs else []), gateway.middleware],
+        middleware=[mcp_session_on_span, *([logs.middleware] if logs else []), gateway.middleware],
     )
     if logs is not None:
         # MCPServer has no setLevel of its own; registering one also advertises `logging`.
