@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from opentelemetry import trace
 
-from parley.runtime.tracing import Tracing
+from parley.runtime.tracing import Tracing, is_installed
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,10 @@ def setup_tracing(environ: Mapping[str, str]) -> Tracing:
     """Install the SDK tracer provider if `environ` asks for traces; the Tracing settings of the
     process either way. Call once, before the server starts."""
     capture = _flag(environ.get(CAPTURE_CONTENT_ENV))
+    if is_installed():
+        # A provider set up before parley started (opentelemetry-instrument, a sitecustomize):
+        # parley's spans go to it, and no second provider is made.
+        return Tracing(enabled=True, capture_content=capture)
     if not wants_traces(environ):
         return Tracing(enabled=False, capture_content=capture)
     exporter_name = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
