@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from mcp import MCPError
 
+from tests.fake_providers import serving_fake_providers
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.support import (
     REPO,
@@ -115,12 +116,11 @@ async def test_one_trace_across_an_outer_client_two_parleys_and_a_tool_server(
 ) -> None:
     traceparent, trace_id, outer_span = _traceparent()
     async with chain.a.client() as client:
-        with contextlib.nullcontext():
-            result = await client.call_tool(
-                "start_session",
-                {"agent": "boss", "message": _nested(SECRET_PROMPT), "wait_seconds": TEST_DEADLINE_S},
-                meta={"traceparent": traceparent},
-            )
+        result = await client.call_tool(
+            "start_session",
+            {"agent": "boss", "message": _nested(SECRET_PROMPT), "wait_seconds": TEST_DEADLINE_S},
+            meta={"traceparent": traceparent},
+        )
     out = dict(result.structured_content or {})
     assert out.get("status") == "answered", out
     a_session = out["session_id"]
@@ -348,3 +348,42 @@ async def test_json_logs_carry_ids_and_a_wait_for_approval_is_a_span_linked_to_t
     assert ended, lines
     assert ended[0]["turn_id"].startswith("turn_")
     assert ended[0]["trace_id"] == trace_id and len(ended[0]["span_id"]) == 16
+
+
+# ---------------------------------------------------------------------- a real provider's wire
+
+
+async def test_a_provider_call_carries_the_trace_and_its_span_the_providers_usage(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    key = "sk-" + secrets.token_hex(16)
+    async with serving_fake_providers() as fake:
+        model = {
+            "provider": "openai",
+            "name": "gpt-test",
+            "base_url": fake.openai_url,
+            "api_key_env": "FAKE_KEY",
+        }
+        config = write_config(tmp_path, agents={"gpt": {"model": model}})
+        traceparent, trace_id, _ = _traceparent()
+        env = {**receiver.env("provider"), "FAKE_KEY": key}
+        async with ServerProcess(config, name="provider", env=env) as server, server.client() as client:
+            arguments = {"agent": "gpt", "message": "hello", "wait_seconds": TEST_DEADLINE_S}
+            result = await client.call_tool("start_session", arguments, meta={"traceparent": traceparent})
+            out = dict(result.structured_content or {})
+            assert out.get("status") == "answered", out
+            spans = await _spans_until(receiver, trace_id, ("provider", "chat gpt-test"))
+    # The provider was asked inside the trace, from the chat span.
+    (chat,) = [s for s in spans if s.name == "chat gpt-test"]
+    (sent,) = [r for r in fake.requests if r.provider == "openai"]
+    assert sent.headers["traceparent"].split("-")[1:3] == [trace_id, chat.span_id]
+    assert chat.attributes["gen_ai.provider.name"] == "openai"
+    assert chat.attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    inputs, outputs = _usage(tmp_path / "parley.db", out["session_id"])
+    assert (chat.attributes["gen_ai.usage.input_tokens"], chat.attributes["gen_ai.usage.output_tokens"]) == (
+        inputs,
+        outputs,
+    )
+    assert chat.attributes["gen_ai.usage.cache_read.input_tokens"] == 5
+    # The key is in no span.
+    assert not any(key in json.dumps(s.attributes, default=str) for s in receiver.in_trace(trace_id))

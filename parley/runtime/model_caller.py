@@ -396,11 +396,11 @@ class ModelCaller:
                 metrics.model_tokens.labels(provider, request.model, kind).inc(count)
             tracing.chat_answered(
                 span,
-                model=request.model,
+                model=response.model or request.model,
                 input_tokens=response.input_tokens,
                 output_tokens=response.output_tokens,
                 cached_tokens=response.cached_tokens,
-                finish_reason="tool_call" if response.tool_calls else "stop",
+                finish_reason=response.finish_reason or ("tool_call" if response.tool_calls else "stop"),
                 text=response.text,
                 tool_calls=response.tool_calls,
             )

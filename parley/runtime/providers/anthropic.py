@@ -86,6 +86,8 @@ def _from_message(message: dict[str, Any]) -> ModelResponse:
         cached_tokens=int(usage.get("cache_read_input_tokens", 0) or 0),
         provider=PROVIDER,
         raw=blocks,
+        model=message.get("model"),
+        finish_reason=message.get("stop_reason"),
     )
 
 
@@ -139,11 +141,13 @@ class AnthropicModelClient:
         blocks: dict[int, dict[str, Any]] = {}
         partial_json: dict[int, list[str]] = {}
         usage = {"input": 0, "output": 0, "cached": 0}
+        said: dict[str, str | None] = {"model": None, "stop_reason": None}
         stopped = False
         async for event, data in sse_events(response):
             payload = json.loads(data)
             kind = payload.get("type", event)
             if kind == "message_start":
+                said["model"] = payload.get("message", {}).get("model")
                 u = payload.get("message", {}).get("usage", {})
                 usage["input"] = int(u.get("input_tokens", 0))
                 usage["cached"] = int(u.get("cache_read_input_tokens", 0) or 0)
@@ -165,6 +169,7 @@ class AnthropicModelClient:
                 elif delta["type"] == "signature_delta":
                     block["signature"] = block.get("signature", "") + delta["signature"]
             elif kind == "message_delta":
+                said["stop_reason"] = payload.get("delta", {}).get("stop_reason") or said["stop_reason"]
                 usage["output"] = int(payload.get("usage", {}).get("output_tokens", usage["output"]))
             elif kind == "message_stop":
                 stopped = True
@@ -198,5 +203,7 @@ class AnthropicModelClient:
             output_tokens=usage["output"],
             cached_tokens=usage["cached"],
             provider=PROVIDER,
+            model=said["model"],
+            finish_reason=said["stop_reason"],
             raw=ordered,
         )

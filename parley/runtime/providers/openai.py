@@ -89,6 +89,8 @@ def _from_completion(completion: dict[str, Any]) -> ModelResponse:
         cached_tokens=int(details.get("cached_tokens", 0) or 0),
         provider=PROVIDER,
         raw={"reasoning_content": reasoning} if reasoning else None,
+        model=completion.get("model"),
+        finish_reason=(completion.get("choices") or [{}])[0].get("finish_reason"),
     )
 
 
@@ -148,6 +150,7 @@ class OpenAIModelClient:
         reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage: dict[str, Any] = {}
+        said: dict[str, str | None] = {"model": None, "finish_reason": None}
         done = False
         events = sse_events(response)
         async for _event, data in events:
@@ -167,7 +170,9 @@ class OpenAIModelClient:
                 )
             if chunk.get("usage"):
                 usage = chunk["usage"]
+            said["model"] = chunk.get("model") or said["model"]
             for choice in chunk.get("choices") or []:
+                said["finish_reason"] = choice.get("finish_reason") or said["finish_reason"]
                 delta = choice.get("delta") or {}
                 if delta.get("content"):
                     text.append(delta["content"])
@@ -211,5 +216,7 @@ class OpenAIModelClient:
             output_tokens=int(usage.get("completion_tokens", 0)),
             cached_tokens=int(details.get("cached_tokens", 0) or 0),
             provider=PROVIDER,
+            model=said["model"],
+            finish_reason=said["finish_reason"],
             raw={"reasoning_content": "".join(reasoning)} if reasoning else None,
         )
