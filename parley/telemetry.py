@@ -12,6 +12,7 @@ once at start. The exporter reads its own settings (`OTEL_EXPORTER_OTLP_ENDPOINT
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 
 from opentelemetry import trace
@@ -24,7 +25,7 @@ CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 # What turns traces on: an OTLP address, or an exporter named outright.
 _ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 # The exporters parley knows by name (OTEL_TRACES_EXPORTER): OTLP over HTTP/protobuf, and the
-# console (spans as JSON on stdout: for a look by hand, never with the stdio transport).
+# console (spans as JSON on stderr, beside the log: for a look by hand).
 _EXPORTERS = ("otlp", "console", "none")
 
 
@@ -76,7 +77,7 @@ def setup_tracing(environ: Mapping[str, str]) -> Tracing:
         return Tracing(enabled=False, capture_content=capture)
     exporter: SpanExporter
     if exporter_name == "console":
-        exporter = ConsoleSpanExporter()
+        exporter = ConsoleSpanExporter(out=sys.stderr)  # stdout is the stdio transport
     else:
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
