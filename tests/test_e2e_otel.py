@@ -134,10 +134,17 @@ async def test_one_trace_across_an_outer_client_two_parleys_and_a_tool_server(
         ("parley-b", "execute_tool fixture__read_thing"),
         ("fixture", "tools/call read_thing"),
     )
+
+    async def one_tree() -> bool:
+        """Every span's parent is in the trace, or is the outer client's span (a parent, such as
+        the request span that waited for the answer, ends and is exported after its children)."""
+        found = receiver.in_trace(trace_id)
+        ids = {s.span_id for s in found}
+        return all(s.parent_id in ids or s.parent_id == outer_span for s in found)
+
+    await eventually(one_tree, "every span's parent in the trace")
+    spans = receiver.in_trace(trace_id)
     by_id = {s.span_id: s for s in spans}
-    # One tree: every span's parent is in the trace, or is the outer client's span.
-    for span in spans:
-        assert span.parent_id in by_id or span.parent_id == outer_span, span
     assert {s.service for s in spans} >= {"parley-a", "parley-b", "fixture"}
 
     def ancestors(span: ReceivedSpan) -> list[str]:
@@ -329,14 +336,19 @@ async def test_json_logs_carry_ids_and_a_wait_for_approval_is_a_span_linked_to_t
         spans = await _spans_until(
             receiver, trace_id, ("json", "parley.await_approval"), ("json", "execute_tool fixture__bare")
         )
+
+        async def parked_turn_exported() -> bool:
+            turns = [s for s in receiver.in_trace(trace_id) if s.name == "invoke_agent worker"]
+            return any(name == "parley.approval.requested" for t in turns for name, _ in t.events)
+
+        # The drive that parked the turn ends its span as it lets the session go.
+        await eventually(parked_turn_exported, "the span of the turn that asked for the approval")
         log = server.log()
     (wait,) = [s for s in spans if s.name == "parley.await_approval"]
     assert wait.attributes["parley.interrupt.resolution"] == "approved"
     assert [t for t, _ in wait.links] == [decider_trace]  # linked to the approving request
     (tool,) = [s for s in spans if s.name == "execute_tool fixture__bare"]
     assert "parley.approval.granted" in [name for name, _ in tool.events]
-    turns = [s for s in spans if s.name == "invoke_agent worker"]
-    assert "parley.approval.requested" in [name for t in turns for name, _ in t.events]
 
     lines = [json.loads(line) for line in log.splitlines() if line.strip()]  # every line is one object
     assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
