@@ -32,6 +32,7 @@ from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.faults import FaultPoints
 from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.mcp_tasks import McpTaskService
+from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model import ModelClient
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
@@ -40,6 +41,7 @@ from parley.runtime.service import SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
+from parley.runtime.tracing import Tracing
 from parley.server.auth_gate import build_http_auth, caller_of
 from parley.server.client_logs import ClientLogRelay
 from parley.server.http import (
@@ -50,6 +52,7 @@ from parley.server.http import (
     http_url,
     uvicorn_config,
 )
+from parley.server.metrics_route import MetricsSources
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
@@ -71,6 +74,7 @@ class App:
     sources: McpToolSources
     tasks: McpTaskService
     events: SessionEvents
+    metrics: RuntimeMetrics
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -144,7 +148,7 @@ def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> ModelClients
 
 
 @asynccontextmanager
-async def running_app(config: ServerConfig) -> AsyncIterator[App]:
+async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> AsyncIterator[App]:
     """Open the store and run the scheduler for as long as the context is open.
 
     Leaving the context drains: running steps may finish within the shutdown grace period,
@@ -176,6 +180,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         sources = McpToolSources(config.mcp_servers, __version__)
         toolbox = Toolbox(sources)
         agents = AgentCatalog(config.agents, store)
+        metrics = RuntimeMetrics()
         driver = SessionDriver(
             store=store,
             agents=agents,
@@ -187,6 +192,8 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             process_id=process_id,
             timings=timings,
             clock=clock,
+            tracing=tracing,
+            metrics=metrics,
         )
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
@@ -248,6 +255,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
                     sources=sources,
                     tasks=tasks,
                     events=SessionEvents(store, signals, watch),
+                    metrics=metrics,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
@@ -295,9 +303,11 @@ async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None])
             return
 
 
-async def serve_stdio(config: ServerConfig, ready_hint: str | None = None) -> None:
+async def serve_stdio(
+    config: ServerConfig, ready_hint: str | None = None, *, tracing: Tracing | None = None
+) -> None:
     """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
-    async with running_app(config) as app, anyio.create_task_group() as tg:
+    async with running_app(config, tracing) as app, anyio.create_task_group() as tg:
         server = await _mcp_server(config, app, tg)
         await tg.start(_on_signal, tg.cancel_scope.cancel)
         if ready_hint:
@@ -314,6 +324,8 @@ async def serve_http(
     port: int,
     insecure_bind: bool,
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
+    *,
+    tracing: Tracing | None = None,
 ) -> None:
     if config.auth.mode == "tokens" and config.token_problems:
         raise ConfigErrors(list(config.token_problems))
@@ -322,7 +334,7 @@ async def serve_http(
     listener = bind_listener(host, port)
     with listener:
         async with (
-            running_app(config) as app,
+            running_app(config, tracing) as app,
             # The authorization server's keys and introspection; never a caller's token elsewhere.
             httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
             anyio.create_task_group() as tg,
@@ -331,7 +343,10 @@ async def serve_http(
             auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
             uv = QuietUvicorn(
                 uvicorn_config(
-                    build_http_app(server, host, app.health, config.http, auth, _v1(config, app)), config.http
+                    build_http_app(
+                        server, host, app.health, config.http, auth, _v1(config, app), _metrics(app)
+                    ),
+                    config.http,
                 )
             )
 
@@ -342,6 +357,16 @@ async def serve_http(
             tg.start_soon(_announce, uv, listener, on_listening)
             await uv.serve(sockets=[listener])
             tg.cancel_scope.cancel()
+
+
+def _metrics(app: App) -> MetricsSources:
+    return MetricsSources(
+        runtime=app.metrics,
+        pending_interrupts=app.store.list_all_pending,
+        database_counts=app.store.database_counts,
+        downstream_connections=app.sources.open_connections,
+        connection_errors=app.sources.connection_errors,
+    )
 
 
 def _v1(config: ServerConfig, app: App) -> V1Context:

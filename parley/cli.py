@@ -6,9 +6,11 @@ import argparse
 import getpass
 import json
 import logging
+import os
 import secrets
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -46,6 +48,9 @@ def _load(args: argparse.Namespace) -> ServerConfig:
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = _load(args)
     from parley.app import serve_stdio
+    from parley.telemetry import setup_tracing
+
+    tracing = setup_tracing(os.environ)
 
     if args.http:
         from parley.app import serve_http
@@ -59,13 +64,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"parley {__version__}: serving MCP at {http_url(bound_host, bound_port)}\n")
             sys.stderr.flush()
 
-        anyio.run(serve_http, config, host, port, args.insecure_bind, announce)
+        anyio.run(partial(serve_http, config, host, port, args.insecure_bind, announce, tracing=tracing))
         return 0
     hint = None
     if sys.stdin.isatty():
         exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
         hint = CONNECT_HINT.format(version=__version__, db=config.db_label, exe=exe)
-    anyio.run(serve_stdio, config, hint)
+    anyio.run(partial(serve_stdio, config, hint, tracing=tracing))
     return 0
 
 
@@ -355,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="allow a non-loopback --host without authentication (unsafe: anyone reaching the port drives sessions)",
     )
     serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="stderr lines as text (default) or one JSON object per line (time, level, message, ids)",
+    )
     serve.set_defaults(func=_cmd_serve)
 
     chat = sub.add_parser(
@@ -466,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
     # (parley/server/client_logs.py), which must not flood the server's own log.
     for handler in logging.getLogger().handlers:
         handler.setLevel(level)
+        if getattr(args, "log_format", "text") == "json":
+            from parley.log_format import JsonLogFormatter
+
+            handler.setFormatter(JsonLogFormatter())
     # The database driver's DEBUG lines may show statements with their parameters (users'
     # messages) and connection details: not in parley's log, whatever its level.
     logging.getLogger("psycopg").setLevel(logging.INFO)

@@ -205,8 +205,10 @@ class ServerProcess:
         db: str | None = None,
         port: int = 0,
         log_level: str = "DEBUG",
+        args: tuple[str, ...] = (),
     ) -> None:
         self.config_path = config_path
+        self.args = args
         self.http = http
         self.host = host
         self.db = db
@@ -232,6 +234,7 @@ class ServerProcess:
         self._log = self.log_path.open("ab")
         command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
         command += ["--log-level", self.log_level] + (["--db", self.db] if self.db else [])
+        command += list(self.args)
         if self.http:
             command += ["--http", "--port", str(self.port)] + (["--host", self.host] if self.host else [])
         self._process = await anyio.open_process(

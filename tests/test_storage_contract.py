@@ -1030,6 +1030,25 @@ async def test_count_leases_counts_the_sessions_whose_lease_a_process_holds_now(
     assert await store.count_leases("proc_none", T0) == 0
 
 
+async def test_database_counts_count_sessions_queue_leases_and_the_trace_context_is_kept(
+    store: Store,
+) -> None:
+    sid, _ = await running_turn(store)
+    waiting = await new_session(store, "waiting for a driver")  # its first message queued
+    traced = replace(
+        queued(sid, "later"), trace_context={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
+    )
+    assert await SessionSteps(store).enqueue_message(sid, "alice", traced, 10, T0 + 2) == "queued"
+    counts = await store.database_counts(T0 + 2)
+    assert counts.queued_messages == 2
+    assert counts.leases == 1
+    assert counts.sessions == {"running": 2}
+    assert counts.tasks == {}
+    assert await store.get_session(waiting) is not None
+    [stored] = [q for q in await store.list_queued(sid) if q.id == traced.id]
+    assert stored.trace_context == traced.trace_context
+
+
 async def test_steer_pending_tells_whether_a_queued_message_steers_the_running_turn(store: Store) -> None:
     sid, _ = await running_turn(store)
     assert not await store.steer_pending(sid)

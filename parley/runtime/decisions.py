@@ -14,7 +14,8 @@ from parley.errors import DecisionConflict, InterruptNotFound, InvalidArgument
 from parley.ids import SessionId, TurnId, is_interrupt_id
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
-from parley.storage.base import InterruptRecord, Resolution, SessionRecord
+from parley.runtime.tracing import Tracing, is_installed, resolution_name
+from parley.storage.base import InterruptRecord, Resolution, ResolveResult, SessionRecord
 from parley.storage.ports import Store
 
 MAX_ANSWER_CHARS = 20_000
@@ -101,6 +102,7 @@ class Decisions:
                 owner,
             )
             notes += self._note(d.interrupt_id, result.outcome, result.interrupt)
+            await self._traced(result, Resolution(approved=d.approved))
         return interrupts[ids[0]].turn_id, notes
 
     async def answer(
@@ -132,7 +134,28 @@ class Decisions:
         result = await self._steps.resolve_interrupt(
             SessionId(session.id), interrupt_id, resolution, by, self._clock(), owner
         )
+        await self._traced(result, resolution)
         return interrupt.turn_id, self._note(interrupt_id, result.outcome, result.interrupt)
+
+    async def _traced(self, result: ResolveResult, resolution: Resolution) -> None:
+        """The wait on a person as a span (parley.await_approval / await_question) in the turn's
+        trace, linked to the request that ended it; nothing is read when tracing is off."""
+        interrupt = result.interrupt
+        if result.outcome != "resolved" or interrupt is None or not is_installed():
+            return
+        turn = await self._store.get_turn(interrupt.turn_id)
+        queued = (
+            await self._store.get_queued(turn.queued_message_id) if turn and turn.queued_message_id else None
+        )
+        Tracing(enabled=True).interrupt_waited(
+            kind=interrupt.kind,
+            interrupt_id=interrupt.id,
+            session_id=interrupt.session_id,
+            raised_at_s=interrupt.created_at,
+            resolved_at_s=self._clock(),
+            resolution=resolution_name(resolution.approved, resolution.declined, resolution.expired),
+            turn_context=queued.trace_context if queued is not None else None,
+        )
 
     @staticmethod
     def _check_not_contradicted(interrupt: InterruptRecord, resolution: Resolution) -> None:

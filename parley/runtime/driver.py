@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 import anyio
 from anyio.abc import TaskGroup
+from opentelemetry import trace
 
 from parley.config import AgentConfig, AgentLimits, ModelSpec, effective_limits
 from parley.errors import LeaseLost
@@ -22,13 +23,15 @@ from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.faults import FaultPoints
 from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
 from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
+from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model_caller import ModelCaller, ModelFor
 from parley.runtime.session_log import about
 from parley.runtime.signals import SessionSignals, Watch
 from parley.runtime.step_context import DriveSettings, StepContext, TurnControl
 from parley.runtime.tool_runner import ToolRunner
 from parley.runtime.toolbox import Toolbox
-from parley.storage.base import SessionRecord
+from parley.runtime.tracing import Tracing
+from parley.storage.base import SessionRecord, TurnRecord
 from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
@@ -84,6 +87,8 @@ class SessionDriver:
         process_id: str,
         timings: DriveSettings,
         clock: Callable[[], float],
+        tracing: Tracing | None = None,
+        metrics: RuntimeMetrics | None = None,
     ) -> None:
         self._ctx = StepContext(
             store=store,
@@ -92,6 +97,8 @@ class SessionDriver:
             timings=timings,
             clock=clock,
             faults=faults or FaultPoints(None),
+            tracing=tracing or Tracing(),
+            metrics=metrics or RuntimeMetrics(),
         )
         self._agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
         self._toolbox = toolbox
@@ -108,6 +115,7 @@ class SessionDriver:
         as the lease is let go, the session needs a driver again (a message came meanwhile)."""
         control = TurnControl(lease)
         again = False
+        self._ctx.metrics.leases_held.inc()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
@@ -117,6 +125,9 @@ class SessionDriver:
             # Another process took over (this one stalled past the lease); nothing was committed here.
             logger.warning("lost the lease of session %s; another process drives it now", session_id)
         finally:
+            # The turn goes on later (a person, a timer, another process): this drive's span ends.
+            self._end_turn_span(control, "released" if self._ctx.stopping else "parked")
+            self._ctx.metrics.leases_held.dec()
             with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
                 await self._ctx.store.release_lease(session_id, lease)
                 ended = await self._ctx.store.get_session(session_id)
@@ -189,7 +200,7 @@ class SessionDriver:
                 # Shutdown: start nothing new, but a turn whose last step is committed is ended
                 # now, so its caller sees the answer without waiting for the next process.
                 if session.current_turn_id is not None:
-                    await self._step(snapshot, transcript, control, only_finish=True)
+                    await self._traced_step(snapshot, transcript, control, only_finish=True)
                     self._ctx.signals.notify(session_id)
                 return
             if _is_parked(session, self._ctx.clock()):
@@ -204,6 +215,7 @@ class SessionDriver:
                     session_id, control.lease, new_turn_id(), now, version, store_version=store_version
                 )
                 if turn is not None:
+                    control.started_turn = turn.id
                     if version is not None and store_version:
                         self._agents.mark_stored(version)
                     logger.info(
@@ -212,7 +224,7 @@ class SessionDriver:
                         turn.id,
                         session.agent,
                         turn.agent_version,
-                        extra=about(session),
+                        extra={**about(session), "turn_id": turn.id},
                     )
                 if turn is None and await self._ctx.steps.rest_session(
                     session_id, control.lease, self._ctx.clock()
@@ -228,8 +240,52 @@ class SessionDriver:
                 )
                 self._ctx.signals.notify(session_id)
                 continue
-            await self._step(snapshot, transcript, control)
+            await self._traced_step(snapshot, transcript, control)
             self._ctx.signals.notify(session_id)
+
+    async def _traced_step(
+        self,
+        snapshot: SessionSnapshot,
+        transcript: LeasedTranscript,
+        control: TurnControl,
+        *,
+        only_finish: bool = False,
+    ) -> None:
+        """A step under the turn's `invoke_agent` span (opened on the drive's first step of the
+        turn), so its model and tool spans are the turn's children; no span work when off."""
+        if snapshot.turn is not None:
+            control.turn_started_at = snapshot.turn.started_at
+        with self._ctx.metrics.running_turns.track_inprogress():
+            if not self._ctx.tracing.enabled or snapshot.turn is None:
+                await self._step(snapshot, transcript, control, only_finish=only_finish)
+                return
+            await self._enter_turn_span(snapshot.session, snapshot.turn, control)
+            assert control.span is not None
+            with trace.use_span(control.span, end_on_exit=False):
+                await self._step(snapshot, transcript, control, only_finish=only_finish)
+
+    async def _enter_turn_span(self, session: SessionRecord, turn: TurnRecord, control: TurnControl) -> None:
+        if control.span_turn == turn.id:
+            return
+        self._end_turn_span(control, "parked")
+        caller = None
+        if turn.queued_message_id is not None:
+            queued = await self._ctx.store.get_queued(turn.queued_message_id)
+            caller = queued.trace_context if queued is not None else None
+        control.span_turn = turn.id
+        control.span = self._ctx.tracing.start_turn(
+            session_id=session.id,
+            agent=session.agent,
+            turn_id=turn.id,
+            agent_version=turn.agent_version,
+            caller_context=caller,
+            resumed=control.started_turn != turn.id,
+        )
+
+    def _end_turn_span(self, control: TurnControl, outcome: str, error: str | None = None) -> None:
+        if control.span is not None:
+            self._ctx.tracing.end_turn(control.span, outcome, error)
+            control.span, control.span_turn = None, None
 
     async def _step(
         self,
@@ -315,7 +371,13 @@ class SessionDriver:
         end = transitions.turn_end(session, action, limit_reason=limit_reason, max_turns=max_turns)
         with anyio.CancelScope(shield=True):
             await self._ctx.steps.finish_turn(session.id, control.lease, turn_id, end, self._ctx.clock())
+        if control.span_turn == turn_id:
+            self._end_turn_span(control, action.status, action.error)
+        self._ctx.metrics.turns.labels(session.agent, action.status).inc()
+        if control.turn_started_at is not None:
+            elapsed = max(0.0, self._ctx.clock() - control.turn_started_at)
+            self._ctx.metrics.turn_seconds.labels(session.agent).observe(elapsed)
         ended = f"session %s: turn %s {action.status}" + (": %s" if action.error else "")
         args = (session.id, turn_id, action.error) if action.error else (session.id, turn_id)
         level = logging.WARNING if action.status == "failed" else logging.INFO
-        logger.log(level, ended, *args, extra=about(session))
+        logger.log(level, ended, *args, extra={**about(session), "turn_id": turn_id})

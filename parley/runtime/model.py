@@ -68,6 +68,9 @@ class ModelResponse:
     cached_tokens: int = 0
     provider: str | None = None
     raw: Any = None
+    # What the provider says it ran and why it stopped (for traces; None when it does not say).
+    model: str | None = None
+    finish_reason: str | None = None
 
 
 class ModelClient(Protocol):

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 import anyio
+from opentelemetry.trace import Span
 
 from parley.config import AgentConfig, ModelSpec, effective_memory
 from parley.errors import ModelError
@@ -225,7 +226,10 @@ class _ModelView:
         )
         session_id, turn_id, now = self._session.id, self._turn.id, self._caller._ctx.clock()
         try:
-            response = await self._caller.complete(self._model, request, self._session, turn_id)
+            with self._caller._ctx.tracing.compaction(session_id=session_id, model=self._spec.name):
+                response = await self._caller.complete(
+                    self._model, request, self._session, turn_id, provider=self._spec.provider
+                )
         except ModelError as exc:
             await self._caller._ctx.store.record_event(
                 session_id, turn_id, "compaction_failed", {"error": str(exc)}, now
@@ -306,7 +310,9 @@ class ModelCaller:
                 on_reasoning=stream.add_reasoning,
             )
             try:
-                response = await self.complete(model, request, session, turn_id, stream)
+                response = await self.complete(
+                    model, request, session, turn_id, stream, provider=model_spec.provider
+                )
             except ModelError as exc:
                 if not exc.context_length or not view.can_compact:
                     raise
@@ -315,7 +321,12 @@ class ModelCaller:
                     await view.messages(messages, force=True), self.attachment_bytes
                 )
                 response = await self.complete(
-                    model, replace(request, messages=chat), session, turn_id, stream
+                    model,
+                    replace(request, messages=chat),
+                    session,
+                    turn_id,
+                    stream,
+                    provider=model_spec.provider,
                 )
         except ModelError as exc:
             logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
@@ -362,10 +373,54 @@ class ModelCaller:
         session: SessionRecord,
         turn_id: TurnId,
         stream: _TextStream | None = None,
+        *,
+        provider: str,
     ) -> ModelResponse:
         """One model step: transient failures are retried as attempts of it, with a capped back-off.
         `stream` (the call's streamed text) learns of each failed attempt, so what it showed is
-        discarded before the next attempt streams its own."""
+        discarded before the next attempt streams its own. One `chat` span covers the attempts."""
+        tracing, metrics, started = self._ctx.tracing, self._ctx.metrics, anyio.current_time()
+        with tracing.chat(
+            provider=provider,
+            model=request.model,
+            session_id=session.id,
+            instructions=request.instructions,
+            messages=request.messages if tracing.capture_content else None,
+        ) as span:
+            try:
+                response = await self._attempts(model, request, session, turn_id, stream, span)
+            except ModelError as exc:
+                tracing.failed(span, "context_length" if exc.context_length else type(exc).__name__, str(exc))
+                raise
+            finally:
+                metrics.model_seconds.labels(provider, request.model).observe(anyio.current_time() - started)
+            for kind, count in (
+                ("input", response.input_tokens),
+                ("output", response.output_tokens),
+                ("cached", response.cached_tokens),
+            ):
+                metrics.model_tokens.labels(provider, request.model, kind).inc(count)
+            tracing.chat_answered(
+                span,
+                model=response.model or request.model,
+                input_tokens=response.input_tokens,
+                output_tokens=response.output_tokens,
+                cached_tokens=response.cached_tokens,
+                finish_reason=response.finish_reason or ("tool_call" if response.tool_calls else "stop"),
+                text=response.text,
+                tool_calls=response.tool_calls,
+            )
+            return response
+
+    async def _attempts(
+        self,
+        model: ModelClient,
+        request: ModelRequest,
+        session: SessionRecord,
+        turn_id: TurnId,
+        stream: _TextStream | None,
+        span: Span,
+    ) -> ModelResponse:
         attempts = self._ctx.timings.max_model_attempts
         for attempt in range(1, attempts + 1):
             try:
@@ -387,6 +442,9 @@ class ModelCaller:
                     exc,
                     pause,
                     extra=about(session),
+                )
+                self._ctx.tracing.retry(
+                    span, attempt, "transient" if exc.retry_after_s is None else "rate_limited", pause
                 )
                 data = {"attempt": attempt, "error": str(exc), "retry_in_s": pause}
                 await self._ctx.store.record_event(

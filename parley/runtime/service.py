@@ -63,6 +63,7 @@ from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
+from parley.runtime.tracing import current_trace_context
 from parley.storage.base import (
     AttachmentBlob,
     AuditRecord,
@@ -427,6 +428,7 @@ class SessionService:
                 client_message_id=client_message_id,
                 attachments=refs or None,
                 blobs=blobs,
+                trace_context=current_trace_context(),
             )
         if not await self._store.create_session(transitions.starting(record, queued), queued, now):
             # A concurrent retry with the same client_message_id won the race.
@@ -539,6 +541,7 @@ class SessionService:
             settings=settings,
             attachments=refs or None,
             blobs=blobs,
+            trace_context=current_trace_context(),
         )
         outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now)
         if outcome == "not_found":

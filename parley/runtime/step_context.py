@@ -8,11 +8,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+from opentelemetry.trace import Span
 
 from parley.ids import TurnId
 from parley.runtime.faults import FaultPoints
+from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
+from parley.runtime.tracing import Tracing
 from parley.storage.ports import Store
 
 
@@ -36,6 +39,8 @@ class StepContext:
     timings: DriveSettings
     clock: Callable[[], float]
     faults: FaultPoints = field(default_factory=lambda: FaultPoints(None))
+    tracing: Tracing = field(default_factory=Tracing)
+    metrics: RuntimeMetrics = field(default_factory=RuntimeMetrics)
     steps: SessionSteps = field(init=False)
     # Shutdown: finish the step in progress, start nothing new.
     stopping: bool = False
@@ -55,6 +60,13 @@ class TurnControl:
         # Turns whose cancel was requested: work shielded from the scope (a tool call waiting on
         # its server's question) looks here to give up its wait.
         self.cancelled: set[TurnId] = set()
+        # The `invoke_agent` span of the turn this drive works on (runtime/tracing.py), if any.
+        self.span_turn: TurnId | None = None
+        self.span: Span | None = None
+        # The turn this drive started (any other was resumed: started earlier, maybe elsewhere).
+        self.started_turn: TurnId | None = None
+        # When the turn worked on started (for its duration when it ends).
+        self.turn_started_at: float | None = None
 
     def cancel(self, turn_id: TurnId) -> None:
         self.cancelled.add(turn_id)

@@ -5,10 +5,12 @@ left, so a waiting session holds no task and no lease."""
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
 from mcp.types import InputResponses
+from opentelemetry.trace import Span
 
 from parley.config import AgentConfig
 from parley.ids import TurnId, new_interrupt_id
@@ -139,6 +141,8 @@ class ToolRunner:
             deadline=deadline,
         )
         await self._ctx.steps.raise_interrupt(session.id, lease, interrupt, now)
+        self._ctx.tracing.interrupt_raised(kind, interrupt.id, call.id)
+        self._ctx.metrics.interrupts.labels(kind).inc()
         logger.info(
             "session %s: waiting for %s %s on call %s (%s)",
             session.id,
@@ -199,7 +203,8 @@ class ToolRunner:
 
         # A started call runs to its end (bounded by its own timeout) even when the turn is
         # cancelled, so its result is kept.
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True), self._span(session, call) as span:
+            started = anyio.current_time()
             async with self._tool_slots:
                 run = await self._toolbox.run(
                     call,
@@ -210,15 +215,32 @@ class ToolRunner:
                     await self._answers(call),
                 )
             self._ctx.faults.hit("tool_ran", call.name)
+            server = call.server or "builtin"
+            self._ctx.metrics.tool_seconds.labels(server).observe(anyio.current_time() - started)
+            self._ctx.metrics.tool_calls.labels(server, run.status).inc()
+            self._ctx.tracing.tool_ended(span, run.status, run.result)
             await self._commit_run(session, call, run, control.lease)
+
+    def _span(self, session: SessionRecord, call: ToolCallRecord) -> AbstractContextManager[Span]:
+        return self._ctx.tracing.execute_tool(
+            name=call.name,
+            call_id=call.id,
+            session_id=session.id,
+            effect=call.effect,
+            server=call.server,
+            idempotency_key=call.idempotency_key,
+            approved=call.requires_approval and call.decision == "approved",
+            arguments=call.arguments,
+        )
 
     async def _poll_remote(self, session: SessionRecord, call: ToolCallRecord, control: TurnControl) -> None:
         """One look at the downstream task of a waiting call (see runtime/mcp/downstream_tasks.py)."""
-        with anyio.CancelScope(shield=True):
+        with anyio.CancelScope(shield=True), self._span(session, call) as span:
             async with self._tool_slots:
                 run = await self._toolbox.poll_remote(
                     call, session, self._asker(session, call, control), await self._answers(call)
                 )
+            self._ctx.tracing.tool_ended(span, run.status, run.result)
             await self._commit_run(session, call, run, control.lease)
 
     async def _commit_run(
@@ -290,7 +312,11 @@ def _log_tool_result(session: SessionRecord, call: ToolCallRecord, run: ToolRun)
     text = str((run.result or {}).get("text") or "")
     if run.status == "succeeded":
         logger.debug(
-            "session %s: tool call %s (%s) succeeded", session.id, call.id, call.name, extra=about(session)
+            "session %s: tool call %s (%s) succeeded",
+            session.id,
+            call.id,
+            call.name,
+            extra={**about(session), "turn_id": call.turn_id, "tool_call_id": call.id},
         )
         return
     logger.warning(
@@ -300,5 +326,5 @@ def _log_tool_result(session: SessionRecord, call: ToolCallRecord, run: ToolRun)
         call.name,
         run.status.replace("_", " "),
         text[:LOGGED_RESULT_CHARS],
-        extra=about(session),
+        extra={**about(session), "turn_id": call.turn_id, "tool_call_id": call.id},
     )

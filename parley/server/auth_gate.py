@@ -6,6 +6,8 @@
   lacks the scope, 403 `insufficient_scope` with the `scope` needed (the SDK's gate leaves that
   parameter out);
 - `/healthz` is open; a token with `parley:metrics` (or `parley:admin`) gets the full report;
+- `/metrics` needs a valid token with `parley:metrics` (or `parley:admin`): 401 without one,
+  403 `insufficient_scope` naming `parley:metrics` with a token that lacks it;
 - `/.well-known/oauth-protected-resource` (and the path-inserted form for the resource's path)
   is open, in `oauth` mode only: in `tokens` mode there is no authorization server to name.
 
@@ -45,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 HEALTH_PATH = "/healthz"
+METRICS_PATH = "/metrics"
 # What /mcp needs (either), and what the full /healthz report needs (either).
 MCP_SCOPES = (USE, ADMIN)
 HEALTH_SCOPES = (METRICS, ADMIN)
@@ -137,7 +140,12 @@ class BearerGate:
             logger.info("refused a request to %s: %s", scope["path"][:100], checked.description)
             await self._refuse(send, checked.status, checked.error, checked.description, checked.description)
             return
-        if not any(s in checked.scopes for s in MCP_SCOPES):
+        if scope["path"] == METRICS_PATH:
+            if not any(s in checked.scopes for s in HEALTH_SCOPES):
+                description = f"The access token lacks the scope {METRICS} (or {ADMIN}) /metrics requires."
+                await self._refuse(send, 403, "insufficient_scope", description, description, scope=METRICS)
+                return
+        elif not any(s in checked.scopes for s in MCP_SCOPES):
             logger.info(
                 "refused %s a request to %s: no parley:use scope", checked.client_id, scope["path"][:100]
             )

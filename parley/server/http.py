@@ -28,6 +28,7 @@ from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
 from parley.server.http_guard import HostGuard
 from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
 from parley.server.http_sessions import SessionLimits, SessionTable
+from parley.server.metrics_route import MetricsSources, metrics_route
 from parley.server.ui_routes import with_ui
 from parley.server.v1_common import V1Context
 from parley.server.v1_routes import v1_cors, v1_routes
@@ -132,6 +133,7 @@ def build_http_app(
     config: HttpConfig,
     auth: HttpAuth | None = None,
     v1: V1Context | None = None,
+    metrics: MetricsSources | None = None,
 ) -> ASGIApp:
     # The SDK builds and configures its session manager here; parley serves it from its own
     # Starlette app, behind its own session table and guards. Its DNS-rebinding check is off
@@ -165,6 +167,7 @@ def build_http_app(
 
     routes = [Route("/mcp", endpoint=sessions), Route("/healthz", healthz, methods=["GET"])]
     routes += v1_routes(v1) if v1 is not None else []
+    routes += [metrics_route(metrics)] if metrics is not None else []
     starlette_app = Starlette(routes=routes + (auth.routes if auth else []), lifespan=lifespan)
     app: ASGIApp = starlette_app
     if auth is not None:

@@ -14,6 +14,7 @@ from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
 from parley.server.attachment_content import attachment_block
 from parley.server.client_logs import ClientLogRelay
+from parley.server.mcp_spans import mcp_session_on_span
 from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
 from parley.server.render import (
@@ -88,7 +89,7 @@ def build_mcp_server(
         instructions=SERVER_INSTRUCTIONS,
         request_state_security=security,
         extensions=[gateway],
-        middleware=[*([logs.middleware] if logs else []), gateway.middleware],
+        middleware=[mcp_session_on_span, *([logs.middleware] if logs else []), gateway.middleware],
     )
     if logs is not None:
         # MCPServer has no setLevel of its own; registering one also advertises `logging`.

@@ -242,6 +242,8 @@ class QueuedMessageRecord:
     # The bytes of those attachments, written with the message in its transaction (stored once
     # by their sha256) and never read back with it: a stored message has none here.
     blobs: tuple[AttachmentBlob, ...] = field(default=(), compare=False, repr=False)
+    # The caller's W3C trace context (traceparent, tracestate, baggage), for the turn's spans.
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -390,3 +392,14 @@ class PendingInterrupt:
 
 
 DeleteOutcome = Literal["deleted", "busy", "not_found"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatabaseCounts:
+    """Counts over the whole database, for /metrics: sessions by status, messages queued,
+    live leases (of any process), and MCP tasks by status."""
+
+    sessions: dict[str, int]
+    queued_messages: int
+    leases: int
+    tasks: dict[str, int]

@@ -8,6 +8,7 @@ SQLite file; a handle is what a parley process holds. Writes are transactions th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -18,6 +19,7 @@ from parley.errors import LeaseLost
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
     AgentVersionRecord,
+    DatabaseCounts,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -184,6 +186,19 @@ class MemoryStore(MemorySteps, MemoryAccess):
             if lease_holder(s.lease_owner) == owner
             and s.lease_expires_at is not None
             and s.lease_expires_at >= now
+        )
+
+    async def database_counts(self, now: float) -> DatabaseCounts:
+        tables = await self._committed()
+        return DatabaseCounts(
+            sessions=dict(Counter(s.status for s in tables.sessions.values())),
+            queued_messages=sum(1 for q in tables.queued.values() if q.status == "queued"),
+            leases=sum(
+                1
+                for s in tables.sessions.values()
+                if s.lease_expires_at is not None and s.lease_expires_at >= now
+            ),
+            tasks=dict(Counter(t.status for t in tables.tasks.values())),
         )
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:

@@ -54,7 +54,7 @@ _COLUMNS: dict[type[Any], _Column] = {
     TurnRecord: _Column("turns", ("result", "settings")),
     ToolCallRecord: _Column("tool_calls", ("arguments", "result", "remote"), ("requires_approval",)),
     InterruptRecord: _Column("interrupts", ("payload", "resolution")),
-    QueuedMessageRecord: _Column("queued_messages", ("settings", "attachments"), ("steer",)),
+    QueuedMessageRecord: _Column("queued_messages", ("settings", "attachments", "trace_context"), ("steer",)),
     MessageRecord: _Column("messages", ("content",)),
     EventRecord: _Column("events", ("data",)),
     TaskRecord: _Column("tasks", ("result",)),

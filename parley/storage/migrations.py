@@ -274,4 +274,9 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX attachment_refs_by_blob ON attachment_refs(sha256);
     """,
+    # 16: the W3C trace context (traceparent, tracestate, baggage) a caller sent with a message,
+    # so the turn it starts joins the caller's trace, in whichever process runs it
+    """
+    ALTER TABLE queued_messages ADD COLUMN trace_context TEXT;
+    """,
 )

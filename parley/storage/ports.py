@@ -12,6 +12,7 @@ from parley.storage.base import (
     AgentVersionRecord,
     AttachmentBlob,
     AuditRecord,
+    DatabaseCounts,
     DeleteOutcome,
     EventRecord,
     InterruptRecord,
@@ -79,6 +80,10 @@ class Leases(Protocol):
 
     async def count_leases(self, owner: str, now: float) -> int:
         """Sessions whose lease process `owner` holds now (for health reports)."""
+        ...
+
+    async def database_counts(self, now: float) -> DatabaseCounts:
+        """Counts over the whole database (metrics): a few aggregate reads, no rows."""
         ...
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:

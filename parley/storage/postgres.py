@@ -27,6 +27,7 @@ from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.redaction import mask_url
 from parley.storage.base import (
     AgentVersionRecord,
+    DatabaseCounts,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -175,6 +176,7 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
                 "text": "::json",
                 "settings": "::json",
                 "attachments": "::json",
+                "trace_context": "::json",
                 "steer": "::boolean",
                 "created_at": "::float8",
             }
@@ -305,6 +307,18 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
             (prefix, prefix[:-1] + "$", now),
         )
         return int(row[0]) if row is not None else 0
+
+    async def database_counts(self, now: float) -> DatabaseCounts:
+        sessions = await self._fetchall("SELECT status, count(*) FROM sessions GROUP BY status", ())
+        tasks = await self._fetchall("SELECT status, count(*) FROM tasks GROUP BY status", ())
+        queued = await self._fetchone("SELECT count(*) FROM queued_messages WHERE status = 'queued'", ())
+        leases = await self._fetchone("SELECT count(*) FROM sessions WHERE lease_expires_at >= %s", (now,))
+        return DatabaseCounts(
+            sessions={str(r[0]): int(r[1]) for r in sessions},
+            queued_messages=int(queued[0]) if queued is not None else 0,
+            leases=int(leases[0]) if leases is not None else 0,
+            tasks={str(r[0]): int(r[1]) for r in tasks},
+        )
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         rows = await self._fetchall(WORK_SCAN, {"now": now, "limit": page_limit(limit)})

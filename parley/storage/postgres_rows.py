@@ -48,7 +48,8 @@ TURN_FIELDS = _names(
     "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
 )
 QUEUED_FIELDS = _names(
-    "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, attachments"
+    "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, "
+    "attachments, trace_context"
 )
 CALL_FIELDS = _names(
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
@@ -86,7 +87,7 @@ JSON_COLUMNS: dict[str, frozenset[str]] = {
         "turns": frozenset({"result", "settings"}),
         "tool_calls": frozenset({"arguments", "result", "remote"}),
         "interrupts": frozenset({"payload", "resolution"}),
-        "queued_messages": frozenset({"settings", "attachments"}),
+        "queued_messages": frozenset({"settings", "attachments", "trace_context"}),
         "messages": frozenset({"content"}),
         "events": frozenset({"data"}),
         "summaries": frozenset(),

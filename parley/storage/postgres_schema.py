@@ -263,6 +263,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX attachment_refs_by_blob ON attachment_refs(sha256);
     """,
+    # 5: the W3C trace context a caller sent with a message (SQLite's migration 16)
+    """
+    ALTER TABLE queued_messages ADD COLUMN trace_context json;
+    """,
 )
 
 # The tables that hold parley's data, parents before children (the order a copy fills them in).

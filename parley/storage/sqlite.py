@@ -22,6 +22,7 @@ from parley.errors import LeaseLost, StorageError
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.storage.base import (
     AgentVersionRecord,
+    DatabaseCounts,
     EventRecord,
     InterruptRecord,
     MessageRecord,
@@ -227,6 +228,18 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
             (len(prefix), prefix, now),
         )
         return int(row[0]) if row is not None else 0
+
+    async def database_counts(self, now: float) -> DatabaseCounts:
+        sessions = await self._fetchall("SELECT status, COUNT(*) FROM sessions GROUP BY status", ())
+        tasks = await self._fetchall("SELECT status, COUNT(*) FROM tasks GROUP BY status", ())
+        queued = await self._fetchone("SELECT COUNT(*) FROM queued_messages WHERE status = 'queued'", ())
+        leases = await self._fetchone("SELECT COUNT(*) FROM sessions WHERE lease_expires_at >= ?", (now,))
+        return DatabaseCounts(
+            sessions={str(r[0]): int(r[1]) for r in sessions},
+            queued_messages=int(queued[0]) if queued is not None else 0,
+            leases=int(leases[0]) if leases is not None else 0,
+            tasks={str(r[0]): int(r[1]) for r in tasks},
+        )
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         # Two partial indexes (migration 13), so sessions parked on a person are never read.

@@ -24,7 +24,8 @@ TURN_COLUMNS = (
     "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
 )
 QUEUED_COLUMNS = (
-    "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, attachments"
+    "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, "
+    "attachments, trace_context"
 )
 CALL_COLUMNS = (
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
@@ -147,4 +148,5 @@ def queued_row(row: sqlite3.Row) -> QueuedMessageRecord:
         steer=bool(row["steer"]),
         settings=json.loads(row["settings"]) if row["settings"] is not None else None,
         attachments=json.loads(row["attachments"]) if row["attachments"] is not None else None,
+        trace_context=json.loads(row["trace_context"]) if row["trace_context"] is not None else None,
     )

@@ -46,14 +46,15 @@ _TABLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "turns": (_columns(TURN_COLUMNS), frozenset({"result", "settings"})),
     "tool_calls": (_columns(CALL_COLUMNS), frozenset({"arguments", "result", "remote"})),
     "interrupts": (_columns(INTERRUPT_COLUMNS), frozenset({"payload", "resolution"})),
-    "queued_messages": (_columns(QUEUED_COLUMNS), frozenset({"settings", "attachments"})),
+    "queued_messages": (_columns(QUEUED_COLUMNS), frozenset({"settings", "attachments", "trace_context"})),
 }
 # Tables whose rows carry the time of their last change.
 _STAMPED = frozenset({"sessions", "tool_calls"})
 
 _INSERT_QUEUED = (
     "INSERT INTO queued_messages (id, session_id, seq, text, status, turn_id, created_at, "
-    "client_message_id, steer, settings, attachments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "client_message_id, steer, settings, attachments, trace_context) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _INSERT_CALL = (
     "INSERT INTO tool_calls (id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, "
@@ -168,6 +169,7 @@ def append_rows(
                     int(q.steer),
                     dumps(q.settings) if q.settings is not None else None,
                     dumps(q.attachments) if q.attachments is not None else None,
+                    dumps(q.trace_context) if q.trace_context is not None else None,
                 )
                 for i, q in enumerate(queued)
             ],

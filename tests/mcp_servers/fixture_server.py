@@ -187,6 +187,10 @@ def main() -> None:
     if started:  # a test that asks when (and how often) this server was started
         with Path(started).open("a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):  # tests/test_e2e_otel.py: spans of this hop too
+        from parley.telemetry import setup_tracing
+
+        setup_tracing(os.environ)
     server = build(args)
     if args.http is None:
         server.run("stdio")

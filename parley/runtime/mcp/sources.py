@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -121,6 +122,8 @@ class McpToolSources:
         self._listings: dict[str, _Listing] = {}
         self._tg: TaskGroup | None = None
         self._in_flight = 0
+        # Connections that could not be made, by server since start (GET /metrics).
+        self.connection_errors: Counter[str] = Counter()
 
     @property
     def servers(self) -> Mapping[str, McpServerConfig]:
@@ -161,10 +164,12 @@ class McpToolSources:
                 with anyio.fail_after(cfg.connect_timeout_s):
                     await self._tg.start(connection.run)
             except TimeoutError as exc:
+                self.connection_errors[server] += 1
                 raise CallNotSent(
                     server, f"no answer to the connection within {cfg.connect_timeout_s:g}s"
                 ) from exc
             except Exception as exc:
+                self.connection_errors[server] += 1
                 raise CallNotSent(server, f"cannot connect: {_describe(exc)}") from exc
             slot.connection = connection
             return connection

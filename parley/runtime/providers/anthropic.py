@@ -17,6 +17,7 @@ from parley.runtime.providers.http import (
     transport_error,
     without_secrets,
 )
+from parley.runtime.tracing import inject_headers
 
 PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -101,6 +102,8 @@ def _from_message(message: dict[str, Any]) -> ModelResponse:
         cached_tokens=int(usage.get("cache_read_input_tokens", 0) or 0),
         provider=PROVIDER,
         raw=blocks,
+        model=message.get("model"),
+        finish_reason=message.get("stop_reason"),
     )
 
 
@@ -134,6 +137,7 @@ class AnthropicModelClient:
                 for t in request.tools
             ]
         headers = {"anthropic-version": API_VERSION, "content-type": "application/json"}
+        inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:
             headers["x-api-key"] = self._api_key
         try:
@@ -153,11 +157,13 @@ class AnthropicModelClient:
         blocks: dict[int, dict[str, Any]] = {}
         partial_json: dict[int, list[str]] = {}
         usage = {"input": 0, "output": 0, "cached": 0}
+        said: dict[str, str | None] = {"model": None, "stop_reason": None}
         stopped = False
         async for event, data in sse_events(response):
             payload = json.loads(data)
             kind = payload.get("type", event)
             if kind == "message_start":
+                said["model"] = payload.get("message", {}).get("model")
                 u = payload.get("message", {}).get("usage", {})
                 usage["input"] = int(u.get("input_tokens", 0))
                 usage["cached"] = int(u.get("cache_read_input_tokens", 0) or 0)
@@ -179,6 +185,7 @@ class AnthropicModelClient:
                 elif delta["type"] == "signature_delta":
                     block["signature"] = block.get("signature", "") + delta["signature"]
             elif kind == "message_delta":
+                said["stop_reason"] = payload.get("delta", {}).get("stop_reason") or said["stop_reason"]
                 usage["output"] = int(payload.get("usage", {}).get("output_tokens", usage["output"]))
             elif kind == "message_stop":
                 stopped = True
@@ -212,5 +219,7 @@ class AnthropicModelClient:
             output_tokens=usage["output"],
             cached_tokens=usage["cached"],
             provider=PROVIDER,
+            model=said["model"],
+            finish_reason=said["stop_reason"],
             raw=ordered,
         )

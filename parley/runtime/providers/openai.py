@@ -20,6 +20,7 @@ from parley.runtime.providers.http import (
     without_secrets,
 )
 from parley.runtime.providers.wire_json import EncodedMessages, body_with_messages, dumps
+from parley.runtime.tracing import inject_headers
 
 # How long the rest of a stream after [DONE] is read before the connection is given up on.
 DRAIN_AFTER_DONE_S = 1.0
@@ -103,6 +104,8 @@ def _from_completion(completion: dict[str, Any]) -> ModelResponse:
         cached_tokens=int(details.get("cached_tokens", 0) or 0),
         provider=PROVIDER,
         raw={"reasoning_content": reasoning} if reasoning else None,
+        model=completion.get("model"),
+        finish_reason=(completion.get("choices") or [{}])[0].get("finish_reason"),
     )
 
 
@@ -143,6 +146,7 @@ class OpenAIModelClient:
         system = [dumps({"role": "system", "content": request.instructions})] if request.instructions else []
         content = body_with_messages(body, [*system, *map(self._encoded.encode, request.messages)])
         headers = {"content-type": "application/json"}
+        inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
         try:
@@ -163,6 +167,7 @@ class OpenAIModelClient:
         reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage: dict[str, Any] = {}
+        said: dict[str, str | None] = {"model": None, "finish_reason": None}
         done = False
         events = sse_events(response)
         async for _event, data in events:
@@ -182,7 +187,9 @@ class OpenAIModelClient:
                 )
             if chunk.get("usage"):
                 usage = chunk["usage"]
+            said["model"] = chunk.get("model") or said["model"]
             for choice in chunk.get("choices") or []:
+                said["finish_reason"] = choice.get("finish_reason") or said["finish_reason"]
                 delta = choice.get("delta") or {}
                 if delta.get("content"):
                     text.append(delta["content"])
@@ -226,5 +233,7 @@ class OpenAIModelClient:
             output_tokens=int(usage.get("completion_tokens", 0)),
             cached_tokens=int(details.get("cached_tokens", 0) or 0),
             provider=PROVIDER,
+            model=said["model"],
+            finish_reason=said["finish_reason"],
             raw={"reasoning_content": "".join(reasoning)} if reasoning else None,
         )
