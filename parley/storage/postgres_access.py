@@ -27,6 +27,13 @@ SESSION_TABLES = (
     "turns",
 )
 
+# The statement parts that delete every row of the sessions in a CTE named `target`, and their
+# MCP tasks (the sessions themselves are deleted by the statement's last part).
+DELETE_ROWS_OF_TARGET = ", ".join(
+    f"d_{table} AS (DELETE FROM {table} WHERE session_id IN (SELECT id FROM target))"
+    for table in (*SESSION_TABLES, "tasks")
+)
+
 
 def _audit(row: Sequence[Any]) -> AuditRecord:
     values = dict(zip(_AUDIT_FIELDS, row, strict=True))
@@ -71,10 +78,7 @@ class PostgresAccess(PostgresBase):
     async def delete_session(self, session_id: SessionId, now: float) -> DeleteOutcome:
         # One statement: the session row locked and checked, then every row of it deleted (the
         # foreign keys are checked at the end of the statement, when the children are gone too).
-        deletes = ", ".join(
-            f"d_{table} AS (DELETE FROM {table} WHERE session_id IN (SELECT id FROM target))"
-            for table in (*SESSION_TABLES, "tasks")
-        )
+        deletes = DELETE_ROWS_OF_TARGET
         rows = await self._write(
             "WITH target AS (SELECT id FROM sessions WHERE id = %s AND status != 'running' "
             "AND (lease_owner IS NULL OR coalesce(lease_expires_at, 0) <= %s) FOR UPDATE), "

@@ -26,6 +26,7 @@ from parley.storage.base import (
     InterruptRecord,
     MessageRecord,
     QueuedMessageRecord,
+    SessionFilter,
     SessionPage,
     SessionRecord,
     StepRecord,
@@ -37,6 +38,7 @@ from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_access import SqliteAccess
 from parley.storage.sqlite_file import prepare_database_file
+from parley.storage.sqlite_manage import SqliteManage
 from parley.storage.sqlite_plumbing import (
     BUSY_WAIT_S,
     Connection,
@@ -79,7 +81,7 @@ from parley.storage.sqlite_steps import SqliteSteps, append_rows
 _dumps = dumps
 
 
-class SqliteStore(SqliteSteps, SqliteAccess):
+class SqliteStore(SqliteSteps, SqliteAccess, SqliteManage):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
     @staticmethod
@@ -106,7 +108,7 @@ class SqliteStore(SqliteSteps, SqliteAccess):
             try:
                 db.execute(
                     "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
-                    "start_client_message_id, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "start_client_message_id, settings, title, tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session.id,
                         session.agent,
@@ -119,6 +121,8 @@ class SqliteStore(SqliteSteps, SqliteAccess):
                         _dumps(session.inputs) if session.inputs is not None else None,
                         session.start_client_message_id,
                         _dumps(session.settings),
+                        session.title,
+                        _dumps(session.tags),
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -296,7 +300,13 @@ class SqliteStore(SqliteSteps, SqliteAccess):
         return _session(row) if row is not None else None
 
     async def list_sessions(
-        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self,
+        owner: str | None,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        match: SessionFilter | None = None,
     ) -> SessionPage:
         where = ["owner = ?"] if owner is not None else ["1 = 1"]
         params: list[Any] = [owner] if owner is not None else []
@@ -306,6 +316,20 @@ class SqliteStore(SqliteSteps, SqliteAccess):
         if agent is not None:
             where.append("agent = ?")
             params.append(agent)
+        if match is not None:
+            if match.title is not None:
+                # instr, not LIKE: the text is matched as it is, % and _ included
+                where.append("instr(lower(title), lower(?)) > 0")
+                params.append(match.title)
+            if match.tag is not None:
+                where.append("EXISTS (SELECT 1 FROM json_each(sessions.tags) WHERE value = ?)")
+                params.append(match.tag)
+            if match.created_from is not None:
+                where.append("created_at >= ?")
+                params.append(match.created_from)
+            if match.created_before is not None:
+                where.append("created_at < ?")
+                params.append(match.created_before)
         if cursor is not None:
             created_at, _, last_id = cursor.partition("|")
             where.append("(created_at < ? OR (created_at = ? AND id < ?))")
