@@ -34,6 +34,7 @@ from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.model import ModelClient
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
+from parley.runtime.retention import RetentionSweep
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
@@ -222,6 +223,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
             await tg.start(
                 service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
             )
+            await tg.start(RetentionSweep(store, config.retention, clock, signals).run)
             if config.config_path is not None and runtime.agent_reload_s > 0:
                 reloader = AgentReloader(
                     config.config_path,

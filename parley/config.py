@@ -43,6 +43,7 @@ from parley.config_auth import (
     check_public_url,
     token_digest,
 )
+from parley.config_retention import RetentionConfig
 from parley.errors import ConfigError, ConfigErrors
 from parley.redaction import mask_url
 
@@ -746,6 +747,9 @@ class ServerConfigFile(_Strict):
         default_factory=lambda: LimitsConfig(), description="Fair use per principal."
     )
     audit: AuditConfig = Field(default_factory=lambda: AuditConfig(), description="The audit trail.")
+    retention: RetentionConfig = Field(
+        default_factory=lambda: RetentionConfig(), description="How long sessions and events are kept."
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -805,6 +809,7 @@ class ServerConfig:
     token_problems: tuple[ConfigError, ...] = ()
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
 
@@ -1241,6 +1246,7 @@ def _load(
         token_problems=tuple(token_errors),
         limits=file_cfg.limits,
         audit=file_cfg.audit,
+        retention=file_cfg.retention,
         agent_notices=tuple(notices),
     )
     return config, errors

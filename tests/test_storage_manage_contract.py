@@ -123,9 +123,17 @@ async def test_a_sweep_deletes_ended_and_idle_sessions_past_their_age_in_batches
     assert first[0].status == "closed" and first[0].owner == "alice"
     assert [s.id for s in second] == [idle_old]
     assert await store.sweep_sessions(rule, T0 + 100, 10) == []
-    for sid in (closed, idle_old):
+    for sid, status in ((closed, "closed"), (idle_old, "idle")):
         assert await store.get_session(sid) is None
         assert await store.list_events(sid, 0, 100) == []
+        [entry] = await other_store.list_audit(sid, None, None, 10)
+        assert (entry.principal, entry.action, entry.outcome, entry.at) == (
+            "retention",
+            "retention",
+            "ok",
+            T0 + 100,
+        )
+        assert entry.detail == {"owner": "alice", "agent": "demo", "status": status}
     for sid in (idle_new, running, closed_new):
         assert await store.get_session(sid) is not None
     # Idle sessions are kept when the rule names no age for them.

@@ -391,8 +391,11 @@ class PendingInterrupt:
 
 DeleteOutcome = Literal["deleted", "busy", "not_found"]
 
-# The statuses a retention policy's `ended_after_days` removes.
+# The statuses a retention policy's ended-session age removes.
 ENDED_STATUSES = ("closed", "completed", "failed")
+# Who a retention sweep's audit entries name, and their action.
+RETENTION_PRINCIPAL = "retention"
+RETENTION_ACTION = "retention"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -403,3 +406,8 @@ class SweepRule:
 
     ended_before: float | None
     idle_before: float | None
+
+
+def retention_detail(session: SessionRecord) -> dict[str, Any]:
+    """What the audit entry of a session removed by retention says about it."""
+    return {"owner": session.owner, "agent": session.agent, "status": session.status}

@@ -7,7 +7,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from parley.ids import SessionId
-from parley.storage.base import ENDED_STATUSES, SessionRecord, SweepRule
+from parley.storage.base import (
+    ENDED_STATUSES,
+    RETENTION_ACTION,
+    RETENTION_PRINCIPAL,
+    AuditRecord,
+    SessionRecord,
+    SweepRule,
+    retention_detail,
+)
 from parley.storage.memory_access import delete_rows
 from parley.storage.memory_tables import row
 from parley.storage.memory_tasks import MemoryTasks
@@ -45,6 +53,21 @@ class MemoryManage(MemoryTasks):
             )[: max(limit, 0)]
             for session in found:
                 delete_rows(tables, session.id)
+                entry_id = tables.audit_seq.get("audit", 0) + 1
+                tables.audit_seq["audit"] = entry_id
+                tables.audit[entry_id] = row(
+                    AuditRecord(
+                        id=entry_id,
+                        at=now,
+                        principal=RETENTION_PRINCIPAL,
+                        client=None,
+                        action=RETENTION_ACTION,
+                        outcome="ok",
+                        session_id=session.id,
+                        target=None,
+                        detail=retention_detail(session),
+                    )
+                )
             return [row(s) for s in found]
 
     async def purge_events(self, before: float, limit: int) -> int:

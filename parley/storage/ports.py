@@ -238,7 +238,9 @@ class RetentionSweeps(Protocol):
 
     async def sweep_sessions(self, rule: SweepRule, now: float, limit: int) -> list[SessionRecord]:
         """Delete at most `limit` sessions `rule` selects, oldest change first, with every row of
-        them (as delete_session does); return them as they were."""
+        them (as delete_session does), and record each in the audit trail in the same transaction
+        (principal and action base.RETENTION_*, detail: owner, agent, status); return them as
+        they were."""
         ...
 
     async def purge_events(self, before: float, limit: int) -> int:

@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from parley.ids import SessionId
-from parley.storage.base import ENDED_STATUSES, SessionRecord, SweepRule
+from parley.storage.base import (
+    ENDED_STATUSES,
+    RETENTION_ACTION,
+    RETENTION_PRINCIPAL,
+    SessionRecord,
+    SweepRule,
+)
 from parley.storage.postgres_access import DELETE_ROWS_OF_TARGET
 from parley.storage.postgres_plumbing import PostgresBase
 from parley.storage.postgres_rows import SESSION_FIELDS, json_value, listing, session_row
@@ -42,9 +48,19 @@ class PostgresManage(PostgresBase):
             "AND (lease_owner IS NULL OR coalesce(lease_expires_at, 0) <= %(now)s) "
             "ORDER BY updated_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED), "
             f"{DELETE_ROWS_OF_TARGET}, "
-            f"gone AS (DELETE FROM sessions WHERE id IN (SELECT id FROM target) RETURNING {_SESSION}) "
+            f"gone AS (DELETE FROM sessions WHERE id IN (SELECT id FROM target) RETURNING {_SESSION}), "
+            "audited AS (INSERT INTO audit (at, principal, client, action, outcome, session_id, target, detail) "
+            "SELECT %(now)s, %(who)s, NULL, %(action)s, 'ok', id, NULL, "
+            "json_build_object('owner', owner, 'agent', agent, 'status', status) FROM gone) "
             "SELECT * FROM gone",
-            {"ended": rule.ended_before, "idle": rule.idle_before, "now": now, "limit": page_limit(limit)},
+            {
+                "ended": rule.ended_before,
+                "idle": rule.idle_before,
+                "now": now,
+                "limit": page_limit(limit),
+                "who": RETENTION_PRINCIPAL,
+                "action": RETENTION_ACTION,
+            },
         )
         return [session_row(r) for r in rows]
 

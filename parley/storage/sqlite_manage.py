@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from parley.ids import SessionId
-from parley.storage.base import ENDED_STATUSES, SessionRecord, SweepRule
+from parley.storage.base import (
+    ENDED_STATUSES,
+    RETENTION_ACTION,
+    RETENTION_PRINCIPAL,
+    SessionRecord,
+    SweepRule,
+    retention_detail,
+)
 from parley.storage.sqlite_access import delete_rows
 from parley.storage.sqlite_plumbing import Connection, SqliteBase, dumps
 from parley.storage.sqlite_rows import SESSION_COLUMNS, session_row
@@ -45,6 +52,17 @@ class SqliteManage(SqliteBase):
             swept = [session_row(r) for r in rows]
             for session in swept:
                 delete_rows(db, session.id)
+                db.execute(
+                    "INSERT INTO audit (at, principal, client, action, outcome, session_id, target, detail) "
+                    "VALUES (?, ?, NULL, ?, 'ok', ?, NULL, ?)",
+                    (
+                        now,
+                        RETENTION_PRINCIPAL,
+                        RETENTION_ACTION,
+                        session.id,
+                        dumps(retention_detail(session)),
+                    ),
+                )
             return swept
 
         return await self._write(sweep)
