@@ -88,7 +88,13 @@ class RetentionSweep:
                     break
                 await anyio.lowlevel.checkpoint()
         if sessions or events:
-            logger.info("retention removed %d session(s) and %d event(s)", sessions, events)
+            logger.info(
+                "retention removed %d session(s) and %d event(s) in %d batch(es), the longest %.1f ms",
+                sessions,
+                events,
+                batches,
+                longest * 1000,
+            )
         return SweepReport(sessions=sessions, events=events, batches=batches, longest_batch_s=longest)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
