@@ -32,6 +32,7 @@ from parley.runtime.faults import FaultPoints
 from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.model import ModelClient
+from parley.runtime.model_titles import ModelTitles
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.retention import RetentionSweep
@@ -191,8 +192,10 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
+        titles = ModelTitles(store, models)
         service = SessionService(
             store=store,
+            titles=titles,
             agents=agents,
             signals=signals,
             runtime=config.runtime,
@@ -224,6 +227,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
                 service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
             )
             await tg.start(RetentionSweep(store, config.retention, clock, signals).run)
+            await tg.start(titles.run)
             if config.config_path is not None and runtime.agent_reload_s > 0:
                 reloader = AgentReloader(
                     config.config_path,

@@ -315,6 +315,11 @@ class AgentConfig(_Strict):
         default_factory=list, description="MCP servers whose tools it uses."
     )
     mcp_resources: bool = Field(False, description="Offer tools to list/read resources and get prompts.")
+    title_from_model: bool = Field(
+        False,
+        description="Name a new session with one extra model call on its first message (real models "
+        "only; otherwise, and when the call fails, the title is the message's first words).",
+    )
     approver: Literal["caller", "human"] = Field(
         "caller",
         description=(

@@ -53,6 +53,7 @@ from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
+from parley.runtime.model_titles import ModelTitles, wants_model_title
 from parley.runtime.progress import ProgressFeed, ProgressFn
 from parley.runtime.session_access import AskHuman, Person, SessionAccess
 from parley.runtime.session_labels import check_tags, check_title, proposed_title
@@ -159,8 +160,10 @@ class SessionService:
         toolbox: Toolbox,
         model_names: Sequence[str] = (),
         limits: LimitsConfig | None = None,
+        titles: ModelTitles | None = None,
     ) -> None:
         self._toolbox = toolbox
+        self._titles = titles
         self._model_names = list(model_names)
         # A plain mapping (tests) becomes a catalog, so versions are named the same way.
         agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
@@ -406,7 +409,7 @@ class SessionService:
             inputs=inputs,
             start_client_message_id=client_message_id,
             settings=settings,
-            title=proposed_title(message),
+            title=None if self._model_titled(agent, message) else proposed_title(message),
         )
         queued = None
         if text is not None:
@@ -437,6 +440,8 @@ class SessionService:
         )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
+        if record.title is None:
+            await self._title(session_id, agent, message)
         self._signals.work_available(session_id)
         return await self.wait_for_message(
             session_id, queued.id, wait_s, on_progress, self._access.person(caller, record, ask_human)
@@ -541,8 +546,8 @@ class SessionService:
         await self._audit.record(
             caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
         )
-        if session.title is None and (title := proposed_title(message)) is not None:
-            await self._store.propose_title(session.id, title)
+        if session.title is None:
+            await self._title(session.id, agent, message)
         self._signals.work_available(session.id)
         return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, person)
 
@@ -685,6 +690,25 @@ class SessionService:
             owner = caller.id
         page = await self._store.list_sessions(owner, status, agent, cursor, limit, match)
         return page.sessions, page.next_cursor
+
+    def _model_titled(self, agent: AgentConfig | None, message: str | None) -> bool:
+        return self._titles is not None and message is not None and wants_model_title(agent)
+
+    async def _title(self, session_id: SessionId, agent: AgentConfig | None, message: str | None) -> None:
+        """Title an untitled session from its first message: by the model for agents that opt in
+        (in the background), else by the message's first words."""
+        titles = self._titles
+        if (
+            titles is not None
+            and agent is not None
+            and message is not None
+            and wants_model_title(agent)
+            and titles.request(session_id, agent, message)
+        ):
+            return
+        title = proposed_title(message)
+        if title is not None:
+            await self._store.propose_title(session_id, title)
 
     async def update_session(
         self, caller: Principal, session_id: str, title: str | None, tags: Sequence[str] | None
