@@ -12,8 +12,9 @@ seconds, swept every --interval seconds in batches of --batch) the script starts
   server's policy sees them age. After each round the script reads the database and -wal file
   sizes and the number of sessions stored.
 - **turns through the real server**: one MCP client (the mcp SDK's `Client` over streamable HTTP)
-  runs plain-text turns of the demo agent back to back for as long as the load lasts; the
-  latency of each `send_message` is recorded (p50/p95/max per mode).
+  runs plain-text turns of the demo agent back to back for as long as the load lasts (100 turns a
+  session, then it closes the session and starts another); the latency of each `send_message` is
+  recorded (p50/p95/max per mode).
 
 At the end it reads the sweep lines of the server's log ("retention removed N session(s) and M
 event(s) in B batch(es), the longest X ms") and reports their count, the sessions and events
@@ -63,6 +64,8 @@ SWEEP_LINE = re.compile(
     r"retention removed (\d+) session\(s\) and (\d+) event\(s\) in (\d+) batch\(es\), the longest ([\d.]+) ms"
 )
 PROCESS = "bench-writer"
+# Turns of one session of the turn client before it closes it and starts another.
+TURNS_PER_SESSION = 100
 
 
 async def write_session(steps: SessionSteps, store: Any, text: str) -> None:
@@ -134,7 +137,10 @@ async def one_mode(workdir: Path, mode: str, args: argparse.Namespace) -> dict[s
                 n = 0
                 while not done.is_set():
                     n += 1
-                    if n % 500 == 1:  # a session takes 1000 turns at most: a fresh one now and then
+                    if n % TURNS_PER_SESSION == 1:
+                        # A fresh session now and then, the last one closed (so the policy takes it too).
+                        if sid:
+                            await client.call_tool("close_session", {"session_id": sid})
                         started = await client.call_tool("start_session", {"agent": "demo"})
                         sid = (started.structured_content or {})["session_id"]
                     t0 = time.perf_counter()
