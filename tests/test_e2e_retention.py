@@ -2,10 +2,14 @@
 days with fractions, the sweep runs every 0.1 s), on SQLite and on PostgreSQL: closed and idle
 sessions past their age leave no row in any session table and an audit entry by "retention";
 sessions waiting for a person or running a turn, and younger ones, are kept; events past their
-age go while the transcript stays, and a stream resumed from before the cut gets `reset`."""
+age go while the transcript stays, and a stream resumed from before the cut gets `reset`;
+`parley db vacuum` on the SQLite file (and its answer on PostgreSQL)."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +20,7 @@ from mcp import Client
 
 from tests.conftest import database_for
 from tests.sse_support import heartbeat, read_until
-from tests.support import Database, ServerProcess, call, eventually, write_config
+from tests.support import REPO, TEST_DEADLINE_S, Database, ServerProcess, call, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -160,3 +164,23 @@ async def test_old_events_go_the_transcript_stays_and_a_stream_resumed_before_th
     assert seen[0].kind == "reset" and seen[0].data["latest_seq"] == latest, seen
     assert seen[1].kind == "state" and seen[1].id == latest
     assert seen[1].data["session"]["status"] == "waiting_for_input"
+
+
+def test_db_vacuum_gives_a_sqlite_files_free_pages_back_and_explains_itself_on_postgresql(
+    world: World,
+) -> None:
+    db = ["--db", world.database.db_arg] if world.database.db_arg else []
+    done = subprocess.run(
+        [sys.executable, "-m", "parley", "db", "vacuum", "--config", str(world.server.config_path), *db],
+        capture_output=True,
+        text=True,
+        timeout=TEST_DEADLINE_S,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    if world.database.kind == "sqlite":
+        assert done.returncode == 0, done.stderr
+        before, after = (float(x) for x in re.findall(r"([\d.]+) MB", done.stdout))
+        assert after <= before, done.stdout
+    else:
+        assert done.returncode == 1 and "autovacuum" in done.stderr, done.stderr
