@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import anyio
 import pytest
 
 from parley.ids import SessionId
@@ -164,3 +165,27 @@ async def test_purging_events_keeps_the_transcript_the_numbers_and_running_sessi
     # New events go on from the same numbers.
     await store.record_event(sid, None, "note", {}, T0 + 3)
     assert (await store.list_events(sid, latest, 10))[0].seq == latest + 1
+
+
+async def test_processes_sweeping_at_once_remove_each_session_once_and_audit_it_once(
+    store: Store, other_store: Store
+) -> None:
+    steps = SessionSteps(store)
+    made = []
+    for i in range(12):
+        sid = await new_session(store, now=T0 + i / 100)
+        await steps.request_close(sid, "alice", "done", T0 + 1)
+        made.append(sid)
+    rule = SweepRule(ended_before=T0 + 10, idle_before=None)
+    swept: list[SessionId] = []
+
+    async def sweep(handle: Store) -> None:
+        while batch := await handle.sweep_sessions(rule, T0 + 100, 2):
+            swept.extend(s.id for s in batch)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sweep, store)
+        tg.start_soon(sweep, other_store)
+    assert sorted(swept) == sorted(made), "every session once, none twice"
+    for sid in made:
+        assert [e.principal for e in await store.list_audit(sid, None, None, 10)] == ["retention"]
