@@ -192,7 +192,7 @@ async def running_app(config: ServerConfig) -> AsyncIterator[App]:
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
-        titles = ModelTitles(store, models)
+        titles = ModelTitles(store, models, clock)
         service = SessionService(
             store=store,
             titles=titles,

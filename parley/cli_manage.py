@@ -92,6 +92,7 @@ async def update_session(store: Store, args: argparse.Namespace) -> int:
     title = check_title(args.title) if args.title is not None else session.title
     tags = check_tags(args.tags) if args.tags is not None else session.tags
     await store.set_labels(session.id, title, tags)
+    await store.record_event(session.id, None, "session_updated", {"title": title, "tags": tags}, time.time())
     await Audit(store, time.time).record(
         cli_principal(getpass.getuser()), audit.UPDATE, session_id=session.id, via="cli"
     )

@@ -222,6 +222,13 @@ async def test_titles_and_tags_show_in_the_v1_json_and_the_events_snapshot(world
     )[-1]
     [mine] = [s for s in snapshot.data["sessions"] if s["session_id"] == sid]
     assert (mine["title"], mine["tags"]) == ("City choice", ["waiting"])
+    # The session's own stream carries the change as an event.
+    stream = await read_until(
+        f"{world.base}/v1/sessions/{sid}/events",
+        lambda f: f.kind == "session_updated",
+        headers=bearer(world.tokens["alice"]),
+    )
+    assert stream[-1].data["data"] == {"title": "City choice", "tags": ["waiting"]}
 
 
 async def _pages(client: Client, **narrowing: Any) -> list[str]:

@@ -17,7 +17,7 @@ from parley.errors import StorageError
 from parley.ids import SessionId
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest
 from parley.runtime.session_labels import proposed_title
-from parley.storage.ports import SessionLabels
+from parley.storage.ports import Store
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +43,12 @@ class _Request:
 
 
 class ModelTitles:
-    def __init__(self, store: SessionLabels, models: Callable[[ModelSpec, str], ModelClient]) -> None:
+    def __init__(
+        self, store: Store, models: Callable[[ModelSpec, str], ModelClient], clock: Callable[[], float]
+    ) -> None:
         self._store = store
         self._models = models
+        self._clock = clock
         self._send, self._receive = anyio.create_memory_object_stream[_Request](PENDING_MAX)
 
     def request(self, session_id: SessionId, agent: AgentConfig, message: str) -> bool:
@@ -85,6 +88,9 @@ class ModelTitles:
                 if title is None:
                     continue
                 try:
-                    await self._store.propose_title(request.session_id, title)
+                    if await self._store.propose_title(request.session_id, title):
+                        await self._store.record_event(
+                            request.session_id, None, "session_updated", {"title": title}, self._clock()
+                        )
                 except StorageError as exc:
                     logger.warning("session %s: the title could not be stored: %s", request.session_id, exc)

@@ -721,6 +721,11 @@ class SessionService:
         new_tags = check_tags(tags) if tags is not None else session.tags
         if not await self._store.set_labels(session.id, new_title, new_tags):
             raise SessionNotFound(session_id)
+        # Live views (the /v1 streams) show the new labels as they show everything else.
+        await self._store.record_event(
+            session.id, None, "session_updated", {"title": new_title, "tags": new_tags}, self._clock()
+        )
+        self._signals.notify(session.id)
         await self._audit.record(caller, audit.UPDATE, session_id=session.id)
         return replace(session, title=new_title, tags=new_tags)
 
