@@ -34,8 +34,10 @@ from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model import ModelClient
+from parley.runtime.model_titles import ModelTitles
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
+from parley.runtime.retention import RetentionSweep
 from parley.runtime.scheduler import Scheduler
 from parley.runtime.service import SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
@@ -198,8 +200,10 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
         scheduler = Scheduler(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
+        titles = ModelTitles(store, models, clock)
         service = SessionService(
             store=store,
+            titles=titles,
             agents=agents,
             signals=signals,
             runtime=config.runtime,
@@ -232,6 +236,8 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
                 service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
             )
             await tg.start(run_collect, store, clock, config.attachments)
+            await tg.start(RetentionSweep(store, config.retention, clock, signals).run)
+            await tg.start(titles.run)
             if config.config_path is not None and runtime.agent_reload_s > 0:
                 reloader = AgentReloader(
                     config.config_path,

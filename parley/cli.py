@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 
 from parley import __version__
+from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
 from parley.config import (
     ServerConfig,
     collect_config_errors,
@@ -81,13 +82,9 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     async def run() -> int:
         async with open_store(config) as opened:
             store = opened.store
-            if args.action == "list":
-                page = await store.list_sessions(args.owner, None, None, None, args.limit)
-                if not page.sessions:
-                    print("no sessions")
-                for s in page.sessions:
-                    print(f"{s.id}  {s.agent:<12} {s.status:<10} turns={s.turn_count}")
-                return 0
+            done = await run_session_action(store, args)
+            if done is not None:
+                return done
             from parley.ids import SessionId
 
             session = await store.get_session(SessionId(args.session_id))
@@ -101,6 +98,8 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
                         "agent": session.agent,
                         "owner": session.owner,
                         "status": session.status,
+                        "title": session.title,
+                        "tags": session.tags,
                         "turns": session.turn_count,
                         "closed_reason": session.closed_reason,
                     },
@@ -416,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("--decline", action="store_true", help="decline to answer")
     answer.set_defaults(func=_cmd_decide)
 
-    sessions = sub.add_parser("sessions", help="read sessions from the database")
+    sessions = sub.add_parser("sessions", help="find, read, name and delete sessions in the database")
     common(sessions)
     sessions.add_argument("--owner", default="local", help="whose sessions to list (default: local)")
     ssub = sessions.add_subparsers(dest="action", required=True)
@@ -424,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--limit", type=int, default=50)
     show = ssub.add_parser("show", help="show one session and its transcript")
     show.add_argument("session_id")
+    add_session_commands(ssub)
     sessions.set_defaults(func=_cmd_sessions)
 
     token = sub.add_parser("token", help="static bearer tokens for auth.mode tokens")
@@ -447,7 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     trail.add_argument("--limit", type=int, default=100)
     trail.set_defaults(func=_cmd_audit)
 
-    db = sub.add_parser("db", help="database upkeep: migrate the schema, copy SQLite into PostgreSQL")
+    db = sub.add_parser(
+        "db", help="database upkeep: migrate the schema, copy SQLite into PostgreSQL, vacuum a SQLite file"
+    )
     dsub = db.add_subparsers(dest="action", required=True)
     migrate = dsub.add_parser("migrate", help="create or upgrade the database schema, without serving")
     common(migrate)
@@ -464,6 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--to", dest="target", help="postgresql://user@host/dbname (default: storage.url of parley.yaml)"
     )
     copy.set_defaults(func=_cmd_db_copy)
+    add_vacuum_command(dsub, common)
     return parser
 
 

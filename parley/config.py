@@ -44,6 +44,7 @@ from parley.config_auth import (
     check_public_url,
     token_digest,
 )
+from parley.config_retention import RetentionConfig
 from parley.errors import ConfigError, ConfigErrors
 from parley.redaction import mask_url
 
@@ -315,6 +316,11 @@ class AgentConfig(_Strict):
         default_factory=list, description="MCP servers whose tools it uses."
     )
     mcp_resources: bool = Field(False, description="Offer tools to list/read resources and get prompts.")
+    title_from_model: bool = Field(
+        False,
+        description="Name a new session with one extra model call on its first message (real models "
+        "only; otherwise, and when the call fails, the title is the message's first words).",
+    )
     approver: Literal["caller", "human"] = Field(
         "caller",
         description=(
@@ -751,6 +757,9 @@ class ServerConfigFile(_Strict):
         default_factory=lambda: AttachmentsConfig(),
         description="What a message may carry besides its text: sizes, count and media types.",
     )
+    retention: RetentionConfig = Field(
+        default_factory=lambda: RetentionConfig(), description="How long sessions and events are kept."
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -811,6 +820,7 @@ class ServerConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
 
@@ -1248,6 +1258,7 @@ def _load(
         limits=file_cfg.limits,
         audit=file_cfg.audit,
         attachments=file_cfg.attachments,
+        retention=file_cfg.retention,
         agent_notices=tuple(notices),
     )
     return config, errors

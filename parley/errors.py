@@ -14,7 +14,7 @@ ParleyError
 │  ├─ DecisionConflict      the interrupt was already resolved the other way
 │  ├─ HumanApprovalOnly     the agent takes decisions only from a person
 │  ├─ ApproversOnly         the agent takes decisions only from the principals it names
-│  ├─ SessionBusy           the session runs a turn, so it cannot be deleted now
+│  ├─ SessionBusy           a turn to delete did not stop within the wait
 │  └─ RateLimited           the caller is over a fair-use limit; says when to try again
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
 ├─ ConfigErrors            every ConfigError found in one load
@@ -130,8 +130,9 @@ class ApproversOnly(RequestError):
 class SessionBusy(RequestError):
     def __init__(self, session_id: str) -> None:
         super().__init__(
-            f"Session {session_id} is running a turn (or about to), so it cannot be deleted now: stop it with "
-            "cancel_turn or close_session, then delete it. Nothing was deleted."
+            f"Session {session_id} is running a turn (or about to) that did not stop within the wait: the "
+            "session is closed and its turn is being cancelled; call delete_session again in a moment. "
+            "Nothing was deleted."
         )
 
 

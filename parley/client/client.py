@@ -133,10 +133,24 @@ class Parley:
         agent: str | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        title: str | None = None,
+        tag: str | None = None,
+        created_after: str | None = None,
+        created_before: str | None = None,
     ) -> SessionPage:
-        """One page of your sessions, newest first."""
+        """One page of your sessions, newest first; `title` (text it contains), `tag` and the ISO
+        8601 `created_after` / `created_before` narrow them."""
         arguments: dict[str, Any] = {"limit": limit}
-        for name, value in (("status", status), ("agent", agent), ("cursor", cursor)):
+        narrowing = {
+            "status": status,
+            "agent": agent,
+            "cursor": cursor,
+            "title": title,
+            "tag": tag,
+            "created_after": created_after,
+            "created_before": created_before,
+        }
+        for name, value in narrowing.items():
             if value is not None:
                 arguments[name] = value
         return await self._calls.read("list_sessions", arguments, SessionPage)

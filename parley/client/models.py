@@ -177,6 +177,8 @@ class SessionState(_Model):
     owner: str
     kind: str
     status: str
+    title: str | None = None
+    tags: list[str] = Field(default_factory=list)
     phase: str | None
     created_at: str | None
     updated_at: str | None
@@ -206,6 +208,8 @@ class SessionSummary(_Model):
     owner: str
     kind: str
     status: str
+    title: str | None = None
+    tags: list[str] = Field(default_factory=list)
     turn_count: int
     created_at: str | None
     updated_at: str | None
@@ -258,5 +262,6 @@ TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
     "list_pending": PendingList,
     "close_session": Closed,
     "delete_session": Deleted,
+    "update_session": SessionSummary,
     "delete_queued_message": QueuedMessageDeleted,
 }

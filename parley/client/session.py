@@ -14,7 +14,15 @@ from parley.client.calls import EVENT_BUFFER, Calls
 from parley.client.errors import ClientError
 from parley.client.events import Event
 from parley.client.handlers import Callbacks, Handlers, OnApproval, OnEvent, OnQuestion
-from parley.client.models import Closed, Deleted, Interrupt, Outcome, QueuedMessageDeleted, SessionState
+from parley.client.models import (
+    Closed,
+    Deleted,
+    Interrupt,
+    Outcome,
+    QueuedMessageDeleted,
+    SessionState,
+    SessionSummary,
+)
 
 if TYPE_CHECKING:
     from parley.client.sse import EventStream, SessionEvents
@@ -197,8 +205,19 @@ class Session:
         )
 
     async def delete(self) -> Deleted:
-        """Delete the session and everything of it, for good."""
-        return await self._calls.read("delete_session", {"session_id": self.id}, Deleted)
+        """Delete the session and everything of it, for good (a running turn is cancelled first)."""
+        return await self._calls.read(
+            "delete_session", {"session_id": self.id, "wait_seconds": self._calls.wait_s}, Deleted
+        )
+
+    async def update(self, *, title: str | None = None, tags: list[str] | None = None) -> SessionSummary:
+        """Set the title ("" removes it) and/or replace the tags (update_session)."""
+        arguments: dict[str, Any] = {"session_id": self.id}
+        if title is not None:
+            arguments["title"] = title
+        if tags is not None:
+            arguments["tags"] = tags
+        return await self._calls.read("update_session", arguments, SessionSummary)
 
     async def attachment(self, sha256: str) -> bytes:
         """The bytes of an attachment a message of this session carried (its `sha256` from a

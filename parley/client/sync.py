@@ -34,6 +34,7 @@ from parley.client.models import (
     PendingItem,
     SessionPage,
     SessionState,
+    SessionSummary,
 )
 from parley.client.session import Session
 
@@ -133,6 +134,9 @@ class SyncSession:
 
     def delete(self) -> Deleted:
         return self._portal.call(self.aio.delete)
+
+    def update(self, *, title: str | None = None, tags: list[str] | None = None) -> SessionSummary:
+        return self._portal.call(lambda: self.aio.update(title=title, tags=tags))
 
     def state(self) -> SessionState:
         return self._portal.call(self.aio.state)

@@ -56,8 +56,10 @@ from parley.runtime.attachments import check_attachments
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
+from parley.runtime.model_titles import ModelTitles, wants_model_title
 from parley.runtime.progress import ProgressFeed, ProgressFn
 from parley.runtime.session_access import AskHuman, Person, SessionAccess
+from parley.runtime.session_labels import check_tags, check_title, proposed_title
 from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
@@ -67,11 +69,13 @@ from parley.runtime.tracing import current_trace_context
 from parley.storage.base import (
     AttachmentBlob,
     AuditRecord,
+    DeleteOutcome,
     InterruptRecord,
     MessageRecord,
     PendingInterrupt,
     QueuedMessageRecord,
     Resolution,
+    SessionFilter,
     SessionRecord,
     SessionStatus,
     ToolCallRecord,
@@ -162,9 +166,11 @@ class SessionService:
         model_names: Sequence[str] = (),
         limits: LimitsConfig | None = None,
         attachments: AttachmentsConfig | None = None,
+        titles: ModelTitles | None = None,
     ) -> None:
         self._attachments = attachments or AttachmentsConfig()
         self._toolbox = toolbox
+        self._titles = titles
         self._model_names = list(model_names)
         # A plain mapping (tests) becomes a catalog, so versions are named the same way.
         agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
@@ -414,6 +420,7 @@ class SessionService:
             inputs=inputs,
             start_client_message_id=client_message_id,
             settings=settings,
+            title=None if self._model_titled(agent, message) else proposed_title(message),
         )
         queued = None
         if text is not None:
@@ -447,6 +454,8 @@ class SessionService:
         )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
+        if record.title is None:
+            await self._title(session_id, agent, message)
         self._signals.work_available(session_id)
         return await self.wait_for_message(
             session_id, queued.id, wait_s, on_progress, self._access.person(caller, record, ask_human)
@@ -562,6 +571,8 @@ class SessionService:
         await self._audit.record(
             caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
         )
+        if session.title is None:
+            await self._title(session.id, agent, message)
         self._signals.work_available(session.id)
         return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, person)
 
@@ -694,8 +705,10 @@ class SessionService:
         cursor: str | None,
         limit: int,
         owner: str | None = None,
+        match: SessionFilter | None = None,
     ) -> tuple[list[SessionRecord], str | None]:
-        """`caller`'s sessions; with parley:admin, every owner's (or `owner`'s)."""
+        """`caller`'s sessions; with parley:admin, every owner's (or `owner`'s); narrowed by `match`
+        (session_labels.session_filter)."""
         if cursor is not None:
             created, sep, last_id = cursor.partition("|")
             try:
@@ -713,8 +726,46 @@ class SessionService:
                     "only callers with the parley:admin scope list other principals' sessions; leave it out",
                 )
             owner = caller.id
-        page = await self._store.list_sessions(owner, status, agent, cursor, limit)
+        page = await self._store.list_sessions(owner, status, agent, cursor, limit, match)
         return page.sessions, page.next_cursor
+
+    def _model_titled(self, agent: AgentConfig | None, message: str | None) -> bool:
+        return self._titles is not None and message is not None and wants_model_title(agent)
+
+    async def _title(self, session_id: SessionId, agent: AgentConfig | None, message: str | None) -> None:
+        """Title an untitled session from its first message: by the model for agents that opt in
+        (in the background), else by the message's first words."""
+        titles = self._titles
+        if (
+            titles is not None
+            and agent is not None
+            and message is not None
+            and wants_model_title(agent)
+            and titles.request(session_id, agent, message)
+        ):
+            return
+        title = proposed_title(message)
+        if title is not None:
+            await self._store.propose_title(session_id, title)
+
+    async def update_session(
+        self, caller: Principal, session_id: str, title: str | None, tags: Sequence[str] | None
+    ) -> SessionRecord:
+        """Set the session's title ("" clears it) and/or replace its tags (None: unchanged)."""
+        session = await self._access.visible(caller, session_id)
+        if title is None and tags is None:
+            raise InvalidArgument("title", "give a title, tags, or both; nothing was changed")
+        new_title = check_title(title) if title is not None else session.title
+        new_tags = check_tags(tags) if tags is not None else session.tags
+        if not await self._store.set_labels(session.id, new_title, new_tags):
+            raise SessionNotFound(session_id)
+        # Live views (the /v1 streams) show the new labels as they show everything else.
+        await self._store.record_event(
+            session.id, None, "session_updated", {"title": new_title, "tags": new_tags}, self._clock()
+        )
+        self._signals.notify(session.id)
+        await self._audit.record(caller, audit.UPDATE, session_id=session.id)
+        return replace(session, title=new_title, tags=new_tags)
 
     async def approve(
         self,
@@ -935,9 +986,11 @@ class SessionService:
         return await self._until(session.id, wait_s, closed)
 
     async def delete_session(
-        self, caller: Principal, session_id: str
+        self, caller: Principal, session_id: str, wait_seconds: float | None = None
     ) -> Literal["deleted", "already deleted"]:
-        """Remove a resting session and everything of it; the audit keeps the fact."""
+        """Remove the session and everything of it; the audit keeps the fact. A session that runs
+        a turn is closed first (the turn cancelled, queued messages dropped, so no other turn
+        starts) and deleted as soon as it rests, within `wait_seconds`."""
         try:
             session = await self._access.visible(caller, session_id)
         except SessionNotFound:
@@ -952,6 +1005,8 @@ class SessionService:
             raise
         outcome = await self._store.delete_session(session.id, self._clock())
         if outcome == "busy":
+            outcome = await self._close_then_delete(caller, session, self._wait_s(wait_seconds))
+        if outcome == "busy":
             raise SessionBusy(session.id)
         if outcome == "not_found":
             raise SessionNotFound(session_id)
@@ -960,6 +1015,20 @@ class SessionService:
         )
         logger.info("session %s deleted by %s", session.id, caller.id)
         return "deleted"
+
+    async def _close_then_delete(
+        self, caller: Principal, session: SessionRecord, wait_s: float
+    ) -> DeleteOutcome:
+        await self._steps.request_close(session.id, session.owner, "closed to be deleted", self._clock())
+        await self._audit.record(caller, audit.CLOSE, session_id=session.id, reason="delete_session")
+        self._signals.request_cancel(session.id)
+        self._signals.work_available(session.id)
+
+        async def deleted(last: bool) -> DeleteOutcome | None:
+            outcome = await self._store.delete_session(session.id, self._clock())
+            return outcome if outcome != "busy" or last else None
+
+        return await self._until(session.id, wait_s, deleted)
 
     # ------------------------------------------------------------------ waiting
 

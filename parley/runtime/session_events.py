@@ -155,7 +155,9 @@ class SessionEvents:
         with self._watch.following(session_id), self._signals.watching(session_id) as changes:
             after = after_seq
             latest = await self._store.latest_event_seq(session_id)
-            if after > latest:
+            if after > latest or (after < latest and not await self._store.list_events(session_id, after, 1)):
+                # Past the end, or every event after the position removed (retention): the events
+                # up to `latest` were committed before it was read, so none is on its way.
                 yield Reset(latest_seq=latest, oldest_kept_seq=await self._oldest(session_id))
                 after = latest
             while True:

@@ -112,6 +112,10 @@ def render_session(v: SessionView) -> str:
         + (f", phase {v.phase}" if v.phase else "")
         + f"; {v.turn_count} turn(s), {v.total_messages} message(s).",
     ]
+    if v.title or v.tags:
+        lines.append(
+            f"Title: {json.dumps(v.title, ensure_ascii=False)}; tags: {', '.join(v.tags) or 'none'}."
+        )
     if v.closed_reason:
         lines.append(f"Closed: {v.closed_reason}.")
     lines.append(f"Tools: {', '.join(v.tools) or 'none'}.")
@@ -172,9 +176,11 @@ def render_sessions(page: SessionList) -> str:
     for s in page.sessions:
         lines.append(
             f"- {s.session_id} agent={s.agent} status={s.status} turns={s.turn_count} updated={s.updated_at}"
+            + (f" title={json.dumps(s.title, ensure_ascii=False)}" if s.title else "")
+            + (f" tags={','.join(s.tags)}" if s.tags else "")
         )
     if page.next_cursor:
-        lines.append(f'More: list_sessions(cursor="{page.next_cursor}").')
+        lines.append(f'More: list_sessions(cursor="{page.next_cursor}") with the same filters.')
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from parley.runtime.decisions import Decision
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
+from parley.runtime.session_labels import session_filter
 from parley.server.attachment_content import attachment_block
 from parley.server.client_logs import ClientLogRelay
 from parley.server.mcp_spans import mcp_session_on_span
@@ -25,6 +26,13 @@ from parley.server.render import (
     render_sessions,
 )
 from parley.server.results import ok, outcome_result
+from parley.server.session_labels import (
+    CreatedAfterArg,
+    CreatedBeforeArg,
+    TagFilterArg,
+    TitleFilterArg,
+    register_update_session,
+)
 from parley.server.tool_args import (
     DECIDES,
     DELETES,
@@ -374,6 +382,10 @@ def build_mcp_server(
             Field(strict=True, description="Only sessions with this status (idle, running, closed, ...)."),
         ] = None,
         agent: Annotated[str | None, Field(strict=True, description="Only sessions of this agent.")] = None,
+        title: TitleFilterArg = None,
+        tag: TagFilterArg = None,
+        created_after: CreatedAfterArg = None,
+        created_before: CreatedBeforeArg = None,
         limit: Annotated[int, Field(strict=True, ge=1, le=100, description="Page size (1 to 100).")] = 20,
         cursor: Annotated[
             str | None, Field(strict=True, description="next_cursor from the previous page.")
@@ -386,11 +398,13 @@ def build_mcp_server(
             ),
         ] = None,
     ) -> Annotated[CallToolResult, SessionList]:
-        """List your sessions, newest first, a page at a time."""
+        """List your sessions, newest first, a page at a time; narrow them by status, agent, title
+        text, tag and creation time (pass the same narrowing with each page's cursor)."""
 
         async def work() -> CallToolResult:
+            match = session_filter(title, tag, created_after, created_before)
             sessions, next_cursor = await service.list_sessions(
-                caller_of(ctx), status, agent, cursor, limit, owner
+                caller_of(ctx), status, agent, cursor, limit, owner, match
             )
             view = SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=next_cursor)
             return ok(view, render_sessions(view))
@@ -439,16 +453,18 @@ def build_mcp_server(
 
     @mcp.tool(title="Delete session", annotations=DELETES)
     async def delete_session(
-        ctx: Context, session_id: SessionIdArg
+        ctx: Context, session_id: SessionIdArg, wait_seconds: WaitArg = None
     ) -> Annotated[CallToolResult, DeleteSessionResult]:
-        """Delete a session and everything of it (its transcript, turns, queue, tasks); the audit keeps
-        the fact. A session running a turn is refused: cancel_turn or close_session first."""
+        """Delete a session and everything of it (its transcript, turns, events, queue, tasks); the
+        audit keeps the fact. A session running a turn is closed first (the turn cancelled) and
+        deleted as soon as it rests."""
 
         async def work() -> CallToolResult:
-            status = await service.delete_session(caller_of(ctx), session_id)
+            status = await service.delete_session(caller_of(ctx), session_id, wait_seconds)
             view = DeleteSessionResult(session_id=session_id, status=status)
             return ok(view, f"Session {session_id}: {status}. It is gone for good; the audit keeps the fact.")
 
         return await guarded("delete_session", work)
 
+    register_update_session(mcp, service, caller_of)
     return mcp

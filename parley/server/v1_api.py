@@ -13,11 +13,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parley.runtime.decisions import Decision
+from parley.runtime.session_labels import session_filter
 from parley.server.arguments import argument_errors
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
 from parley.server.wire import (
     AgentList,
     CloseResult,
+    DeleteSessionResult,
     PendingList,
     SessionList,
     agent_view,
@@ -87,6 +89,11 @@ class CloseBody(_Body):
     wait_seconds: float | None = None
 
 
+class LabelsBody(_Body):
+    title: str | None = None
+    tags: list[str] | None = None
+
+
 BodyT = TypeVar("BodyT", bound=_Body)
 
 
@@ -134,6 +141,8 @@ class JsonEndpoints:
             ("/v1/sessions", self._list, "GET"),
             ("/v1/sessions", self._start, "POST"),
             ("/v1/sessions/{session_id}", self._get, "GET"),
+            ("/v1/sessions/{session_id}", self._update, "PATCH"),
+            ("/v1/sessions/{session_id}", self._delete, "DELETE"),
             ("/v1/sessions/{session_id}/messages", self._send, "POST"),
             ("/v1/sessions/{session_id}/steer", self._steer, "POST"),
             ("/v1/sessions/{session_id}/cancel", self._cancel, "POST"),
@@ -148,6 +157,9 @@ class JsonEndpoints:
 
     async def _list(self, request: Request) -> Response:
         query = request.query_params
+        match = session_filter(
+            query.get("title"), query.get("tag"), query.get("created_after"), query.get("created_before")
+        )
         sessions, cursor = await self._service.list_sessions(
             caller(request),
             query.get("status"),
@@ -155,6 +167,7 @@ class JsonEndpoints:
             query.get("cursor"),
             _int_param(request, "limit", 1, 100) or 20,
             query.get("owner"),
+            match,
         )
         return _json(SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=cursor))
 
@@ -263,6 +276,20 @@ class JsonEndpoints:
             "etag": f'"{blob.sha256}"',
         }
         return Response(blob.data, media_type=blob.mime_type, headers=headers)
+
+    async def _update(self, request: Request) -> Response:
+        body = await _read(request, LabelsBody, "PATCH /v1/sessions/{id}")
+        session = await self._service.update_session(
+            caller(request), request.path_params["session_id"], body.title, body.tags
+        )
+        return _json(session_summary(session))
+
+    async def _delete(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        status = await self._service.delete_session(
+            caller(request), session_id, _float_param(request, "wait_seconds")
+        )
+        return _json(DeleteSessionResult(session_id=session_id, status=status))
 
     async def _pending(self, request: Request) -> Response:
         found = await self._service.list_pending(caller(request), _int_param(request, "limit", 1, 200) or 50)

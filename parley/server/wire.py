@@ -203,6 +203,10 @@ class SessionView(BaseModel):
     owner: str = Field(description="The principal the session belongs to.")
     kind: str
     status: str
+    title: str | None = Field(
+        None, description="Set with update_session, or proposed from the first message."
+    )
+    tags: list[str] = Field(default_factory=list)
     phase: str | None
     created_at: str | None
     updated_at: str | None
@@ -242,6 +246,8 @@ class SessionSummary(BaseModel):
     owner: str
     kind: str
     status: str
+    title: str | None = None
+    tags: list[str] = Field(default_factory=list)
     turn_count: int
     created_at: str | None
     updated_at: str | None
@@ -385,6 +391,8 @@ def session_summary(session: SessionRecord) -> SessionSummary:
         owner=session.owner,
         kind=session.kind,
         status=session.status,
+        title=session.title,
+        tags=session.tags,
         turn_count=session.turn_count,
         created_at=iso(session.created_at),
         updated_at=iso(session.updated_at),
@@ -401,6 +409,8 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         owner=s.owner,
         kind=s.kind,
         status=s.status,
+        title=s.title,
+        tags=s.tags,
         phase=s.phase,
         created_at=iso(s.created_at),
         updated_at=iso(s.updated_at),

@@ -69,6 +69,10 @@ class SessionRecord:
     cached_tokens: int = 0
     # How often the lease was taken; the lease token (lease_owner) is `<process>#<epoch>`.
     lease_epoch: int = 0
+    # What people call the session and sort it by (update_session; the title is proposed from
+    # the first message when none is set). Never written by a turn's steps.
+    title: str | None = None
+    tags: list[str] = field(default_factory=list)
 
     @classmethod
     def new(
@@ -82,6 +86,7 @@ class SessionRecord:
         inputs: dict[str, Any] | None = None,
         start_client_message_id: str | None = None,
         settings: dict[str, Any] | None = None,
+        title: str | None = None,
     ) -> SessionRecord:
         """A session as start_session creates it: idle, no turns, nothing used yet."""
         return cls(
@@ -109,6 +114,7 @@ class SessionRecord:
             inputs=inputs,
             start_client_message_id=start_client_message_id,
             settings=dict(settings or {}),
+            title=title,
         )
 
 
@@ -307,6 +313,16 @@ class ModelStep:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SessionFilter:
+    """What list_sessions narrows to beyond owner, status and agent (None: no condition)."""
+
+    title: str | None = None  # text the title contains, compared case-insensitively
+    tag: str | None = None  # a tag the session carries
+    created_from: float | None = None  # created at or after
+    created_before: float | None = None  # created before
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionPage:
     sessions: list[SessionRecord]
     next_cursor: str | None
@@ -403,3 +419,25 @@ class DatabaseCounts:
     queued_messages: int
     leases: int
     tasks: dict[str, int]
+
+
+# The statuses a retention policy's ended-session age removes.
+ENDED_STATUSES = ("closed", "completed", "failed")
+# Who a retention sweep's audit entries name, and their action.
+RETENTION_PRINCIPAL = "retention"
+RETENTION_ACTION = "retention"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepRule:
+    """Which sessions one retention batch removes: those ended (closed, completed, failed) and
+    last changed before `ended_before`, and those idle and last changed before `idle_before`
+    (None: none of that kind). A session with a live lease is never taken."""
+
+    ended_before: float | None
+    idle_before: float | None
+
+
+def retention_detail(session: SessionRecord) -> dict[str, Any]:
+    """What the audit entry of a session removed by retention says about it."""
+    return {"owner": session.owner, "agent": session.agent, "status": session.status}

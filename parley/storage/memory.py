@@ -24,6 +24,7 @@ from parley.storage.base import (
     InterruptRecord,
     MessageRecord,
     QueuedMessageRecord,
+    SessionFilter,
     SessionPage,
     SessionRecord,
     StepRecord,
@@ -33,6 +34,7 @@ from parley.storage.base import (
     lease_token,
 )
 from parley.storage.memory_access import MemoryAccess
+from parley.storage.memory_manage import MemoryManage
 from parley.storage.memory_steps import MemorySteps, calls_of
 from parley.storage.memory_tables import Counters, MemoryDatabase, MemoryTables, Summary, row, rows
 
@@ -61,7 +63,20 @@ def _needs_work(session: SessionRecord, now: float) -> bool:
     return session.status == "waiting_for_input" and (due or session.lease_owner is not None)
 
 
-class MemoryStore(MemorySteps, MemoryAccess):
+def _matches(session: SessionRecord, match: SessionFilter) -> bool:
+    """list_sessions' narrowing (SqliteStore.list_sessions): title text, tag, creation time."""
+    if match.title is not None and (
+        session.title is None or match.title.lower() not in session.title.lower()
+    ):
+        return False
+    if match.tag is not None and match.tag not in session.tags:
+        return False
+    if match.created_from is not None and session.created_at < match.created_from:
+        return False
+    return match.created_before is None or session.created_at < match.created_before
+
+
+class MemoryStore(MemorySteps, MemoryAccess, MemoryManage):
     """A Store kept in memory. Open it with `open_memory_store`."""
 
     def _counters(self, tables: MemoryTables, session_id: SessionId) -> Counters:
@@ -97,7 +112,15 @@ class MemoryStore(MemorySteps, MemoryAccess):
                 start_client_message_id=session.start_client_message_id,
                 settings=session.settings,
             )
-            tables.sessions[session.id] = row(replace(created, status=session.status, phase=session.phase))
+            tables.sessions[session.id] = row(
+                replace(
+                    created,
+                    status=session.status,
+                    phase=session.phase,
+                    title=session.title,
+                    tags=session.tags,
+                )
+            )
             tables.append_event(session.id, None, "session_created", {"agent": session.agent}, now)
             if first_message is not None:
                 message = first_message
@@ -249,12 +272,21 @@ class MemoryStore(MemorySteps, MemoryAccess):
         return row(session) if session is not None else None
 
     async def list_sessions(
-        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self,
+        owner: str | None,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        match: SessionFilter | None = None,
     ) -> SessionPage:
         found = [
             s
             for s in (await self._committed()).sessions.values()
-            if owner in (None, s.owner) and status in (None, s.status) and agent in (None, s.agent)
+            if owner in (None, s.owner)
+            and status in (None, s.status)
+            and agent in (None, s.agent)
+            and (match is None or _matches(s, match))
         ]
         if cursor is not None:
             created_at, _, last_id = cursor.partition("|")

@@ -9,7 +9,25 @@ from dataclasses import replace
 from parley.ids import SessionId
 from parley.storage.base import AuditRecord, DeleteOutcome, PendingInterrupt
 from parley.storage.memory_attachments import MemoryAttachments
-from parley.storage.memory_tables import row
+from parley.storage.memory_tables import MemoryTables, row
+
+
+def delete_rows(tables: MemoryTables, session_id: SessionId) -> None:
+    """Every row of the session, its MCP tasks, then the session itself (not its audit entries)."""
+    for name in ("turns", "calls", "interrupts", "queued", "tasks"):
+        table = getattr(tables, name)
+        for key in [k for k, v in table.items() if v.session_id == session_id]:
+            del table[key]
+    for name in ("messages", "events", "summaries"):
+        table = getattr(tables, name)
+        for key in [k for k in table if k[0] == session_id]:
+            del table[key]
+    for key in [k for k, v in tables.steps.items() if v.session_id == session_id]:
+        del tables.steps[key]
+    for key in [k for k in tables.attachment_refs if k[0] == session_id]:
+        del tables.attachment_refs[key]  # the bytes go with the collector once nothing refers to them
+    tables.counters.pop(session_id, None)
+    del tables.sessions[session_id]
 
 
 class MemoryAccess(MemoryAttachments):
@@ -43,18 +61,7 @@ class MemoryAccess(MemoryAttachments):
             leased = session.lease_owner is not None and (session.lease_expires_at or 0) > now
             if session.status == "running" or leased:
                 return "busy"
-            for name in ("turns", "calls", "interrupts", "queued", "tasks"):
-                table = getattr(tables, name)
-                for key in [k for k, v in table.items() if v.session_id == session_id]:
-                    del table[key]
-            for name in ("messages", "events", "summaries"):
-                table = getattr(tables, name)
-                for key in [k for k in table if k[0] == session_id]:
-                    del table[key]
-            for key in [k for k, v in tables.steps.items() if v.session_id == session_id]:
-                del tables.steps[key]
-            tables.counters.pop(session_id, None)
-            del tables.sessions[session_id]
+            delete_rows(tables, session_id)
             return "deleted"
 
     # ------------------------------------------------------------------ the audit trail

@@ -50,7 +50,9 @@ class _Column:
 
 
 _COLUMNS: dict[type[Any], _Column] = {
-    SessionRecord: _Column("sessions", ("todos", "result", "inputs", "settings"), ("close_requested",)),
+    SessionRecord: _Column(
+        "sessions", ("todos", "result", "inputs", "settings", "tags"), ("close_requested",)
+    ),
     TurnRecord: _Column("turns", ("result", "settings")),
     ToolCallRecord: _Column("tool_calls", ("arguments", "result", "remote"), ("requires_approval",)),
     InterruptRecord: _Column("interrupts", ("payload", "resolution")),

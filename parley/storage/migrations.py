@@ -279,4 +279,15 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE queued_messages ADD COLUMN trace_context TEXT;
     """,
+    # 17: titles and tags (what people name and find sessions by), and the indexes retention
+    # sweeps and deletions use: sessions by status and last change, events by age, a session's
+    # tool calls and tasks
+    """
+    ALTER TABLE sessions ADD COLUMN title TEXT;
+    ALTER TABLE sessions ADD COLUMN tags TEXT NOT NULL DEFAULT '[]';
+    CREATE INDEX sessions_by_change ON sessions(status, updated_at);
+    CREATE INDEX events_by_time ON events(created_at);
+    CREATE INDEX tool_calls_session ON tool_calls(session_id);
+    CREATE INDEX tasks_by_session ON tasks(session_id);
+    """,
 )

@@ -19,9 +19,11 @@ from parley.storage.base import (
     MessageRecord,
     PendingInterrupt,
     QueuedMessageRecord,
+    SessionFilter,
     SessionPage,
     SessionRecord,
     StepRecord,
+    SweepRule,
     TaskPage,
     TaskRecord,
     TaskStatus,
@@ -97,9 +99,16 @@ class SessionReads(Protocol):
     async def get_session(self, session_id: SessionId) -> SessionRecord | None: ...
 
     async def list_sessions(
-        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self,
+        owner: str | None,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        match: SessionFilter | None = None,
     ) -> SessionPage:
-        """Sessions of `owner` (None: of every owner), newest first, a page at a time."""
+        """Sessions of `owner` (None: of every owner), newest first, a page at a time, narrowed by
+        `match` (title text, tag, creation time)."""
         ...
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None: ...
@@ -214,6 +223,38 @@ class OwnerQueries(Protocol):
         ...
 
 
+class SessionLabels(Protocol):
+    """A session's title and tags: what people name and find it by. Written apart from the
+    turn's steps (a running turn neither sees nor overwrites them)."""
+
+    async def set_labels(self, session_id: SessionId, title: str | None, tags: Sequence[str]) -> bool:
+        """Store the session's title (None: none) and tags as given; False when there is no such
+        session."""
+        ...
+
+    async def propose_title(self, session_id: SessionId, title: str) -> bool:
+        """Set the title only if the session has none yet; True when it was set."""
+        ...
+
+
+class RetentionSweeps(Protocol):
+    """What a retention policy removes, a small batch per call, each batch one short
+    transaction (so a sweep never holds up a turn), safe with several processes sweeping at once
+    (a row another process is deleting is skipped, not waited for)."""
+
+    async def sweep_sessions(self, rule: SweepRule, now: float, limit: int) -> list[SessionRecord]:
+        """Delete at most `limit` sessions `rule` selects, oldest change first, with every row of
+        them (as delete_session does), and record each in the audit trail in the same transaction
+        (principal and action base.RETENTION_*, detail: owner, agent, status); return them as
+        they were."""
+        ...
+
+    async def purge_events(self, before: float, limit: int) -> int:
+        """Delete at most `limit` events created before `before`, of sessions not running a turn
+        (the transcript and the sessions' event numbers stay); return how many."""
+        ...
+
+
 class AuditLog(Protocol):
     """The audit trail: append-only, kept for its own retention, independent of sessions."""
 
@@ -272,6 +313,8 @@ class Store(
     OwnerQueries,
     AuditLog,
     AgentVersions,
+    SessionLabels,
+    RetentionSweeps,
     Protocol,
 ):
     """Every port: durable state of every session."""

@@ -32,6 +32,7 @@ from parley.storage.base import (
     InterruptRecord,
     MessageRecord,
     QueuedMessageRecord,
+    SessionFilter,
     SessionPage,
     SessionRecord,
     StepRecord,
@@ -43,6 +44,7 @@ from parley.storage.postgres_access import PostgresAccess
 from parley.storage.postgres_attachments import PostgresAttachments
 from parley.storage.postgres_copy import PostgresCopy
 from parley.storage.postgres_feed import PostgresChangeFeed, channel_name
+from parley.storage.postgres_manage import PostgresManage
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, detail_of
 from parley.storage.postgres_rows import (
     CALL_FIELDS,
@@ -122,7 +124,7 @@ WORK_SCAN = (
 )
 
 
-class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachments):
+class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachments, PostgresManage):
     """The Store on PostgreSQL. Open it with `open_postgres_store`, which migrates the schema."""
 
     # (before, after): the schema versions when this store was opened (`parley db migrate`).
@@ -155,15 +157,17 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
             "inputs": json_value(session.inputs),
             "start": session.start_client_message_id,
             "settings": json_value(session.settings),
+            "title": json_value(session.title),
+            "tags": json_value(session.tags),
             "created": json_value({"agent": session.agent}),
             "events": 1,
             "queue": 0,
         }
         parts = [
             "WITH s AS (INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, "
-            "inputs, start_client_message_id, settings, event_seq, queue_seq) VALUES (%(id)s, %(agent)s, "
-            "%(owner)s, %(kind)s, %(status)s, %(phase)s, %(now)s, %(now)s, %(inputs)s, %(start)s, "
-            "%(settings)s, %(events)s, %(queue)s) ON CONFLICT DO NOTHING RETURNING id)",
+            "inputs, start_client_message_id, settings, title, tags, event_seq, queue_seq) VALUES (%(id)s, "
+            "%(agent)s, %(owner)s, %(kind)s, %(status)s, %(phase)s, %(now)s, %(now)s, %(inputs)s, %(start)s, "
+            "%(settings)s, %(title)s, %(tags)s, %(events)s, %(queue)s) ON CONFLICT DO NOTHING RETURNING id)",
             ", created AS (INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
             "SELECT id, 1, NULL, 'session_created', %(created)s::json, %(now)s FROM s)",
         ]
@@ -407,7 +411,13 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
         return session_row(row) if row is not None else None
 
     async def list_sessions(
-        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self,
+        owner: str | None,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        match: SessionFilter | None = None,
     ) -> SessionPage:
         where = ["owner = %s"] if owner is not None else ["TRUE"]
         params: list[Any] = [owner] if owner is not None else []
@@ -417,6 +427,20 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
         if agent is not None:
             where.append("agent = %s")
             params.append(agent)
+        if match is not None:
+            if match.title is not None:
+                # strpos, not LIKE: the text is matched as it is, % and _ included
+                where.append("strpos(lower(title #>> '{}'), lower(%s)) > 0")
+                params.append(match.title)
+            if match.tag is not None:
+                where.append("tags::jsonb ? %s")
+                params.append(match.tag)
+            if match.created_from is not None:
+                where.append("created_at >= %s")
+                params.append(match.created_from)
+            if match.created_before is not None:
+                where.append("created_at < %s")
+                params.append(match.created_before)
         if cursor is not None:
             created_at, _, last_id = cursor.partition("|")
             where.append("(created_at < %s OR (created_at = %s AND id < %s))")

@@ -15,8 +15,10 @@ from parley.storage.postgres_tasks import page_limit
 _AUDIT_FIELDS = ("id", "at", "principal", "client", "action", "outcome", "session_id", "target", "detail")
 _AUDIT = ", ".join(_AUDIT_FIELDS)
 _PENDING = ", ".join(f"i.{c}" for c in INTERRUPT_FIELDS)
-# A session's rows, children before the session itself.
+# A session's rows, children before the session itself (its attachment bytes stay until the
+# collector finds that no session refers to them).
 SESSION_TABLES = (
+    "attachment_refs",
     "messages",
     "events",
     "steps",
@@ -25,6 +27,13 @@ SESSION_TABLES = (
     "tool_calls",
     "queued_messages",
     "turns",
+)
+
+# The statement parts that delete every row of the sessions in a CTE named `target`, and their
+# MCP tasks (the sessions themselves are deleted by the statement's last part).
+DELETE_ROWS_OF_TARGET = ", ".join(
+    f"d_{table} AS (DELETE FROM {table} WHERE session_id IN (SELECT id FROM target))"
+    for table in (*SESSION_TABLES, "tasks")
 )
 
 
@@ -71,10 +80,7 @@ class PostgresAccess(PostgresBase):
     async def delete_session(self, session_id: SessionId, now: float) -> DeleteOutcome:
         # One statement: the session row locked and checked, then every row of it deleted (the
         # foreign keys are checked at the end of the statement, when the children are gone too).
-        deletes = ", ".join(
-            f"d_{table} AS (DELETE FROM {table} WHERE session_id IN (SELECT id FROM target))"
-            for table in (*SESSION_TABLES, "tasks")
-        )
+        deletes = DELETE_ROWS_OF_TARGET
         rows = await self._write(
             "WITH target AS (SELECT id FROM sessions WHERE id = %s AND status != 'running' "
             "AND (lease_owner IS NULL OR coalesce(lease_expires_at, 0) <= %s) FOR UPDATE), "

@@ -41,7 +41,7 @@ SESSION_FIELDS = _names(
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
     "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, "
-    "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch"
+    "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch, title, tags"
 )
 TURN_FIELDS = _names(
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
@@ -72,7 +72,7 @@ TASK_FIELDS = _names(
 
 # Per table: the text from outside, stored as a JSON string (SQLite: plain text).
 TEXT_AS_JSON: dict[str, frozenset[str]] = {
-    "sessions": frozenset({"last_error", "closed_reason"}),
+    "sessions": frozenset({"last_error", "closed_reason", "title"}),
     "turns": frozenset({"answer", "error"}),
     "tool_calls": frozenset({"name"}),
     "queued_messages": frozenset({"text"}),
@@ -83,7 +83,7 @@ TEXT_AS_JSON: dict[str, frozenset[str]] = {
 JSON_COLUMNS: dict[str, frozenset[str]] = {
     table: values | TEXT_AS_JSON.get(table, frozenset())
     for table, values in {
-        "sessions": frozenset({"todos", "result", "inputs", "settings"}),
+        "sessions": frozenset({"todos", "result", "inputs", "settings", "tags"}),
         "turns": frozenset({"result", "settings"}),
         "tool_calls": frozenset({"arguments", "result", "remote"}),
         "interrupts": frozenset({"payload", "resolution"}),

@@ -267,6 +267,16 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE queued_messages ADD COLUMN trace_context json;
     """,
+    # 6: titles and tags (SQLite's migration 17; the title is text from outside, a JSON string,
+    # the tags a JSON array), and the indexes retention sweeps and deletions use
+    """
+    ALTER TABLE sessions ADD COLUMN title json;
+    ALTER TABLE sessions ADD COLUMN tags json NOT NULL DEFAULT '[]';
+    CREATE INDEX sessions_by_change ON sessions (status, updated_at);
+    CREATE INDEX events_by_time ON events (created_at);
+    CREATE INDEX tool_calls_session ON tool_calls (session_id);
+    CREATE INDEX tasks_by_session ON tasks (session_id);
+    """,
 )
 
 # The tables that hold parley's data, parents before children (the order a copy fills them in).

@@ -27,6 +27,7 @@ from parley.storage.base import (
     InterruptRecord,
     MessageRecord,
     QueuedMessageRecord,
+    SessionFilter,
     SessionPage,
     SessionRecord,
     StepRecord,
@@ -39,6 +40,7 @@ from parley.storage.migrations import MIGRATIONS
 from parley.storage.sqlite_access import SqliteAccess
 from parley.storage.sqlite_attachments import SqliteAttachments
 from parley.storage.sqlite_file import prepare_database_file
+from parley.storage.sqlite_manage import SqliteManage
 from parley.storage.sqlite_plumbing import (
     BUSY_WAIT_S,
     Connection,
@@ -81,7 +83,7 @@ from parley.storage.sqlite_steps import SqliteSteps, append_rows
 _dumps = dumps
 
 
-class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
+class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments, SqliteManage):
     """The default Store. Open it with `open_sqlite_store`, which migrates the schema."""
 
     @staticmethod
@@ -108,7 +110,7 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
             try:
                 db.execute(
                     "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
-                    "start_client_message_id, settings) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "start_client_message_id, settings, title, tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         session.id,
                         session.agent,
@@ -121,6 +123,8 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
                         _dumps(session.inputs) if session.inputs is not None else None,
                         session.start_client_message_id,
                         _dumps(session.settings),
+                        session.title,
+                        _dumps(session.tags),
                     ),
                 )
             except sqlite3.IntegrityError:
@@ -310,7 +314,13 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
         return _session(row) if row is not None else None
 
     async def list_sessions(
-        self, owner: str | None, status: str | None, agent: str | None, cursor: str | None, limit: int
+        self,
+        owner: str | None,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        match: SessionFilter | None = None,
     ) -> SessionPage:
         where = ["owner = ?"] if owner is not None else ["1 = 1"]
         params: list[Any] = [owner] if owner is not None else []
@@ -320,6 +330,20 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments):
         if agent is not None:
             where.append("agent = ?")
             params.append(agent)
+        if match is not None:
+            if match.title is not None:
+                # instr, not LIKE: the text is matched as it is, % and _ included
+                where.append("instr(lower(title), lower(?)) > 0")
+                params.append(match.title)
+            if match.tag is not None:
+                where.append("EXISTS (SELECT 1 FROM json_each(sessions.tags) WHERE value = ?)")
+                params.append(match.tag)
+            if match.created_from is not None:
+                where.append("created_at >= ?")
+                params.append(match.created_from)
+            if match.created_before is not None:
+                where.append("created_at < ?")
+                params.append(match.created_before)
         if cursor is not None:
             created_at, _, last_id = cursor.partition("|")
             where.append("(created_at < ? OR (created_at = ? AND id < ?))")

@@ -14,8 +14,10 @@ from parley.storage.sqlite_plumbing import Connection, SqliteBase, dumps
 from parley.storage.sqlite_rows import INTERRUPT_COLUMNS, interrupt_row
 
 _AUDIT_COLUMNS = "id, at, principal, client, action, outcome, session_id, target, detail"
-# A session's rows, children before the session itself.
+# A session's rows, children before the session itself (its attachment bytes stay until the
+# collector finds that no session refers to them).
 SESSION_TABLES = (
+    "attachment_refs",
     "messages",
     "events",
     "steps",
@@ -25,6 +27,16 @@ SESSION_TABLES = (
     "queued_messages",
     "turns",
 )
+
+
+def delete_rows(db: Connection, session_id: str) -> None:
+    """Every row of the session, its MCP tasks, then the session itself (not its audit entries)."""
+    for table in SESSION_TABLES:
+        db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
+    db.execute("DELETE FROM tasks WHERE session_id = ?", (session_id,))
+    db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+
 _PENDING = ", ".join(f"i.{c.strip()}" for c in INTERRUPT_COLUMNS.split(","))
 
 
@@ -86,10 +98,7 @@ class SqliteAccess(SqliteBase):
             leased = row["lease_owner"] is not None and (row["lease_expires_at"] or 0) > now
             if row["status"] == "running" or leased:
                 return "busy"
-            for table in SESSION_TABLES:
-                db.execute(f"DELETE FROM {table} WHERE session_id = ?", (session_id,))
-            db.execute("DELETE FROM tasks WHERE session_id = ?", (session_id,))
-            db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            delete_rows(db, session_id)
             return "deleted"
 
         return await self._write(delete)

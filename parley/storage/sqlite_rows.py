@@ -17,7 +17,7 @@ SESSION_COLUMNS = (
     "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
     "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
     "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, start_client_message_id, "
-    "wake_at, settings, cached_tokens, lease_epoch"
+    "wake_at, settings, cached_tokens, lease_epoch, title, tags"
 )
 TURN_COLUMNS = (
     "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
@@ -68,6 +68,8 @@ def session_row(row: sqlite3.Row) -> SessionRecord:
         wake_at=row["wake_at"],
         settings=json.loads(row["settings"]),
         cached_tokens=row["cached_tokens"],
+        title=row["title"],
+        tags=json.loads(row["tags"]),
     )
 
 

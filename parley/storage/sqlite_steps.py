@@ -42,7 +42,7 @@ def _columns(listing: str) -> frozenset[str]:
 
 # Per table: the columns a change may write, and those stored as JSON.
 _TABLES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
-    "sessions": (_columns(SESSION_COLUMNS), frozenset({"todos", "result", "inputs", "settings"})),
+    "sessions": (_columns(SESSION_COLUMNS), frozenset({"todos", "result", "inputs", "settings", "tags"})),
     "turns": (_columns(TURN_COLUMNS), frozenset({"result", "settings"})),
     "tool_calls": (_columns(CALL_COLUMNS), frozenset({"arguments", "result", "remote"})),
     "interrupts": (_columns(INTERRUPT_COLUMNS), frozenset({"payload", "resolution"})),
