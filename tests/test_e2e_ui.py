@@ -200,6 +200,11 @@ async def test_a_session_started_on_the_page_answers_live_and_is_steered_and_can
         "idle"
     )
     await expect(page.locator("#stream-state")).to_have_text("live")
+    # The title proposed from the first message names the session in the list and the header.
+    await expect(page.locator(f"#session-list li[data-session-id='{session_id}'] .title")).to_have_text(
+        "hello from the page"
+    )
+    await expect(page.locator("#session-title")).to_have_text("hello from the page · demo")
 
     # A long turn, cancelled from the page; what was sent meanwhile waits, then gets its turn.
     await compose(page, "/sleep 60\nnever answered")

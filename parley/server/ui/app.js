@@ -215,6 +215,8 @@ async function refreshSessions(more = false) {
           { href: `#/s/${s.session_id}` },
           el('span', { class: 'agent', text: s.agent }),
           el('span', { class: `status ${s.status}`, text: statusText(s.status) }),
+          ...(s.title ? [el('span', { class: 'title', text: s.title })] : []),
+          ...(s.tags && s.tags.length ? [el('span', { class: 'tags muted small', text: s.tags.map((t) => `#${t}`).join(' ') })] : []),
           el('span', { class: 'muted small', text: `${s.turn_count} turn${s.turn_count === 1 ? '' : 's'} · ${when(s.updated_at)}` }),
           el('span', { class: 'muted small mono', text: s.session_id }),
         ),
@@ -296,7 +298,11 @@ async function openSession(sessionId) {
 function showSessionState(transcript, streamState, error) {
   if (transcript !== state.transcript) return;
   const session = transcript.session;
-  if (session) byId('session-title').textContent = `${session.agent} · ${session.session_id}`;
+  if (session) {
+    byId('session-title').textContent = session.title
+      ? `${session.title} · ${session.agent}`
+      : `${session.agent} · ${session.session_id}`;
+  }
   const status = byId('session-status');
   status.textContent = statusText(transcript.status);
   status.className = `status ${transcript.status}`;
