@@ -69,6 +69,7 @@ from parley.storage.postgres_rows import (
 from parley.storage.postgres_schema import SCHEMA_NAME, migrate
 from parley.storage.postgres_steps import PostgresSteps, queued_values
 from parley.storage.postgres_tasks import page_limit
+from parley.storage.session_listing import POSTGRES_LISTING, session_list_query, session_page
 from parley.storage.status import StorageStatus
 from parley.storage.wakeups import ChangeFeed, NoChangeFeed, Wake
 
@@ -419,43 +420,10 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
         limit: int,
         match: SessionFilter | None = None,
     ) -> SessionPage:
-        where = ["owner = %s"] if owner is not None else ["TRUE"]
-        params: list[Any] = [owner] if owner is not None else []
-        if status is not None:
-            where.append("status = %s")
-            params.append(status)
-        if agent is not None:
-            where.append("agent = %s")
-            params.append(agent)
-        if match is not None:
-            if match.title is not None:
-                # strpos, not LIKE: the text is matched as it is, % and _ included
-                where.append("strpos(lower(title #>> '{}'), lower(%s)) > 0")
-                params.append(match.title)
-            if match.tag is not None:
-                where.append("tags::jsonb ? %s")
-                params.append(match.tag)
-            if match.created_from is not None:
-                where.append("created_at >= %s")
-                params.append(match.created_from)
-            if match.created_before is not None:
-                where.append("created_at < %s")
-                params.append(match.created_before)
-        if cursor is not None:
-            created_at, _, last_id = cursor.partition("|")
-            where.append("(created_at < %s OR (created_at = %s AND id < %s))")
-            params.extend([float(created_at), float(created_at), last_id])
-        rows = await self._fetchall(
-            f"SELECT {_SESSION} FROM sessions WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, id DESC LIMIT %s",
-            (*params, page_limit(limit + 1)),
+        sql, params = session_list_query(
+            POSTGRES_LISTING, _SESSION, owner, status, agent, cursor, limit, match
         )
-        sessions = [session_row(r) for r in rows[:limit]]
-        next_cursor = None
-        if len(rows) > limit:
-            last = sessions[-1]
-            next_cursor = f"{last.created_at!r}|{last.id}"
-        return SessionPage(sessions=sessions, next_cursor=next_cursor)
+        return session_page(await self._fetchall(sql, tuple(params)), limit, session_row)
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
         row = await self._fetchone(f"SELECT {_TURN} FROM turns WHERE id = %s", (turn_id,))

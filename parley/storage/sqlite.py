@@ -37,6 +37,7 @@ from parley.storage.base import (
 )
 from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
+from parley.storage.session_listing import SQLITE_LISTING, session_list_query, session_page
 from parley.storage.sqlite_access import SqliteAccess
 from parley.storage.sqlite_attachments import SqliteAttachments
 from parley.storage.sqlite_file import prepare_database_file
@@ -322,43 +323,10 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments, SqliteManage):
         limit: int,
         match: SessionFilter | None = None,
     ) -> SessionPage:
-        where = ["owner = ?"] if owner is not None else ["1 = 1"]
-        params: list[Any] = [owner] if owner is not None else []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if agent is not None:
-            where.append("agent = ?")
-            params.append(agent)
-        if match is not None:
-            if match.title is not None:
-                # instr, not LIKE: the text is matched as it is, % and _ included
-                where.append("instr(lower(title), lower(?)) > 0")
-                params.append(match.title)
-            if match.tag is not None:
-                where.append("EXISTS (SELECT 1 FROM json_each(sessions.tags) WHERE value = ?)")
-                params.append(match.tag)
-            if match.created_from is not None:
-                where.append("created_at >= ?")
-                params.append(match.created_from)
-            if match.created_before is not None:
-                where.append("created_at < ?")
-                params.append(match.created_before)
-        if cursor is not None:
-            created_at, _, last_id = cursor.partition("|")
-            where.append("(created_at < ? OR (created_at = ? AND id < ?))")
-            params.extend([float(created_at), float(created_at), last_id])
-        rows = await self._fetchall(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where)} "
-            "ORDER BY created_at DESC, id DESC LIMIT ?",
-            (*params, limit + 1),
+        sql, params = session_list_query(
+            SQLITE_LISTING, _SESSION_COLUMNS, owner, status, agent, cursor, limit, match
         )
-        sessions = [_session(r) for r in rows[:limit]]
-        next_cursor = None
-        if len(rows) > limit:
-            last = sessions[-1]
-            next_cursor = f"{last.created_at!r}|{last.id}"
-        return SessionPage(sessions=sessions, next_cursor=next_cursor)
+        return session_page(await self._fetchall(sql, tuple(params)), limit, _session)
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
         row = await self._fetchone(f"SELECT {_TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
