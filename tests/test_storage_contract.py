@@ -578,11 +578,27 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
     assert [t.id for t in await store.list_turns(sid)] == [turn_id, second.id]
 
 
-async def test_start_turn_returns_none_when_nothing_is_queued(store: Store) -> None:
+async def test_a_turn_that_ends_at_rest_lets_go_of_the_lease_in_the_same_write(store: Store) -> None:
     sid, turn = await running_turn(store)
     await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 2)
-    assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 3) is None
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.status, session.lease_owner, session.lease_expires_at) == ("idle", None, None)
+    # Nothing more is written under the lease let go.
+    with pytest.raises(LeaseLost):
+        await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 3)
     assert len(await store.list_turns(sid)) == 1
+
+
+async def test_a_turn_that_ends_with_a_message_queued_keeps_the_lease_for_the_next(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    steps = SessionSteps(store)
+    assert await steps.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3)
+    session = await store.get_session(sid)
+    assert session is not None and (session.status, session.lease_owner) == ("running", LEASE_A)
+    following = await steps.start_turn(sid, LEASE_A, new_turn_id(), T0 + 4)
+    assert following is not None and len(await store.list_turns(sid)) == 2
 
 
 # ---------------------------------------------------------------------------- agent versions
@@ -850,7 +866,7 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
     assert turn is not None
     assert not await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 2)  # a turn runs
     await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3)
-    assert await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 4)
+    # The turn's end rested the session itself (and let go of the lease: nothing left to rest).
     assert await status_of(store, sid) == ("idle", None)
 
 

@@ -610,3 +610,20 @@ def test_streamed_text_not_yet_published_goes_out_with_the_model_step_before_its
     tailed = transitions.model_step(snap(), replace(step, streamed_tail="le"), "p#1", NOW)
     assert event_kinds(tailed) == ["text_delta", "model_step"]
     assert tailed.events[0].data == {"text": "le"}
+
+
+# ---------------------------------------------------------------- letting go of the lease
+
+
+@pytest.mark.parametrize(
+    ("after", "lets_go"),
+    [("idle", True), ("closed", True), ("completed", True), ("failed", True), ("running", False)],
+)
+def test_a_turn_end_lets_go_of_the_lease_only_when_the_session_rests(after: str, lets_go: bool) -> None:
+    snapshot = snap(status="running", lease_owner="proc_a#1", lease_expires_at=NOW + 30)
+    changes = Changes()
+    changes.session["status"] = after
+    rested = transitions.let_go_if_resting(snapshot, changes)
+    assert rested == (after if lets_go else None)
+    released = {"lease_owner": None, "lease_expires_at": None}
+    assert (released.items() <= changes.session.items()) is lets_go

@@ -128,20 +128,29 @@ class SessionDriver:
             # The turn goes on later (a person, a timer, another process): this drive's span ends.
             self._end_turn_span(control, "released" if self._ctx.stopping else "parked")
             self._ctx.metrics.leases_held.dec()
-            with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
-                await self._ctx.store.release_lease(session_id, lease)
-                ended = await self._ctx.store.get_session(session_id)
-                if ended is not None and ended.status in ("closed", "completed", "failed"):
-                    self._toolbox.release_session(session_id)  # its per-session MCP connections
-                    self._transcripts.forget(session_id)
-                again = (
-                    ended is not None
-                    and not self._ctx.stopping
-                    and ended.status in ("running", "waiting_for_input")
-                    and not _is_parked(ended, self._ctx.clock())
-                )
+            if control.rested is not None:
+                # The turn's end let go of the lease at rest: nothing to release or read again (a
+                # message that came since was told to the scheduler, which claims it at once).
+                self._forget_if_ended(session_id, control.rested)
+            else:
+                with anyio.move_on_after(PERSIST_GRACE_S, shield=True):
+                    await self._ctx.store.release_lease(session_id, lease)
+                    ended = await self._ctx.store.get_session(session_id)
+                    if ended is not None:
+                        self._forget_if_ended(session_id, ended.status)
+                    again = (
+                        ended is not None
+                        and not self._ctx.stopping
+                        and ended.status in ("running", "waiting_for_input")
+                        and not _is_parked(ended, self._ctx.clock())
+                    )
             self._ctx.signals.notify(session_id)
         return again
+
+    def _forget_if_ended(self, session_id: SessionId, status: str) -> None:
+        if status in ("closed", "completed", "failed"):
+            self._toolbox.release_session(session_id)  # its per-session MCP connections
+            self._transcripts.forget(session_id)
 
     async def _keep_lease(self, session_id: SessionId, control: TurnControl, tg: TaskGroup) -> None:
         """Look for cancel requests when one is signalled (in this process, or by another through
@@ -164,12 +173,16 @@ class SessionDriver:
                         session_id, control.lease, self._ctx.clock(), ttl
                     )
                 except LeaseLost:
+                    if control.letting_go:
+                        return  # the turn's end let go of it: not lost
                     tg.cancel_scope.cancel()
                     raise
                 renewed_at = anyio.current_time()
             else:
                 found = await self._ctx.store.get_session(session_id)
                 if found is None or found.lease_owner != control.lease:
+                    if control.letting_go:
+                        return  # the turn's end let go of it: not lost
                     tg.cancel_scope.cancel()
                     raise LeaseLost(session_id)
                 session = found
@@ -242,6 +255,8 @@ class SessionDriver:
                 continue
             await self._traced_step(snapshot, transcript, control)
             self._ctx.signals.notify(session_id)
+            if control.rested is not None:
+                return  # the turn ended and the session rests: its lease was let go with it
 
     async def _traced_step(
         self,
@@ -370,7 +385,13 @@ class SessionDriver:
         max_turns = effective_limits(agent.limits, session.settings).max_turns if agent else None
         end = transitions.turn_end(session, action, limit_reason=limit_reason, max_turns=max_turns)
         with anyio.CancelScope(shield=True):
-            await self._ctx.steps.finish_turn(session.id, control.lease, turn_id, end, self._ctx.clock())
+            control.letting_go = True
+            try:
+                control.rested = await self._ctx.steps.finish_turn(
+                    session.id, control.lease, turn_id, end, self._ctx.clock()
+                )
+            finally:
+                control.letting_go = control.rested is not None
         if control.span_turn == turn_id:
             self._end_turn_span(control, action.status, action.error)
         self._ctx.metrics.turns.labels(session.agent, action.status).inc()

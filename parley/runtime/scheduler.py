@@ -41,6 +41,9 @@ class Scheduler:
         self._timings = timings
         self._clock = clock
         self._driving: set[SessionId] = set()
+        # Sessions named as having work while this process drove them: claimed again when the
+        # drive ends (a turn's end lets go of the lease without looking for a message since).
+        self._named_while_driving: set[SessionId] = set()
         self._draining = False
         self._retry_at: dict[SessionId, tuple[float, float]] = {}
         self._idle = anyio.Event()
@@ -101,9 +104,11 @@ class Scheduler:
         if self._draining:
             return
         now = self._clock()
+        named = dict.fromkeys(session_ids)
+        self._named_while_driving.update(s for s in named if s in self._driving)
         wanted = [
             session_id
-            for session_id in dict.fromkeys(session_ids)
+            for session_id in named
             if session_id not in self._driving
             and (session_id not in self._retry_at or self._retry_at[session_id][0] <= now)
         ]
@@ -137,6 +142,9 @@ class Scheduler:
         finally:
             self._driving.discard(session_id)
             self._idle.set()
+            if session_id in self._named_while_driving:
+                self._named_while_driving.discard(session_id)
+                again = again if again is None else True
             if again is None or self._full:
                 # A failure, or sessions were left for lack of room: look for work again.
                 self._full = False

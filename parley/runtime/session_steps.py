@@ -304,13 +304,17 @@ class SessionSteps:
 
     async def finish_turn(
         self, session_id: SessionId, lease: str, turn_id: TurnId, end: TurnEnd, now: float
-    ) -> None:
-        def decide(snapshot: SessionSnapshot) -> tuple[None, Changes]:
+    ) -> str | None:
+        """End the turn. When that leaves the session at rest, the lease is let go in the same
+        transaction and the status it rests in is returned (None: it runs on, the lease kept)."""
+
+        def decide(snapshot: SessionSnapshot) -> tuple[str | None, Changes]:
             if snapshot.turn is None:
                 return None, Changes()
-            return None, transitions.finish_turn(snapshot, end, now)
+            changes = transitions.finish_turn(snapshot, end, now)
+            return transitions.let_go_if_resting(snapshot, changes), changes
 
-        await self._decide(session_id, decide, None, now, turn_id=turn_id, lease=lease)
+        return await self._decide(session_id, decide, None, now, turn_id=turn_id, lease=lease)
 
     async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
         """A session without a turn closes, runs on with its queue, or rests; True if it rests."""

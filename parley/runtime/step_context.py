@@ -67,6 +67,10 @@ class TurnControl:
         self.started_turn: TurnId | None = None
         # When the turn worked on started (for its duration when it ends).
         self.turn_started_at: float | None = None
+        # A turn's end is being written that may let go of the lease (the keeper must not take a
+        # lease no longer held for a lost one), and the status the session rested in when it did.
+        self.letting_go = False
+        self.rested: str | None = None
 
     def cancel(self, turn_id: TurnId) -> None:
         self.cancelled.add(turn_id)

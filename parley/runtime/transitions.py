@@ -288,6 +288,17 @@ def rest_session(snapshot: SessionSnapshot) -> tuple[bool, Changes]:
     return _settle(snapshot, changes), changes
 
 
+def let_go_if_resting(snapshot: SessionSnapshot, changes: Changes) -> str | None:
+    """A turn's end that leaves its session at rest (idle, or ended) lets go of the lease in the
+    same transaction: nothing is left for a driver, and the next message is claimed at once. The
+    status it rests in, or None when it runs on (a queued message) and the lease is kept."""
+    status = str(changes.session.get("status", snapshot.session.status))
+    if status != "idle" and status not in ENDED_SESSION:
+        return None
+    changes.session.update(lease_owner=None, lease_expires_at=None)
+    return status
+
+
 def _settle(snapshot: SessionSnapshot, changes: Changes) -> bool:
     """Running with a queue stays running; otherwise idle. True when the session rests. A session
     that ended meanwhile (closed while this process held the lease) stays ended."""
