@@ -192,7 +192,7 @@ class SessionDriver:
     async def _work(self, session_id: SessionId, control: TurnControl) -> None:
         first = True
         transcript = self._transcripts.leased(session_id)
-        while True:
+        while control.rested is None:  # a turn's end that rested the session let go of the lease
             # One read per step: the session, its current turn with its calls, and its queue.
             snapshot = await self._ctx.steps.look(session_id, STEP_VIEW)
             if snapshot is None:
@@ -255,8 +255,6 @@ class SessionDriver:
                 continue
             await self._traced_step(snapshot, transcript, control)
             self._ctx.signals.notify(session_id)
-            if control.rested is not None:
-                return  # the turn ended and the session rests: its lease was let go with it
 
     async def _traced_step(
         self,
