@@ -1098,6 +1098,12 @@ class SessionService:
         asked: set[str] = set()
 
         async def rested(last: bool) -> TurnOutcome | _Again | None:
+            if not last:
+                # Most wake-ups come from a step of the turn still running: the session row says
+                # so (a turn that rests leaves it in the same write), so that is all read then.
+                session = await self._store.get_session(session_id)
+                if session is not None and session.current_turn_id == turn_id and session.status == "running":
+                    return None
             # One read: the session with this turn, its calls and its interrupts.
             snapshot = await self._steps.look(session_id, _turn_view(turn_id))
             turn = snapshot.turn if snapshot is not None else None
