@@ -69,7 +69,7 @@ from parley.storage.postgres_rows import (
 from parley.storage.postgres_schema import SCHEMA_NAME, migrate
 from parley.storage.postgres_steps import PostgresSteps, queued_values
 from parley.storage.postgres_tasks import page_limit
-from parley.storage.session_listing import POSTGRES_LISTING, session_list_query, session_page
+from parley.storage.sql_shared import POSTGRES, read_database_counts, session_list_query, session_page
 from parley.storage.status import StorageStatus
 from parley.storage.wakeups import ChangeFeed, NoChangeFeed, Wake
 
@@ -314,16 +314,7 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
         return int(row[0]) if row is not None else 0
 
     async def database_counts(self, now: float) -> DatabaseCounts:
-        sessions = await self._fetchall("SELECT status, count(*) FROM sessions GROUP BY status", ())
-        tasks = await self._fetchall("SELECT status, count(*) FROM tasks GROUP BY status", ())
-        queued = await self._fetchone("SELECT count(*) FROM queued_messages WHERE status = 'queued'", ())
-        leases = await self._fetchone("SELECT count(*) FROM sessions WHERE lease_expires_at >= %s", (now,))
-        return DatabaseCounts(
-            sessions={str(r[0]): int(r[1]) for r in sessions},
-            queued_messages=int(queued[0]) if queued is not None else 0,
-            leases=int(leases[0]) if leases is not None else 0,
-            tasks={str(r[0]): int(r[1]) for r in tasks},
-        )
+        return await read_database_counts(self._fetchall, POSTGRES, now)
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         rows = await self._fetchall(WORK_SCAN, {"now": now, "limit": page_limit(limit)})
@@ -420,9 +411,7 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
         limit: int,
         match: SessionFilter | None = None,
     ) -> SessionPage:
-        sql, params = session_list_query(
-            POSTGRES_LISTING, _SESSION, owner, status, agent, cursor, limit, match
-        )
+        sql, params = session_list_query(POSTGRES, _SESSION, owner, status, agent, cursor, limit, match)
         return session_page(await self._fetchall(sql, tuple(params)), limit, session_row)
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:

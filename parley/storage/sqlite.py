@@ -37,7 +37,7 @@ from parley.storage.base import (
 )
 from parley.storage.changes import NewEvent
 from parley.storage.migrations import MIGRATIONS
-from parley.storage.session_listing import SQLITE_LISTING, session_list_query, session_page
+from parley.storage.sql_shared import SQLITE, read_database_counts, session_list_query, session_page
 from parley.storage.sqlite_access import SqliteAccess
 from parley.storage.sqlite_attachments import SqliteAttachments
 from parley.storage.sqlite_file import prepare_database_file
@@ -235,16 +235,7 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments, SqliteManage):
         return int(row[0]) if row is not None else 0
 
     async def database_counts(self, now: float) -> DatabaseCounts:
-        sessions = await self._fetchall("SELECT status, COUNT(*) FROM sessions GROUP BY status", ())
-        tasks = await self._fetchall("SELECT status, COUNT(*) FROM tasks GROUP BY status", ())
-        queued = await self._fetchone("SELECT COUNT(*) FROM queued_messages WHERE status = 'queued'", ())
-        leases = await self._fetchone("SELECT COUNT(*) FROM sessions WHERE lease_expires_at >= ?", (now,))
-        return DatabaseCounts(
-            sessions={str(r[0]): int(r[1]) for r in sessions},
-            queued_messages=int(queued[0]) if queued is not None else 0,
-            leases=int(leases[0]) if leases is not None else 0,
-            tasks={str(r[0]): int(r[1]) for r in tasks},
-        )
+        return await read_database_counts(self._fetchall, SQLITE, now)
 
     async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
         # Two partial indexes (migration 13), so sessions parked on a person are never read.
@@ -323,9 +314,7 @@ class SqliteStore(SqliteSteps, SqliteAccess, SqliteAttachments, SqliteManage):
         limit: int,
         match: SessionFilter | None = None,
     ) -> SessionPage:
-        sql, params = session_list_query(
-            SQLITE_LISTING, _SESSION_COLUMNS, owner, status, agent, cursor, limit, match
-        )
+        sql, params = session_list_query(SQLITE, _SESSION_COLUMNS, owner, status, agent, cursor, limit, match)
         return session_page(await self._fetchall(sql, tuple(params)), limit, _session)
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:

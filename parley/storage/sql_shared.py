@@ -1,17 +1,18 @@
-"""The session list query (list_sessions) of the SQL backends, written once: SQLite and
-PostgreSQL differ only in their placeholder and in how a title or a tag is matched."""
+"""Reads the SQL backends share, written once: the session list (list_sessions) and the counts
+over the whole database (/metrics). SQLite and PostgreSQL differ here only in their placeholder
+and in how a title or a tag is matched (SqlDialect)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from parley.storage.base import SessionFilter, SessionPage, SessionRecord
+from parley.storage.base import DatabaseCounts, SessionFilter, SessionPage, SessionRecord
 
 
 @dataclass(frozen=True, slots=True)
-class ListingDialect:
+class SqlDialect:
     placeholder: str
     # A condition true of every row (the list of all owners' sessions).
     everything: str
@@ -21,13 +22,13 @@ class ListingDialect:
     has_tag: str
 
 
-SQLITE_LISTING = ListingDialect(
+SQLITE = SqlDialect(
     placeholder="?",
     everything="1 = 1",
     title_contains="instr(lower(title), lower(?)) > 0",
     has_tag="EXISTS (SELECT 1 FROM json_each(sessions.tags) WHERE value = ?)",
 )
-POSTGRES_LISTING = ListingDialect(
+POSTGRES = SqlDialect(
     placeholder="%s",
     everything="TRUE",
     title_contains="strpos(lower(title #>> '{}'), lower(%s)) > 0",
@@ -36,7 +37,7 @@ POSTGRES_LISTING = ListingDialect(
 
 
 def session_list_query(
-    dialect: ListingDialect,
+    dialect: SqlDialect,
     columns: str,
     owner: str | None,
     status: str | None,
@@ -93,3 +94,22 @@ def session_page(rows: Sequence[Any], limit: int, to_record: Callable[[Any], Ses
         last = sessions[-1]
         next_cursor = f"{last.created_at!r}|{last.id}"
     return SessionPage(sessions=sessions, next_cursor=next_cursor)
+
+
+FetchAll = Callable[[str, tuple[Any, ...]], Awaitable[Sequence[Any]]]
+
+
+async def read_database_counts(fetchall: FetchAll, dialect: SqlDialect, now: float) -> DatabaseCounts:
+    """Sessions and MCP tasks by status, messages queued and live leases (of any process)."""
+    sessions = await fetchall("SELECT status, count(*) FROM sessions GROUP BY status", ())
+    tasks = await fetchall("SELECT status, count(*) FROM tasks GROUP BY status", ())
+    queued = await fetchall("SELECT count(*) FROM queued_messages WHERE status = 'queued'", ())
+    leases = await fetchall(
+        f"SELECT count(*) FROM sessions WHERE lease_expires_at >= {dialect.placeholder}", (now,)
+    )
+    return DatabaseCounts(
+        sessions={str(r[0]): int(r[1]) for r in sessions},
+        queued_messages=int(queued[0][0]),
+        leases=int(leases[0][0]),
+        tasks={str(r[0]): int(r[1]) for r in tasks},
+    )
