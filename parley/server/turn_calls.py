@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from mcp.server.mcpserver import Context
+from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.types import CallToolResult
 
 from parley.errors import RequestError, StorageUnavailable
@@ -56,7 +57,12 @@ async def guarded(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> C
         )
 
 
-def progress_of(ctx: Context) -> ProgressFn:
+def progress_of(ctx: Context) -> ProgressFn | None:
+    """Progress notifications for this call, or None when the caller asked for none (its request
+    has no progress token): a wait then reads no events at all, only what tells it the turn's end."""
+    if progress_token_from_params(ctx.request_context.params) is None:
+        return None
+
     async def report(progress: float, message: str) -> None:
         await ctx.report_progress(progress, None, message)
 
@@ -69,7 +75,7 @@ class Caller:
     notifications, and questions asked by form elicitation when the client can show forms."""
 
     who: Principal
-    progress: ProgressFn
+    progress: ProgressFn | None
     ask_human: AskHuman | None
 
 
