@@ -11,7 +11,15 @@ from parley.ids import SessionId, new_task_id, new_turn_id
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.base import AuditRecord, InterruptRecord, PendingInterrupt, TaskRecord, TurnRecord
 from parley.storage.ports import Store
-from tests.test_storage_contract import LEASE_A, PROC_A, T0, _pending_approval, new_session, running_turn
+from tests.test_storage_contract import (
+    LEASE_A,
+    PROC_A,
+    T0,
+    _pending_approval,
+    new_session,
+    queued,
+    running_turn,
+)
 
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
 # take them as arguments of the same names, which ruff would call redefinitions).
@@ -69,6 +77,22 @@ async def test_audit_entries_are_listed_newest_first_by_session_and_by_principal
     assert [e.action for e in await store.list_audit(sid, "alice", None, 10)] == ["message"]
     # Paging: the entries before an id.
     assert [e.action for e in await store.list_audit(None, None, entries[0].id, 1)] == ["approve"]
+
+
+async def test_a_queued_message_commits_its_audit_entry_with_it_and_a_refused_one_none(store: Store) -> None:
+    sid = await new_session(store, owner="alice")
+    steps = SessionSteps(store)
+    message = queued(sid, "hello")
+    sent = _entry("alice", "message", session_id=sid)
+    assert await steps.enqueue_message(sid, "alice", message, 10, T0 + 1, sent) == "queued"
+    [entry] = await store.list_audit(sid, None, None, 10)
+    assert (entry.principal, entry.action, entry.session_id) == ("alice", "message", sid)
+    # Refused (not the caller's session, or past its turns): neither the message nor an entry.
+    refused = _entry("mallory", "message", session_id=sid)
+    assert await steps.enqueue_message(sid, "mallory", queued(sid, "x"), 10, T0 + 2, refused) == "not_found"
+    assert await steps.enqueue_message(sid, "alice", queued(sid, "y"), 0, T0 + 3, sent) == "turn_limit"
+    assert [e.principal for e in await store.list_audit(sid, None, None, 10)] == ["alice"]
+    assert [q.id for q in await store.list_queued(sid)] == [message.id]
 
 
 async def test_purging_the_audit_deletes_only_older_entries_and_ids_never_come_back(store: Store) -> None:

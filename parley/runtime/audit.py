@@ -1,6 +1,7 @@
 """Recording the audit trail: who (principal and client) sent, decided, cancelled, closed,
-deleted what, and which attempts were refused. One entry per act, written after the act
-committed (or was refused); the trail outlives the session and is purged by its own age
+deleted what, and which attempts were refused. One entry per act, written in the act's own
+transaction where the act is one decision (a message sent), else after the act committed (or
+was refused); the trail outlives the session and is purged by its own age
 (`audit.retention_days`).
 
 Entries hold ids and kinds, never the text of a message or an answer: the trail says who did
@@ -47,7 +48,7 @@ class Audit:
         self._log = log
         self._clock = clock
 
-    async def record(
+    def entry(
         self,
         who: Principal,
         action: str,
@@ -56,10 +57,9 @@ class Audit:
         target: str | None = None,
         outcome: AuditOutcome = "ok",
         **detail: Any,
-    ) -> None:
-        """Append an entry. A database that cannot take it is logged, not raised: the act itself
-        has been committed (or refused) already."""
-        entry = AuditRecord(
+    ) -> AuditRecord:
+        """The entry for an act, to commit in the act's own transaction (`Changes.audit`)."""
+        return AuditRecord(
             id=0,
             at=self._clock(),
             principal=who.id,
@@ -70,6 +70,20 @@ class Audit:
             target=target,
             detail={k: v for k, v in detail.items() if v is not None},
         )
+
+    async def record(
+        self,
+        who: Principal,
+        action: str,
+        *,
+        session_id: str | None,
+        target: str | None = None,
+        outcome: AuditOutcome = "ok",
+        **detail: Any,
+    ) -> None:
+        """Append an entry after the act. A database that cannot take it is logged, not raised:
+        the act itself has been committed (or refused) already."""
+        entry = self.entry(who, action, session_id=session_id, target=target, outcome=outcome, **detail)
         try:
             with anyio.CancelScope(shield=True):
                 await self._log.record_audit(entry)

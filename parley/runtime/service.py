@@ -552,7 +552,10 @@ class SessionService:
             blobs=blobs,
             trace_context=current_trace_context(),
         )
-        outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now)
+        entry = self._audit.entry(
+            caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
+        )
+        outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now, entry)
         if outcome == "not_found":
             raise SessionNotFound(session_id)
         if outcome == "duplicate":
@@ -568,9 +571,6 @@ class SessionService:
                 session_id,
                 f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
             )
-        await self._audit.record(
-            caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
-        )
         if session.title is None:
             await self._title(session.id, agent, message)
         self._signals.work_available(session.id)

@@ -13,6 +13,7 @@ from parley.runtime import transitions
 from parley.runtime.transitions import TurnEnd
 from parley.storage.base import (
     AgentVersionRecord,
+    AuditRecord,
     EnqueueOutcome,
     InterruptRecord,
     ModelStep,
@@ -81,11 +82,25 @@ class SessionSteps:
     # ------------------------------------------------------------------ a caller's requests
 
     async def enqueue_message(
-        self, session_id: SessionId, owner: str, message: QueuedMessageRecord, max_turns: int, now: float
+        self,
+        session_id: SessionId,
+        owner: str,
+        message: QueuedMessageRecord,
+        max_turns: int,
+        now: float,
+        audit: AuditRecord | None = None,
     ) -> EnqueueOutcome:
+        """Queue `message`; `audit`, the entry of the act, is committed with it when it is queued."""
+
+        def queue(snapshot: SessionSnapshot) -> tuple[EnqueueOutcome, Changes]:
+            outcome, changes = transitions.queue_message(snapshot, owner, message, max_turns)
+            if outcome == "queued" and audit is not None:
+                changes.audit.append(audit)
+            return outcome, changes
+
         return await self._decide(
             session_id,
-            lambda s: transitions.queue_message(s, owner, message, max_turns),
+            queue,
             "not_found",
             now,
             client_message_id=message.client_message_id,

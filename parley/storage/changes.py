@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
     AgentVersionRecord,
+    AuditRecord,
     InterruptRecord,
     QueuedMessageRecord,
     Role,
@@ -123,6 +124,8 @@ class Changes:
     new_queued: list[QueuedMessageRecord] = field(default_factory=list)
     # The definition a new turn runs on, stored unless that agent's version is already.
     new_agent_version: AgentVersionRecord | None = None
+    # Audit entries of the act this decision is (parley/runtime/audit.py), committed with it.
+    audit: list[AuditRecord] = field(default_factory=list)
     # The commit must reach the disk before the decision takes effect (whatever the backend's
     # usual durability): set for the start of a call that must never run twice.
     durable: bool = False
@@ -142,6 +145,7 @@ class Changes:
             or self.new_interrupts
             or self.new_queued
             or self.new_agent_version
+            or self.audit
         )
 
 

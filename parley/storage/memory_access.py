@@ -30,6 +30,12 @@ def delete_rows(tables: MemoryTables, session_id: SessionId) -> None:
     del tables.sessions[session_id]
 
 
+def insert_audit(tables: MemoryTables, entry: AuditRecord) -> None:
+    entry_id = tables.audit_seq.get("audit", 0) + 1
+    tables.audit_seq["audit"] = entry_id
+    tables.audit[entry_id] = row(replace(entry, id=entry_id))
+
+
 class MemoryAccess(MemoryAttachments):
     async def count_running(self, owner: str) -> int:
         sessions = (await self._committed()).sessions.values()
@@ -68,9 +74,7 @@ class MemoryAccess(MemoryAttachments):
 
     async def record_audit(self, entry: AuditRecord) -> None:
         async with self._db.write() as tables:
-            entry_id = tables.audit_seq.get("audit", 0) + 1
-            tables.audit_seq["audit"] = entry_id
-            tables.audit[entry_id] = row(replace(entry, id=entry_id))
+            insert_audit(tables, entry)
 
     async def list_audit(
         self, session_id: str | None, principal: str | None, before_id: int | None, limit: int

@@ -12,6 +12,7 @@ from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId, TurnId
 from parley.storage.base import InterruptRecord, StepRecord, ToolCallRecord
 from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.storage.memory_access import insert_audit
 from parley.storage.memory_tables import MemoryTables, row, updated
 from parley.storage.memory_tasks import MemoryTasks
 
@@ -186,6 +187,8 @@ def apply_changes(tables: MemoryTables, snapshot: SessionSnapshot, changes: Chan
         tables.append_message(session_id, message.turn_id, message.role, message.content, now)
     for event in changes.events:
         tables.append_event(session_id, event.turn_id, event.kind, event.data, now)
+    for entry in changes.audit:
+        insert_audit(tables, entry)
 
 
 class MemorySteps(MemoryTasks):

@@ -37,6 +37,16 @@ DELETE_ROWS_OF_TARGET = ", ".join(
 )
 
 
+INSERT_AUDIT = (
+    "INSERT INTO audit (at, principal, client, action, outcome, session_id, target, detail) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def audit_values(e: AuditRecord) -> tuple[Any, ...]:
+    return (e.at, e.principal, e.client, e.action, e.outcome, e.session_id, e.target, json_value(e.detail))
+
+
 def _audit(row: Sequence[Any]) -> AuditRecord:
     values = dict(zip(_AUDIT_FIELDS, row, strict=True))
     values["session_id"] = values["session_id"] or None
@@ -97,20 +107,7 @@ class PostgresAccess(PostgresBase):
     # ------------------------------------------------------------------ the audit trail
 
     async def record_audit(self, entry: AuditRecord) -> None:
-        await self._write(
-            "INSERT INTO audit (at, principal, client, action, outcome, session_id, target, detail) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                entry.at,
-                entry.principal,
-                entry.client,
-                entry.action,
-                entry.outcome,
-                entry.session_id,
-                entry.target,
-                json_value(entry.detail),
-            ),
-        )
+        await self._write(INSERT_AUDIT, audit_values(entry))
 
     async def list_audit(
         self, session_id: str | None, principal: str | None, before_id: int | None, limit: int

@@ -17,6 +17,7 @@ from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId
 from parley.storage.base import QueuedMessageRecord
 from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.storage.postgres_access import INSERT_AUDIT, audit_values
 from parley.storage.postgres_plumbing import Params, Row, Statement, Writes
 from parley.storage.postgres_rows import (
     CALL_FIELDS,
@@ -254,6 +255,7 @@ class _Transaction:
             }
         if values:
             self._add_update("sessions", session_id, values)
+        writes.add_many(INSERT_AUDIT, [audit_values(entry) for entry in changes.audit])
 
     def _update(self, table: str, row_id: str, fields: dict[str, Any], now: float) -> None:
         values = dict(fields)

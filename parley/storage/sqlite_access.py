@@ -40,6 +40,17 @@ def delete_rows(db: Connection, session_id: str) -> None:
 _PENDING = ", ".join(f"i.{c.strip()}" for c in INTERRUPT_COLUMNS.split(","))
 
 
+def insert_audit(db: Connection, entries: Sequence[AuditRecord]) -> None:
+    db.executemany(
+        "INSERT INTO audit (at, principal, client, action, outcome, session_id, target, detail) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (e.at, e.principal, e.client, e.action, e.outcome, e.session_id, e.target, dumps(e.detail))
+            for e in entries
+        ],
+    )
+
+
 def _audit(row: sqlite3.Row) -> AuditRecord:
     return AuditRecord(
         id=row["id"],
@@ -106,23 +117,7 @@ class SqliteAccess(SqliteBase):
     # ------------------------------------------------------------------ the audit trail
 
     async def record_audit(self, entry: AuditRecord) -> None:
-        def insert(db: Connection) -> None:
-            db.execute(
-                "INSERT INTO audit (at, principal, client, action, outcome, session_id, target, detail) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    entry.at,
-                    entry.principal,
-                    entry.client,
-                    entry.action,
-                    entry.outcome,
-                    entry.session_id,
-                    entry.target,
-                    dumps(entry.detail),
-                ),
-            )
-
-        await self._write(insert)
+        await self._write(lambda db: insert_audit(db, [entry]))
 
     async def list_audit(
         self, session_id: str | None, principal: str | None, before_id: int | None, limit: int

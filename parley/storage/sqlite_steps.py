@@ -18,6 +18,7 @@ from parley.storage.base import (
     TurnRecord,
 )
 from parley.storage.changes import Changes, NewEvent, NewMessage, SessionSnapshot, SnapshotScope
+from parley.storage.sqlite_access import insert_audit
 from parley.storage.sqlite_plumbing import Connection, dumps
 from parley.storage.sqlite_rows import (
     CALL_COLUMNS,
@@ -247,6 +248,8 @@ def _apply(db: Connection, snapshot: SessionSnapshot, changes: Changes, now: flo
         session_fields=changes.session,
         now=now,
     )
+    if changes.audit:
+        insert_audit(db, changes.audit)
 
 
 def _insert_turn(db: Connection, turn: TurnRecord) -> None:
