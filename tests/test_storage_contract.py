@@ -601,6 +601,38 @@ async def test_a_turn_that_ends_with_a_message_queued_keeps_the_lease_for_the_ne
     assert following is not None and len(await store.list_turns(sid)) == 2
 
 
+async def test_a_model_step_that_answers_ends_its_turn_and_lets_go_of_the_lease_in_one_write(
+    store: Store,
+) -> None:
+    sid, turn = await running_turn(store)
+    steps = SessionSteps(store)
+    end = TurnEnd(status="answered", answer="the answer")
+    step = model_step(turn.id, 1, text="the answer")
+    with pytest.raises(LeaseLost):
+        await steps.commit_answering_step(sid, lease_token(PROC_B, 1), step, end, T0 + 2)
+    assert await steps.commit_answering_step(sid, LEASE_A, step, end, T0 + 2) == (True, "idle")
+    session = await store.get_session(sid)
+    assert session is not None
+    assert (session.status, session.current_turn_id, session.lease_owner) == ("idle", None, None)
+    [ended] = await store.list_turns(sid)
+    assert (ended.status, ended.answer, ended.model_calls) == ("answered", "the answer", 1)
+    assert [m.role for m in await store.list_messages(sid, None, None)] == ["user", "assistant"]
+    kinds = [e.kind for e in await store.list_events(sid, 0, 100)]
+    assert kinds[-2:] == ["model_step", "turn_ended"]
+    with pytest.raises(LeaseLost):  # nothing more under the lease let go
+        await steps.commit_model_step(sid, LEASE_A, model_step(turn.id, 2), T0 + 3)
+
+
+async def test_a_model_step_asking_for_tools_leaves_its_turn_running(store: Store) -> None:
+    sid, turn = await running_turn(store)
+    end = TurnEnd(status="answered", answer="thinking")
+    step = model_step(turn.id, 1, "read")
+    assert await SessionSteps(store).commit_answering_step(sid, LEASE_A, step, end, T0 + 2) == (False, None)
+    session = await store.get_session(sid)
+    assert session is not None and (session.status, session.lease_owner) == ("running", LEASE_A)
+    assert [c.status for c in await store.list_tool_calls(turn.id)] == ["pending"]
+
+
 # ---------------------------------------------------------------------------- agent versions
 
 

@@ -612,6 +612,73 @@ def test_streamed_text_not_yet_published_goes_out_with_the_model_step_before_its
     assert tailed.events[0].data == {"text": "le"}
 
 
+def _answer(text: str = "done", calls: int = 0) -> Any:
+    from parley.storage.base import ModelStep, NewToolCall
+
+    return ModelStep(
+        turn_id=TID,
+        step_no=2,
+        assistant={"text": text},
+        tool_calls=[
+            NewToolCall(id=ToolCallId(f"c{i}"), call_index=i, name="read", arguments={}, effect="read")
+            for i in range(calls)
+        ],
+        input_tokens=3,
+        output_tokens=4,
+    )
+
+
+ANSWERED = TurnEnd(status="answered", answer="done")
+
+
+def test_a_step_that_answers_ends_its_turn_in_the_same_write_as_a_separate_end_would() -> None:
+    snapshot = snap(lease_owner="proc_a#1", lease_expires_at=NOW + 30, interrupts=(interrupt(),))
+    (ended, rested), changes = transitions.answering_step(snapshot, _answer(), "proc_a#1", NOW, ANSWERED)
+    assert (ended, rested) == (True, "idle")
+    step = transitions.model_step(snapshot, _answer(), "proc_a#1", NOW)
+    finish = transitions.finish_turn(snapshot, ANSWERED, NOW)
+    transitions.let_go_if_resting(snapshot, finish)
+    # Everything the two writes would have written, in their order, the end winning a field both set.
+    assert changes.new_step == step.new_step and changes.messages == step.messages
+    assert event_kinds(changes) == ["model_step", "turn_ended"]
+    assert changes.turn == {**step.turn, **finish.turn} and changes.turn["status"] == "answered"
+    assert changes.session == {**step.session, **finish.session}
+    assert changes.session["lease_owner"] is None and changes.session["phase"] is None
+    assert changes.interrupts == finish.interrupts != {}
+
+
+@pytest.mark.parametrize(
+    ("why", "snapshot", "step"),
+    [
+        ("it asked for a tool", snap(), _answer(calls=1)),
+        ("a cancel was asked for the turn", snap(cancel_requested_turn=TID), _answer()),
+        ("a steering message waits", snap(queue=(replace(queued()[0], steer=True),)), _answer()),
+        ("a task session is reminded of its result", snap(kind="task"), _answer()),
+    ],
+)
+def test_a_step_leaves_its_turn_to_the_next_step_when_something_holds_it(
+    why: str, snapshot: SessionSnapshot, step: Any
+) -> None:
+    (ended, rested), changes = transitions.answering_step(snapshot, step, "proc_a#1", NOW, ANSWERED)
+    assert (ended, rested) == (False, None), why
+    assert changes.turn == transitions.model_step(snapshot, step, "proc_a#1", NOW).turn
+    assert "turn_ended" not in event_kinds(changes)
+
+
+def test_an_answer_with_a_message_queued_ends_the_turn_and_keeps_the_lease_for_the_next() -> None:
+    snapshot = snap(queue=queued(), lease_owner="proc_a#1", lease_expires_at=NOW + 30)
+    (ended, rested), changes = transitions.answering_step(snapshot, _answer(), "proc_a#1", NOW, ANSWERED)
+    assert (ended, rested) == (True, None)
+    assert changes.session["status"] == "running" and "lease_owner" not in changes.session
+
+
+def test_an_answer_that_uses_the_last_turn_closes_the_session() -> None:
+    end = TurnEnd(status="answered", answer="done", close_reason="reached the limit of 1 turns per session")
+    (ended, rested), changes = transitions.answering_step(snap(), _answer(), "proc_a#1", NOW, end)
+    assert (ended, rested) == (True, "closed")
+    assert event_kinds(changes) == ["model_step", "turn_ended", "session_closed"]
+
+
 # ---------------------------------------------------------------- letting go of the lease
 
 

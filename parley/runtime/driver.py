@@ -359,15 +359,29 @@ class SessionDriver:
             control.turn_id, control.scope = turn_id, scope
             try:
                 if isinstance(action, CallModel):
-                    failure = await self._models.call(session, agent, turn, action, transcript, control.lease)
+                    failure = await self._models.call(
+                        session, agent, turn, action, transcript, control, self._ending(session)
+                    )
                     if failure is not None:
                         await self._finish(control, session, turn_id, failure)
                 elif isinstance(action, RunTools):
                     await self._tools.run(session, agent, action.calls, control)
             finally:
                 control.turn_id, control.scope = None, None
-        if scope.cancelled_caught:
+        if control.ended_by_step == turn_id:
+            # The model's answer ended the turn in the step's own write.
+            self._finished(control, session, turn_id, FinishTurn("answered", None, None))
+        elif scope.cancelled_caught:
             await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))
+
+    def _ending(self, session: SessionRecord) -> Callable[[FinishTurn], transitions.TurnEnd] | None:
+        """What ending a chat turn with an answer does to its session, for a model step that may
+        end the turn itself (a task session's answer is reminded of its result instead)."""
+        if session.kind == "task":
+            return None
+        agent = self._agents.get(session.agent)
+        max_turns = effective_limits(agent.limits, session.settings).max_turns if agent else None
+        return lambda action: transitions.turn_end(session, action, limit_reason=None, max_turns=max_turns)
 
     async def _finish(
         self,
@@ -390,6 +404,12 @@ class SessionDriver:
                 )
             finally:
                 control.letting_go = control.rested is not None
+        self._finished(control, session, turn_id, action)
+
+    def _finished(
+        self, control: TurnControl, session: SessionRecord, turn_id: TurnId, action: FinishTurn
+    ) -> None:
+        """What follows a turn's end committed: its span, its metrics, its log line."""
         if control.span_turn == turn_id:
             self._end_turn_span(control, action.status, action.error)
         self._ctx.metrics.turns.labels(session.agent, action.status).inc()

@@ -23,9 +23,10 @@ from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.machine import CallModel, FinishTurn
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
-from parley.runtime.step_context import StepContext
+from parley.runtime.step_context import StepContext, TurnControl
 from parley.runtime.toolbox import Toolbox, enabled_tools
 from parley.runtime.transcript import assistant_content, latest_messages, to_chat_messages
+from parley.runtime.transitions import TurnEnd
 from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
@@ -276,10 +277,14 @@ class ModelCaller:
         turn: TurnRecord,
         action: CallModel,
         transcript: LeasedTranscript,
-        lease: str,
+        control: TurnControl,
+        ending: Callable[[FinishTurn], TurnEnd] | None = None,
     ) -> FinishTurn | None:
-        """One model step of the turn, on the transcript as the driver last read it."""
-        turn_id = turn.id
+        """One model step of the turn, on the transcript as the driver last read it. With `ending`
+        (what ending the turn with an answer does to its session), a step that answers ends the
+        turn in its own transaction when nothing holds the turn back: `control.ended_by_step`
+        says so, and the lease is let go there when the session rests (`control.rested`)."""
+        turn_id, lease = turn.id, control.lease
         messages = transcript.records
         # The turn's own copy of the settings decides the model, also after a restart.
         chosen = turn.settings.get("model")
@@ -361,8 +366,24 @@ class ModelCaller:
             cached_tokens=response.cached_tokens,
             streamed_tail=stream.tail(),
         )
-        # Committed in one transaction: the answer, the calls it asked for, and its usage.
-        await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
+        if ending is not None and not new_calls:
+            # The turn's answer, as the driver's next step would find it (machine.next_action).
+            end = ending(FinishTurn("answered", response.text, None))
+            self._ctx.faults.hit("turn_finishing", response.text)
+            with anyio.CancelScope(shield=True):
+                control.letting_go = True  # the keeper must not take a lease let go for a lost one
+                ended, rested = False, None
+                try:
+                    ended, rested = await self._ctx.steps.commit_answering_step(
+                        session.id, lease, step, end, self._ctx.clock()
+                    )
+                finally:
+                    control.letting_go = rested is not None
+            if ended:
+                control.ended_by_step, control.rested = turn_id, rested
+        else:
+            # Committed in one transaction: the answer, the calls it asked for, and its usage.
+            await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
         self._ctx.faults.hit("model_committed", response.text)
         return None
 

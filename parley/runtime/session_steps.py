@@ -189,6 +189,7 @@ class SessionSteps:
         )
 
     async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:
+        """The step alone (the turn goes on, or ends in a write of its own)."""
         await self._write(
             session_id,
             lease,
@@ -199,6 +200,20 @@ class SessionSteps:
             interrupts=False,
             queue=False,
         )
+
+    async def commit_answering_step(
+        self, session_id: SessionId, lease: str, step: ModelStep, end: TurnEnd, now: float
+    ) -> tuple[bool, str | None]:
+        """The step, and the turn's end `end` with it when the step answers and nothing holds the
+        turn back (transitions.answering_step): (ended, the status the session rests in, or None
+        when it runs on with the lease kept)."""
+
+        def decide(snapshot: SessionSnapshot) -> tuple[tuple[bool, str | None], Changes]:
+            if snapshot.turn is None:
+                raise StorageError(f"session {session_id}: the turn of this step is not stored")
+            return transitions.answering_step(snapshot, step, lease, now, end)
+
+        return await self._decide(session_id, decide, (False, None), now, lease=lease, turn_id=step.turn_id)
 
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float

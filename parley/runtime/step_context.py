@@ -71,6 +71,8 @@ class TurnControl:
         # lease no longer held for a lost one), and the status the session rested in when it did.
         self.letting_go = False
         self.rested: str | None = None
+        # The turn a model step ended in its own transaction (its answer and its end as one write).
+        self.ended_by_step: TurnId | None = None
 
     def cancel(self, turn_id: TurnId) -> None:
         self.cancelled.add(turn_id)

@@ -596,6 +596,40 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
     return changes
 
 
+def answering_step(
+    snapshot: SessionSnapshot, step: ModelStep, lease: str, now: float, end: TurnEnd
+) -> tuple[tuple[bool, str | None], Changes]:
+    """A model step (model_step) that may end its turn: when it asks for no tool and nothing holds
+    its chat turn back (no cancel asked for the turn, no steering message queued), the turn ends
+    with it in the same transaction, exactly as finish_turn would end it in the next (and the
+    lease is let go when the session rests). That saves a snapshot, a transaction and a sync per
+    answered turn. Returns (ended, the status the session rests in or None), and the changes."""
+    changes = model_step(snapshot, step, lease, now)
+    session, turn = snapshot.session, snapshot.turn
+    assert turn is not None
+    if (
+        step.tool_calls
+        or session.kind == "task"
+        or session.cancel_requested_turn == turn.id
+        or any(q.steer for q in snapshot.queued)
+    ):
+        return (False, None), changes
+    # finish_turn reads nothing the step changes (the turn's status, its calls and interrupts,
+    # the session's close request and queue), so it decides on the snapshot as loaded.
+    finish = finish_turn(snapshot, end, now)
+    ended = Changes(
+        session={**changes.session, **finish.session},
+        turn={**changes.turn, **finish.turn},
+        calls=finish.calls,
+        interrupts=finish.interrupts,
+        queued=finish.queued,
+        messages=[*changes.messages, *finish.messages],
+        events=[*changes.events, *finish.events],
+        new_step=changes.new_step,
+    )
+    return (True, let_go_if_resting(snapshot, ended)), ended
+
+
 def nudge(snapshot: SessionSnapshot, text: str) -> Changes:
     """A reminder to the model (a task session that answered without its result)."""
     assert snapshot.turn is not None
