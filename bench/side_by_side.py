@@ -39,6 +39,7 @@ import json
 import os
 import shlex
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -532,14 +533,18 @@ async def fake_model(workdir: Path, delay_ms: float) -> AsyncIterator[tuple[str,
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     load_before = loadavg_1m()
     started = time.perf_counter()
-    results: dict[str, dict[str, Any]] = {name: {} for name in SERVERS}
+    runs: list[dict[str, dict[str, Any]]] = []
     async with fake_model(workdir, args.model_delay_ms) as (model_url, model_pid):
-        for transport in args.transports:
-            for name in SERVERS:
-                target = Target(name, workdir / f"{name}-{transport}", model_url, model_pid)
-                measure = measure_stdio if transport == "stdio" else measure_http
-                print(f"  ... {transport}: {name}", file=sys.stderr, flush=True)
-                results[name][transport] = await measure(target, args)
+        for repeat in range(1, args.repeat + 1):
+            results: dict[str, dict[str, Any]] = {name: {} for name in SERVERS}
+            for transport in args.transports:
+                for name in SERVERS:
+                    folder = workdir / f"{name}-{transport}-{repeat}"
+                    target = Target(name, folder, model_url, model_pid)
+                    measure = measure_stdio if transport == "stdio" else measure_http
+                    print(f"  ... {transport}: {name} ({repeat}/{args.repeat})", file=sys.stderr, flush=True)
+                    results[name][transport] = await measure(target, args)
+            runs.append(results)
         model_totals = await fake_stats(model_url)
     return {
         "options": {
@@ -549,12 +554,30 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "concurrency": args.concurrency,
             "transports": args.transports,
             "model_delay_ms": args.model_delay_ms,
+            "repeat": args.repeat,
         },
-        "servers": results,
+        # With --repeat, each figure is the median of the runs (floor and parley alternate).
+        "servers": median_of(runs),
         "model_totals": model_totals,
         "commit": git_commit(),
         **run_figures(started, load_before, "sqlite", "mcp"),
     }
+
+
+def median_of(runs: list[Any]) -> Any:
+    """The runs' results merged figure by figure: the median of numbers, dicts by key and lists
+    by position; anything else as the first run has it."""
+    first = runs[0]
+    if isinstance(first, bool) or not isinstance(first, int | float | dict | list):
+        return first
+    if isinstance(first, int | float):
+        values = [r for r in runs if isinstance(r, int | float) and not isinstance(r, bool)]
+        return round(statistics.median(values), 3) if len(values) == len(runs) else first
+    if isinstance(first, dict):
+        return {k: median_of([r[k] for r in runs if k in r]) for k in first}
+    if all(isinstance(r, list) and len(r) == len(first) for r in runs):
+        return [median_of([r[i] for r in runs]) for i in range(len(first))]
+    return first
 
 
 def git_commit() -> str:
@@ -679,6 +702,7 @@ def report(r: dict[str, Any]) -> None:
     print(
         f"parley vs floor: stdio {o['turns']} text + {o['tool_turns']} tool turns; HTTP levels "
         f"{','.join(map(str, o['concurrency']))} x {o['http_turns']} turns; commit {r['commit']}"
+        + (f"; medians of {o['repeat']} runs" if o.get("repeat", 1) > 1 else "")
     )
     header = f"  {'figure':<44} {'floor':>10} {'parley':>10} {'ratio':>7}  {'target':<16} verdict"
     print(header)
@@ -744,6 +768,13 @@ def main() -> int:
     parser.add_argument(
         "--model-delay-ms", type=float, default=0.0, help="the fake model waits this long per answer (0)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run everything this many times, floor and parley alternating, and report each figure's "
+        "median (the machine's noise moves one run's figures by 10-15%%)",
+    )
     add_limit_options(parser, 1800.0)
     args = parser.parse_args()
     quick = args.quick
@@ -755,6 +786,8 @@ def main() -> int:
         parser.error(f"--turns must be {WINDOW}..{MAX_TURNS - 2}")
     if not 1 <= args.tool_turns <= MAX_TURNS - 1 or not 1 <= args.http_turns <= MAX_TURNS:
         parser.error("--tool-turns and --http-turns must be 1..999")
+    if not 1 <= args.repeat <= 9:
+        parser.error("--repeat must be 1..9")
     if set(args.transports) - {"stdio", "http"} or not args.transports:
         parser.error("--transports takes stdio, http or both")
     require_linux(parser, "stat")
