@@ -9,7 +9,7 @@ import pytest
 
 from parley.ids import SessionId, TurnId
 from parley.runtime.leased_transcript import TranscriptCache
-from parley.storage.base import MessageRecord
+from parley.storage.base import MessageRecord, lease_token
 
 pytestmark = pytest.mark.anyio
 
@@ -20,6 +20,8 @@ class CountingTranscripts:
     def __init__(self) -> None:
         self.messages: dict[SessionId, list[MessageRecord]] = {}
         self.read: list[tuple[SessionId, int | None]] = []
+        self.summaries: dict[SessionId, tuple[int, str]] = {}
+        self.summary_reads = 0
 
     def append(self, session_id: SessionId, text: str) -> None:
         records = self.messages.setdefault(session_id, [])
@@ -41,7 +43,13 @@ class CountingTranscripts:
         return [m for m in self.messages.get(session_id, []) if from_seq is None or m.seq >= from_seq]
 
     async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
-        return None
+        self.summary_reads += 1
+        return self.summaries.get(session_id)
+
+    async def save_summary(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
+    ) -> None:
+        self.summaries[session_id] = (upto_seq, text)
 
 
 A, B, C = SessionId("ses_a"), SessionId("ses_b"), SessionId("ses_c")
@@ -71,3 +79,27 @@ async def test_the_least_recently_used_copies_go_when_the_cache_is_full() -> Non
     await cache.leased(B).current()
     await cache.leased(A).current()
     assert store.read == [(B, 2), (A, None)], "B kept its copy, A reads its history again"
+
+
+async def test_the_summary_is_read_again_only_when_another_holding_came_between() -> None:
+    store = CountingTranscripts()
+    cache = TranscriptCache(store)  # type: ignore[arg-type]
+    store.summaries[A] = (3, "so far")
+    first = cache.leased(A, lease_token("proc_a", 4))
+    assert await first.latest_summary() == (3, "so far")
+    assert await first.latest_summary() == (3, "so far")
+    assert store.summary_reads == 1, "once per holding"
+    # The next holding (epoch 5) follows this process's own: nobody else can have written one.
+    following = cache.leased(A, lease_token("proc_a", 5))
+    assert await following.latest_summary() == (3, "so far") and store.summary_reads == 1
+    await following.save_summary(lease_token("proc_a", 5), TurnId("turn_1"), 9, "newer", 0.0)
+    assert await cache.leased(A, lease_token("proc_a", 6)).latest_summary() == (9, "newer")
+    assert store.summary_reads == 1
+    # Epoch 7 was another process's holding, which may have written a summary: read it.
+    store.summaries[A] = (12, "written elsewhere")
+    assert await cache.leased(A, lease_token("proc_a", 8)).latest_summary() == (12, "written elsewhere")
+    assert store.summary_reads == 2
+    # A lease whose epoch cannot be told: read, and keep nothing for the next holding.
+    assert await cache.leased(A, None).latest_summary() == (12, "written elsewhere")
+    assert await cache.leased(A, lease_token("proc_a", 9)).latest_summary() == (12, "written elsewhere")
+    assert store.summary_reads == 4

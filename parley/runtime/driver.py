@@ -191,7 +191,7 @@ class SessionDriver:
 
     async def _work(self, session_id: SessionId, control: TurnControl) -> None:
         first = True
-        transcript = self._transcripts.leased(session_id)
+        transcript = self._transcripts.leased(session_id, control.lease)
         while control.rested is None:  # a turn's end that rested the session let go of the lease
             # One read per step: the session, its current turn with its calls, and its queue.
             snapshot = await self._ctx.steps.look(session_id, STEP_VIEW)

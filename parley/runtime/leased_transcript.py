@@ -7,8 +7,10 @@ text of a decision made by a caller in any process). A model call then costs the
 2,000 as at turn 2, and a session that comes back to this process after a rest does not read its
 history again. Nothing can be shadowed: the copy is never trusted for what comes after it.
 
-The newest compaction summary is another matter (a later one replaces it): it is read once per
-holding of the lease, since only the lease holder writes one.
+The newest compaction summary is another matter (a later one replaces it), but only the lease
+holder writes one. So it is read once per holding of the lease, and not at all when this process
+also held the holding before (the epoch of the lease is one more than the one the copy knows):
+no other process can have written one in between.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 from parley.ids import SessionId, TurnId
 from parley.runtime.model import ChatMessage
-from parley.storage.base import MessageRecord
+from parley.storage.base import MessageRecord, lease_epoch
 from parley.storage.ports import Transcripts
 
 
@@ -33,15 +35,19 @@ class TranscriptCache:
         self._max_messages = max_messages
         self._copies: OrderedDict[SessionId, _Copy] = OrderedDict()
 
-    def leased(self, session_id: SessionId) -> LeasedTranscript:
-        """The transcript for one holding of the session's lease."""
+    def leased(self, session_id: SessionId, lease: str | None = None) -> LeasedTranscript:
+        """The transcript for one holding of the session's lease (`lease`, its token)."""
         copy = self._copies.pop(session_id, None) or _Copy()
+        epoch = lease_epoch(lease)
+        # The summary the copy knows stays true through the next holding only when no other
+        # holding came between (every acquisition adds one to the epoch).
+        copy.summary_epoch = epoch if epoch is not None and copy.summary_epoch == epoch - 1 else None
         self._copies[session_id] = copy  # the most recently used last
         kept = sum(len(c.records) for c in self._copies.values())
         while len(self._copies) > 1 and (len(self._copies) > self._max_sessions or kept > self._max_messages):
             _, gone = self._copies.popitem(last=False)
             kept -= len(gone.records)
-        return LeasedTranscript(self._store, session_id, copy)
+        return LeasedTranscript(self._store, session_id, copy, epoch)
 
     def forget(self, session_id: SessionId) -> None:
         """The session ended: it will take no more turns here."""
@@ -54,19 +60,28 @@ class _Copy:
 
     records: list[MessageRecord] = field(default_factory=list)
     chat: dict[int, ChatMessage] = field(default_factory=dict)
+    # (upto_seq, text) of the newest compaction summary, true during the holding of epoch
+    # `summary_epoch` (None: not known, read it).
+    summary: tuple[int, str] | None = None
+    summary_epoch: int | None = None
 
 
 class LeasedTranscript:
-    def __init__(self, store: Transcripts, session_id: SessionId, copy: _Copy | None = None) -> None:
+    def __init__(
+        self, store: Transcripts, session_id: SessionId, copy: _Copy | None = None, epoch: int | None = None
+    ) -> None:
         self._store = store
         self._session_id = session_id
         copy = copy if copy is not None else _Copy()
         # Shared with the cache: extended in place, never changed otherwise.
         self._records = copy.records
         self.chat_memo = copy.chat
+        self._copy = copy
+        # The holding's epoch (None: not known; the summary is read once and not kept past it).
+        self._epoch = epoch
         # (upto_seq, text) of the newest compaction summary; only the lease holder writes one.
-        self._summary: tuple[int, str] | None = None
-        self._summary_loaded = False
+        self._summary: tuple[int, str] | None = copy.summary
+        self._summary_loaded = copy.summary_epoch is not None
 
     async def current(self) -> list[MessageRecord]:
         """Every message of the session, oldest first, as committed now. The list is the
@@ -81,13 +96,20 @@ class LeasedTranscript:
         return self._records
 
     async def latest_summary(self) -> tuple[int, str] | None:
-        """(upto_seq, text) of the newest compaction summary, read once per lease."""
+        """(upto_seq, text) of the newest compaction summary, read at most once per lease."""
         if not self._summary_loaded:
             self._summary = await self._store.latest_summary(self._session_id)
             self._summary_loaded = True
+            self._keep_summary()
         return self._summary
 
     async def save_summary(self, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float) -> None:
         """Store a new summary (LeaseLost unless `lease` is current) and keep it."""
         await self._store.save_summary(self._session_id, lease, turn_id, upto_seq, text, now)
         self._summary, self._summary_loaded = (upto_seq, text), True
+        self._keep_summary()
+
+    def _keep_summary(self) -> None:
+        """The copy learns the summary as this holding knows it (for the next holding here)."""
+        self._copy.summary = self._summary
+        self._copy.summary_epoch = self._epoch

@@ -379,6 +379,12 @@ def lease_holder(token: str | None) -> str | None:
     return token.rpartition("#")[0] if token else None
 
 
+def lease_epoch(token: str | None) -> int | None:
+    """The epoch of a holding, from its token: every acquisition, by any process, adds one."""
+    epoch = token.rpartition("#")[2] if token else ""
+    return int(epoch) if epoch.isdigit() else None
+
+
 AuditOutcome = Literal["ok", "refused"]
 
 
