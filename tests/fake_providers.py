@@ -54,6 +54,17 @@ class FakeProviders:
     def openai_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def anthropic_model(self, name: str = "claude-test", **fields: Any) -> dict[str, Any]:
+        """An agent's `model:` on this fake Anthropic, its key in FAKE_PROVIDER_KEY; `fields` add
+        to it or replace its parts."""
+        return {
+            "provider": "anthropic",
+            "name": name,
+            "base_url": self.anthropic_url,
+            "api_key_env": "FAKE_PROVIDER_KEY",
+            **fields,
+        }
+
     def app(self) -> Starlette:
         return Starlette(
             routes=[

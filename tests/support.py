@@ -110,6 +110,16 @@ class Database:
             return list(cur.fetchall()) if cur.description is not None else []
 
 
+def tokens_auth(tokens: dict[str, str], scopes: tuple[str, ...] = ("parley:use",)) -> dict[str, Any]:
+    """`auth:` of parley.yaml that accepts each bearer token by its name, with `scopes`."""
+    from parley.config_auth import token_digest
+
+    return {
+        "mode": "tokens",
+        "tokens": [{"name": n, "sha256": token_digest(t), "scopes": list(scopes)} for n, t in tokens.items()],
+    }
+
+
 def write_config(
     directory: Path,
     *,
@@ -223,6 +233,12 @@ class ServerProcess:
     def process(self) -> Process:
         assert self._process is not None, "the server is not started"
         return self._process
+
+    @property
+    def base_url(self) -> str:
+        """http://host:port of a server over HTTP (its MCP endpoint is `url`, at /mcp)."""
+        assert self.url is not None, "the server is not started over HTTP"
+        return self.url.removesuffix("/mcp")
 
     @property
     def pid(self) -> int:

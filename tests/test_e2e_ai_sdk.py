@@ -15,7 +15,6 @@ import anyio
 import httpx2
 import pytest
 
-from parley.config_auth import token_digest
 from tests.auth_support import bearer
 from tests.fake_providers import serving_fake_providers
 from tests.npm_servers import ai_sdk_chat, node22  # noqa: F401  (fixtures)
@@ -28,6 +27,7 @@ from tests.support import (
     ServerProcess,
     fixture_runs,
     fixture_server,
+    tokens_auth,
     write_config,
 )
 
@@ -44,8 +44,7 @@ class World:
 
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     def api(self, agent: str = "worker") -> str:
         return f"{self.base}/v1/chat?agent={agent}"
@@ -79,24 +78,13 @@ async def world(tmp_path_factory: pytest.TempPathFactory, ai_sdk_chat: list[str]
             agents={
                 "worker": {"mcp_servers": ["fixture"], "tools": ["write_todos", "ask_user"]},
                 "claude": {
-                    "model": {
-                        "provider": "anthropic",
-                        "name": "claude-test",
-                        "base_url": fake.anthropic_url,
-                        "api_key_env": "FAKE_PROVIDER_KEY",
-                    },
+                    "model": fake.anthropic_model(),
                 },
             },
             runtime={"model_retry_backoff_s": 0.1},
             mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
             http={"stream_heartbeat_s": 0.2},
-            auth={
-                "mode": "tokens",
-                "tokens": [
-                    {"name": n, "sha256": token_digest(t), "scopes": ["parley:use"]}
-                    for n, t in tokens.items()
-                ],
-            },
+            auth=tokens_auth(tokens),
         )
         async with ServerProcess(
             config, name="ai_sdk", http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}

@@ -130,7 +130,7 @@ class World(Served):
 
     async def health(self) -> dict[str, Any]:
         async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-            response = await http.get(self.url.removesuffix("/mcp") + "/healthz")
+            response = await http.get(self.server.base_url + "/healthz")
         assert response.status_code == 200, response.text
         return dict(response.json())
 

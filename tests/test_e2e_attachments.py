@@ -21,10 +21,18 @@ from mcp import Client
 
 from parley.client import attachments as pc_attachments
 from parley.client import connect_http
-from parley.config_auth import token_digest
 from tests.auth_support import bearer, token_client
 from tests.fake_providers import FakeProviders, serving_fake_providers
-from tests.support import CALL_DEADLINE_S, Database, ServerProcess, call, call_error, eventually, write_config
+from tests.support import (
+    CALL_DEADLINE_S,
+    Database,
+    ServerProcess,
+    call,
+    call_error,
+    eventually,
+    tokens_auth,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -58,8 +66,7 @@ class World:
 
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     async def v1(self, method: str, path: str, who: str = "alice", **kwargs: Any) -> httpx2.Response:
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
@@ -81,14 +88,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         config = write_config(
             directory,
             agents={
-                "claude": {
-                    "model": {
-                        "provider": "anthropic",
-                        "name": "claude-test",
-                        "base_url": fake.anthropic_url,
-                        **model,
-                    }
-                },
+                "claude": {"model": fake.anthropic_model(**model)},
                 "gpt": {
                     "model": {"provider": "openai", "name": "gpt-test", "base_url": fake.openai_url, **model}
                 },
@@ -101,13 +101,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 "collect_interval_s": 0.2,
                 "collect_grace_s": 0.05,
             },
-            auth={
-                "mode": "tokens",
-                "tokens": [
-                    {"name": n, "sha256": token_digest(t), "scopes": ["parley:use"]}
-                    for n, t in tokens.items()
-                ],
-            },
+            auth=tokens_auth(tokens),
         )
         async with ServerProcess(
             config, name="attachments", http=True, env={"FAKE_PROVIDER_KEY": KEY}

@@ -133,7 +133,7 @@ async def test_a_valid_token_works_and_its_issuer_and_subject_own_the_session(wo
 
 
 async def test_the_protected_resource_metadata_names_the_authorization_server(world: World) -> None:
-    base = world.url.removesuffix("/mcp")
+    base = world.server.base_url
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
         for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
             response = await http.get(base + path)

@@ -78,7 +78,7 @@ class World:
 
     @property
     def base(self) -> str:
-        return self.url.removesuffix("/mcp")
+        return self.server.base_url
 
     @property
     def db(self) -> Path:

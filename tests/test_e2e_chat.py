@@ -15,7 +15,6 @@ import anyio
 import pexpect
 import pytest
 
-from parley.config_auth import token_digest
 from tests.support import (
     FIXTURE_LOG,
     REPO,
@@ -24,6 +23,7 @@ from tests.support import (
     db_rows,
     fixture_runs,
     fixture_server,
+    tokens_auth,
     write_config,
 )
 
@@ -197,10 +197,7 @@ async def test_the_chat_talks_to_a_server_over_http_with_a_token(tmp_path: Path)
     token = "parley_" + secrets.token_urlsafe(32)
     config = write_config(
         tmp_path,
-        auth={
-            "mode": "tokens",
-            "tokens": [{"name": "alice", "sha256": token_digest(token), "scopes": ["parley:use"]}],
-        },
+        auth=tokens_auth({"alice": token}),
     )
 
     def chat(url: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -39,8 +39,7 @@ class World(Served):
 
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     def stream_url(self, session_id: str) -> str:
         return f"{self.base}/v1/sessions/{session_id}/events"
@@ -63,12 +62,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             agents={
                 "worker": {"mcp_servers": ["fixture"], "tools": ["write_todos", "ask_user"]},
                 "claude": {
-                    "model": {
-                        "provider": "anthropic",
-                        "name": "claude-test",
-                        "base_url": fake.anthropic_url,
-                        "api_key_env": "FAKE_PROVIDER_KEY",
-                    },
+                    "model": fake.anthropic_model(),
                 },
             },
             runtime={"model_retry_backoff_s": 0.1},

@@ -38,8 +38,7 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
 
 
 def _base(server: ServerProcess) -> str:
-    assert server.url is not None
-    return server.url.removesuffix("/mcp")
+    return server.base_url
 
 
 async def _health(server: ServerProcess) -> dict[str, Any]:

@@ -50,8 +50,7 @@ async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
 
 
 def _url(server: ServerProcess, path: str = "/mcp") -> str:
-    assert server.url is not None
-    return server.url.removesuffix("/mcp") + path
+    return server.base_url + path
 
 
 def _port(server: ServerProcess) -> int:

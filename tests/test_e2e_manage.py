@@ -22,7 +22,6 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from parley.config_auth import token_digest
 from tests.auth_support import bearer, token_client
 from tests.conftest import database_for
 from tests.sse_support import read_until
@@ -35,6 +34,7 @@ from tests.support import (
     call,
     call_error,
     eventually,
+    tokens_auth,
     write_config,
 )
 from tests.task_client import call_tool_as_task, task_client
@@ -59,7 +59,7 @@ class World:
 
     @property
     def base(self) -> str:
-        return self.url.removesuffix("/mcp")
+        return self.server.base_url
 
     def client(self, name: str) -> Any:
         return token_client(self.url, self.tokens[name])
@@ -148,10 +148,7 @@ async def world(
     directory: Path = tmp_path_factory.mktemp(f"manage_{request.param}")
     with database_for(request.param, directory, "manage") as database:
         tokens = {name: "parley_" + secrets.token_urlsafe(32) for name in NAMES}
-        entries = [{"name": n, "sha256": token_digest(tokens[n]), "scopes": ["parley:use"]} for n in NAMES]
-        config = write_config(
-            directory, agents=AGENTS, database=database, auth={"mode": "tokens", "tokens": entries}
-        )
+        config = write_config(directory, agents=AGENTS, database=database, auth=tokens_auth(tokens))
         async with ServerProcess(config, name="manage", http=True, db=database.db_arg) as server:
             yield World(server, database, tokens)
             assert "Traceback" not in server.log(), server.log()

@@ -29,8 +29,7 @@ class World:
 
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     async def scrape(self, token: str | None = "watcher") -> httpx2.Response:
         headers = bearer(self.tokens[token]) if token else {}
@@ -141,7 +140,7 @@ async def test_metrics_are_served_without_auth_on_loopback_when_auth_is_off(tmp_
     async with ServerProcess(config, name="open", http=True) as server:
         assert server.url is not None
         async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-            response = await http.get(server.url.removesuffix("/mcp") + "/metrics")
+            response = await http.get(server.base_url + "/metrics")
     assert response.status_code == 200
     names = {f.name for f in text_string_to_metric_families(response.text)}
     assert {"parley_turns", "parley_sessions", "parley_leases_held"} <= names

@@ -36,12 +36,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         model = {"api_key_env": "FAKE_PROVIDER_KEY", "options": {"max_tokens": 256}}
         agents = {
             "claude": {
-                "model": {
-                    "provider": "anthropic",
-                    "name": "claude-test",
-                    "base_url": fake.anthropic_url,
-                    **model,
-                },
+                "model": fake.anthropic_model(**model),
                 "tools": ["write_todos"],
             },
             "gpt": {
@@ -50,13 +45,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             },
             "compact": COMPACT_AGENT(fake),
             "claude_plain": {
-                "model": {
-                    "provider": "anthropic",
-                    "name": "claude-plain",
-                    "base_url": fake.anthropic_url,
-                    "api_key_env": "FAKE_PROVIDER_KEY",
-                    "options": {"stream": False},
-                },
+                "model": fake.anthropic_model("claude-plain", options={"stream": False}),
                 "tools": ["write_todos"],
             },
             "gpt_plain": {
@@ -73,12 +62,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         config = write_config(directory, agents=agents, runtime={"model_retry_backoff_s": 0.05})
         settings = yaml.safe_load(config.read_text())
         settings["models"] = {
-            "careful": {
-                "provider": "anthropic",
-                "name": "claude-careful",
-                "base_url": fake.anthropic_url,
-                **model,
-            },
+            "careful": fake.anthropic_model("claude-careful", **model),
             "quick": {"provider": "openai", "name": "gpt-quick", "base_url": fake.openai_url, **model},
         }
         config.write_text(yaml.safe_dump(settings))

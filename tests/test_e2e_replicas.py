@@ -203,7 +203,7 @@ async def test_a_2026_client_needs_no_affinity_an_input_required_retry_lands_on_
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={"decision": "approve"})
 
-    balancer = Balancer([s.url.removesuffix("/mcp") for s in replicas.servers if s.url], sticky=False)
+    balancer = Balancer([s.base_url for s in replicas.servers if s.url], sticky=False)
     async with balancer.running(), Client(balancer.url, elicitation_callback=on_elicit) as client:
         assert client.protocol_version == "2026-07-28"
         outcome = await call(
@@ -225,7 +225,7 @@ async def test_a_2025_client_with_its_sse_stream_works_through_a_sticky_balancer
     async def on_progress(done: float, total: float | None, message: str | None) -> None:
         progress.append(message or "")
 
-    balancer = Balancer([s.url.removesuffix("/mcp") for s in replicas.servers if s.url], sticky=True)
+    balancer = Balancer([s.base_url for s in replicas.servers if s.url], sticky=True)
     async with balancer.running(), Client(balancer.url, mode="legacy", elicitation_callback=person) as client:
         message = '/sleep 1\n/tool fixture__append_note {"note": "sticky"}'
         result = await client.call_tool(

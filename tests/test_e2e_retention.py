@@ -38,8 +38,7 @@ class World:
 
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     def count(self, table: str, session_id: str, column: str = "session_id") -> int:
         return int(

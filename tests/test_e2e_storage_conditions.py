@@ -34,7 +34,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
 async def _health(served: Served) -> dict[str, Any]:
     assert served.server.url is not None
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-        response = await http.get(served.server.url.removesuffix("/mcp") + "/healthz")
+        response = await http.get(served.server.base_url + "/healthz")
     return dict(response.json())
 
 

@@ -27,7 +27,6 @@ import httpx2
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from parley.config_auth import token_digest
 from tests.auth_support import SigningKey, auth_server, claims
 from tests.fake_providers import STALLED_TEXT, serving_fake_providers
 from tests.support import (
@@ -39,6 +38,7 @@ from tests.support import (
     eventually,
     fixture_runs,
     fixture_server,
+    tokens_auth,
     write_config,
 )
 
@@ -80,8 +80,7 @@ class World:
 
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     async def page(self, viewport: dict[str, int] = LAPTOP, base: str | None = None) -> Page:
         """A page of a fresh browser context (its own storage), at /ui; a script error fails the test."""
@@ -118,14 +117,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
             agents={
                 "worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]},
                 "guarded": {"mcp_servers": ["fixture"], "approver": "human"},
-                "claude": {
-                    "model": {
-                        "provider": "anthropic",
-                        "name": "claude-test",
-                        "base_url": fake.anthropic_url,
-                        "api_key_env": "FAKE_PROVIDER_KEY",
-                    }
-                },
+                "claude": {"model": fake.anthropic_model()},
             },
             runtime={"model_retry_backoff_s": 0.1},
             mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
@@ -324,8 +316,7 @@ async def test_a_reload_in_the_middle_of_a_turn_shows_it_complete_and_nothing_tw
 async def test_a_broken_stream_resumes_after_the_last_event_it_showed(world: World, tmp_path: Path) -> None:
     config = write_config(tmp_path, http={"stream_heartbeat_s": 0.2})
     async with ServerProcess(config, name="ui_restarted", http=True) as server:
-        assert server.url is not None
-        base = server.url.removesuffix("/mcp")
+        base = server.base_url
         page = await world.page(base=base)
         resumed_from: list[str | None] = []
         page.on(
@@ -396,17 +387,10 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         http={"stream_heartbeat_s": 0.2},
         agents={"deployer": {"mcp_servers": ["fixture"], "approvers": {"principals": ["pat"]}}},
         mcp_servers={"fixture": fixture_server(tmp_path / FIXTURE_LOG)},
-        auth={
-            "mode": "tokens",
-            "tokens": [
-                {"name": "alice", "sha256": token_digest(token), "scopes": ["parley:use"]},
-                {"name": "pat", "sha256": token_digest(approver), "scopes": ["parley:use"]},
-            ],
-        },
+        auth=tokens_auth({"alice": token, "pat": approver}),
     )
     async with ServerProcess(config, name="ui_tokens", http=True) as server:
-        assert server.url is not None
-        base = server.url.removesuffix("/mcp")
+        base = server.base_url
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
             assert (await http.get(base + "/ui")).status_code == 200
             assert (await http.get(base + "/v1/sessions")).status_code == 401
@@ -482,8 +466,7 @@ async def test_an_oauth_server_takes_a_pasted_access_token_until_it_is_refused(
             },
         )
         async with ServerProcess(config, name="ui_oauth", http=True) as server:
-            assert server.url is not None
-            page = await world.page(base=server.url.removesuffix("/mcp"))
+            page = await world.page(base=server.base_url)
             await expect(page.locator("#sign-in-why")).to_contain_text("OAuth access tokens")
             expired = key.sign(claims(auth.url, public_url, "ann", exp=int(time.time()) - 600))
             await page.fill("#token", expired)

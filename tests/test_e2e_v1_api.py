@@ -32,8 +32,7 @@ WEB_APP = "http://localhost:3000"
 class World(Served):
     @property
     def base(self) -> str:
-        assert self.server.url is not None
-        return self.server.url.removesuffix("/mcp")
+        return self.server.base_url
 
     async def post(self, path: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
