@@ -580,6 +580,14 @@ def median_of(runs: list[Any]) -> Any:
     return first
 
 
+def run_logs(workdir: Path) -> str:
+    """What a failed run shows: the fake model's log and each server's, first error and tail."""
+    parts = [log_excerpt(workdir / "fake_openai.log", "fake model log")]
+    for log in sorted(workdir.glob("*/server.log")):
+        parts.append(log_excerpt(log, f"{log.parent.name} server log"))
+    return "\n".join(parts)
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(
@@ -792,13 +800,7 @@ def main() -> int:
         parser.error("--transports takes stdio, http or both")
     require_linux(parser, "stat")
 
-    def logs(workdir: Path) -> str:
-        parts = [log_excerpt(workdir / "fake_openai.log", "fake model log")]
-        for log in sorted(workdir.glob("*/server.log")):
-            parts.append(log_excerpt(log, f"{log.parent.name} server log"))
-        return "\n".join(parts)
-
-    return run_and_report(lambda workdir: run(args, workdir), args.deadline, logs, report)
+    return run_and_report(lambda workdir: run(args, workdir), args.deadline, run_logs, report)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from _common import add_limit_options, loadavg_1m, log_excerpt, run_and_report, run_figures
+from _common import add_limit_options, loadavg_1m, run_and_report, run_figures
 from side_by_side import (
     BENCH,
     MAX_TURNS,
@@ -41,6 +41,7 @@ from side_by_side import (
     fake_model,
     measure_http,
     measure_stdio,
+    run_logs,
     write_parley_config,
 )
 
@@ -173,13 +174,7 @@ def main() -> int:
         parser.error(f"--level must be 1..256, --http-turns 1..{MAX_TURNS}")
     args.concurrency = [args.level]  # what measure_http reads
 
-    def logs(workdir: Path) -> str:
-        parts = [log_excerpt(workdir / "fake_openai.log", "fake model log")]
-        for log in sorted(workdir.glob("*/server.log")):
-            parts.append(log_excerpt(log, f"{log.parent.name} server log"))
-        return "\n".join(parts)
-
-    return run_and_report(lambda workdir: run(args, workdir), args.deadline, logs, report)
+    return run_and_report(lambda workdir: run(args, workdir), args.deadline, run_logs, report)
 
 
 if __name__ == "__main__":
