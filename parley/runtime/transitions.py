@@ -602,8 +602,9 @@ def answering_step(
     """A model step (model_step) that may end its turn: when it asks for no tool and nothing holds
     its chat turn back (no cancel asked for the turn, no steering message queued), the turn ends
     with it in the same transaction, exactly as finish_turn would end it in the next (and the
-    lease is let go when the session rests). That saves a snapshot, a transaction and a sync per
-    answered turn. Returns (ended, the status the session rests in or None), and the changes."""
+    lease is let go when the session rests). That saves a snapshot and a write transaction (with
+    `synchronous: full`, its sync) per answered turn. Returns (ended, the status the session rests
+    in or None), and the changes."""
     changes = model_step(snapshot, step, lease, now)
     session, turn = snapshot.session, snapshot.turn
     assert turn is not None
