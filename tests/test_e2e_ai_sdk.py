@@ -233,3 +233,34 @@ async def test_every_v1_route_refuses_without_a_valid_token(world: World, method
         wrong = await http.request(method, world.base + path, json={}, headers=bearer("parley_not-a-token"))
     assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
     assert wrong.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("chat_id", "message_id", "text", "field"),
+    [
+        ("\ud800chat", "u1", "hi", "id"),
+        ("surrogates", "\udc00m", "hi", "messages[0].id"),
+        ("surrogates", "u2", "hi \ud800", "messages[0].parts[0].text"),
+    ],
+    ids=["chat-id", "message-id", "text"],
+)
+async def test_a_lone_surrogate_in_an_id_or_text_is_a_400_naming_the_field(
+    world: World, chat_id: str, message_id: str, text: str, field: str
+) -> None:
+    body = {
+        "id": chat_id,
+        "trigger": "submit-message",
+        "messages": [{"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}],
+    }
+    # json.dumps escapes the surrogate as \ud800: JSON a client can send, text no UTF-8 can hold.
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        answer = await http.post(
+            world.api(),
+            content=json.dumps(body),
+            headers={**bearer(world.tokens["alice"]), "content-type": "application/json"},
+        )
+    assert answer.status_code == 400, answer.text
+    assert f"'{field}'" in answer.json()["detail"] and "surrogate" in answer.json()["detail"], answer.text
+    # The server goes on serving the same owner.
+    [step] = await world.run("alice", [{"chat": f"after-{field}", "send": "still here"}])
+    assert _texts(_assistant(step)) == ["You said: still here (message 1 of this session)"]
