@@ -217,7 +217,7 @@ def _interrupt(kind: str, interrupt: InterruptRecord, call: ToolCallRecord | Non
         ]
     if interrupt.status not in ("approved", "rejected", "expired"):
         return []  # withdrawn with its turn (cancelled): the call's own output says so
-    chunks: list[Chunk] = []
+    chunks = []
     if v7:
         resolution = interrupt.resolution or {}
         chunk: Chunk = {
