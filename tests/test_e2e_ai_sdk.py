@@ -112,9 +112,14 @@ def _tools(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in message["parts"] if p["type"] == "dynamic-tool"]
 
 
-async def test_the_sdk_reads_the_assistant_message_with_its_text_and_tool_parts(world: World) -> None:
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_the_sdk_reads_the_assistant_message_with_its_text_and_tool_parts(
+    world: World, sdk: int
+) -> None:
     [step] = await world.run(
-        "alice", [{"chat": "tools", "send": 'plan\n/tool write_todos {"todos": [{"content": "a"}]}'}]
+        "alice",
+        [{"chat": f"tools-{sdk}", "send": 'plan\n/tool write_todos {"todos": [{"content": "a"}]}'}],
+        sdk=sdk,
     )
     assert step["status"] == "ready"
     message = _assistant(step)
@@ -180,13 +185,15 @@ async def test_an_app_on_ai_sdk_7_may_ask_for_its_approval_response_and_reset_st
     assert answer.status_code == 400 and "'ai_sdk'" in answer.json()["detail"], answer.text
 
 
-async def test_a_question_is_a_part_the_app_answers_with_add_tool_output(world: World) -> None:
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_a_question_is_a_part_the_app_answers_with_add_tool_output(world: World, sdk: int) -> None:
     asked, answered = await world.run(
         "alice",
         [
-            {"chat": "questions", "send": "/ask Which one? | red | blue"},
-            {"chat": "questions", "answer": "blue"},
+            {"chat": f"questions-{sdk}", "send": "/ask Which one? | red | blue"},
+            {"chat": f"questions-{sdk}", "answer": "blue"},
         ],
+        sdk=sdk,
     )
     question = next(p for p in _assistant(asked)["parts"] if p["type"] == "data-parley-question")
     assert question["data"]["question"] == "Which one?" and question["data"]["choices"] == ["red", "blue"]
