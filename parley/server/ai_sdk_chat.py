@@ -37,6 +37,7 @@ from parley.runtime.decisions import Decision
 from parley.runtime.service import RESTING_TURN
 from parley.runtime.session_events import Idle, Reset
 from parley.server.ai_sdk_parts import Chunk, TurnRenderer
+from parley.server.json_text import check_unicode
 from parley.server.sse import SseResponse, comment
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
 from parley.storage.base import SessionRecord
@@ -120,7 +121,7 @@ class ChatEndpoints:
         who = caller(request)
         v7 = _wants_v7(request)
         body = await json_body(request)
-        _check_unicode(body)
+        check_unicode(body)
         chat_id = _chat_id(body.get("id"))
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
@@ -332,32 +333,6 @@ def _chat_id(value: Any) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_CHAT_ID_CHARS:
         raise BadRequest(f"the chat 'id' must be a string of 1 to {MAX_CHAT_ID_CHARS} characters")
     return value
-
-
-def _check_unicode(body: dict[str, Any]) -> None:
-    """Refuse a string UTF-8 cannot hold, naming where it is: JSON's `\\ud800` escape makes a lone
-    surrogate, which neither the id digests nor the database can take. A loop, not recursion: the
-    body may nest as deep as the JSON parser allowed."""
-    stack: list[tuple[str, Any]] = [("", body)]
-    while stack:
-        field, value = stack.pop()
-        if isinstance(value, dict):
-            for key, item in value.items():
-                stack += [(field, key), (f"{field}.{key}" if field else str(key), item)]
-        elif isinstance(value, list):
-            stack += [(f"{field}[{index}]", item) for index, item in enumerate(value)]
-        elif isinstance(value, str) and not _encodable(value):
-            raise BadRequest(
-                f"'{field}' has a lone surrogate (an unpaired \\ud800-\\udfff escape); send valid Unicode"
-            )
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _user_text(message: dict[str, Any]) -> str:
