@@ -279,8 +279,10 @@ class MemoryConfig(_Strict):
         ge=1,
         le=100_000,
         description=(
-            "window: how many of the latest messages the model sees (more when the oldest would be a "
-            "tool result: it comes with the call that asked for it)."
+            "window: how many of the latest messages the model sees. The window starts on a user "
+            "message (providers refuse a conversation that opens with the assistant, and a call never "
+            "comes without its result): fewer when the oldest would be the assistant's or a tool "
+            "result; more when the newest exchange alone is longer, which is then shown whole."
         ),
     )
 

@@ -101,6 +101,10 @@ class FakeProviders:
     async def anthropic(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(Recorded("anthropic", body, dict(request.headers)))
+        refusal = _anthropic_shape_error(body["messages"])
+        if refusal is not None:
+            error = {"type": "error", "error": {"type": "invalid_request_error", "message": refusal}}
+            return JSONResponse(error, status_code=400)
         last = body["messages"][-1]["content"]
         results = [b for b in last if b.get("type") == "tool_result"]
         texts = [b["text"] for b in last if b.get("type") == "text"]
@@ -203,6 +207,35 @@ class FakeProviders:
                 done=True,
             )
         return _sse(_openai_text(f"echo: {text}"), done=True)
+
+
+def _anthropic_shape_error(messages: list[dict[str, Any]]) -> str | None:
+    """What the Messages API refuses with a 400 in the order of messages: a first message that is
+    not the user's, and a tool_use whose tool_result is not in the very next (user) message, or a
+    tool_result without its tool_use just before it (the API's own wording)."""
+    if not messages or messages[0]["role"] != "user":
+        return 'messages: first message must use the "user" role'
+    for index, message in enumerate(messages):
+        content = message["content"] if isinstance(message["content"], list) else []
+        results = {b["tool_use_id"] for b in content if b.get("type") == "tool_result"}
+        if results:
+            before = messages[index - 1]["content"] if index > 0 else []
+            uses = {b["id"] for b in before if isinstance(b, dict) and b.get("type") == "tool_use"}
+            if results - uses:
+                return (
+                    f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{sorted(results - uses)[0]}. Each `tool_result` block must have a corresponding "
+                    "`tool_use` block in the previous message."
+                )
+        uses = [b["id"] for b in content if b.get("type") == "tool_use"]
+        following = messages[index + 1]["content"] if index + 1 < len(messages) else None
+        answered = {b.get("tool_use_id") for b in following or [] if isinstance(b, dict)}
+        if uses and following is not None and set(uses) - answered:
+            return (
+                f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {sorted(set(uses) - answered)[0]}"
+            )
+    return None
 
 
 def _openai_text_of(content: Any) -> str:

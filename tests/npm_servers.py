@@ -37,6 +37,10 @@ CONFORMANCE_PACKAGE, CONFORMANCE_VERSION = "@modelcontextprotocol/conformance", 
 INSPECTOR_PACKAGE, INSPECTOR_VERSION = "@modelcontextprotocol/inspector", "2.12.0"
 # The AI SDK whose chat protocol /v1/chat speaks (parley/server/ai_sdk_chat.py AI_SDK_VERSION).
 AI_SDK_PACKAGE, AI_SDK_VERSION = "ai", "7.0.173"
+# The previous major, which apps on Node.js 20 get from `npm install ai` (ai@7 needs Node.js 22):
+# the newest 6.0.x, in a prefix of its own so that both versions are installed side by side.
+AI_SDK6_VERSION = "6.0.325"
+AI_SDK6_PREFIX = NPM_CACHE / "ai6"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION = "2026.8.31"
 NPM_INSTALL_TIMEOUT_S = float(os.environ.get("PARLEY_NPM_INSTALL_TIMEOUT", "300"))
@@ -140,3 +144,13 @@ def ai_sdk_chat(node22: Path) -> list[str]:
     npm_install(AI_SDK_PACKAGE, AI_SDK_VERSION)
     script = Path(__file__).resolve().parent / "ai_sdk" / "chat_client.mjs"
     return [str(node22), str(script), str(_package_dir(AI_SDK_PACKAGE) / "dist" / "index.js")]
+
+
+@pytest.fixture(scope="session")
+def ai_sdk6_chat(node22: Path) -> list[str]:
+    """The same chat driver on the AI SDK 6 (its own install under AI_SDK6_PREFIX, its own parser)."""
+    npm_install(AI_SDK_PACKAGE, AI_SDK6_VERSION, AI_SDK6_PREFIX)
+    script = Path(__file__).resolve().parent / "ai_sdk" / "chat_client.mjs"
+    # Version 6 ships CommonJS as index.js and the ES module as index.mjs.
+    module = AI_SDK6_PREFIX / "node_modules" / AI_SDK_PACKAGE / "dist" / "index.mjs"
+    return [str(node22), str(script), str(module)]

@@ -198,8 +198,11 @@ async def test_each_memory_mode_sends_a_provider_exactly_the_messages_it_promise
         ("assistant", "echo: f2"),
         ("user", "f3"),
     ]
-    await answers(world.client, "recorded", ["w1", "w2", "w3"], memory={"mode": "window", "messages": 2})
-    assert sent(fake, "w3") == [("assistant", "echo: w2"), ("user", "w3")]
+    await answers(world.client, "recorded", ["w1", "w2", "w3"], memory={"mode": "window", "messages": 3})
+    assert sent(fake, "w3") == [("user", "w2"), ("assistant", "echo: w2"), ("user", "w3")]
+    # A window never starts on the assistant's message: two would be echo: v2, v3.
+    await answers(world.client, "recorded", ["v1", "v2", "v3"], memory={"mode": "window", "messages": 2})
+    assert sent(fake, "v3") == [("user", "v3")]
     await answers(world.client, "recorded", ["n1", "n2"], memory={"mode": "none"})
     assert sent(fake, "n2") == [("user", "n2")]
     words = [f"c{i} " + "lorem ipsum dolor sit amet " * 14 for i in range(3)]

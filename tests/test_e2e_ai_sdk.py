@@ -17,7 +17,7 @@ import pytest
 
 from tests.auth_support import bearer
 from tests.fake_providers import serving_fake_providers
-from tests.npm_servers import ai_sdk_chat, node22  # noqa: F401  (fixtures)
+from tests.npm_servers import ai_sdk6_chat, ai_sdk_chat, node22  # noqa: F401  (fixtures)
 from tests.sse_support import read_until
 from tests.support import (
     CALL_DEADLINE_S,
@@ -40,27 +40,28 @@ USERS = ("alice", "bob")
 class World:
     server: ServerProcess
     tokens: dict[str, str]
-    chat: list[str]
+    # The chat driver on each AI SDK major version, each with its own parser.
+    chats: dict[int, list[str]]
 
     @property
     def base(self) -> str:
         return self.server.base_url
 
-    def api(self, agent: str = "worker") -> str:
-        return f"{self.base}/v1/chat?agent={agent}"
+    def api(self, agent: str = "worker", query: str = "") -> str:
+        return f"{self.base}/v1/chat?agent={agent}{query}"
 
     async def run(
-        self, user: str, steps: list[dict[str, Any]], agent: str = "worker"
+        self, user: str, steps: list[dict[str, Any]], agent: str = "worker", sdk: int = 7, query: str = ""
     ) -> list[dict[str, Any]]:
-        """Play `steps` with the SDK's chat as `user`; the chat's state after each step."""
+        """Play `steps` with the chat of AI SDK `sdk` as `user`; the chat's state after each step."""
         scenario = {
-            "api": self.api(agent),
+            "api": self.api(agent, query),
             "headers": bearer(self.tokens[user]),
             "steps": steps,
             "deadline_ms": int(TEST_DEADLINE_S * 1000),
         }
         with anyio.fail_after(CALL_DEADLINE_S):
-            done = await anyio.run_process([*self.chat, json.dumps(scenario)], check=False)
+            done = await anyio.run_process([*self.chats[sdk], json.dumps(scenario)], check=False)
         assert done.returncode == 0, done.stderr.decode()
         out = json.loads(done.stdout.decode().strip().splitlines()[-1])
         for step in out["steps"]:
@@ -69,7 +70,11 @@ class World:
 
 
 @pytest.fixture(scope="module")
-async def world(tmp_path_factory: pytest.TempPathFactory, ai_sdk_chat: list[str]) -> AsyncIterator[World]:  # noqa: F811
+async def world(
+    tmp_path_factory: pytest.TempPathFactory,
+    ai_sdk_chat: list[str],  # noqa: F811
+    ai_sdk6_chat: list[str],  # noqa: F811
+) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("ai_sdk")
     tokens = {name: "parley_" + secrets.token_urlsafe(24) for name in USERS}
     async with serving_fake_providers() as fake:
@@ -89,7 +94,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, ai_sdk_chat: list[str]
         async with ServerProcess(
             config, name="ai_sdk", http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}
         ) as server:
-            yield World(server, tokens, ai_sdk_chat)
+            yield World(server, tokens, {6: ai_sdk6_chat, 7: ai_sdk_chat})
             assert "Traceback" not in server.log(), server.log()
 
 
@@ -107,9 +112,14 @@ def _tools(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in message["parts"] if p["type"] == "dynamic-tool"]
 
 
-async def test_the_sdk_reads_the_assistant_message_with_its_text_and_tool_parts(world: World) -> None:
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_the_sdk_reads_the_assistant_message_with_its_text_and_tool_parts(
+    world: World, sdk: int
+) -> None:
     [step] = await world.run(
-        "alice", [{"chat": "tools", "send": 'plan\n/tool write_todos {"todos": [{"content": "a"}]}'}]
+        "alice",
+        [{"chat": f"tools-{sdk}", "send": 'plan\n/tool write_todos {"todos": [{"content": "a"}]}'}],
+        sdk=sdk,
     )
     assert step["status"] == "ready"
     message = _assistant(step)
@@ -122,42 +132,68 @@ async def test_the_sdk_reads_the_assistant_message_with_its_text_and_tool_parts(
     assert message["metadata"]["parley"]["sessionId"].startswith("ses_")
 
 
-async def test_an_approval_round_trips_through_the_sdks_approval_response(world: World) -> None:
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_an_approval_round_trips_through_the_sdks_approval_response(world: World, sdk: int) -> None:
     directory = world.server.config_path.parent
-    asked, approved = await world.run(
+    approves, rejects = f"sdk{sdk} approves", f"sdk{sdk} rejects"
+    asked, approved, _, rejected = await world.run(
         "alice",
         [
-            {"chat": "approvals", "send": '/tool fixture__bare {"text": "sdk approves"}'},
-            {"chat": "approvals", "approve": True},
+            {"chat": f"approvals-{sdk}", "send": f'/tool fixture__bare {{"text": "{approves}"}}'},
+            {"chat": f"approvals-{sdk}", "approve": True},
+            # A rejection: the call never runs and the SDK shows it denied.
+            {"chat": f"rejections-{sdk}", "send": f'/tool fixture__bare {{"text": "{rejects}"}}'},
+            {"chat": f"rejections-{sdk}", "approve": False, "reason": "not today"},
         ],
+        sdk=sdk,
     )
     [waiting] = _tools(_assistant(asked))
     assert waiting["state"] == "approval-requested" and waiting["approval"]["id"].startswith("int_")
     message = _assistant(approved)
     [done] = _tools(message)
-    assert done["state"] == "output-available" and done["output"] == "bare sdk approves", done
-    assert _texts(message)[-1].endswith("fixture__bare (ok): bare sdk approves"), _texts(message)
-    assert fixture_runs(directory, "bare", text="sdk approves") == 1
-    # A rejection: the call never runs and the SDK shows it denied.
-    _, rejected = await world.run(
-        "alice",
-        [
-            {"chat": "rejections", "send": '/tool fixture__bare {"text": "sdk rejects"}'},
-            {"chat": "rejections", "approve": False, "reason": "not today"},
-        ],
-    )
+    assert done["state"] == "output-available" and done["output"] == f"bare {approves}", done
+    assert _texts(message)[-1].endswith(f"fixture__bare (ok): bare {approves}"), _texts(message)
+    assert fixture_runs(directory, "bare", text=approves) == 1
     [denied] = _tools(_assistant(rejected))
     assert denied["state"] == "output-denied", denied
-    assert fixture_runs(directory, "bare", text="sdk rejects") == 0
+    assert fixture_runs(directory, "bare", text=rejects) == 0
+    # Only chunks both versions know, unless the app asks for version 7's (next test).
+    assert "tool-approval-response" not in approved["chunks"] + rejected["chunks"]
 
 
-async def test_a_question_is_a_part_the_app_answers_with_add_tool_output(world: World) -> None:
+async def test_an_app_on_ai_sdk_7_may_ask_for_its_approval_response_and_reset_step_chunks(
+    world: World,
+) -> None:
+    _, approved = await world.run(
+        "alice",
+        [
+            {"chat": "approvals-v7", "send": '/tool fixture__bare {"text": "v7 chunks"}'},
+            {"chat": "approvals-v7", "approve": True},
+        ],
+        query="&ai_sdk=7",
+    )
+    assert "tool-approval-response" in approved["chunks"], approved["chunks"]
+    [done] = _tools(_assistant(approved))
+    assert done["state"] == "output-available" and done["approval"]["approved"] is True, done
+    # A version the server does not speak is refused, naming the parameter.
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        answer = await http.post(
+            world.api(query="&ai_sdk=5"),
+            json={"id": "x", "messages": []},
+            headers=bearer(world.tokens["alice"]),
+        )
+    assert answer.status_code == 400 and "'ai_sdk'" in answer.json()["detail"], answer.text
+
+
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_a_question_is_a_part_the_app_answers_with_add_tool_output(world: World, sdk: int) -> None:
     asked, answered = await world.run(
         "alice",
         [
-            {"chat": "questions", "send": "/ask Which one? | red | blue"},
-            {"chat": "questions", "answer": "blue"},
+            {"chat": f"questions-{sdk}", "send": "/ask Which one? | red | blue"},
+            {"chat": f"questions-{sdk}", "answer": "blue"},
         ],
+        sdk=sdk,
     )
     question = next(p for p in _assistant(asked)["parts"] if p["type"] == "data-parley-question")
     assert question["data"]["question"] == "Which one?" and question["data"]["choices"] == ["red", "blue"]
@@ -168,9 +204,19 @@ async def test_a_question_is_a_part_the_app_answers_with_add_tool_output(world: 
     assert _texts(message)[-1].endswith("The user answered: blue"), _texts(message)
 
 
-async def test_a_discarded_attempt_leaves_only_the_retrys_text(world: World) -> None:
-    [step] = await world.run("alice", [{"chat": "stall", "send": "stall now"}], agent="claude")
+async def test_a_discarded_attempt_leaves_only_the_retrys_text_on_ai_sdk_7(world: World) -> None:
+    [step] = await world.run(
+        "alice", [{"chat": "stall", "send": "stall now"}], agent="claude", query="&ai_sdk=7"
+    )
+    assert "reset-step" in step["chunks"], step["chunks"]
     assert _texts(_assistant(step)) == ["echo: stall now"], _assistant(step)["parts"]
+
+
+async def test_a_discarded_attempt_on_ai_sdk_6_ends_its_text_and_the_retry_follows(world: World) -> None:
+    # Version 6 has no chunk that drops a step's parts: the broken text stays, ended.
+    [step] = await world.run("alice", [{"chat": "stall-6", "send": "stall on six"}], agent="claude", sdk=6)
+    assert "reset-step" not in step["chunks"], step["chunks"]
+    assert _texts(_assistant(step))[-1] == "echo: stall on six", _assistant(step)["parts"]
 
 
 async def test_resume_stream_replays_the_unfinished_turn_and_answers_204_when_none(world: World) -> None:
@@ -233,3 +279,34 @@ async def test_every_v1_route_refuses_without_a_valid_token(world: World, method
         wrong = await http.request(method, world.base + path, json={}, headers=bearer("parley_not-a-token"))
     assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
     assert wrong.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("chat_id", "message_id", "text", "field"),
+    [
+        ("\ud800chat", "u1", "hi", "id"),
+        ("surrogates", "\udc00m", "hi", "messages[0].id"),
+        ("surrogates", "u2", "hi \ud800", "messages[0].parts[0].text"),
+    ],
+    ids=["chat-id", "message-id", "text"],
+)
+async def test_a_lone_surrogate_in_an_id_or_text_is_a_400_naming_the_field(
+    world: World, chat_id: str, message_id: str, text: str, field: str
+) -> None:
+    body = {
+        "id": chat_id,
+        "trigger": "submit-message",
+        "messages": [{"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}],
+    }
+    # json.dumps escapes the surrogate as \ud800: JSON a client can send, text no UTF-8 can hold.
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        answer = await http.post(
+            world.api(),
+            content=json.dumps(body),
+            headers={**bearer(world.tokens["alice"]), "content-type": "application/json"},
+        )
+    assert answer.status_code == 400, answer.text
+    assert f"'{field}'" in answer.json()["detail"] and "surrogate" in answer.json()["detail"], answer.text
+    # The server goes on serving the same owner.
+    [step] = await world.run("alice", [{"chat": f"after-{field}", "send": "still here"}])
+    assert _texts(_assistant(step)) == ["You said: still here (message 1 of this session)"]

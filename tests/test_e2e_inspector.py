@@ -71,9 +71,12 @@ async def test_inspector_over_http(inspector_cli: list[str], tmp_path: Path) -> 
     config = write_config(tmp_path)
     async with ServerProcess(config, http=True) as server:
         assert server.url is not None
-        listed = await _inspect(inspector_cli, tmp_path, [server.url, "--method", "tools/list"])
+        # --strict: the Inspector's schema portability check, findings in the JSON envelope.
+        strict = ["--method", "tools/list", "--strict", "--format", "json"]
+        envelope = await _inspect(inspector_cli, tmp_path, [server.url, *strict])
         started = await _inspect(inspector_cli, tmp_path, [server.url, *START])
-    _check(listed, started)
+    assert envelope.get("schemaFindings") is None, json.dumps(envelope.get("schemaFindings"), indent=1)
+    _check(envelope["result"], started)
     assert "Traceback" not in server.log(), server.log()
 
 

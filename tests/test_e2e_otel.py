@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx2
 import pytest
 from mcp import MCPError
 
@@ -399,3 +400,64 @@ async def test_a_provider_call_carries_the_trace_and_its_span_the_providers_usag
     assert chat.attributes["gen_ai.usage.cache_read.input_tokens"] == 5
     # The key is in no span.
     assert not any(key in json.dumps(s.attributes, default=str) for s in receiver.in_trace(trace_id))
+
+
+# ---------------------------------------------------------------------- /v1 (what /ui and the AI SDK use)
+
+
+async def test_an_approval_round_over_v1_is_one_trace_from_the_callers_traceparent(
+    tmp_path: Path, receiver: OtlpReceiver
+) -> None:
+    fixture = fixture_server(tmp_path / "fixture.jsonl")
+    config = write_config(
+        tmp_path, agents={"worker": {"mcp_servers": ["fixture"]}}, mcp_servers={"fixture": fixture}
+    )
+    traceparent, trace_id, outer_span = _traceparent()
+    deciding, decider_trace, _ = _traceparent()
+    async with (
+        ServerProcess(config, name="v1", http=True, env=receiver.env("v1")) as server,
+        httpx2.AsyncClient(base_url=server.base_url, timeout=TEST_DEADLINE_S) as http,
+    ):
+        body = {"agent": "worker", "message": '/tool fixture__bare {"text": "v1"}', "wait_seconds": 10}
+        started = await http.post("/v1/sessions", json=body, headers={"traceparent": traceparent})
+        assert started.status_code == 201, started.text
+        out = started.json()
+        assert out["status"] == "waiting_for_input", out
+        decisions = {
+            "decisions": [{"interrupt_id": out["pending"][0]["id"], "approved": True}],
+            "wait_seconds": 10,
+        }
+        approved = await http.post(
+            f"/v1/sessions/{out['session_id']}/approve", json=decisions, headers={"traceparent": deciding}
+        )
+        assert approved.json()["status"] == "answered", approved.text
+        spans = await _spans_until(
+            receiver,
+            trace_id,
+            ("v1", "POST /v1/sessions"),
+            ("v1", "parley.await_approval"),
+            ("v1", "execute_tool fixture__bare"),
+        )
+
+        async def both_drives() -> bool:
+            turns = [s for s in receiver.in_trace(trace_id) if s.name == "invoke_agent worker"]
+            return len(turns) == 2
+
+        # The drive that asked (parked) and the drive that resumed after the approval.
+        await eventually(both_drives, "both drives of the turn in the caller's trace")
+    spans = receiver.in_trace(trace_id)
+    (request,) = [s for s in spans if s.name == "POST /v1/sessions"]
+    assert request.parent_id == outer_span, "the request span is a child of the caller's span"
+    assert request.attributes["http.response.status_code"] == 201
+    first, resumed = sorted(
+        (s for s in spans if s.name == "invoke_agent worker"),
+        key=lambda s: "parley.approval.requested" not in [n for n, _ in s.events],
+    )
+    assert first.parent_id == request.span_id and resumed.parent_id == request.span_id
+    (wait,) = [s for s in spans if s.name == "parley.await_approval"]
+    assert wait.parent_id == request.span_id
+    assert [t for t, _ in wait.links] == [decider_trace], "linked to the approving request"
+    (tool,) = [s for s in spans if s.name == "execute_tool fixture__bare"]
+    assert tool.parent_id == resumed.span_id
+    # The approving request is a span of its own trace: the caller's who decided.
+    assert any(s.name == "POST /v1/sessions/{session_id}/approve" for s in receiver.in_trace(decider_trace))

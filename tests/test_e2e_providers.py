@@ -298,3 +298,30 @@ async def test_a_provider_that_repeats_the_key_in_its_error_never_gets_it_stored
     assert SECRET not in world.server.log()
     for table in ["sessions", "turns", "events", "messages", "tool_calls"]:
         assert SECRET not in repr(db_rows(world.db, f"SELECT * FROM {table}"))
+
+
+async def test_a_window_on_anthropic_starts_on_a_user_turn_and_keeps_each_call_with_its_result(
+    world: World,
+) -> None:
+    # The fake refuses what Anthropic's API refuses: a first message that is not the user's, and a
+    # tool_use parted from its tool_result.
+    window = {"memory": {"mode": "window", "messages": 2}}
+    first = await call(world.client, "start_session", agent="claude", message="window one", settings=window)
+    sid = first["session_id"]
+    tools = await call(world.client, "send_message", session_id=sid, message="two tools in a window")
+    assert tools["status"] == "answered", tools
+    assert tools["answer"].startswith("done: Plan saved"), tools
+    last = await call(world.client, "send_message", session_id=sid, message="window three")
+    assert last["status"] == "answered" and last["answer"] == "echo: window three", last
+    bodies = [
+        r.body for r in world.fake.requests if r.provider == "anthropic" and "window" in json.dumps(r.body)
+    ]
+    for body in bodies:
+        assert body["messages"][0]["role"] == "user", body["messages"]
+    # After the calls: the window reaches back to the user message that asked, so each call comes
+    # with its result.
+    after_tools = next(b for b in bodies if "tool_result" in json.dumps(b["messages"][-1]))
+    assert [m["role"] for m in after_tools["messages"]] == ["user", "assistant", "user"]
+    assert after_tools["messages"][0]["content"][0]["text"] == "two tools in a window"
+    # A window of 2 whose oldest message would be the assistant's is the newest user message alone.
+    assert bodies[-1]["messages"] == [{"role": "user", "content": [{"type": "text", "text": "window three"}]}]

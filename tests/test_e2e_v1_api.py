@@ -4,6 +4,7 @@ tools (the same results, checks, errors as problem details, client_message_id id
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -202,3 +203,25 @@ async def test_a_configured_web_app_may_call_v1_from_the_browser_and_no_other_or
     assert listed.status_code == 200 and listed.headers["access-control-allow-origin"] == WEB_APP
     assert foreign.status_code == 403
     assert "access-control-allow-origin" not in mcp.headers, "/mcp is not opened to web apps"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"agent": "worker", "message": "hi \ud800"}, "message"),
+        ({"agent": "worker\udc00", "message": "hi"}, "agent"),
+    ],
+    ids=["message", "agent"],
+)
+async def test_a_lone_surrogate_in_a_body_is_a_400_naming_the_field(
+    world: World, body: dict[str, Any], field: str
+) -> None:
+    # json.dumps writes the surrogate as the escape \ud800: valid JSON, text no UTF-8 can hold.
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        answer = await http.post(
+            world.base + "/v1/sessions",
+            content=json.dumps(body),
+            headers={"content-type": "application/json"},
+        )
+    assert answer.status_code == 400, answer.text
+    assert f"'{field}'" in answer.json()["detail"] and "surrogate" in answer.json()["detail"], answer.text

@@ -177,16 +177,22 @@ async def test_no_memory_shows_each_turn_only_its_own_messages(store: Store) -> 
     assert seen == [FIRST_TURN[:1], FIRST_TURN, [("user", "u2")], [("user", "u3")]]
 
 
-async def test_a_window_shows_the_latest_messages_and_never_a_result_without_its_call(store: Store) -> None:
+async def test_a_window_shows_the_latest_messages_from_a_user_message_and_never_splits_a_call(
+    store: Store,
+) -> None:
+    seen = await converse(store, with_memory(mode="window", messages=2), ["u1", "u2", "u3"])
+    # The last two of u1, calling, result hold no user message: the window reaches back to the one
+    # that began the exchange, so the result comes with its call.
+    assert seen[1] == FIRST_TURN
+    # The last two of ..., a1, u2 would begin with the assistant: the window starts at u2.
+    assert seen[2] == [("user", "u2")]
     seen = await converse(store, with_memory(mode="window", messages=3), ["u1", "u2", "u3"])
-    # The last three of u1, calling, result, a1, u2 would begin with the result: its call comes along.
-    assert seen[2] == [*FIRST_TURN[1:], ("assistant", "a1"), ("user", "u2")]
     assert seen[3] == [("user", "u2"), ("assistant", "a2"), ("user", "u3")]
 
 
 async def test_a_session_may_remember_less_than_its_agent(store: Store) -> None:
     seen = await converse(store, HELPER, ["u1", "u2"], {"memory": {"mode": "window", "messages": 2}})
-    assert seen[2] == [("assistant", "a1"), ("user", "u2")]
+    assert seen[2] == [("user", "u2")]
     [session] = (await store.list_sessions(None, None, None, None, 10)).sessions
     assert len(await store.list_messages(session.id, None, None)) == 6  # storage keeps it whole
 

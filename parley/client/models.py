@@ -9,15 +9,24 @@ older client.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 OutcomeStatus = Literal[
     "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
 ]
 # The outcomes after which nothing more happens in the turn by itself.
 AT_REST: frozenset[str] = frozenset({"answered", "completed", "failed", "cancelled", "idle"})
+
+
+# Any JSON value: the schema the server publishes for a task's result (wire.py JsonValue).
+JsonValue = Annotated[
+    Any,
+    WithJsonSchema(
+        {"anyOf": [{"type": t} for t in ("object", "array", "string", "number", "boolean", "null")]}
+    ),
+]
 
 
 class _Model(BaseModel):
@@ -69,7 +78,7 @@ class Outcome(_Model):
     turn_id: str | None = None
     status: OutcomeStatus
     answer: str | None = None
-    result: Any = None
+    result: JsonValue = None
     pending: list[Interrupt] = Field(default_factory=list)
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
@@ -193,7 +202,7 @@ class SessionState(_Model):
     usage: Usage = Field(default_factory=Usage)
     last_error: str | None = None
     closed_reason: str | None = None
-    result: Any = None
+    result: JsonValue = None
     inputs: dict[str, Any] | None = None
     settings: dict[str, Any] = Field(default_factory=dict)
     decisions: list[Decision] = Field(default_factory=list)

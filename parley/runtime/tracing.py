@@ -6,6 +6,8 @@ parley's own spans for compaction and for a person's answer to an interrupt.
 Only the OpenTelemetry API is used here: with no SDK installed and configured (parley/telemetry.py),
 the tracer is a no-op and every helper returns at once, building no attributes.
 
+Over MCP the mcp SDK makes a span of each request, a child of the caller's `_meta.traceparent`;
+over /v1 (what /ui and the AI SDK use) `request_span` does the same from the `traceparent` header.
 The caller's trace context travels with its message (`QueuedMessageRecord.trace_context`): the turn
 runs after the call returned, maybe in another process after a crash, and still joins the caller's
 trace as a child of the span that queued the message (a parent that has ended is still a parent
@@ -26,7 +28,15 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from parley import __version__
 
-__all__ = ["Tracing", "current_trace_context", "inject_headers", "is_installed", "resolution_name"]
+__all__ = [
+    "Tracing",
+    "current_trace_context",
+    "inject_headers",
+    "is_installed",
+    "request_ended",
+    "request_span",
+    "resolution_name",
+]
 
 # The keys of a W3C trace context in `_meta` and in HTTP headers.
 CARRIER_KEYS = ("traceparent", "tracestate", "baggage")
@@ -51,6 +61,30 @@ def is_installed() -> bool:
 def inject_headers(headers: dict[str, str]) -> None:
     """Add the current trace context to an outgoing HTTP request's headers (`traceparent`...)."""
     propagate.inject(headers)
+
+
+@contextmanager
+def request_span(method: str, route: str, headers: Mapping[str, str]) -> Iterator[Span]:
+    """The SERVER span of one HTTP request beside /mcp (`POST /v1/sessions`), current while it is
+    served: a child of the caller's `traceparent` header when it sent one, else a new trace's root.
+    A message it queues stores this context, so the turn, a wait for a person and the turn's
+    resumption all join one trace, as over MCP. Without an SDK the caller's context still passes
+    through (the API's no-op span carries it) to be stored for a process that records."""
+    carrier = {key: headers[key] for key in CARRIER_KEYS if key in headers}
+    parent = propagate.extract(carrier) if carrier else None
+    tracer = trace.get_tracer("parley", __version__)
+    attributes = {"http.request.method": method, "http.route": route}
+    with tracer.start_as_current_span(
+        f"{method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes
+    ) as span:
+        yield span
+
+
+def request_ended(span: Span, status_code: int) -> None:
+    if span.is_recording():
+        span.set_attribute("http.response.status_code", status_code)
+        if status_code >= 500:
+            span.set_status(Status(StatusCode.ERROR))
 
 
 def resolution_name(approved: bool | None, declined: bool, expired: bool) -> str:

@@ -94,12 +94,15 @@ def _tool_message(call_id: str, tool: str, result: MessageRecord) -> ChatMessage
 
 
 def latest_messages(chat: Sequence[ChatMessage], count: int) -> tuple[ChatMessage, ...]:
-    """The last `count` messages of a conversation; when that would begin with a tool result, the
-    window starts earlier, at the assistant message that made the call (a provider refuses a
-    result without its call, and the model could not read it)."""
-    start = max(0, len(chat) - count)
-    while start > 0 and chat[start].role == "tool":
-        start -= 1
+    """At most the last `count` messages of a conversation, starting on a user message: Anthropic
+    refuses a conversation that starts with the assistant, and a cut at a user message never parts
+    a call from its result (results follow their call before the next user message). The window
+    starts at the first user message among the last `count`; when there is none (the newest
+    exchange alone is longer), at the user message that began that exchange."""
+    cut = max(0, len(chat) - count)
+    start = next((i for i in range(cut, len(chat)) if chat[i].role == "user"), None)
+    if start is None:
+        start = next((i for i in range(cut - 1, -1, -1) if chat[i].role == "user"), 0)
     return tuple(chat[start:])
 
 

@@ -1,5 +1,6 @@
-"""The AI SDK chat protocol (the `ai` package's `DefaultChatTransport`, version 7): any app built on
-`useChat` (or assistant-ui) is a parley client.
+"""The AI SDK chat protocol (the `ai` package's `DefaultChatTransport`, versions 6 and 7): any app
+built on `useChat` (or assistant-ui) is a parley client. `?ai_sdk=7` adds the chunks only version 7
+knows (ai_sdk_parts.py).
 
 - `POST /v1/chat?agent=NAME` takes the SDK's request body `{id, messages, trigger, messageId}`. The
   chat `id` is the client's: it maps to one parley session per owner (the session started with the
@@ -36,12 +37,14 @@ from parley.runtime.decisions import Decision
 from parley.runtime.service import RESTING_TURN
 from parley.runtime.session_events import Idle, Reset
 from parley.server.ai_sdk_parts import Chunk, TurnRenderer
+from parley.server.json_text import check_unicode
 from parley.server.sse import SseResponse, comment
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
 from parley.storage.base import SessionRecord
 
-# The AI SDK release whose protocol this speaks (its headers and chunk types were read from it).
+# The AI SDK releases whose protocol this speaks (their headers and chunk types were read from them).
 AI_SDK_VERSION = "7.0.173"
+AI_SDK6_VERSION = "6.0.325"
 # The SDK refuses a UI message stream without this header.
 UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 DONE = b"data: [DONE]\n\n"
@@ -86,6 +89,21 @@ class _Target:
     after: int
     turn_id: TurnId | None = None
     message_id: QueuedMessageId | None = None
+    # The app reads AI SDK 7's own chunks (`?ai_sdk=7`).
+    v7: bool = False
+
+
+def _wants_v7(request: Request) -> bool:
+    """`?ai_sdk=7`: the app's SDK is version 7 and takes its chunks that version 6 refuses. The
+    request body names no version, so the app says it; without it, chunks both versions take."""
+    raw = request.query_params.get("ai_sdk")
+    if raw is None or raw == "6":
+        return False
+    if raw == "7":
+        return True
+    raise BadRequest(
+        f"'ai_sdk' must be 6 or 7 (the major version of the app's `ai` package), got {raw[:20]!r}"
+    )
 
 
 class ChatEndpoints:
@@ -101,7 +119,9 @@ class ChatEndpoints:
 
     async def _post(self, request: Request) -> Response:
         who = caller(request)
+        v7 = _wants_v7(request)
         body = await json_body(request)
+        check_unicode(body)
         chat_id = _chat_id(body.get("id"))
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
@@ -121,10 +141,12 @@ class ChatEndpoints:
             raise BadRequest(
                 "the last message must be the user's (to send) or the assistant's (with answers)"
             )
+        target.v7 = v7
         return await self._stream(target)
 
     async def _resume(self, request: Request) -> Response:
         who = caller(request)
+        v7 = _wants_v7(request)
         chat_id = _chat_id(request.path_params["chat_id"])
         session = await self._ctx.service.find_started(who, chat_key(chat_id))
         turn_id = session.current_turn_id if session is not None else None
@@ -133,7 +155,7 @@ class ChatEndpoints:
         start = await self._ctx.events.turn_start(session.id, turn_id)
         if start is None:
             return Response(status_code=204)
-        return await self._stream(_Target(session.id, start, turn_id=turn_id))
+        return await self._stream(_Target(session.id, start, turn_id=turn_id, v7=v7))
 
     async def _send(
         self, who: Principal, chat_id: str, agent: str, session: SessionRecord | None, message: dict[str, Any]
@@ -220,7 +242,7 @@ class ChatEndpoints:
     async def _frames(self, target: _Target) -> AsyncGenerator[bytes, None]:
         renderer: TurnRenderer | None = None
         if target.turn_id is not None:
-            renderer = TurnRenderer(target.session_id, target.turn_id)
+            renderer = TurnRenderer(target.session_id, target.turn_id, target.v7)
             for chunk in renderer.start():
                 yield chunk_frame(chunk)
         elif target.message_id is None:
@@ -259,7 +281,7 @@ class ChatEndpoints:
                         ):
                             continue
                         target.turn_id = event.turn_id
-                        renderer = TurnRenderer(target.session_id, event.turn_id or "")
+                        renderer = TurnRenderer(target.session_id, event.turn_id or "", target.v7)
                         for chunk in renderer.start():
                             yield chunk_frame(chunk)
                     if event.turn_id != target.turn_id:

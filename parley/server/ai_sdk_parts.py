@@ -1,5 +1,9 @@
-"""A turn's events as the parts of the AI SDK's UI message stream (the `ai` package, version 7:
-the chunk types of its `uiMessageChunkSchema`), one assistant message per turn.
+"""A turn's events as the parts of the AI SDK's UI message stream (the `ai` package: the chunk
+types of its `uiMessageChunkSchema`), one assistant message per turn.
+
+Versions 6 and 7 both check every chunk against their schema, and a type the schema does not know
+ends the chat with an error. By default only chunks both know are sent; an app on version 7 may ask
+for its two further chunks (`?ai_sdk=7`): `tool-approval-response` and `reset-step`.
 
 | parley event | UI message stream parts |
 |---|---|
@@ -7,10 +11,10 @@ the chunk types of its `uiMessageChunkSchema`), one assistant message per turn.
 | `reasoning_delta` | `reasoning-start` / `reasoning-delta` |
 | `text_delta` | `text-start` / `text-delta` |
 | `model_step` | its text as one text part when none streamed, `text-end`, then `tool-input-available` per call (`dynamic: true`: the tools are the server's) |
-| `attempt_discarded` | `text-end`, then `reset-step` (the SDK drops the step's parts); the retry streams into a new text part |
+| `attempt_discarded` | `text-end`, then (version 7) `reset-step`: the SDK drops the step's parts; the retry streams into a new text part (version 6 keeps the broken text before it) |
 | `tool_finished` | `tool-output-available`, `tool-output-denied` (rejected) or `tool-output-error` |
 | `interrupt_raised` approval | `tool-approval-request` (approvalId = the interrupt id) |
-| `interrupt_resolved` approval | `tool-approval-response` |
+| `interrupt_resolved` approval | (version 7) `tool-approval-response`; `tool-output-denied` when not approved |
 | `interrupt_raised` / `_resolved` question | `data-parley-question` (id = the interrupt id; updated in place) |
 | `turn_ended` | `error` (a failed turn), `finish` with its reason |
 
@@ -50,9 +54,11 @@ def message_id(turn_id: str) -> str:
 class TurnRenderer:
     """The parts of one turn's assistant message, from its events in order."""
 
-    def __init__(self, session_id: str, turn_id: str) -> None:
+    def __init__(self, session_id: str, turn_id: str, v7: bool = False) -> None:
         self._session_id = session_id
         self._turn_id = turn_id
+        # The app reads version 7's chunks (it said so); else only those version 6 knows too.
+        self._v7 = v7
         self._text: str | None = None  # the open text part's id
         self._reasoning: str | None = None
         self._streamed_text = False  # text came piece by piece during this model call
@@ -86,7 +92,7 @@ class TurnRenderer:
             return chunks + self._delta(kind, str(data.get("text") or ""))
         if kind == "attempt_discarded":
             self._streamed_text = False
-            return [*self._close(), {"type": "reset-step"}]
+            return [*self._close(), {"type": "reset-step"}] if self._v7 else self._close()
         if kind == "tool_finished":
             call = page.calls.get(data.get("call_id", ""))
             return [_tool_output(str(data.get("call_id")), str(data.get("status")), call)]
@@ -95,7 +101,7 @@ class TurnRenderer:
             if interrupt is None:
                 return []
             call = page.calls.get(interrupt.tool_call_id) if interrupt.tool_call_id else None
-            return _interrupt(kind, interrupt, call)
+            return _interrupt(kind, interrupt, call, self._v7)
         return []
 
     def _next_step(self) -> list[Chunk]:
@@ -192,7 +198,7 @@ def question_data(interrupt: InterruptRecord) -> dict[str, Any]:
     }
 
 
-def _interrupt(kind: str, interrupt: InterruptRecord, call: ToolCallRecord | None) -> list[Chunk]:
+def _interrupt(kind: str, interrupt: InterruptRecord, call: ToolCallRecord | None, v7: bool) -> list[Chunk]:
     if interrupt.kind == "question":
         chunks: list[Chunk] = [{"type": QUESTION_PART, "id": interrupt.id, "data": question_data(interrupt)}]
         if kind == "interrupt_resolved" and call is not None and call.name == ASK_USER:
@@ -211,18 +217,21 @@ def _interrupt(kind: str, interrupt: InterruptRecord, call: ToolCallRecord | Non
         ]
     if interrupt.status not in ("approved", "rejected", "expired"):
         return []  # withdrawn with its turn (cancelled): the call's own output says so
-    resolution = interrupt.resolution or {}
-    chunk: Chunk = {
-        "type": "tool-approval-response",
-        "approvalId": interrupt.id,
-        "approved": interrupt.status == "approved",
-    }
-    if resolution.get("reason"):
-        chunk["reason"] = str(resolution["reason"])
+    chunks = []
+    if v7:
+        resolution = interrupt.resolution or {}
+        chunk: Chunk = {
+            "type": "tool-approval-response",
+            "approvalId": interrupt.id,
+            "approved": interrupt.status == "approved",
+        }
+        if resolution.get("reason"):
+            chunk["reason"] = str(resolution["reason"])
+        chunks.append(chunk)
     if interrupt.status == "approved":
-        return [chunk]
+        return chunks  # the call's output follows when it has run
     # A call not approved never runs: the SDK shows it denied.
-    return [chunk, {"type": "tool-output-denied", "toolCallId": interrupt.tool_call_id}]
+    return [*chunks, {"type": "tool-output-denied", "toolCallId": interrupt.tool_call_id}]
 
 
 def _answer_output(interrupt: InterruptRecord) -> list[Chunk]:

@@ -15,6 +15,7 @@ from starlette.routing import Route
 from parley.runtime.decisions import Decision
 from parley.runtime.session_labels import session_filter
 from parley.server.arguments import argument_errors
+from parley.server.json_text import check_unicode
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
 from parley.server.wire import (
     AgentList,
@@ -99,6 +100,7 @@ BodyT = TypeVar("BodyT", bound=_Body)
 
 async def _read(request: Request, model: type[BodyT], what: str) -> BodyT:
     raw = await json_body(request) if (await request.body()) else {}
+    check_unicode(raw)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

@@ -34,6 +34,7 @@ from parley.errors import (
 from parley.runtime.access import LOCAL_PRINCIPAL, Principal
 from parley.runtime.service import SessionService
 from parley.runtime.session_events import SessionEvents
+from parley.runtime.tracing import request_ended, request_span
 from parley.server.auth_tokens import principal_of
 
 logger = logging.getLogger(__name__)
@@ -135,13 +136,18 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def guarded(endpoint: Endpoint) -> Endpoint:
-    """`endpoint` with our errors answered as problem details."""
+    """`endpoint` with our errors answered as problem details, in a span of the request (a child of
+    the caller's `traceparent`: what the request queues joins the caller's trace)."""
 
     async def run(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except Exception as exc:
-            return error_response(exc)
+        route = getattr(request.scope.get("route"), "path", None) or "/v1"
+        with request_span(request.method, route, request.headers) as span:
+            try:
+                response = await endpoint(request)
+            except Exception as exc:
+                response = error_response(exc)
+            request_ended(span, response.status_code)
+            return response
 
     return run
 

@@ -5,9 +5,9 @@ know the wire shape."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from parley.config import AgentConfig, Memory
 from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
@@ -25,6 +25,16 @@ from parley.storage.base import (
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
 RESULT_PREVIEW_CHARS = 2000
+
+# Any JSON value (a task's result follows the agent's own `result:` schema), said as one branch per
+# type: a schema with no keyword at all reads to checkers as "anything, by mistake" (the
+# Inspector's --strict warns), and a `type` array is less portable than `anyOf`.
+JsonValue = Annotated[
+    Any,
+    WithJsonSchema(
+        {"anyOf": [{"type": t} for t in ("object", "array", "string", "number", "boolean", "null")]}
+    ),
+]
 
 
 def iso(ts: float | None) -> str | None:
@@ -73,7 +83,7 @@ class TurnOutcomeView(BaseModel):
     turn_id: str | None = Field(None, description="Null while the message still waits behind another turn.")
     status: OutcomeStatus
     answer: str | None = None
-    result: Any = Field(None, description="A task session's accepted result.")
+    result: JsonValue = Field(None, description="A task session's accepted result.")
     pending: list[PendingView] = Field(
         default_factory=list, description="Approvals and questions to resolve."
     )
@@ -221,7 +231,7 @@ class SessionView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     last_error: str | None = None
     closed_reason: str | None = None
-    result: Any = Field(None, description="A task session's accepted result.")
+    result: JsonValue = Field(None, description="A task session's accepted result.")
     inputs: dict[str, Any] | None = None
     settings: dict[str, Any] = Field(default_factory=dict, description="The settings of the latest turn.")
     decisions: list[DecisionView] = Field(

@@ -1,7 +1,8 @@
 // Drives parley's /v1/chat with the AI SDK's own chat (AbstractChat: what useChat runs) and its
 // DefaultChatTransport, which reads the UI message stream with the SDK's reader and checks every
-// part against the SDK's schema. Usage: node chat_client.mjs <path of ai/dist/index.js> <scenario JSON>
-// Prints one JSON line: {"steps": [...]} with the chat's messages after each step.
+// part against the SDK's schema. Usage: node chat_client.mjs <path of the ai module> <scenario JSON>
+// (the same script drives ai@6 and ai@7). Prints one JSON line: {"steps": [...]} with the chat's
+// messages after each step, and the type of every chunk the server sent during it.
 import { pathToFileURL } from 'node:url';
 
 const [aiPath, scenarioJson] = process.argv.slice(2);
@@ -23,11 +24,36 @@ class NodeChat extends AbstractChat {
   get snapshot() { return this.state.messages; }
 }
 
+// The chunk types of the responses (read from a copy of each body beside the SDK's own reader).
+let chunkTypes = [];
+const reading = new Set();
+async function readTypes(body) {
+  const decoder = new TextDecoder();
+  let buffer = '';
+  for await (const piece of body) {
+    buffer += decoder.decode(piece, { stream: true });
+    const lines = buffer.split('\n');
+    buffer = lines.pop();
+    for (const line of lines) {
+      if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
+      chunkTypes.push(JSON.parse(line.slice(6)).type);
+    }
+  }
+}
+async function recordingFetch(input, init) {
+  const response = await fetch(input, init);
+  if (!response.body) return response;
+  const [mine, theirs] = response.body.tee();
+  const done = readTypes(mine).finally(() => reading.delete(done));
+  reading.add(done);
+  return new Response(theirs, { status: response.status, statusText: response.statusText, headers: response.headers });
+}
+
 function chat(id) {
   const errors = [];
   const c = new NodeChat({
     id,
-    transport: new DefaultChatTransport({ api: scenario.api, headers: scenario.headers ?? {} }),
+    transport: new DefaultChatTransport({ api: scenario.api, headers: scenario.headers ?? {}, fetch: recordingFetch }),
     sendAutomaticallyWhen: ({ messages }) =>
       lastAssistantMessageIsCompleteWithApprovalResponses({ messages }) ||
       lastAssistantMessageIsCompleteWithToolCalls({ messages }),
@@ -45,6 +71,7 @@ async function settled(c) {
     if (Date.now() > deadline) throw new Error(`the chat stayed ${c.status}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+  await Promise.all([...reading]);
 }
 
 const chats = {};
@@ -64,6 +91,7 @@ for (const step of scenario.steps) {
   }
   if (step.resume) await c.resumeStream();
   await settled(c);
-  steps.push({ chat: step.chat, status: c.status, errors: [...c.errors], messages: c.snapshot });
+  steps.push({ chat: step.chat, status: c.status, errors: [...c.errors], messages: c.snapshot, chunks: chunkTypes });
+  chunkTypes = [];
 }
 console.log(JSON.stringify({ steps }));
