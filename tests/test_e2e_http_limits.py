@@ -16,6 +16,7 @@ import anyio
 import httpx2
 import pytest
 
+from tests.auth_support import SigningKey, auth_server, bearer, claims, token_client
 from tests.support import (
     INITIALIZE,
     MCP_HEADERS,
@@ -23,6 +24,7 @@ from tests.support import (
     ServerProcess,
     call,
     eventually,
+    tokens_auth,
     write_config,
 )
 
@@ -30,7 +32,8 @@ pytestmark = pytest.mark.anyio
 
 MAX_SESSIONS = 10
 MAX_CONNECTIONS = 30
-ABANDONED = 200
+# More than the SDK's own cap of 2 x max_sessions (the table in front of it evicts at 1 x).
+ABANDONED = 5 * MAX_SESSIONS
 LIMITS = {
     "max_sessions": MAX_SESSIONS,
     "session_idle_timeout_s": 2.0,
@@ -58,31 +61,72 @@ def _port(server: ServerProcess) -> int:
     return int(server.url.rsplit(":", 1)[1].split("/")[0])
 
 
-async def _open_sessions(server: ServerProcess) -> int:
+async def _open_sessions(server: ServerProcess, token: str | None = None) -> int:
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-        response = await http.get(_url(server, "/healthz"))
+        response = await http.get(_url(server, "/healthz"), headers=bearer(token) if token else None)
     assert response.status_code == 200, response.text
     return int(response.json()["mcp_sessions"])
 
 
 # ------------------------------------------------------------------ MCP sessions
 
+OAUTH_RESOURCE = "https://parley.example.test/mcp"
 
-async def test_abandoned_sessions_do_not_lock_out_a_new_client_and_then_expire(server: ServerProcess) -> None:
+
+@pytest.fixture(scope="module", params=["none", "tokens", "oauth"])
+async def abandoning(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, server: ServerProcess
+) -> AsyncIterator[tuple[ServerProcess, str | None]]:
+    """A server with the session limits in each auth mode, and the token of its one user (who may
+    read the full /healthz): with auth on, the SDK binds each transport session to its creator."""
+    if request.param == "none":
+        yield server, None
+        return
+    directory = tmp_path_factory.mktemp(f"abandoning_{request.param}")
+    # Sessions expire sooner than on the shared server: the test waits for it.
+    limits = {**LIMITS, "session_idle_timeout_s": 1.0}
+    async with AsyncExitStack() as stack:
+        if request.param == "tokens":
+            token = "abandoning-user-token-0001"
+            config = write_config(
+                directory, http=limits, auth=tokens_auth({"alice": token}, ("parley:use", "parley:metrics"))
+            )
+        else:
+            key = SigningKey.ec()
+            issuer = stack.enter_context(auth_server(key))
+            token = key.sign(claims(issuer.url, OAUTH_RESOURCE, "alice", scope="parley:use parley:metrics"))
+            oauth = {"issuer": issuer.url, "jwks_url": f"{issuer.url}/jwks.json"}
+            config = write_config(
+                directory,
+                http={**limits, "public_url": OAUTH_RESOURCE},
+                auth={"mode": "oauth", "oauth": oauth},
+            )
+        authed = await stack.enter_async_context(ServerProcess(config, name=request.param, http=True))
+        yield authed, token
+        assert "Traceback" not in authed.log(), authed.log()
+
+
+async def test_abandoned_sessions_do_not_lock_out_a_new_client_and_then_expire(
+    abandoning: tuple[ServerProcess, str | None],
+) -> None:
+    server, token = abandoning
+    headers = {**MCP_HEADERS, **(bearer(token) if token else {})}
     statuses: list[int] = []
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-        for _ in range(ABANDONED):  # initialize, then never come back
-            response = await http.post(_url(server), json=INITIALIZE, headers=MCP_HEADERS)
+        # Initialize, then never come back: more than the SDK's own cap (twice max_sessions), so
+        # a session parley evicts but the SDK keeps would lock the next client out.
+        for _ in range(ABANDONED):
+            response = await http.post(_url(server), json=INITIALIZE, headers=headers)
             statuses.append(response.status_code)
     assert set(statuses) == {200}, f"a client was refused while the others sat idle: {set(statuses)}"
-    assert await _open_sessions(server) <= MAX_SESSIONS
+    assert await _open_sessions(server, token) <= MAX_SESSIONS
 
-    async with server.client() as client:
+    async with token_client(server.url or "", token) as client:
         outcome = await call(client, "start_session", agent="demo", message="let me in")
         assert outcome["answer"] == "You said: let me in (message 1 of this session)"
 
     async def expired() -> bool:
-        return await _open_sessions(server) == 0
+        return await _open_sessions(server, token) == 0
 
     await eventually(expired, "the abandoned sessions to expire")
 
