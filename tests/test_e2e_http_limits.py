@@ -270,3 +270,152 @@ def test_a_port_in_use_is_one_line_with_the_fix(tmp_path: Path) -> None:
         f"parley: port {port} is in use; pick another with --port or stop the other server"
     ], result.stderr
     assert not (tmp_path / "parley.db").exists(), "nothing should have started"
+
+
+# ------------------------------------------------------------------ one caller cannot lock out others
+
+FAIR_MAX_CONNECTIONS = 10
+FAIR = {
+    "max_connections": FAIR_MAX_CONNECTIONS,
+    "connection_reserve": 2,
+    "max_connections_per_principal": 4,
+    "max_streams_per_principal": 2,
+    "max_connections_per_address": 6,
+    "header_read_timeout_s": TEST_DEADLINE_S,
+    # Long enough that a body refused before it is read cannot be mistaken for one timed out.
+    "body_read_timeout_s": TEST_DEADLINE_S,
+}
+ALICE, BOB = "fair-alice-token-0001", "fair-bob-token-0001"
+
+
+@pytest.fixture(scope="module")
+async def fair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
+    config = write_config(
+        tmp_path_factory.mktemp("fair"), http=FAIR, auth=tokens_auth({"alice": ALICE, "bob": BOB})
+    )
+    async with ServerProcess(config, name="fair", http=True) as server:
+        yield server
+        assert "Traceback" not in server.log(), server.log()
+
+
+async def _send_head(
+    server: ServerProcess,
+    request_line: str,
+    token: str | None = None,
+    source: str = "127.0.0.1",
+    headers: tuple[str, ...] = (),
+) -> anyio.abc.SocketStream:
+    """A connection from `source` that has sent a request's headers (and nothing of its body)."""
+    port = _port(server)
+    stream = await anyio.connect_tcp("127.0.0.1", port, local_host=source)
+    lines = [request_line, f"Host: 127.0.0.1:{port}", *headers]
+    if token is not None:
+        lines.append(f"Authorization: Bearer {token}")
+    await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+    return stream
+
+
+async def _status(stream: anyio.abc.SocketStream) -> tuple[int, bytes]:
+    """The status of the response on `stream`, and its head with as much of its body as its
+    Content-Length says (an event stream has none: its body goes on)."""
+    received = b""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive()
+        head = received.split(b"\r\n\r\n", 1)[0].lower()
+        length = next((int(h[15:]) for h in head.split(b"\r\n") if h.startswith(b"content-length:")), 0)
+        while len(received) < len(head) + 4 + length:
+            received += await stream.receive()
+    assert received.startswith(b"HTTP/1.1 "), received
+    return int(received[9:12]), received
+
+
+EVENTS = "GET /v1/events HTTP/1.1"
+TRICKLED_POST = "POST /v1/sessions HTTP/1.1"
+BODY_FOLLOWS = ("Content-Type: application/json", "Content-Length: 100000")
+
+
+async def test_a_principal_at_its_stream_cap_gets_429_while_others_and_healthz_are_served(
+    fair: ServerProcess,
+) -> None:
+    async with AsyncExitStack() as held:
+        for _ in range(FAIR["max_streams_per_principal"]):
+            stream = await held.enter_async_context(await _send_head(fair, EVENTS, ALICE))
+            assert (await _status(stream))[0] == 200
+        refused = await held.enter_async_context(await _send_head(fair, EVENTS, ALICE))
+        status, answer = await _status(refused)
+        assert status == 429, answer
+        assert b"retry-after: 1" in answer.lower(), answer
+        assert b"http.max_streams_per_principal" in answer, answer
+        bobs = await held.enter_async_context(await _send_head(fair, EVENTS, BOB))
+        assert (await _status(bobs))[0] == 200
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+            assert (await http.get(_url(fair, "/healthz"))).status_code == 200
+
+
+async def test_a_principal_at_its_request_cap_gets_429_saying_which_limit(fair: ServerProcess) -> None:
+    async with AsyncExitStack() as held:
+        # Four requests in flight: two event streams and two bodies still arriving.
+        for line, extra in [
+            (EVENTS, ()),
+            (EVENTS, ()),
+            (TRICKLED_POST, BODY_FOLLOWS),
+            (TRICKLED_POST, BODY_FOLLOWS),
+        ]:
+            stream = await held.enter_async_context(await _send_head(fair, line, ALICE, "127.0.0.5", extra))
+            if line == EVENTS:
+                assert (await _status(stream))[0] == 200
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+
+            async def alice_refused() -> bool:
+                return (await http.get(_url(fair, "/v1/sessions"), headers=bearer(ALICE))).status_code == 429
+
+            await eventually(alice_refused, "alice's fifth request to be refused")
+            refused = await http.get(_url(fair, "/v1/sessions"), headers=bearer(ALICE))
+            assert "http.max_connections_per_principal" in refused.json()["detail"], refused.text
+            assert refused.headers["retry-after"] == "1"
+            assert (await http.get(_url(fair, "/v1/sessions"), headers=bearer(BOB))).status_code == 200
+
+
+async def test_one_address_cannot_hold_every_connection_and_healthz_keeps_a_reserve(
+    fair: ServerProcess,
+) -> None:
+    port = _port(fair)
+    per_address = FAIR["max_connections_per_address"]
+    async with AsyncExitStack() as held:
+        for _ in range(per_address):  # idle connections that never send a request
+            await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.3"))
+        over = await held.enter_async_context(
+            await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.3")
+        )
+        answer = await _read_until_closed(over)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert b"http.max_connections_per_address" in answer, answer
+
+        # Another address takes what is left for ordinary requests.
+        ordinary = FAIR_MAX_CONNECTIONS - FAIR["connection_reserve"]
+        for _ in range(ordinary - per_address):
+            await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.4"))
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+
+            async def full() -> bool:
+                return (await http.get(_url(fair, "/v1/sessions"), headers=bearer(BOB))).status_code == 503
+
+            await eventually(full, "an ordinary request to be refused at the connection cap")
+            health = await http.get(_url(fair, "/healthz"))
+            assert health.status_code == 200, health.text
+
+
+async def test_an_unauthenticated_body_is_refused_401_before_it_is_sent(fair: ServerProcess) -> None:
+    for token in (None, "not-a-token-of-this-server"):
+        stream = await _send_head(
+            fair,
+            "POST /mcp HTTP/1.1",
+            token,
+            headers=(*BODY_FOLLOWS, "Accept: application/json, text/event-stream"),
+        )
+        async with stream:
+            await stream.send(b"{")  # and the rest never comes
+            answer = await _read_until_closed(stream)  # closed: it holds no slot
+        assert answer.startswith(b"HTTP/1.1 401"), answer
+        assert b"www-authenticate: bearer" in answer.lower(), answer
