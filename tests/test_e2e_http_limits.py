@@ -32,6 +32,8 @@ pytestmark = pytest.mark.anyio
 
 MAX_SESSIONS = 10
 MAX_CONNECTIONS = 30
+PROXY = "127.0.0.9"
+PER_ADDRESS = 20
 # More than the SDK's own cap of 2 x max_sessions (the table in front of it evicts at 1 x).
 ABANDONED = 5 * MAX_SESSIONS
 LIMITS = {
@@ -41,6 +43,9 @@ LIMITS = {
     "header_read_timeout_s": 1.0,
     "body_read_timeout_s": 0.5,
     "keep_alive_timeout_s": 1.0,
+    # Behind this (pretend) proxy, unauthenticated requests count against their X-Forwarded-For address.
+    "trusted_proxies": [PROXY],
+    "max_connections_per_address": PER_ADDRESS,
 }
 
 
@@ -158,8 +163,8 @@ async def test_over_the_connection_cap_a_request_gets_503_saying_what_to_do(serv
     port = _port(server)
     idle: list[anyio.abc.SocketStream] = []
     try:
-        for _ in range(MAX_CONNECTIONS):
-            idle.append(await anyio.connect_tcp("127.0.0.1", port))
+        for i in range(MAX_CONNECTIONS):  # from two addresses, each under its own cap
+            idle.append(await anyio.connect_tcp("127.0.0.1", port, local_host=f"127.0.0.{2 + i % 2}"))
         async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
             refused = await http.get(_url(server, "/healthz"))
         assert refused.status_code == 503, refused.text
@@ -203,6 +208,28 @@ async def test_a_body_that_never_arrives_gets_408(server: ServerProcess) -> None
         answer = await _read_until_closed(stream)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert b"http.body_read_timeout_s" in answer, answer
+
+
+async def test_behind_a_trusted_proxy_unauthenticated_requests_count_per_forwarded_address(
+    server: ServerProcess,
+) -> None:
+    def forwarded(client: str) -> tuple[str, ...]:
+        return (f"X-Forwarded-For: {client}",)
+
+    async with AsyncExitStack() as held:
+        for _ in range(PER_ADDRESS):  # all through the proxy, for one client behind it
+            stream = await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.7"))
+            assert (await _status(await held.enter_async_context(stream)))[0] == 200
+        same = await held.enter_async_context(
+            await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.7"))
+        )
+        status, answer = await _status(same)
+        assert status == 429, answer
+        assert b"http.max_connections_per_address" in answer, answer
+        other = await held.enter_async_context(
+            await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.8"))
+        )
+        assert (await _status(other))[0] == 200
 
 
 # ------------------------------------------------------------------ DNS-rebinding guard
