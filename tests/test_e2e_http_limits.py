@@ -276,6 +276,16 @@ async def test_serving_on_ipv6_loopback_works_and_prints_a_bracketed_url(tmp_pat
             assert (await call(client, "start_session", agent="demo", message="v6"))["status"] == "answered"
 
 
+async def test_a_server_bound_to_another_loopback_address_answers_that_host(tmp_path: Path) -> None:
+    async with ServerProcess(write_config(tmp_path), name="loopback2", http=True, host="127.0.0.2") as server:
+        assert server.url is not None and server.url.startswith("http://127.0.0.2:"), server.url
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+            health = await http.get(_url(server, "/healthz"))  # Host: 127.0.0.2:PORT
+            assert health.status_code == 200, health.text
+            origin = {"Origin": server.base_url}
+            assert (await http.get(_url(server, "/healthz"), headers=origin)).status_code == 200
+
+
 def test_a_port_in_use_is_one_line_with_the_fix(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PARLEY_DB", None)

@@ -180,7 +180,10 @@ def build_http_app(
         app = v1_cors(app, config.cors_origins)
     extra = accepted_hosts(config)
     # A non-loopback bind without named hosts answers any Host, as a server behind a proxy must.
-    return HostGuard(app, extra, config.cors_origins) if is_loopback(host) or extra else app
+    loopback = is_loopback(host)
+    # A loopback address other than the usual names (--host 127.0.0.2) is what clients send as Host.
+    bound = bare_host(host) if loopback and host not in LOOPBACK_NAMES else None
+    return HostGuard(app, extra, config.cors_origins, bound) if loopback or extra else app
 
 
 def uvicorn_config(app: ASGIApp, config: HttpConfig, multi_user: bool = False) -> uvicorn.Config:
