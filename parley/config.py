@@ -766,7 +766,8 @@ class HttpConfig(_Strict):
         if self.connection_reserve is not None and self.connection_reserve >= self.max_connections:
             raise ValueError(
                 f"http.connection_reserve ({self.connection_reserve}) must be less than http.max_connections "
-                f"({self.max_connections}): the reserve is the part of it only /healthz may use"
+                f"({self.max_connections}): the reserve is the part of it only /healthz may use; lower it or raise "
+                "http.max_connections"
             )
         return self
 
