@@ -2,7 +2,8 @@
 
 Starts `parley serve --http --port 0` on a fresh SQLite file in a temporary directory, with
 `http.max_sessions` and `http.session_idle_timeout_s` from the command line (defaults: the
-shipped defaults, 1000 sessions and 300 s). It then:
+shipped defaults, 1000 sessions and 300 s), and `--auth none` (default) or `tokens` (one user,
+whose token every request carries: the SDK binds each session to it). It then:
 
 - posts N raw `initialize` requests (default 10,000; httpx2, 8 at a time) and never uses or
   deletes the sessions they open; counts the answers by status and times the loop;
@@ -15,13 +16,15 @@ shipped defaults, 1000 sessions and 300 s). It then:
 Prints one JSON line with every figure.
 
     .venv/bin/python bench/http_abandoned_sessions.py [--sessions 10000] [--max-sessions 1000]
-        [--idle-timeout 300] [--deadline 900]
+        [--idle-timeout 300] [--auth none|tokens] [--deadline 900]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import secrets
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,7 +34,6 @@ import anyio
 import httpx2
 from _common import (
     base_config,
-    healthz,
     http_server,
     machine,
     memory_kib,
@@ -41,6 +43,8 @@ from _common import (
     write_config_files,
 )
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -56,10 +60,18 @@ HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "app
 PARALLEL = 8
 
 
-async def abandon(url: str, count: int) -> Counter[int]:
+async def healthz(url: str, auth: dict[str, str]) -> dict[str, Any]:
+    """GET /healthz next to /mcp, with the token (whose parley:metrics scope sees the full report)."""
+    async with httpx2.AsyncClient(timeout=10, headers=auth) as http:
+        response = await http.get(url.removesuffix("/mcp") + "/healthz")
+        response.raise_for_status()
+        return dict(response.json())
+
+
+async def abandon(url: str, count: int, auth: dict[str, str]) -> Counter[int]:
     statuses: Counter[int] = Counter()
     remaining = iter(range(count))
-    async with httpx2.AsyncClient(timeout=60) as http:
+    async with httpx2.AsyncClient(timeout=60, headers=auth) as http:
 
         async def worker() -> None:
             for _ in remaining:
@@ -72,19 +84,22 @@ async def abandon(url: str, count: int) -> Counter[int]:
     return statuses
 
 
-async def one_round(url: str, pid: int, sessions: int) -> dict[str, Any]:
+async def one_round(url: str, pid: int, sessions: int, auth: dict[str, str]) -> dict[str, Any]:
     t0 = time.perf_counter()
-    statuses = await abandon(url, sessions)
+    statuses = await abandon(url, sessions, auth)
     loop_s = time.perf_counter() - t0
     after_abandon = memory_kib(pid)
-    open_after = (await healthz(url))["mcp_sessions"]
+    open_after = (await healthz(url, auth))["mcp_sessions"]
     t1 = time.perf_counter()
-    async with Client(url) as client:
+    async with (
+        create_mcp_http_client(headers=auth) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
         result = await client.call_tool("start_session", {"agent": "demo", "message": "let me in"})
     new_client_s = time.perf_counter() - t1
     t2 = time.perf_counter()
     # The count lives in the server process; there is no event to await.
-    while (await healthz(url))["mcp_sessions"] > 0:  # noqa: ASYNC110
+    while (await healthz(url, auth))["mcp_sessions"] > 0:  # noqa: ASYNC110
         await anyio.sleep(0.5)
     expired_s = time.perf_counter() - t2
     after_expiry = memory_kib(pid)
@@ -103,19 +118,28 @@ async def one_round(url: str, pid: int, sessions: int) -> dict[str, Any]:
 
 async def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     http_section = {"max_sessions": args.max_sessions, "session_idle_timeout_s": args.idle_timeout}
-    config = write_config_files(directory, base_config(http=http_section))
+    sections: dict[str, Any] = {"http": http_section}
+    auth: dict[str, str] = {}
+    if args.auth == "tokens":
+        token = "parley_" + secrets.token_urlsafe(32)
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        entry = {"name": "bench", "sha256": digest, "scopes": ["parley:use", "parley:metrics"]}
+        sections["auth"] = {"mode": "tokens", "tokens": [entry]}
+        auth = {"Authorization": f"Bearer {token}"}
+    config = write_config_files(directory, base_config(**sections))
     log = directory / "server.log"
     async with http_server(directory, config, log) as process:
         url = await wait_for_url(process, log)
         idle = memory_kib(process.pid)
         rounds = []
         for _ in range(args.rounds):
-            rounds.append(await one_round(url, process.pid, args.sessions))
+            rounds.append(await one_round(url, process.pid, args.sessions, auth))
         stopped = await stop_server(process)
     return {
         "sessions_abandoned": args.sessions,
         "max_sessions": args.max_sessions,
         "idle_timeout_s": args.idle_timeout,
+        "auth": args.auth,
         "rss_idle_mib": mib(idle["rss_kib"]),
         "rounds": rounds,
         "stop": stopped,
@@ -133,6 +157,7 @@ def main() -> None:
     parser.add_argument(
         "--rounds", type=int, default=2, help="abandon, then wait for expiry, this many times"
     )
+    parser.add_argument("--auth", choices=["none", "tokens"], default="none")
     parser.add_argument("--deadline", type=float, default=900.0)
     args = parser.parse_args()
 

@@ -353,6 +353,7 @@ async def serve_http(
                         server, host, app.health, config.http, auth, _v1(config, app), _metrics(app)
                     ),
                     config.http,
+                    multi_user=auth is not None,
                 )
             )
 

@@ -678,6 +678,47 @@ class HttpConfig(_Strict):
         le=100_000,
         description="Open HTTP connections (and requests in flight); over it a request gets 503, retry later.",
     )
+    connection_reserve: int | None = Field(
+        None,
+        ge=0,
+        le=100_000,
+        description=(
+            "Of max_connections, how many only /healthz may use: other requests get 503 once max_connections "
+            "minus this many are open, so a load balancer still sees a busy replica alive. Default: a twentieth "
+            "of max_connections (10 of 200); less than max_connections."
+        ),
+    )
+    max_connections_per_principal: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Requests one principal may have in flight at once, event streams included; over it 429 with "
+            "Retry-After. Default with auth tokens or oauth: a quarter of what max_connections leaves after "
+            "the reserve (47 of 200); with auth: none (one local user), no cap."
+        ),
+    )
+    max_streams_per_principal: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Event streams one principal may hold open at once (/v1 event streams, /v1/chat answers, MCP GET "
+            "streams); over it 429 with Retry-After. Default with auth tokens or oauth: 16; with auth: none, "
+            "no cap."
+        ),
+    )
+    max_connections_per_address: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description=(
+            "Connections open from one client address (a trusted proxy's are not counted: behind one, "
+            "unauthenticated requests in flight are counted per X-Forwarded-For address instead); over it a "
+            "new connection gets 503 and is closed. Default with auth tokens or oauth: as "
+            "max_connections_per_principal; with auth: none, no cap."
+        ),
+    )
     header_read_timeout_s: float = Field(
         10.0,
         gt=0,
@@ -721,6 +762,16 @@ class HttpConfig(_Strict):
             "(it resumes with Last-Event-ID), instead of holding events for it."
         ),
     )
+
+    @model_validator(mode="after")
+    def _reserve_below_cap(self) -> HttpConfig:
+        if self.connection_reserve is not None and self.connection_reserve >= self.max_connections:
+            raise ValueError(
+                f"http.connection_reserve ({self.connection_reserve}) must be less than http.max_connections "
+                f"({self.max_connections}): the reserve is the part of it only /healthz may use; lower it or raise "
+                "http.max_connections"
+            )
+        return self
 
 
 class ServerConfigFile(_Strict):

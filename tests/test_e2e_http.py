@@ -30,9 +30,13 @@ from tests.support import (
 pytestmark = pytest.mark.anyio
 
 
+# A web app served elsewhere that may call /v1 from the browser (and nothing else).
+WEB_APP = "https://app.example.test"
+
+
 @pytest.fixture(scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
-    config = write_config(tmp_path_factory.mktemp("http"))
+    config = write_config(tmp_path_factory.mktemp("http"), http={"cors_origins": [WEB_APP]})
     async with ServerProcess(config, name="http", http=True) as server:
         yield server
 
@@ -106,6 +110,36 @@ async def test_requests_from_a_foreign_host_or_origin_are_refused_and_the_server
     async with server.client() as client:
         outcome = await call(client, "start_session", agent="demo", message="still here")
         assert outcome["answer"] == "You said: still here (message 1 of this session)"
+
+
+async def test_a_cors_origin_may_call_v1_but_never_mcp(server: ServerProcess) -> None:
+    assert server.url is not None
+    origin = {"Origin": WEB_APP}
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        refused = await http.post(server.url, json=INITIALIZE, headers={**MCP_HEADERS, **origin})
+        assert refused.status_code == 403, refused.text
+        assert "Origin" in refused.text
+        listed = await http.get(_base(server) + "/v1/sessions", headers=origin)
+        assert listed.status_code == 200, listed.text
+        assert listed.headers["access-control-allow-origin"] == WEB_APP
+
+
+async def test_v1_refuses_a_body_that_is_not_json_with_415_and_starts_nothing(server: ServerProcess) -> None:
+    body = '{"agent": "demo", "message": "sent as text/plain, which a page may post without a preflight"}'
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        before = (await http.get(_base(server) + "/v1/sessions")).json()
+        for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+            headers = {"Content-Type": content_type} if content_type else {}
+            refused = await http.post(_base(server) + "/v1/sessions", content=body, headers=headers)
+            assert refused.status_code == 415, (content_type, refused.status_code, refused.text)
+            assert "application/json" in refused.json()["detail"], refused.text
+        assert (await http.get(_base(server) + "/v1/sessions")).json() == before
+        sent = await http.post(
+            _base(server) + "/v1/sessions",
+            content=body,
+            headers={"Content-Type": "application/json; charset=utf-8"},
+        )
+        assert sent.status_code < 300, sent.text
 
 
 async def test_initialize_posted_to_exactly_slash_mcp_is_served_without_a_redirect(

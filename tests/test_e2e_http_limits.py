@@ -16,6 +16,7 @@ import anyio
 import httpx2
 import pytest
 
+from tests.auth_support import SigningKey, auth_server, bearer, claims, token_client
 from tests.support import (
     INITIALIZE,
     MCP_HEADERS,
@@ -23,6 +24,7 @@ from tests.support import (
     ServerProcess,
     call,
     eventually,
+    tokens_auth,
     write_config,
 )
 
@@ -30,7 +32,10 @@ pytestmark = pytest.mark.anyio
 
 MAX_SESSIONS = 10
 MAX_CONNECTIONS = 30
-ABANDONED = 200
+PROXY = "127.0.0.9"
+PER_ADDRESS = 20
+# More than the SDK's own cap of 2 x max_sessions (the table in front of it evicts at 1 x).
+ABANDONED = 5 * MAX_SESSIONS
 LIMITS = {
     "max_sessions": MAX_SESSIONS,
     "session_idle_timeout_s": 2.0,
@@ -38,6 +43,9 @@ LIMITS = {
     "header_read_timeout_s": 1.0,
     "body_read_timeout_s": 0.5,
     "keep_alive_timeout_s": 1.0,
+    # Behind this (pretend) proxy, unauthenticated requests count against their X-Forwarded-For address.
+    "trusted_proxies": [PROXY],
+    "max_connections_per_address": PER_ADDRESS,
 }
 
 
@@ -58,31 +66,72 @@ def _port(server: ServerProcess) -> int:
     return int(server.url.rsplit(":", 1)[1].split("/")[0])
 
 
-async def _open_sessions(server: ServerProcess) -> int:
+async def _open_sessions(server: ServerProcess, token: str | None = None) -> int:
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-        response = await http.get(_url(server, "/healthz"))
+        response = await http.get(_url(server, "/healthz"), headers=bearer(token) if token else None)
     assert response.status_code == 200, response.text
     return int(response.json()["mcp_sessions"])
 
 
 # ------------------------------------------------------------------ MCP sessions
 
+OAUTH_RESOURCE = "https://parley.example.test/mcp"
 
-async def test_abandoned_sessions_do_not_lock_out_a_new_client_and_then_expire(server: ServerProcess) -> None:
+
+@pytest.fixture(scope="module", params=["none", "tokens", "oauth"])
+async def abandoning(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, server: ServerProcess
+) -> AsyncIterator[tuple[ServerProcess, str | None]]:
+    """A server with the session limits in each auth mode, and the token of its one user (who may
+    read the full /healthz): with auth on, the SDK binds each transport session to its creator."""
+    if request.param == "none":
+        yield server, None
+        return
+    directory = tmp_path_factory.mktemp(f"abandoning_{request.param}")
+    # Sessions expire sooner than on the shared server: the test waits for it.
+    limits = {**LIMITS, "session_idle_timeout_s": 1.0}
+    async with AsyncExitStack() as stack:
+        if request.param == "tokens":
+            token = "abandoning-user-token-0001"
+            config = write_config(
+                directory, http=limits, auth=tokens_auth({"alice": token}, ("parley:use", "parley:metrics"))
+            )
+        else:
+            key = SigningKey.ec()
+            issuer = stack.enter_context(auth_server(key))
+            token = key.sign(claims(issuer.url, OAUTH_RESOURCE, "alice", scope="parley:use parley:metrics"))
+            oauth = {"issuer": issuer.url, "jwks_url": f"{issuer.url}/jwks.json"}
+            config = write_config(
+                directory,
+                http={**limits, "public_url": OAUTH_RESOURCE},
+                auth={"mode": "oauth", "oauth": oauth},
+            )
+        authed = await stack.enter_async_context(ServerProcess(config, name=request.param, http=True))
+        yield authed, token
+        assert "Traceback" not in authed.log(), authed.log()
+
+
+async def test_abandoned_sessions_do_not_lock_out_a_new_client_and_then_expire(
+    abandoning: tuple[ServerProcess, str | None],
+) -> None:
+    server, token = abandoning
+    headers = {**MCP_HEADERS, **(bearer(token) if token else {})}
     statuses: list[int] = []
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
-        for _ in range(ABANDONED):  # initialize, then never come back
-            response = await http.post(_url(server), json=INITIALIZE, headers=MCP_HEADERS)
+        # Initialize, then never come back: more than the SDK's own cap (twice max_sessions), so
+        # a session parley evicts but the SDK keeps would lock the next client out.
+        for _ in range(ABANDONED):
+            response = await http.post(_url(server), json=INITIALIZE, headers=headers)
             statuses.append(response.status_code)
     assert set(statuses) == {200}, f"a client was refused while the others sat idle: {set(statuses)}"
-    assert await _open_sessions(server) <= MAX_SESSIONS
+    assert await _open_sessions(server, token) <= MAX_SESSIONS
 
-    async with server.client() as client:
+    async with token_client(server.url or "", token) as client:
         outcome = await call(client, "start_session", agent="demo", message="let me in")
         assert outcome["answer"] == "You said: let me in (message 1 of this session)"
 
     async def expired() -> bool:
-        return await _open_sessions(server) == 0
+        return await _open_sessions(server, token) == 0
 
     await eventually(expired, "the abandoned sessions to expire")
 
@@ -114,8 +163,8 @@ async def test_over_the_connection_cap_a_request_gets_503_saying_what_to_do(serv
     port = _port(server)
     idle: list[anyio.abc.SocketStream] = []
     try:
-        for _ in range(MAX_CONNECTIONS):
-            idle.append(await anyio.connect_tcp("127.0.0.1", port))
+        for i in range(MAX_CONNECTIONS):  # from two addresses, each under its own cap
+            idle.append(await anyio.connect_tcp("127.0.0.1", port, local_host=f"127.0.0.{2 + i % 2}"))
         async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
             refused = await http.get(_url(server, "/healthz"))
         assert refused.status_code == 503, refused.text
@@ -159,6 +208,28 @@ async def test_a_body_that_never_arrives_gets_408(server: ServerProcess) -> None
         answer = await _read_until_closed(stream)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert b"http.body_read_timeout_s" in answer, answer
+
+
+async def test_behind_a_trusted_proxy_unauthenticated_requests_count_per_forwarded_address(
+    server: ServerProcess,
+) -> None:
+    def forwarded(client: str) -> tuple[str, ...]:
+        return (f"X-Forwarded-For: {client}",)
+
+    async with AsyncExitStack() as held:
+        for _ in range(PER_ADDRESS):  # all through the proxy, for one client behind it
+            stream = await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.7"))
+            assert (await _status(await held.enter_async_context(stream)))[0] == 200
+        same = await held.enter_async_context(
+            await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.7"))
+        )
+        status, answer = await _status(same)
+        assert status == 429, answer
+        assert b"http.max_connections_per_address" in answer, answer
+        other = await held.enter_async_context(
+            await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.8"))
+        )
+        assert (await _status(other))[0] == 200
 
 
 # ------------------------------------------------------------------ DNS-rebinding guard
@@ -205,6 +276,16 @@ async def test_serving_on_ipv6_loopback_works_and_prints_a_bracketed_url(tmp_pat
             assert (await call(client, "start_session", agent="demo", message="v6"))["status"] == "answered"
 
 
+async def test_a_server_bound_to_another_loopback_address_answers_that_host(tmp_path: Path) -> None:
+    async with ServerProcess(write_config(tmp_path), name="loopback2", http=True, host="127.0.0.2") as server:
+        assert server.url is not None and server.url.startswith("http://127.0.0.2:"), server.url
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+            health = await http.get(_url(server, "/healthz"))  # Host: 127.0.0.2:PORT
+            assert health.status_code == 200, health.text
+            origin = {"Origin": server.base_url}
+            assert (await http.get(_url(server, "/healthz"), headers=origin)).status_code == 200
+
+
 def test_a_port_in_use_is_one_line_with_the_fix(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PARLEY_DB", None)
@@ -226,3 +307,152 @@ def test_a_port_in_use_is_one_line_with_the_fix(tmp_path: Path) -> None:
         f"parley: port {port} is in use; pick another with --port or stop the other server"
     ], result.stderr
     assert not (tmp_path / "parley.db").exists(), "nothing should have started"
+
+
+# ------------------------------------------------------------------ one caller cannot lock out others
+
+FAIR_MAX_CONNECTIONS = 10
+FAIR = {
+    "max_connections": FAIR_MAX_CONNECTIONS,
+    "connection_reserve": 2,
+    "max_connections_per_principal": 4,
+    "max_streams_per_principal": 2,
+    "max_connections_per_address": 6,
+    "header_read_timeout_s": TEST_DEADLINE_S,
+    # Long enough that a body refused before it is read cannot be mistaken for one timed out.
+    "body_read_timeout_s": TEST_DEADLINE_S,
+}
+ALICE, BOB = "fair-alice-token-0001", "fair-bob-token-0001"
+
+
+@pytest.fixture(scope="module")
+async def fair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ServerProcess]:
+    config = write_config(
+        tmp_path_factory.mktemp("fair"), http=FAIR, auth=tokens_auth({"alice": ALICE, "bob": BOB})
+    )
+    async with ServerProcess(config, name="fair", http=True) as server:
+        yield server
+        assert "Traceback" not in server.log(), server.log()
+
+
+async def _send_head(
+    server: ServerProcess,
+    request_line: str,
+    token: str | None = None,
+    source: str = "127.0.0.1",
+    headers: tuple[str, ...] = (),
+) -> anyio.abc.SocketStream:
+    """A connection from `source` that has sent a request's headers (and nothing of its body)."""
+    port = _port(server)
+    stream = await anyio.connect_tcp("127.0.0.1", port, local_host=source)
+    lines = [request_line, f"Host: 127.0.0.1:{port}", *headers]
+    if token is not None:
+        lines.append(f"Authorization: Bearer {token}")
+    await stream.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+    return stream
+
+
+async def _status(stream: anyio.abc.SocketStream) -> tuple[int, bytes]:
+    """The status of the response on `stream`, and its head with as much of its body as its
+    Content-Length says (an event stream has none: its body goes on)."""
+    received = b""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive()
+        head = received.split(b"\r\n\r\n", 1)[0].lower()
+        length = next((int(h[15:]) for h in head.split(b"\r\n") if h.startswith(b"content-length:")), 0)
+        while len(received) < len(head) + 4 + length:
+            received += await stream.receive()
+    assert received.startswith(b"HTTP/1.1 "), received
+    return int(received[9:12]), received
+
+
+EVENTS = "GET /v1/events HTTP/1.1"
+TRICKLED_POST = "POST /v1/sessions HTTP/1.1"
+BODY_FOLLOWS = ("Content-Type: application/json", "Content-Length: 100000")
+
+
+async def test_a_principal_at_its_stream_cap_gets_429_while_others_and_healthz_are_served(
+    fair: ServerProcess,
+) -> None:
+    async with AsyncExitStack() as held:
+        for _ in range(FAIR["max_streams_per_principal"]):
+            stream = await held.enter_async_context(await _send_head(fair, EVENTS, ALICE))
+            assert (await _status(stream))[0] == 200
+        refused = await held.enter_async_context(await _send_head(fair, EVENTS, ALICE))
+        status, answer = await _status(refused)
+        assert status == 429, answer
+        assert b"retry-after: 1" in answer.lower(), answer
+        assert b"http.max_streams_per_principal" in answer, answer
+        bobs = await held.enter_async_context(await _send_head(fair, EVENTS, BOB))
+        assert (await _status(bobs))[0] == 200
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+            assert (await http.get(_url(fair, "/healthz"))).status_code == 200
+
+
+async def test_a_principal_at_its_request_cap_gets_429_saying_which_limit(fair: ServerProcess) -> None:
+    async with AsyncExitStack() as held:
+        # Four requests in flight: two event streams and two bodies still arriving.
+        for line, extra in [
+            (EVENTS, ()),
+            (EVENTS, ()),
+            (TRICKLED_POST, BODY_FOLLOWS),
+            (TRICKLED_POST, BODY_FOLLOWS),
+        ]:
+            stream = await held.enter_async_context(await _send_head(fair, line, ALICE, "127.0.0.5", extra))
+            if line == EVENTS:
+                assert (await _status(stream))[0] == 200
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+
+            async def alice_refused() -> bool:
+                return (await http.get(_url(fair, "/v1/sessions"), headers=bearer(ALICE))).status_code == 429
+
+            await eventually(alice_refused, "alice's fifth request to be refused")
+            refused = await http.get(_url(fair, "/v1/sessions"), headers=bearer(ALICE))
+            assert "http.max_connections_per_principal" in refused.json()["detail"], refused.text
+            assert refused.headers["retry-after"] == "1"
+            assert (await http.get(_url(fair, "/v1/sessions"), headers=bearer(BOB))).status_code == 200
+
+
+async def test_one_address_cannot_hold_every_connection_and_healthz_keeps_a_reserve(
+    fair: ServerProcess,
+) -> None:
+    port = _port(fair)
+    per_address = FAIR["max_connections_per_address"]
+    async with AsyncExitStack() as held:
+        for _ in range(per_address):  # idle connections that never send a request
+            await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.3"))
+        over = await held.enter_async_context(
+            await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.3")
+        )
+        answer = await _read_until_closed(over)
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert b"http.max_connections_per_address" in answer, answer
+
+        # Another address takes what is left for ordinary requests.
+        ordinary = FAIR_MAX_CONNECTIONS - FAIR["connection_reserve"]
+        for _ in range(ordinary - per_address):
+            await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.4"))
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+
+            async def full() -> bool:
+                return (await http.get(_url(fair, "/v1/sessions"), headers=bearer(BOB))).status_code == 503
+
+            await eventually(full, "an ordinary request to be refused at the connection cap")
+            health = await http.get(_url(fair, "/healthz"))
+            assert health.status_code == 200, health.text
+
+
+async def test_an_unauthenticated_body_is_refused_401_before_it_is_sent(fair: ServerProcess) -> None:
+    for token in (None, "not-a-token-of-this-server"):
+        stream = await _send_head(
+            fair,
+            "POST /mcp HTTP/1.1",
+            token,
+            headers=(*BODY_FOLLOWS, "Accept: application/json, text/event-stream"),
+        )
+        async with stream:
+            await stream.send(b"{")  # and the rest never comes
+            answer = await _read_until_closed(stream)  # closed: it holds no slot
+        assert answer.startswith(b"HTTP/1.1 401"), answer
+        assert b"www-authenticate: bearer" in answer.lower(), answer

@@ -42,6 +42,7 @@ from parley.config import secret_from_env
 from parley.config_auth import AuthConfig, TokenEntry
 from parley.runtime.access import ADMIN, LOCAL_PRINCIPAL, METRICS, SCOPES, USE, Principal
 from parley.server.auth_tokens import BearerVerifier, Refusal, StaticTokenVerifier, principal_of
+from parley.server.http_limits import announces_body
 
 logger = logging.getLogger(__name__)
 
@@ -133,24 +134,28 @@ class BearerGate:
                 await self._app(scope, receive, send)
             return
         if header is None:
-            await self._refuse(send, 401, "invalid_token", None, "Authentication required")
+            await self._refuse(scope, send, 401, "invalid_token", None, "Authentication required")
             return
         checked = await self._verify(header)
         if isinstance(checked, Refusal):
             logger.info("refused a request to %s: %s", scope["path"][:100], checked.description)
-            await self._refuse(send, checked.status, checked.error, checked.description, checked.description)
+            await self._refuse(
+                scope, send, checked.status, checked.error, checked.description, checked.description
+            )
             return
         if scope["path"] == METRICS_PATH:
             if not any(s in checked.scopes for s in HEALTH_SCOPES):
                 description = f"The access token lacks the scope {METRICS} (or {ADMIN}) /metrics requires."
-                await self._refuse(send, 403, "insufficient_scope", description, description, scope=METRICS)
+                await self._refuse(
+                    scope, send, 403, "insufficient_scope", description, description, scope=METRICS
+                )
                 return
         elif not any(s in checked.scopes for s in MCP_SCOPES):
             logger.info(
                 "refused %s a request to %s: no parley:use scope", checked.client_id, scope["path"][:100]
             )
             description = f"The access token lacks the scope {USE} (or {ADMIN}) this server requires."
-            await self._refuse(send, 403, "insufficient_scope", description, description, scope=USE)
+            await self._refuse(scope, send, 403, "insufficient_scope", description, description, scope=USE)
             return
         await self._run_as(checked, scope, receive, send)
 
@@ -176,6 +181,7 @@ class BearerGate:
 
     async def _refuse(
         self,
+        request: Scope,
         send: Send,
         status: int,
         error: str,
@@ -200,6 +206,10 @@ class BearerGate:
         ]
         if status == 503:
             headers.append((b"retry-after", b"5"))
+        if announces_body(request):
+            # Refused on its headers: its body is never read, so the connection cannot carry
+            # another request (and a client trickling a body holds nothing).
+            headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 

@@ -26,7 +26,7 @@ from parley.config import HttpConfig
 from parley.errors import ConfigError, ListenError
 from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
 from parley.server.http_guard import HostGuard
-from parley.server.http_limits import BodyDeadline, ConnectionLimits, limited_h11_protocol
+from parley.server.http_limits import BodyDeadline, CallerShare, ConnectionLimits, limited_h11_protocol
 from parley.server.http_sessions import SessionLimits, SessionTable
 from parley.server.metrics_route import MetricsSources, metrics_route
 from parley.server.ui_routes import with_ui
@@ -109,13 +109,9 @@ def session_limits(config: HttpConfig) -> SessionLimits:
     return SessionLimits(max_sessions=config.max_sessions, idle_timeout_s=config.session_idle_timeout_s)
 
 
-def connection_limits(config: HttpConfig) -> ConnectionLimits:
-    return ConnectionLimits(
-        max_connections=config.max_connections,
-        header_read_timeout_s=config.header_read_timeout_s,
-        body_read_timeout_s=config.body_read_timeout_s,
-        max_request_bytes=config.max_request_bytes,
-    )
+def connection_limits(config: HttpConfig, multi_user: bool) -> ConnectionLimits:
+    """`multi_user`: auth tokens or oauth, whose unset per-principal caps get their defaults."""
+    return ConnectionLimits.of(config, multi_user)
 
 
 def accepted_hosts(config: HttpConfig) -> list[str]:
@@ -169,29 +165,36 @@ def build_http_app(
     routes += v1_routes(v1) if v1 is not None else []
     routes += [metrics_route(metrics)] if metrics is not None else []
     starlette_app = Starlette(routes=routes + (auth.routes if auth else []), lifespan=lifespan)
-    app: ASGIApp = starlette_app
+    limits = connection_limits(config, multi_user=auth is not None)
+    # Inside out: the body is read only once the caller is known and within its share, so an
+    # unauthenticated or over-cap request is answered on its headers alone.
+    app: ASGIApp = BodyDeadline(starlette_app, limits)
+    app = CallerShare(app, limits)
     if auth is not None:
         app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
     if v1 is not None:
         # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
         app = with_ui(app)
-    app = BodyDeadline(app, connection_limits(config))
     if config.cors_origins:
         # Outside the bearer gate: a browser's preflight carries no token.
         app = v1_cors(app, config.cors_origins)
     extra = accepted_hosts(config)
     # A non-loopback bind without named hosts answers any Host, as a server behind a proxy must.
-    return HostGuard(app, extra, config.cors_origins) if is_loopback(host) or extra else app
+    loopback = is_loopback(host)
+    # A loopback address other than the usual names (--host 127.0.0.2) is what clients send as Host.
+    bound = bare_host(host) if loopback and host not in LOOPBACK_NAMES else None
+    return HostGuard(app, extra, config.cors_origins, bound) if loopback or extra else app
 
 
-def uvicorn_config(app: ASGIApp, config: HttpConfig) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, config: HttpConfig, multi_user: bool = False) -> uvicorn.Config:
+    """`multi_user`: auth tokens or oauth (per-address caps have defaults then)."""
     return uvicorn.Config(
         app,
         # X-Forwarded-For / -Proto are believed only from the configured proxies (uvicorn's default
         # would trust any process on this machine).
         proxy_headers=bool(config.trusted_proxies),
         forwarded_allow_ips=list(config.trusted_proxies) or None,
-        http=limited_h11_protocol(connection_limits(config)),
+        http=limited_h11_protocol(connection_limits(config, multi_user)),
         log_level="warning",
         lifespan="on",
         backlog=LISTEN_BACKLOG,

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
@@ -45,6 +46,9 @@ class SessionLimits:
 class _Session:
     in_flight: int = 0
     idle_since: float = field(default_factory=anyio.current_time)
+    # The ASGI `user` of the request that opened it (the bearer gate's AuthenticatedUser, or
+    # None with auth: none): the SDK ends the session only for the same principal.
+    user: Any = None
 
 
 class SessionTable:
@@ -122,15 +126,15 @@ class SessionTable:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 new_id = dict(message.get("headers", [])).get(_SESSION_HEADER, b"").decode("latin-1")
                 if new_id:
-                    opened = (new_id, _Session(in_flight=1))
+                    opened = (new_id, _Session(in_flight=1, user=scope.get("user")))
                     self._sessions[new_id] = opened[1]
                     self._opening -= 1
             await send(message)
 
         try:
-            if isinstance(victim, str):
+            if isinstance(victim, tuple):
                 logger.info("closing the least recently used MCP session to admit a new client")
-                await self._end(victim)
+                await self._end(*victim)
             await self._inner(scope, receive, register)
         finally:
             if opened is None:
@@ -142,15 +146,15 @@ class SessionTable:
                 if self._sessions.get(new_id) is session:
                     self._sessions.move_to_end(new_id)
 
-    def _make_room(self) -> str | bool:
-        """True if there is room; else the id of an idle session to end for it (already forgotten,
-        so concurrent openers pick different ones); False when every session is busy."""
+    def _make_room(self) -> tuple[str, _Session] | bool:
+        """True if there is room; else an idle session to end for it (already forgotten, so
+        concurrent openers pick different ones); False when every session is busy."""
         if len(self._sessions) + self._opening < self._limits.max_sessions:
             return True
         for session_id, session in self._sessions.items():
             if session.in_flight == 0:
                 del self._sessions[session_id]
-                return session_id
+                return session_id, session
         return False
 
     async def _expire_idle(self) -> None:
@@ -166,14 +170,15 @@ class SessionTable:
                     break  # the rest were active more recently
                 del self._sessions[session_id]
                 logger.info("MCP session idle for %.1fs; closing it", now - session.idle_since)
-                await self._end(session_id)
+                await self._end(session_id, session)
             # No request can make a session due sooner than this: one whose last request ends
             # now is due a whole timeout from now.
             await anyio.sleep(max(0.0, next_due - anyio.current_time()))
 
-    async def _end(self, session_id: str) -> None:
-        """End a session as its client would, with DELETE; shielded, so a cancelled request that
-        evicted it does not leave it half-closed in the manager."""
+    async def _end(self, session_id: str, session: _Session) -> None:
+        """End a session as its client would, with DELETE, as the principal who opened it (the
+        SDK refuses anyone else); shielded, so a cancelled request that evicted it does not leave
+        it half-closed in the manager."""
         scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0"},
@@ -189,6 +194,8 @@ class SessionTable:
             "server": None,
             "state": {},
         }
+        if session.user is not None:
+            scope["user"] = session.user
         sent_body = False
 
         async def receive() -> Message:

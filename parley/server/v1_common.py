@@ -87,6 +87,14 @@ class BadRequest(RequestError):
         super().__init__(problem)
 
 
+class NotJson(RequestError):
+    """A /v1 request body sent as something other than JSON."""
+
+    def __init__(self, content_type: str | None) -> None:
+        sent = f"Content-Type {content_type[:80]!r}" if content_type else "no Content-Type"
+        super().__init__(f"/v1 takes JSON bodies only: send Content-Type: application/json (got {sent})")
+
+
 # Most specific first: the status each error answers with.
 _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (SessionNotFound, 404, "session-not-found"),
@@ -101,6 +109,7 @@ _STATUS: tuple[tuple[type[Exception], int, str], ...] = (
     (DecisionConflict, 409, "decision-conflict"),
     (RateLimited, 429, "rate-limited"),
     (InvalidArgument, 400, "invalid-argument"),
+    (NotJson, 415, "unsupported-media-type"),
     (BadRequest, 400, "bad-request"),
     (RequestError, 400, "request-error"),
 )
@@ -152,9 +161,22 @@ def guarded(endpoint: Endpoint) -> Endpoint:
     return run
 
 
+def require_json(request: Request) -> None:
+    """Refuse a body not sent as JSON. A page elsewhere may post text/plain or a form without a
+    CORS preflight; JSON only means every cross-origin body is preflighted, and checked."""
+    content_type = request.headers.get("content-type")
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json" and not (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    ):
+        raise NotJson(content_type)
+
+
 async def json_body(request: Request) -> dict[str, Any]:
     """The request's JSON object (the body's size and deadline are checked before the app runs)."""
     raw = await request.body()
+    if raw:
+        require_json(request)
     try:
         body = json.loads(raw) if raw else None
     except (ValueError, RecursionError) as exc:
