@@ -487,6 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     # The database driver's DEBUG lines may show statements with their parameters (users'
     # messages) and connection details: not in parley's log, whatever its level.
     logging.getLogger("psycopg").setLevel(logging.INFO)
+    # The pool logs every connection checkout and return at INFO, several lines a second while
+    # idle: only its warnings (a connection lost, a pool exhausted) are worth a line.
+    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
     # httpx2 writes a line per request at INFO (each model call): parley logs what a call did and
     # why one failed, so those lines come only with --log-level DEBUG (they cost a turn ~3% CPU).
     if logging.getLevelName(level) != logging.DEBUG:
