@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import anyio
 
 from parley import __version__
@@ -17,7 +19,8 @@ async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], l
     warnings: list[str] = []
     if not config.mcp_servers:
         return errors, warnings
-    sources = McpToolSources(config.mcp_servers, __version__)
+    # What the servers write to stderr is theirs, not the check's: out of sight unless debugging.
+    sources = McpToolSources(config.mcp_servers, __version__, stderr_level=logging.DEBUG)
     listed: dict[str, set[str]] = {}
     async with anyio.create_task_group() as tg:
         await tg.start(sources.run)
