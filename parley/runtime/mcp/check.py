@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import anyio
 
 from parley import __version__
-from parley.config import E_SERVER_TOOL, ServerConfig
+from parley.config import E_SERVER_TOOL, McpServerConfig, ServerConfig
 from parley.errors import ConfigError
 from parley.runtime.mcp.sources import McpToolSources, ToolSourceUnavailable
+
+
+def contacted(servers: Mapping[str, McpServerConfig]) -> str:
+    """What checking the tool names starts or contacts, for one line: each server with the program
+    it starts (not its arguments, which may carry secrets) or the host it is reached at."""
+    parts = []
+    for name in sorted(servers):
+        cfg = servers[name]
+        if cfg.command is not None:
+            parts.append(f"{name} (starts {Path(cfg.command).name})")
+        else:
+            where = urlsplit(cfg.url or "")
+            parts.append(f"{name} ({where.hostname or '?'}{f':{where.port}' if where.port else ''})")
+    return ", ".join(parts)
 
 
 async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], list[str]]:
