@@ -23,6 +23,7 @@ from mcp import Client, StdioServerParameters
 from tests.support import (
     FIXTURE_LOG,
     REPO,
+    TEST_DEADLINE_S,
     Gate,
     ServerProcess,
     call,
@@ -137,17 +138,31 @@ async def test_closing_stdin_right_after_requests_answers_them_and_exits_within_
         "capabilities": {},
         "clientInfo": {"name": "leaves-at-once", "version": "0"},
     }
-    start = {
-        "name": "start_session",
-        "arguments": {"agent": "demo", "message": "/sleep 5\nstill thinking", "wait_seconds": 30},
-    }
     async with ServerProcess(config, name="eof") as server:
         stdin, stdout = server.process.stdin, server.process.stdout
         assert stdin is not None and stdout is not None
-        await stdin.send(_line(1, "initialize", initialize))
-        output = await stdout.receive()  # started: from here on, the time is parley's own
+        output = b""
+
+        async def answer_to(ident: int) -> dict[str, Any]:
+            nonlocal output
+            with anyio.fail_after(TEST_DEADLINE_S):
+                while True:
+                    for message in map(json.loads, output.splitlines()):
+                        if message.get("id") == ident and output.endswith(b"\n"):
+                            return dict(message)
+                    output += await stdout.receive()
+
+        await stdin.send(_line(1, "initialize", initialize) + _line(None, "notifications/initialized"))
+        await answer_to(1)
+        start = {
+            "name": "start_session",
+            "arguments": {"agent": "demo", "message": "hello", "wait_seconds": 0},
+        }
+        await stdin.send(_line(2, "tools/call", start))
+        sid = (await answer_to(2))["result"]["structuredContent"]["session_id"]
+        send = {"session_id": sid, "message": "/sleep 5\nstill thinking", "wait_seconds": 30}
         await stdin.send(
-            _line(None, "notifications/initialized") + _line(2, "tools/call", start) + _line(3, "ping")
+            _line(3, "tools/call", {"name": "send_message", "arguments": send}) + _line(4, "ping")
         )
         await server.close_stdin()
         closed = anyio.current_time()
@@ -157,11 +172,11 @@ async def test_closing_stdin_right_after_requests_answers_them_and_exits_within_
             output += chunk
         log = server.log()
     answers = {m["id"]: m for m in map(json.loads, output.splitlines())}
-    assert sorted(answers) == [1, 2, 3], f"{output!r}\n{log}"
-    assert answers[3]["result"] == {}
-    started = answers[2]["result"]["structuredContent"]
-    # The 30 s wait was not waited out: the turn's state as it was when the client left.
-    assert started["status"] == "running" and started["session_id"].startswith("ses_"), started
+    assert sorted(answers) == [1, 2, 3, 4], f"{output!r}\n{log}"
+    assert answers[4]["result"] == {}
+    sent = answers[3]["result"]["structuredContent"]
+    # The 30 s wait was not waited out: the turn as it was when the client left.
+    assert sent["status"] == "running" and sent["session_id"] == sid, sent
     assert code == 0, log
     assert elapsed < CLIENT_GONE_EXIT_S, f"exit took {elapsed:.2f}s after stdin closed\n{log}"
     assert "stopped" in log
