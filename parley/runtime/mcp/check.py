@@ -24,9 +24,18 @@ def contacted(servers: Mapping[str, McpServerConfig]) -> str:
         if cfg.command is not None:
             parts.append(f"{name} (starts {Path(cfg.command).name})")
         else:
-            where = urlsplit(cfg.url or "")
-            parts.append(f"{name} ({where.hostname or '?'}{f':{where.port}' if where.port else ''})")
+            parts.append(f"{name} ({_host_of(cfg.url or '')})")
     return ", ".join(parts)
+
+
+def _host_of(url: str) -> str:
+    """The host and port of `url`, without the user, password, path or query it may carry."""
+    where = urlsplit(url)
+    try:
+        port = where.port
+    except ValueError:  # not a number: the connection will say so
+        port = None
+    return f"{where.hostname or '?'}{f':{port}' if port else ''}"
 
 
 async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], list[str]]:
