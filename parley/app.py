@@ -66,9 +66,10 @@ from parley.stores import open_store
 logger = logging.getLogger(__name__)
 
 # How long running steps may go on once stdin closed (the client left): they are abandoned
-# uncommitted after it and resumed by the next process. The SDK's stdio client kills a server
-# 2 s after closing its stdin, and the rest of the exit needs its share of the second parley aims for.
-CLIENT_GONE_GRACE_S = 0.25
+# uncommitted after it and resumed by the next process. parley aims to be gone within a second
+# (the SDK's stdio client kills a server 2 s after closing its stdin), and the rest of the exit,
+# Python's own teardown included, takes 0.1-0.3 s on a busy machine.
+CLIENT_GONE_GRACE_S = 0.1
 
 
 @dataclass(slots=True)
