@@ -37,7 +37,7 @@ READ_CHUNK = 65536
 # How long the requests read before stdin closed may take to be answered. Waits answer at once
 # then (SessionService.end_waits), so this bounds only work that cannot be cut short; the SDK's
 # stdio client kills a server 2 s after closing its stdin.
-CLIENT_GONE_ANSWER_S = 0.5
+CLIENT_GONE_ANSWER_S = 0.4
 
 
 class _NoInput:
