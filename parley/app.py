@@ -65,6 +65,20 @@ from parley.stores import open_store
 
 logger = logging.getLogger(__name__)
 
+# How long running steps may go on once stdin closed (the client left): they are abandoned
+# uncommitted after it and resumed by the next process. parley aims to be gone within a second
+# (the SDK's stdio client kills a server 2 s after closing its stdin), and the rest of the exit,
+# Python's own teardown included, takes 0.1-0.3 s on a busy machine.
+CLIENT_GONE_GRACE_S = 0.1
+
+
+@dataclass(slots=True)
+class ShutdownPlan:
+    """How long the drain at the end of `running_app` lets running steps finish: the configured
+    grace, shortened by a serve loop whose client left."""
+
+    grace_s: float
+
 
 @dataclass(frozen=True, slots=True)
 class App:
@@ -77,6 +91,7 @@ class App:
     tasks: McpTaskService
     events: SessionEvents
     metrics: RuntimeMetrics
+    shutdown: ShutdownPlan
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -251,6 +266,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
                 )
                 await tg.start(reloader.run)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
+            shutdown = ShutdownPlan(config.runtime.shutdown_grace_s)
             try:
                 yield App(
                     service=service,
@@ -262,10 +278,13 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
                     tasks=tasks,
                     events=SessionEvents(store, signals, watch),
                     metrics=metrics,
+                    shutdown=shutdown,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
-                    await scheduler.drain(config.runtime.shutdown_grace_s)
+                    await scheduler.drain(shutdown.grace_s)
+                # Drivers release their leases as they stop, and each downstream stdio server
+                # is sent SIGTERM by its own connection's task, all at once.
                 tg.cancel_scope.cancel()
         logger.info("parley %s stopped", process_id)
 
@@ -319,8 +338,17 @@ async def serve_stdio(
         if ready_hint:
             sys.stderr.write(ready_hint)
             sys.stderr.flush()
-        await run_stdio(server, config.http.max_request_bytes)
-        logger.info("stdin closed; shutting down")
+        gone = anyio.Event()
+
+        def client_gone() -> None:
+            logger.info("stdin closed; answering what was asked, then shutting down")
+            gone.set()
+            app.service.end_waits()
+            app.shutdown.grace_s = min(app.shutdown.grace_s, CLIENT_GONE_GRACE_S)
+
+        await run_stdio(server, config.http.max_request_bytes, client_gone)
+        if not gone.is_set():  # input from a regular file, read by the SDK's own reader
+            client_gone()
         tg.cancel_scope.cancel()
 
 

@@ -123,13 +123,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 1
     errors = collect_config_errors(path)
     config = None if errors else load_config(path, None)
-    if config is not None and not args.offline:
-        from parley.runtime.mcp.check import check_server_tools
+    if config is not None and config.mcp_servers:
+        from parley.runtime.mcp.check import check_server_tools, contacted
 
-        tool_errors, warnings = anyio.run(check_server_tools, config)
-        errors += tool_errors
-        for warning in warnings:
-            print(f"warning: {warning}")
+        servers = contacted(config.mcp_servers)
+        if args.offline:
+            print(f"parley check: --offline: not contacted, tool names unchecked: {servers}", file=sys.stderr)
+        else:
+            # Starting a server can take a while (npx fetching a package): say what is waited for.
+            print(f"parley check: contacting MCP servers for their tool names: {servers}", file=sys.stderr)
+            sys.stderr.flush()
+            tool_errors, warnings = anyio.run(check_server_tools, config)
+            errors += tool_errors
+            for warning in warnings:
+                print(f"warning: {warning}")
     for error in errors:
         print(f"{error.code} {error.file}: {error.field}: {error.problem}")
     if config is not None:
@@ -389,7 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
         "path", nargs="?", help="parley.yaml (default: PARLEY_CONFIG, else the embedded defaults)"
     )
     check.add_argument(
-        "--offline", action="store_true", help="do not start or contact MCP servers to check the tool names"
+        "--offline",
+        action="store_true",
+        help="check the files only: start or contact no MCP server (their tool names go unchecked)",
     )
     check.set_defaults(func=_cmd_check)
 
@@ -487,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     # The database driver's DEBUG lines may show statements with their parameters (users'
     # messages) and connection details: not in parley's log, whatever its level.
     logging.getLogger("psycopg").setLevel(logging.INFO)
+    # The pool logs every connection checkout and return at INFO, several lines a second while
+    # idle: only its warnings (a connection lost, a pool exhausted) are worth a line.
+    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
     # httpx2 writes a line per request at INFO (each model call): parley logs what a call did and
     # why one failed, so those lines come only with --log-level DEBUG (they cost a turn ~3% CPU).
     if logging.getLevelName(level) != logging.DEBUG:

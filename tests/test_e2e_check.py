@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import TEST_DEADLINE_S, write_config
+from tests.support import TEST_DEADLINE_S, fixture_server, write_config
 
 
 @dataclass(frozen=True)
@@ -210,3 +210,41 @@ def test_serve_refuses_the_same_problem_with_exit_2_and_the_same_code_on_stderr(
     assert f"parley: configuration error: {code} {outcome.file}: {outcome.field}: " in serve.stderr, serve
     assert serve.stdout == ""
     assert "started as" not in serve.stderr, "no server should have started"
+
+
+STRAY_LINE = "Starting default (STDIO) server..."
+
+
+def _noisy_server_config(directory: Path) -> tuple[Path, Path]:
+    """A configuration whose stdio MCP server writes a stray line to stderr as it starts, and the
+    file the server writes its process id to when it does start."""
+    started = directory / "started.pids"
+    fixture = fixture_server(directory / "fixture.jsonl")
+    fixture["env"]["FIXTURE_STARTED"] = str(started)
+    noisy = {
+        **fixture,
+        "command": "sh",
+        "args": ["-c", f'echo "{STRAY_LINE}" >&2; exec "$@"', "sh", fixture["command"], *fixture["args"]],
+    }
+    return write_config(directory, mcp_servers={"fixture": noisy}), started
+
+
+def test_check_says_which_servers_it_contacts_and_keeps_their_stderr_out_of_its_output(
+    tmp_path: Path,
+) -> None:
+    online_config, online_started = _noisy_server_config(tmp_path / "online")
+    offline_config, offline_started = _noisy_server_config(tmp_path / "offline")
+    online = _start("check", str(online_config))
+    offline = _start("check", "--offline", str(offline_config))
+    checked, skipped = _finish(online), _finish(offline)
+
+    assert checked.code == 0, checked
+    assert online_started.exists(), "the server was started to list its tools"
+    assert STRAY_LINE not in checked.stdout + checked.stderr, checked
+    contacting = [line for line in checked.stderr.splitlines() if "contacting" in line]
+    assert len(contacting) == 1 and "fixture" in contacting[0], checked
+
+    assert skipped.code == 0, skipped
+    assert not offline_started.exists(), "--offline must not start any server"
+    assert STRAY_LINE not in skipped.stdout + skipped.stderr, skipped
+    assert "not contacted" in skipped.stderr and "fixture" in skipped.stderr, skipped

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import shutil
 import stat
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from parley.config import DEMO_AGENT, AgentConfig
-from tests.support import TEST_DEADLINE_S, call, running_server, write_config
+from tests.support import TEST_DEADLINE_S, Database, ServerProcess, call, running_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -170,3 +171,23 @@ async def test_tools_publish_flat_input_schemas_output_schemas_and_annotations(t
     assert tools["cancel_turn"].annotations.destructive_hint is True  # type: ignore[union-attr]
     session_id = tools["send_message"].input_schema["properties"]["session_id"]
     assert session_id["x-mcp-header"] == "Session-Id"
+
+
+@pytest.mark.parametrize("database", ["postgres"], indirect=True)
+async def test_on_postgresql_even_debug_logging_has_no_pool_chatter_and_no_driver_debug_lines(
+    tmp_path: Path, database: Database
+) -> None:
+    # The pool logs each checkout at INFO (several lines a second while idle); the driver's DEBUG
+    # lines may carry users' messages. Neither belongs in parley's log at any level.
+    config = write_config(tmp_path, database=database)
+    async with ServerProcess(config, db=database.db_arg, log_level="DEBUG") as server:
+        async with server.client() as client:
+            outcome = await call(client, "start_session", agent="demo", message="a private message")
+        assert outcome["status"] == "answered"
+        await server.close_stdin()
+        assert await server.wait_exit() == 0
+        log = server.log()
+    assert "stopped" in log
+    chatter = re.findall(r"^.* (?:DEBUG|INFO) psycopg\.pool: .*$", log, re.MULTILINE)
+    driver_debug = re.findall(r"^.* DEBUG psycopg[.:].*$", log, re.MULTILINE)
+    assert chatter == [] and driver_debug == [], (chatter + driver_debug)[:5]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -47,22 +48,24 @@ class RawPipe:
         assert await self.receive() == {"jsonrpc": "2.0", "id": ident, "result": {}}
 
 
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-stdio-test", "version": "0"},
+    },
+}
+
+
 @pytest.fixture(scope="module")
 async def pipe(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RawPipe]:
     config = write_config(tmp_path_factory.mktemp("stdio"), http={"max_request_bytes": MAX_REQUEST_BYTES})
     async with ServerProcess(config, name="stdio-lines") as server:
         raw = RawPipe(server)
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw-stdio-test", "version": "0"},
-            },
-        }
-        await raw.send(json.dumps(initialize).encode())
+        await raw.send(json.dumps(INITIALIZE).encode())
         assert "result" in await raw.receive()
         await raw.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
         yield raw
@@ -151,3 +154,19 @@ async def test_json_that_is_not_one_message_gets_invalid_request(pipe: RawPipe, 
 async def test_blank_lines_are_skipped_without_an_answer(pipe: RawPipe) -> None:
     await pipe.send(b"   ")
     await pipe.ping(32)
+
+
+async def test_a_line_that_cannot_be_parsed_before_initialized_is_answered_after_the_handshake(
+    tmp_path: Path,
+) -> None:
+    # A client reads the answer to its initialize first: an answer that overtook it was dropped
+    # as one to a request it never made, and the parse error seemed lost.
+    deep = b'{"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {"x": %s}}' % (b"[" * 5000 + b"]" * 5000)
+    async with ServerProcess(write_config(tmp_path), name="early-line") as server:
+        raw = RawPipe(server)
+        await raw.send(json.dumps(INITIALIZE).encode() + b"\n" + deep)
+        first, second = await raw.receive(), await raw.receive()
+        log = server.log()
+    assert first["id"] == 0 and "result" in first, first
+    assert second["id"] == 5 and second["error"]["code"] == PARSE_ERROR, second
+    assert "answered a line that is not a message with error -32700" in log

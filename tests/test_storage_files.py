@@ -130,3 +130,19 @@ async def test_the_work_scan_never_reads_sessions_parked_on_a_person(tmp_path: P
             "WHERE status = 'waiting_for_input' AND (wake_at IS NOT NULL OR lease_owner IS NOT NULL)"
         )
         assert waiting.fetchone() == (0,), "no parked session is in the scan's index"
+
+
+async def test_every_folder_parley_creates_for_a_nested_data_path_is_0700_and_existing_ones_keep_their_mode(
+    tmp_path: Path,
+) -> None:
+    os.chmod(tmp_path, 0o755)
+    db = tmp_path / "a" / "b" / "c" / "parley.db"
+    async with open_sqlite_store(db):
+        pass
+    created = [tmp_path / "a", tmp_path / "a" / "b", tmp_path / "a" / "b" / "c"]
+    assert {str(p.relative_to(tmp_path)): _mode(p) for p in created} == {
+        "a": 0o700,
+        "a/b": 0o700,
+        "a/b/c": 0o700,
+    }
+    assert _mode(tmp_path) == 0o755

@@ -184,6 +184,14 @@ class SessionService:
         self._signals = signals
         self._runtime = runtime
         self._clock = clock
+        # Set when the only client left (stdin closed): every wait answers at once.
+        self._waits_ended = False
+
+    def end_waits(self) -> None:
+        """The client is gone: every wait, running or still to come, answers now with what it has
+        (a turn still running says so, with its session id) instead of waiting out its time."""
+        self._waits_ended = True
+        self._signals.everything_changed()
 
     # ------------------------------------------------------------------ validation helpers
 
@@ -1182,7 +1190,7 @@ class SessionService:
         with self._signals.watching(session_id) as changes:
             while True:
                 remaining = deadline - anyio.current_time()
-                found = await look(remaining <= 0)
+                found = await look(remaining <= 0 or self._waits_ended)
                 if found is AGAIN:
                     continue
                 if found is not None:

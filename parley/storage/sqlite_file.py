@@ -22,7 +22,7 @@ _CHOOSE_ANOTHER = "choose another path with --db, PARLEY_DB or storage.path in p
 
 
 def prepare_database_file(path: Path) -> None:
-    """Make sure `path` can hold the database: create its folder (0700) and the file (0600) when
+    """Make sure `path` can hold the database: create its folders (0700) and the file (0600) when
     missing, and take group and other permissions off an existing file of ours.
 
     Raises:
@@ -55,13 +55,16 @@ def _make_folder(path: Path) -> None:
         raise StorageError(
             f"cannot use {path} for the database: {blocker} is a file, not a folder; {_CHOOSE_ANOTHER}"
         )
-    try:
-        # Only the last folder gets 0700; parents that are missing too get the usual permissions.
-        folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StorageError(
-            f"cannot create the folder {folder} for the database: {exc.strerror}; {_CHOOSE_ANOTHER}"
-        ) from exc
+    # Every folder created here is 0700, the missing parents too: a world-listable parent would
+    # show who keeps a parley database where. Folders that already exist keep their mode.
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for each in reversed(missing):
+        try:
+            each.mkdir(mode=FOLDER_MODE, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot create the folder {each} for the database: {exc.strerror}; {_CHOOSE_ANOTHER}"
+            ) from exc
 
 
 def _make_private(path: Path) -> None:

@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
 import anyio
 
 from parley import __version__
-from parley.config import E_SERVER_TOOL, ServerConfig
+from parley.config import E_SERVER_TOOL, McpServerConfig, ServerConfig
 from parley.errors import ConfigError
 from parley.runtime.mcp.sources import McpToolSources, ToolSourceUnavailable
+
+
+def contacted(servers: Mapping[str, McpServerConfig]) -> str:
+    """What checking the tool names starts or contacts, for one line: each server with the program
+    it starts (not its arguments, which may carry secrets) or the host it is reached at."""
+    parts = []
+    for name in sorted(servers):
+        cfg = servers[name]
+        if cfg.command is not None:
+            parts.append(f"{name} (starts {Path(cfg.command).name})")
+        else:
+            parts.append(f"{name} ({_host_of(cfg.url or '')})")
+    return ", ".join(parts)
+
+
+def _host_of(url: str) -> str:
+    """The host and port of `url`, without the user, password, path or query it may carry."""
+    where = urlsplit(url)
+    try:
+        port = where.port
+    except ValueError:  # not a number: the connection will say so
+        port = None
+    return f"{where.hostname or '?'}{f':{port}' if port else ''}"
 
 
 async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], list[str]]:
@@ -17,7 +45,8 @@ async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], l
     warnings: list[str] = []
     if not config.mcp_servers:
         return errors, warnings
-    sources = McpToolSources(config.mcp_servers, __version__)
+    # What the servers write to stderr is theirs, not the check's: out of sight unless debugging.
+    sources = McpToolSources(config.mcp_servers, __version__, stderr_level=logging.DEBUG)
     listed: dict[str, set[str]] = {}
     async with anyio.create_task_group() as tg:
         await tg.start(sources.run)

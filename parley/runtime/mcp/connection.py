@@ -26,6 +26,7 @@ from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp.remote import TasksClientExtension
+from parley.runtime.mcp.stdio_child import child_transport
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +37,14 @@ RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 
 class McpConnection:
-    def __init__(self, server: str, config: McpServerConfig, version: str) -> None:
+    def __init__(
+        self, server: str, config: McpServerConfig, version: str, stderr_level: int = logging.INFO
+    ) -> None:
         self.server = server
         self._config = config
         self._version = version
+        # The level at which a stdio server's stderr lines are logged.
+        self._stderr_level = stderr_level
         self.client: Client | None = None
         self._stop = anyio.Event()
         self.last_used = anyio.current_time()
@@ -96,6 +101,8 @@ class McpConnection:
                     target: Any = StdioServerParameters(
                         command=resolve_command(cfg.command), args=cfg.args, env=cfg.env or None, cwd=cfg.cwd
                     )
+                    if sys.platform != "win32":  # process groups and signals are POSIX
+                        target = child_transport(self.server, target, self._stderr_level)
                 else:
                     assert cfg.url is not None
                     http = await stack.enter_async_context(

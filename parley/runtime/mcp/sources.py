@@ -115,9 +115,13 @@ class _Limit:
 
 
 class McpToolSources:
-    def __init__(self, servers: Mapping[str, McpServerConfig], version: str) -> None:
+    def __init__(
+        self, servers: Mapping[str, McpServerConfig], version: str, stderr_level: int = logging.INFO
+    ) -> None:
         self._servers = dict(servers)
         self._version = version
+        # Where stdio servers' stderr lines go in the log (`parley check`: DEBUG, out of sight).
+        self._stderr_level = stderr_level
         self._slots: dict[tuple[str, str | None], _Slot] = {}
         self._listings: dict[str, _Listing] = {}
         self._tg: TaskGroup | None = None
@@ -143,7 +147,12 @@ class McpToolSources:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             task_status.started()
-            await self._close_idle_forever()
+            try:
+                await self._close_idle_forever()
+            finally:
+                # Shutting down, before the connections close: a call still running (shielded)
+                # whose connection closes under it must not start its server again.
+                self._tg = None
 
     # ------------------------------------------------------------------ connections
 
@@ -159,10 +168,13 @@ class McpToolSources:
             if slot.connection is not None and slot.connection.alive:
                 slot.connection.touch()
                 return slot.connection
-            connection = McpConnection(server, cfg, self._version)
+            tg = self._tg
+            if tg is None:
+                raise CallNotSent(server, "parley is shutting down")
+            connection = McpConnection(server, cfg, self._version, self._stderr_level)
             try:
                 with anyio.fail_after(cfg.connect_timeout_s):
-                    await self._tg.start(connection.run)
+                    await tg.start(connection.run)
             except TimeoutError as exc:
                 self.connection_errors[server] += 1
                 raise CallNotSent(
