@@ -231,3 +231,7 @@ async def test_leaving_the_sdk_stdio_client_mid_downstream_call_exits_cleanly_wi
         tmp_path / "parley.db", "SELECT lease_owner FROM sessions WHERE id = ?", (started["session_id"],)
     )
     assert rows == [(None,)], "the lease was not released"
+    # The call cut by the exit is left as a crash leaves it: the next process retries a read
+    # instead of finding it failed with "the call did not run" (it may have run).
+    calls = db_rows(tmp_path / "parley.db", "SELECT name, status FROM tool_calls WHERE name LIKE '%gate'")
+    assert [status for _, status in calls] == ["running"], calls

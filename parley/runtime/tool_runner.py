@@ -18,6 +18,7 @@ from parley.runtime.builtin_tools import ToolOutcome, parse_ask_user, parse_dura
 from parley.runtime.downstream_questions import DownstreamQuestions
 from parley.runtime.effect_policy import Mishap, judge
 from parley.runtime.mcp.connection import Asker
+from parley.runtime.mcp.sources import CallCutByShutdown
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
 from parley.runtime.tool_run import ToolRun, ended
@@ -206,14 +207,21 @@ class ToolRunner:
         with anyio.CancelScope(shield=True), self._span(session, call) as span:
             started = anyio.current_time()
             async with self._tool_slots:
-                run = await self._toolbox.run(
-                    call,
-                    agent,
-                    session,
-                    report,
-                    self._asker(session, call, control),
-                    await self._answers(call),
-                )
+                try:
+                    run = await self._toolbox.run(
+                        call,
+                        agent,
+                        session,
+                        report,
+                        self._asker(session, call, control),
+                        await self._answers(call),
+                    )
+                except CallCutByShutdown as exc:
+                    # Left running, as a crash leaves it: the next process judges it (reads run again).
+                    logger.info(
+                        "%s; call %s is left for the next process", exc, call.id, extra=about(session)
+                    )
+                    return
             self._ctx.faults.hit("tool_ran", call.name)
             server = call.server or "builtin"
             self._ctx.metrics.tool_seconds.labels(server).observe(anyio.current_time() - started)

@@ -32,6 +32,7 @@ from parley.runtime.mcp.naming import assign_names
 from parley.runtime.mcp.remote import TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import (
+    CallCutByShutdown,
     CallMaybeSent,
     CallNotSent,
     CallRefused,
@@ -343,6 +344,7 @@ class Toolbox:
         request_state = asked.get("request_state") if asked else None
         rounds = int(asked.get("rounds", 0)) if asked else 0
         attempt = 0
+        reached = False  # whether any attempt may have reached the server
         while True:
             attempt += 1
             try:
@@ -357,19 +359,21 @@ class Toolbox:
                     input_responses=input_responses,
                     request_state=request_state,
                 )
-            except CallNotSent as exc:
-                verdict = judge(call.effect, Mishap.NOT_SENT, attempt, f"{exc}.")
+            except (CallNotSent, CallMaybeSent) as exc:
+                reached = reached or isinstance(exc, CallMaybeSent)
+                if reached and self._sources.closing:
+                    # Not the call's fate but the process stopping under it: leave it as a crash
+                    # would. (One that provably never went out ends as "did not run" below.)
+                    raise CallCutByShutdown(server) from exc
+                mishap = Mishap.NOT_SENT if isinstance(exc, CallNotSent) else Mishap.MAYBE_SENT
+                if mishap is Mishap.MAYBE_SENT:
+                    logger.warning("call %s (%s) attempt %d: %s", call.id, call.effect, attempt, exc)
+                verdict = judge(call.effect, mishap, attempt, f"{exc}.")
                 if verdict.retry:
                     continue
                 return ended(verdict)
             except CallRefused as exc:
                 return _failed(str(exc))
-            except CallMaybeSent as exc:
-                logger.warning("call %s (%s) attempt %d: %s", call.id, call.effect, attempt, exc)
-                verdict = judge(call.effect, Mishap.MAYBE_SENT, attempt, f"{exc}.")
-                if verdict.retry:
-                    continue
-                return ended(verdict)
             if isinstance(result, TaskHandle):
                 assert self._downstream_tasks is not None
                 return self._downstream_tasks.adopt(call, result)

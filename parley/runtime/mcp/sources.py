@@ -64,6 +64,15 @@ class CallMaybeSent(Exception):
     """The connection broke or the call timed out after it was sent: it may have run."""
 
 
+class CallCutByShutdown(Exception):
+    """The call's connection closed because parley is stopping: the call may have run. It is left
+    unfinished, as a crash leaves it, so the next process judges it (a read runs again)."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        super().__init__(f"a call to MCP server '{server}' was cut by parley's shutdown")
+
+
 class CallRefused(Exception):
     """The server answered with a JSON-RPC error (unknown tool, bad params...): it did not run the tool."""
 
@@ -125,6 +134,7 @@ class McpToolSources:
         self._slots: dict[tuple[str, str | None], _Slot] = {}
         self._listings: dict[str, _Listing] = {}
         self._tg: TaskGroup | None = None
+        self._closing = False
         self._in_flight = 0
         # Connections that could not be made, by server since start (GET /metrics).
         self.connection_errors: Counter[str] = Counter()
@@ -132,6 +142,11 @@ class McpToolSources:
     @property
     def servers(self) -> Mapping[str, McpServerConfig]:
         return self._servers
+
+    @property
+    def closing(self) -> bool:
+        """Whether the connections are closing for good (shutdown): a call cut now may have run."""
+        return self._closing
 
     def requests_in_flight(self) -> int:
         """Requests to MCP servers that have been sent and not answered yet."""
@@ -153,6 +168,7 @@ class McpToolSources:
                 # Shutting down, before the connections close: a call still running (shielded)
                 # whose connection closes under it must not start its server again.
                 self._tg = None
+                self._closing = True
 
     # ------------------------------------------------------------------ connections
 
