@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -244,23 +245,9 @@ class SessionService:
                 "settings",
                 f"unknown setting(s) {', '.join(unknown)}; the settings are: {', '.join(SETTINGS)}",
             )
-        limits = settings.get("limits")
-        if limits is not None:
-            if not isinstance(limits, dict):
-                raise InvalidArgument("settings.limits", 'must be an object such as {"max_turns": 10}')
-            for name, value in limits.items():
-                if name not in OVERRIDABLE_LIMITS:
-                    raise InvalidArgument(
-                        f"settings.limits.{name}",
-                        f"is not a limit you can set; these are: {', '.join(OVERRIDABLE_LIMITS)}",
-                    )
-                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                    raise InvalidArgument(f"settings.limits.{name}", "must be a positive number")
-                ceiling = getattr(agent.limits, name) if agent is not None else None
-                if ceiling is not None and value > ceiling:
-                    raise InvalidArgument(
-                        f"settings.limits.{name}", f"may be at most {ceiling:g}, the agent's own limit"
-                    )
+        settings = dict(settings)
+        if settings.get("limits") is not None:
+            settings["limits"] = _checked_limits(settings["limits"], agent)
         if settings.get("memory") is not None:
             _check_memory(settings["memory"], agent)
         if len(json.dumps(settings)) > MAX_SETTINGS_CHARS:
@@ -271,7 +258,7 @@ class SessionService:
             raise InvalidArgument(
                 "settings.model", f"'{model}' is not a model of this server; choose one of: {names}"
             )
-        return dict(settings)
+        return settings
 
     async def _check_enabled_tools(
         self, settings: dict[str, Any] | None, agent: AgentConfig | None, kind: str
@@ -711,11 +698,7 @@ class SessionService:
         (session_labels.session_filter)."""
         if cursor is not None:
             created, sep, last_id = cursor.partition("|")
-            try:
-                float(created)
-            except ValueError:
-                created = ""
-            if not sep or not created or not is_session_id(last_id):
+            if not sep or cursor_time(created) is None or not is_session_id(last_id):
                 raise InvalidArgument(
                     "cursor", "is not a cursor this server returned; omit it to start from the top"
                 )
@@ -1201,6 +1184,50 @@ class SessionService:
         if snapshot is None or snapshot.turn is None:
             return TurnOutcome(session_id=turn.session_id, turn_id=turn.id, status=turn.status)
         return _outcome(snapshot, snapshot.turn, message_id)
+
+
+# The time in a page's cursor as the stores write it (a float's repr): ASCII digits, a point, an
+# exponent. float() alone would also take "inf", "nan", "1_0" and spaces around.
+_CURSOR_TIME = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?")
+
+
+def cursor_time(text: str) -> float | None:
+    """The creation time a list cursor names, or None when it is not one this server writes."""
+    if not _CURSOR_TIME.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+# The settings limits that count something (turns, calls, tokens): whole numbers only. A float
+# beyond 2**53 is no longer exact, so it is no whole number either.
+_COUNTED_LIMITS = frozenset({"max_model_calls_per_turn", "max_turns", "max_session_tokens"})
+_EXACT_FLOAT = 2.0**53
+
+
+def _checked_limits(limits: Any, agent: AgentConfig | None) -> dict[str, int | float]:
+    """settings.limits with each value checked: a known limit, a positive finite number (a whole
+    one for what counts), never above the agent's own; a whole number written 3.0 becomes 3."""
+    if not isinstance(limits, dict):
+        raise InvalidArgument("settings.limits", 'must be an object such as {"max_turns": 10}')
+    checked: dict[str, int | float] = {}
+    for name, value in limits.items():
+        field_name = f"settings.limits.{name}"
+        if name not in OVERRIDABLE_LIMITS:
+            raise InvalidArgument(
+                field_name, f"is not a limit you can set; these are: {', '.join(OVERRIDABLE_LIMITS)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise InvalidArgument(field_name, "must be a positive number")
+        if name in _COUNTED_LIMITS and isinstance(value, float):
+            if not value.is_integer() or value > _EXACT_FLOAT:
+                raise InvalidArgument(field_name, f"must be a whole number such as 10, got {value:g}")
+            value = int(value)
+        ceiling = getattr(agent.limits, name) if agent is not None else None
+        if ceiling is not None and value > ceiling:
+            raise InvalidArgument(field_name, f"may be at most {ceiling:g}, the agent's own limit")
+        checked[name] = value
+    return checked
 
 
 def _check_memory(memory: Any, agent: AgentConfig | None) -> None:
