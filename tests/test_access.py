@@ -149,6 +149,36 @@ def test_per_principal_limits_fall_back_to_the_defaults_field_by_field() -> None
     assert limits.of("alice") == limits
 
 
+async def test_new_sessions_over_the_minute_budget_are_refused_and_a_refused_call_counts_nothing() -> None:
+    clock = Clock()
+    fair = FairUse(LimitsConfig(sessions_per_minute=1, messages_per_minute=1), Counts(0), clock)  # type: ignore[arg-type]
+    await fair.admit(ALICE, new_session=True, message=False, starts_turn=False)
+    with pytest.raises(RateLimited, match=r"limits\.sessions_per_minute = 1") as refused:
+        await fair.admit(ALICE, new_session=True, message=True, starts_turn=True)
+    assert refused.value.retry_after_s == 60 and "Try again in 60 s" in str(refused.value)
+    # The refused start counted no message: the minute's one message is still there to send.
+    await fair.admit(ALICE, new_session=False, message=True, starts_turn=True)
+    await fair.admit(BOB, new_session=True, message=True, starts_turn=True)
+
+
+def test_multi_user_modes_limit_each_principal_unless_limits_says_otherwise() -> None:
+    unset = LimitsConfig()
+    assert unset.for_auth("none") == unset  # one local user: nothing changes
+    for mode in ("tokens", "oauth"):
+        defaults = unset.for_auth(mode)  # type: ignore[arg-type]
+        assert (defaults.running_turns, defaults.sessions_per_minute, defaults.messages_per_minute) == (
+            4,
+            30,
+            None,
+        )
+    # limits: changes them field by field; null turns one off; principals fall back to the result.
+    own = LimitsConfig.model_validate(
+        {"running_turns": 10, "sessions_per_minute": None, "principals": {"bot": {"messages_per_minute": 5}}}
+    ).for_auth("tokens")
+    assert (own.running_turns, own.sessions_per_minute) == (10, None)
+    assert (own.of("bot").running_turns, own.of("bot").messages_per_minute) == (10, 5)
+
+
 # ---------------------------------------------------------------------------- configuration
 
 

@@ -513,3 +513,25 @@ async def test_no_token_reaches_the_log_or_the_database(world: World) -> None:
         assert token.encode() not in stored, f"{name}'s token is in the database"
         secret_part = token.removeprefix("parley_")
         assert secret_part not in log and secret_part.encode() not in stored
+
+
+# ------------------------------------------------------------------ default limits of many users
+
+
+async def test_without_limits_set_one_principal_runs_at_most_four_turns_and_others_are_served(
+    world: World,
+) -> None:
+    """The module's `limits:` sets only other principals' limits: ci gets the multi-user defaults."""
+    async with world.client("ci") as ci, world.client("bob") as bob:
+        slow = [
+            await call(
+                ci, "start_session", agent="demo", message=f"/sleep {TEST_DEADLINE_S}\n{i}", wait_seconds=0
+            )
+            for i in range(4)
+        ]
+        assert [s["status"] for s in slow] == ["running"] * 4
+        refused = await call_error(ci, "start_session", agent="demo", message="a fifth")
+        assert "limits.running_turns = 4" in refused
+        assert (await call(bob, "start_session", agent="demo", message="unaffected"))["status"] == "answered"
+        for started in slow:
+            await call(ci, "close_session", session_id=started["session_id"], wait_seconds=0)

@@ -393,9 +393,7 @@ class SessionService:
             existing = await self._store.find_started(caller.id, client_message_id)
             if existing is not None:
                 return await self._retry_of_start(existing, agent.name, text, refs, wait_s, on_progress)
-        if text is not None:
-            self._fair_use.check_message(caller)
-            await self._fair_use.check_turn(caller, starts_turn=True)
+        await self._fair_use.admit(caller, new_session=True, message=text is not None, starts_turn=True)
         now = self._clock()
         session_id = new_session_id()
         record = SessionRecord.new(
@@ -518,9 +516,10 @@ class SessionService:
             sent = await self._store.find_sent(session.id, client_message_id)
             if sent is not None:
                 return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
-        self._fair_use.check_message(caller)
         # A message to a busy session queues behind (or steers) its turn: no turn more runs at once.
-        await self._fair_use.check_turn(caller, starts_turn=session.status == "idle")
+        await self._fair_use.admit(
+            caller, new_session=False, message=True, starts_turn=session.status == "idle"
+        )
         limits = effective_limits(agent.limits, {**session.settings, **(settings or {})}) if agent else None
         max_turns = limits.max_turns if limits is not None else session.turn_count
         now = self._clock()
