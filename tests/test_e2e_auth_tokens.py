@@ -266,6 +266,25 @@ async def test_another_principals_sessions_answer_every_tool_exactly_like_unknow
         assert fixture_runs(world.directory, "bare", text="needs approval") == 0
         assert "hi from bob" not in str(after["messages"])
         await call(alice, "close_session", session_id=sid)
+    # Each of bob's acts (not his reads) is in the audit, naming what he tried on which id and why.
+    tried = db_rows(
+        world.db,
+        "SELECT action, target, session_id, detail FROM audit WHERE principal = 'bob' AND outcome = 'refused' "
+        "AND detail LIKE ? ORDER BY id",
+        (f'%"session":"{sid}"%',),
+    )
+    assert [(action, target, session) for action, target, session, _ in tried] == [
+        ("message", None, None),
+        ("steer", qid, None),
+        ("approve", iid, None),
+        ("answer", iid, None),
+        ("delete_queued_message", qid, None),
+        ("cancel", None, None),
+        ("close", None, None),
+        ("delete_session", None, None),
+    ]
+    assert all('"reason":"not_found"' in detail and "a session of alice" in detail for *_, detail in tried)
+    assert f"refused approve by bob on session {sid} ({iid})" in world.server.log()
 
 
 async def test_another_principals_mcp_tasks_answer_every_tasks_method_like_unknown_ids(world: World) -> None:
@@ -280,6 +299,10 @@ async def test_another_principals_mcp_tasks_answer_every_tasks_method_like_unkno
             assert foreign.error.code == unknown.error.code == -32602
             _same_answer(foreign.error.message, tid, unknown.error.message, UNKNOWN_TASK)
         assert tid not in [t["taskId"] for t in (await list_tasks(bob))["tasks"]]
+        cancels = (
+            "SELECT count(*) FROM audit WHERE principal = 'bob' AND action = 'task_cancel' AND target = ?"
+        )
+        assert db_rows(world.db, cancels, (tid,)) == [(1,)], "bob's cancel of alice's task is audited"
         assert (await get_task(alice, tid))["status"] == "input_required", "alice's task is untouched"
         assert [t["taskId"] for t in (await list_tasks(alice))["tasks"]].count(tid) == 1
         await cancel_task(alice, tid)

@@ -179,7 +179,13 @@ class McpTaskService:
 
     async def cancel(self, caller: Principal, task_id: str) -> TaskRecord:
         """Cancel the task and the turn it follows (a message not yet in a turn is dropped)."""
-        state = await self.get(caller, task_id)
+        try:
+            state = await self.get(caller, task_id)
+        except TaskNotFound:
+            await self._service.audit.refused(
+                caller, audit.TASK_CANCEL, None, task_id[:100], "not found", reason="not_found"
+            )
+            raise
         if state.task.is_terminal:
             raise TaskEnded(state.task)
         record = await self._store.update_task(

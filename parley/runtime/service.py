@@ -33,6 +33,7 @@ from parley.errors import (
     AgentRemoved,
     AttachmentNotFound,
     InvalidArgument,
+    RateLimited,
     RequestError,
     SessionBusy,
     SessionClosed,
@@ -393,7 +394,12 @@ class SessionService:
             existing = await self._store.find_started(caller.id, client_message_id)
             if existing is not None:
                 return await self._retry_of_start(existing, agent.name, text, refs, wait_s, on_progress)
-        await self._fair_use.admit(caller, new_session=True, message=text is not None, starts_turn=True)
+        try:
+            await self._fair_use.admit(caller, new_session=True, message=text is not None, starts_turn=True)
+        except RateLimited as exc:
+            action = audit.MESSAGE if text else audit.START
+            await self._audit.refused(caller, action, None, None, str(exc), reason="limit")
+            raise
         now = self._clock()
         session_id = new_session_id()
         record = SessionRecord.new(
@@ -484,7 +490,8 @@ class SessionService:
         settings: dict[str, Any] | None = None,
         attachments: list[Any] | None = None,
     ) -> TurnOutcome:
-        session = await self._access.visible(caller, session_id)
+        act = audit.STEER if steer else audit.MESSAGE
+        session = await self._access.visible(caller, session_id, act, [queued_message_id or ""])
         agent = self._agents.get(session.agent)
         if agent is None and session.status not in ("closed", "completed", "failed"):
             raise AgentRemoved(session.id, session.agent)
@@ -517,9 +524,13 @@ class SessionService:
             if sent is not None:
                 return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
         # A message to a busy session queues behind (or steers) its turn: no turn more runs at once.
-        await self._fair_use.admit(
-            caller, new_session=False, message=True, starts_turn=session.status == "idle"
-        )
+        try:
+            await self._fair_use.admit(
+                caller, new_session=False, message=True, starts_turn=session.status == "idle"
+            )
+        except RateLimited as exc:
+            await self._audit.refused(caller, act, session.id, None, str(exc), reason="limit")
+            raise
         limits = effective_limits(agent.limits, {**session.settings, **(settings or {})}) if agent else None
         max_turns = limits.max_turns if limits is not None else session.turn_count
         now = self._clock()
@@ -542,25 +553,31 @@ class SessionService:
             caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
         )
         outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now, entry)
-        if outcome == "not_found":
-            raise SessionNotFound(session_id)
         if outcome == "duplicate":
             sent = await self._store.find_sent(session.id, client_message_id or "")
             if sent is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
             return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
-        if outcome == "closed":
-            latest = await self._store.get_session(session.id) or session
-            raise SessionClosed(session_id, _ended_reason(latest))
-        if outcome == "turn_limit":
-            raise SessionLimitReached(
-                session_id,
-                f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
-            )
+        if outcome != "queued":
+            refusal = await self._refusal(session, outcome, max_turns)
+            await self._audit.refused(caller, act, session.id, None, str(refusal), reason=outcome)
+            raise refusal
         if session.title is None:
             await self._title(session.id, agent, message)
         self._signals.work_available(session.id)
         return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, person)
+
+    async def _refusal(self, session: SessionRecord, outcome: str, max_turns: int) -> RequestError:
+        """Why a message was not queued (the queueing transaction's `outcome`)."""
+        if outcome == "closed":
+            latest = await self._store.get_session(session.id) or session
+            return SessionClosed(session.id, _ended_reason(latest))
+        if outcome == "turn_limit":
+            return SessionLimitReached(
+                session.id,
+                f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
+            )
+        return SessionNotFound(session.id)
 
     async def _promote(
         self,
@@ -601,7 +618,7 @@ class SessionService:
         return await self.wait_for_message(session.id, record.id, wait_s, on_progress, person)
 
     async def delete_queued_message(self, caller: Principal, session_id: str, queued_message_id: str) -> str:
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.DELETE_QUEUED, [queued_message_id])
         if not is_queued_message_id(queued_message_id):
             raise InvalidArgument(
                 "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
@@ -734,7 +751,7 @@ class SessionService:
         self, caller: Principal, session_id: str, title: str | None, tags: Sequence[str] | None
     ) -> SessionRecord:
         """Set the session's title ("" clears it) and/or replace its tags (None: unchanged)."""
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.UPDATE)
         if title is None and tags is None:
             raise InvalidArgument("title", "give a title, tags, or both; nothing was changed")
         new_title = check_title(title) if title is not None else session.title
@@ -759,11 +776,10 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._access.decidable(caller, session_id)
+        targets = [d.interrupt_id for d in decisions]
+        session = await self._access.decidable(caller, session_id, audit.APPROVE, targets)
         wait_s = self._wait_s(wait_seconds)
-        await self._access.check_decider(
-            caller, session, "tool", audit.APPROVE, [d.interrupt_id for d in decisions]
-        )
+        await self._access.check_decider(caller, session, "tool", audit.APPROVE, targets)
         try:
             turn_id, notes = await self._decisions.approve(session, decisions, "caller", session.owner)
         except RequestError as exc:
@@ -794,9 +810,9 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._access.decidable(caller, session_id)
-        wait_s = self._wait_s(wait_seconds)
         action = audit.DECLINE if decline else audit.ANSWER
+        session = await self._access.decidable(caller, session_id, action, [interrupt_id])
+        wait_s = self._wait_s(wait_seconds)
         await self._access.check_decider(caller, session, "tool", action, [interrupt_id])
         try:
             turn_id, notes = await self._decisions.answer(
@@ -866,10 +882,10 @@ class SessionService:
         """Resolve interrupts with what a person answered through `caller`'s client (a form, an
         input-required round, a task's input). An answer outside the choices leaves its
         interrupt pending, to be asked again; an interrupt resolved meanwhile stays as it is."""
-        session = await self._access.decidable(caller, session_id)
         if not answers:
             return
         action = audit.ANSWER if answers[0][0].kind == "question" else audit.APPROVE
+        session = await self._access.decidable(caller, session_id, action, [i.id for i, _ in answers])
         await self._access.check_decider(caller, session, "person", action, [i.id for i, _ in answers])
         for interrupt, resolution in answers:
             await self._resolve_by_person(caller, session.id, interrupt, resolution, via)
@@ -922,7 +938,7 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         turn_id: str | None = None,
     ) -> TurnOutcome:
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.CANCEL, [turn_id or ""])
         wait_s = self._wait_s(wait_seconds)
         if turn_id is not None and turn_id != session.current_turn_id:
             # A stale cancel (the turn it meant has ended) must not stop a newer turn.
@@ -951,7 +967,7 @@ class SessionService:
     async def close_session(
         self, caller: Principal, session_id: str, wait_seconds: float | None
     ) -> SessionRecord:
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.CLOSE)
         wait_s = self._wait_s(wait_seconds)
         if session.status != "closed":
             await self._steps.request_close(session.id, session.owner, "closed by the caller", self._clock())
@@ -984,6 +1000,7 @@ class SessionService:
             )
             if any(e.action == audit.DELETE and e.outcome == "ok" for e in earlier):
                 return "already deleted"
+            await self._access.refuse_unseen(caller, session_id, audit.DELETE)
             raise
         outcome = await self._store.delete_session(session.id, self._clock())
         if outcome == "busy":
