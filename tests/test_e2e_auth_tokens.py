@@ -558,3 +558,22 @@ async def test_without_limits_set_one_principal_runs_at_most_four_turns_and_othe
         assert (await call(bob, "start_session", agent="demo", message="unaffected"))["status"] == "answered"
         for started in slow:
             await call(ci, "close_session", session_id=started["session_id"], wait_seconds=0)
+
+
+# ------------------------------------------------------------------ who decides, in the inbox
+
+
+async def test_the_inbox_says_whether_the_caller_may_decide_and_who_does_if_not(world: World) -> None:
+    async with world.client("alice") as alice:
+        parked = await _park(alice, agent="deployer", text="inbox")
+        sid, iid = parked["session_id"], parked["pending"][0]["id"]
+        inboxes = {}
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+            for name in ("alice", "pat"):
+                found = await http.get(world.base + "/v1/pending", headers=bearer(world.tokens[name]))
+                inboxes[name] = next(p for p in found.json()["pending"] if p["interrupt"]["id"] == iid)
+        assert inboxes["alice"]["may_decide"] is False, "only the agent's approvers decide"
+        assert "approvers of agent 'deployer'" in inboxes["alice"]["decided_by"]
+        assert "pat" in inboxes["alice"]["decided_by"]
+        assert inboxes["pat"]["may_decide"] is True and inboxes["pat"]["decided_by"] is None
+        await call(alice, "close_session", session_id=sid)

@@ -60,7 +60,7 @@ from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
 from parley.runtime.model_titles import ModelTitles, wants_model_title
 from parley.runtime.progress import ProgressFeed, ProgressFn
-from parley.runtime.session_access import AskHuman, Person, SessionAccess
+from parley.runtime.session_access import AskHuman, Decider, Person, SessionAccess
 from parley.runtime.session_labels import check_tags, check_title, proposed_title
 from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
@@ -314,6 +314,11 @@ class SessionService:
 
     async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
         return await self._access.list_pending(caller, limit)
+
+    def decider(self, caller: Principal, session: SessionRecord | PendingInterrupt) -> Decider:
+        """Whether `caller` may decide the interrupts of `session` (or a pending one's) by the tools
+        or /v1, else who does."""
+        return self._access.decider(caller, session.agent, session.owner)
 
     async def visible_session(self, caller: Principal, session_id: str) -> SessionRecord:
         """The session, if `caller` may read it; anything else is SessionNotFound (as unknown)."""

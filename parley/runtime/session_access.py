@@ -28,6 +28,15 @@ class Person:
     ask: AskHuman
 
 
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """Whether a caller may decide an interrupt with the tools (approve, answer_question) or
+    /v1, and if not, who decides it (for a page that should not offer buttons that are refused)."""
+
+    may_decide: bool
+    decided_by: str | None = None
+
+
 class SessionAccess:
     def __init__(self, store: Store, agents: Mapping[str, AgentConfig], audit: Audit) -> None:
         self._store = store
@@ -156,6 +165,29 @@ class SessionAccess:
             for p in found
             if p.owner == caller.id or self._verdict_for(caller, p.agent, p.owner) == "allowed"
         ]
+
+    def decider(self, caller: Principal, agent_name: str, owner: str) -> Decider:
+        """Whether `caller` may decide the interrupts of `owner`'s session of agent `agent_name` by
+        the tools or /v1, else who does."""
+        agent = self._agents.get(agent_name)
+        if agent is None:
+            # An agent no longer configured: its sessions' owners decide, as `verdict` says.
+            mine = may_see(caller, owner)
+            return Decider(mine, None if mine else f"{owner}, whose session it is")
+        verdict = decision_verdict(caller, agent, owner, "tool")
+        if verdict == "allowed":
+            return Decider(True)
+        if verdict == "approvers_only" and agent.approvers is not None:
+            scopes = [f"a caller with scope {s}" for s in agent.approvers.scopes]
+            members = ", ".join(agent.approvers.principals + scopes)
+            return Decider(False, f"the approvers of agent '{agent.name}': {members}")
+        if verdict == "human_only":
+            return Decider(
+                False,
+                f"a person, answering where their MCP client asks them (agent '{agent.name}' takes "
+                "decisions only from a person), or an operator on the server (parley approve)",
+            )
+        return Decider(False, f"{owner}, whose session it is")
 
     def _verdict_for(self, caller: Principal, agent_name: str, owner: str) -> Verdict:
         agent = self._agents.get(agent_name)
