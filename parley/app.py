@@ -225,7 +225,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
             clock=clock,
             toolbox=toolbox,
             model_names=sorted(config.models),
-            limits=config.limits,
+            limits=config.limits.for_auth(config.auth.mode),
             attachments=config.attachments,
         )
         tasks = McpTaskService(

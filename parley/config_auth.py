@@ -25,6 +25,9 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MIN_TOKEN_CHARS = 24
 # Asymmetric signatures only: a shared-secret (HS*) key would let whoever verifies also sign.
 JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+# Per-principal limits of a server with many users (auth tokens or oauth) where `limits:` does
+# not set them: enough for a person's parallel work, not enough for one to crowd out the rest.
+MULTI_USER_DEFAULTS: dict[str, int] = {"running_turns": 4, "sessions_per_minute": 30}
 _HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")
 
 
@@ -237,7 +240,17 @@ class PrincipalLimits(_Strict):
         le=100_000,
         description=(
             "Sessions of one principal running a turn at once, counted in the database (so across "
-            "replicas); a message that would start one more is refused until one ends."
+            "replicas); a message that would start one more is refused until one ends. With auth "
+            f"tokens or oauth {MULTI_USER_DEFAULTS['running_turns']} unless set (null: no limit)."
+        ),
+    )
+    sessions_per_minute: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "New sessions one principal may start per minute (counted per parley process). With auth "
+            f"tokens or oauth {MULTI_USER_DEFAULTS['sessions_per_minute']} unless set (null: no limit)."
         ),
     )
     messages_per_minute: int | None = Field(
@@ -260,15 +273,20 @@ class LimitsConfig(PrincipalLimits):
         if own is None:
             return self
         return PrincipalLimits(
-            running_turns=own.running_turns
-            if "running_turns" in own.model_fields_set
-            else self.running_turns,
-            messages_per_minute=(
-                own.messages_per_minute
-                if "messages_per_minute" in own.model_fields_set
-                else self.messages_per_minute
-            ),
+            **{
+                name: getattr(own if name in own.model_fields_set else self, name)
+                for name in PrincipalLimits.model_fields
+            }
         )
+
+    def for_auth(self, mode: AuthMode) -> LimitsConfig:
+        """The limits a server with this auth mode applies: with many users (tokens, oauth) each
+        limit not set in the file takes its default of MULTI_USER_DEFAULTS, so one principal
+        cannot take every turn; with auth none (one local user) the file's, as written."""
+        if mode == "none":
+            return self
+        unset = {k: v for k, v in MULTI_USER_DEFAULTS.items() if k not in self.model_fields_set}
+        return self.model_copy(update=unset) if unset else self
 
 
 class AuditConfig(_Strict):

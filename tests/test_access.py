@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,9 +12,9 @@ from typing import Any, Literal
 import pytest
 import yaml
 
-from parley.config import collect_config_errors, load_config
+from parley.config import AgentConfig, AgentLimits, collect_config_errors, load_config
 from parley.config_auth import LimitsConfig, Members, token_digest
-from parley.errors import RateLimited
+from parley.errors import RateLimited, SessionLimitReached, SessionNotFound
 from parley.runtime.access import (
     ADMIN,
     LOCAL_PRINCIPAL,
@@ -24,7 +25,12 @@ from parley.runtime.access import (
     may_see,
     may_use,
 )
+from parley.runtime.audit import REFUSED_PER_MINUTE, RefusalBudget
+from parley.runtime.decisions import Decision
 from parley.runtime.fair_use import FairUse
+from parley.storage.memory import open_memory_store
+from parley.storage.ports import Store
+from tests.driver_support import service
 from tests.test_config import assert_names, only_error, project
 
 pytestmark = pytest.mark.anyio
@@ -147,6 +153,100 @@ def test_per_principal_limits_fall_back_to_the_defaults_field_by_field() -> None
     )
     assert (limits.of("bot").running_turns, limits.of("bot").messages_per_minute) == (3, 100)
     assert limits.of("alice") == limits
+
+
+async def test_new_sessions_over_the_minute_budget_are_refused_and_a_refused_call_counts_nothing() -> None:
+    clock = Clock()
+    fair = FairUse(LimitsConfig(sessions_per_minute=1, messages_per_minute=1), Counts(0), clock)  # type: ignore[arg-type]
+    await fair.admit(ALICE, new_session=True, message=False, starts_turn=False)
+    with pytest.raises(RateLimited, match=r"limits\.sessions_per_minute = 1") as refused:
+        await fair.admit(ALICE, new_session=True, message=True, starts_turn=True)
+    assert refused.value.retry_after_s == 60 and "Try again in 60 s" in str(refused.value)
+    # The refused start counted no message: the minute's one message is still there to send.
+    await fair.admit(ALICE, new_session=False, message=True, starts_turn=True)
+    await fair.admit(BOB, new_session=True, message=True, starts_turn=True)
+
+
+def test_multi_user_modes_limit_each_principal_unless_limits_says_otherwise() -> None:
+    unset = LimitsConfig()
+    assert unset.for_auth("none") == unset  # one local user: nothing changes
+    for mode in ("tokens", "oauth"):
+        defaults = unset.for_auth(mode)  # type: ignore[arg-type]
+        assert (defaults.running_turns, defaults.sessions_per_minute, defaults.messages_per_minute) == (
+            4,
+            30,
+            None,
+        )
+    # limits: changes them field by field; null turns one off; principals fall back to the result.
+    own = LimitsConfig.model_validate(
+        {"running_turns": 10, "sessions_per_minute": None, "principals": {"bot": {"messages_per_minute": 5}}}
+    ).for_auth("tokens")
+    assert (own.running_turns, own.sessions_per_minute) == (10, None)
+    assert (own.of("bot").running_turns, own.of("bot").messages_per_minute) == (10, 5)
+
+
+# ---------------------------------------------------------------------------- refused attempts in the audit
+
+
+async def _trail(store: Store, principal: str) -> list[tuple[str, str | None, str | None, Any]]:
+    """(action, session_id, target, detail) of `principal`'s refused entries, oldest first."""
+    entries = await store.list_audit(None, principal, None, 1000)
+    return [(e.action, e.session_id, e.target, e.detail) for e in reversed(entries) if e.outcome == "refused"]
+
+
+async def test_attempts_on_another_principals_session_are_refused_as_not_found_and_audited(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    agent = AgentConfig(name="demo", instructions="Help.", limits=AgentLimits(max_turns=1))
+    async with open_memory_store() as store:
+        parley = service(store, {"demo": agent})
+        started = await parley.start_session(ALICE, "demo", "one", 0)
+        sid = started.session_id
+        caplog.set_level(logging.INFO, logger="parley.runtime.audit")
+        attempts = [
+            ("approve", lambda: parley.approve(BOB, sid, [Decision("int_1", True, None)], 0)),
+            ("answer", lambda: parley.answer_question(BOB, sid, "int_2", "yes", False, 0)),
+            ("cancel", lambda: parley.cancel_turn(BOB, sid, 0)),
+            ("delete_session", lambda: parley.delete_session(BOB, sid)),
+            ("message", lambda: parley.send_message(BOB, sid, "hi", 0)),
+        ]
+        for _, attempt in attempts:
+            with pytest.raises(SessionNotFound):
+                await attempt()
+        trail = await _trail(store, "bob")
+        assert [(a, s, t) for a, s, t, _ in trail] == [
+            ("approve", None, "int_1"),
+            ("answer", None, "int_2"),
+            ("cancel", None, None),
+            ("delete_session", None, None),
+            ("message", None, None),
+        ], "alice's own trail (and get_session's decisions) never shows a stranger's attempts"
+        assert all(d["reason"] == "not_found" and d["session"] == sid for *_, d in trail)
+        assert "a session of alice" in trail[0][3]["error"]
+        assert f"refused approve by bob on session {sid} (int_1)" in caplog.text
+        # Alice's message over the agent's one turn is refused, and recorded too.
+        with pytest.raises(SessionLimitReached):
+            await parley.send_message(ALICE, sid, "two", 0)
+        assert [(a, s, d["reason"]) for a, s, _, d in await _trail(store, "alice")] == [
+            ("message", sid, "turn_limit")
+        ]
+        assert (await parley.get_session(ALICE, sid, None, None, None)).session.status != "closed"
+
+
+async def test_a_flood_of_refused_attempts_fills_at_most_a_minutes_budget_of_entries() -> None:
+    async with open_memory_store() as store:
+        parley = service(store, {"demo": AgentConfig(name="demo", instructions="Help.")})
+        unknown = "ses_" + "0" * 32
+        for _ in range(REFUSED_PER_MINUTE + 20):
+            with pytest.raises(SessionNotFound):
+                await parley.close_session(BOB, unknown, 0)
+        with pytest.raises(SessionNotFound):
+            await parley.close_session(ALICE, unknown, 0)
+        assert len(await _trail(store, "bob")) == REFUSED_PER_MINUTE
+        assert len(await _trail(store, "alice")) == 1, "the budget is per principal"
+    budget = RefusalBudget(per_minute=2)
+    assert [budget.admit("bob", t) for t in (0, 1, 2, 3)] == [0, 0, None, None]
+    assert budget.admit("bob", 61) == 2, "the first entry after a flood says how many were left out"
 
 
 # ---------------------------------------------------------------------------- configuration

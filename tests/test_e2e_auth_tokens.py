@@ -266,6 +266,25 @@ async def test_another_principals_sessions_answer_every_tool_exactly_like_unknow
         assert fixture_runs(world.directory, "bare", text="needs approval") == 0
         assert "hi from bob" not in str(after["messages"])
         await call(alice, "close_session", session_id=sid)
+    # Each of bob's acts (not his reads) is in the audit, naming what he tried on which id and why.
+    tried = db_rows(
+        world.db,
+        "SELECT action, target, session_id, detail FROM audit WHERE principal = 'bob' AND outcome = 'refused' "
+        "AND detail LIKE ? ORDER BY id",
+        (f'%"session":"{sid}"%',),
+    )
+    assert [(action, target, session) for action, target, session, _ in tried] == [
+        ("message", None, None),
+        ("steer", qid, None),
+        ("approve", iid, None),
+        ("answer", iid, None),
+        ("delete_queued_message", qid, None),
+        ("cancel", None, None),
+        ("close", None, None),
+        ("delete_session", None, None),
+    ]
+    assert all('"reason":"not_found"' in detail and "a session of alice" in detail for *_, detail in tried)
+    assert f"refused approve by bob on session {sid} ({iid})" in world.server.log()
 
 
 async def test_another_principals_mcp_tasks_answer_every_tasks_method_like_unknown_ids(world: World) -> None:
@@ -280,6 +299,10 @@ async def test_another_principals_mcp_tasks_answer_every_tasks_method_like_unkno
             assert foreign.error.code == unknown.error.code == -32602
             _same_answer(foreign.error.message, tid, unknown.error.message, UNKNOWN_TASK)
         assert tid not in [t["taskId"] for t in (await list_tasks(bob))["tasks"]]
+        cancels = (
+            "SELECT count(*) FROM audit WHERE principal = 'bob' AND action = 'task_cancel' AND target = ?"
+        )
+        assert db_rows(world.db, cancels, (tid,)) == [(1,)], "bob's cancel of alice's task is audited"
         assert (await get_task(alice, tid))["status"] == "input_required", "alice's task is untouched"
         assert [t["taskId"] for t in (await list_tasks(alice))["tasks"]].count(tid) == 1
         await cancel_task(alice, tid)
@@ -513,3 +536,44 @@ async def test_no_token_reaches_the_log_or_the_database(world: World) -> None:
         assert token.encode() not in stored, f"{name}'s token is in the database"
         secret_part = token.removeprefix("parley_")
         assert secret_part not in log and secret_part.encode() not in stored
+
+
+# ------------------------------------------------------------------ default limits of many users
+
+
+async def test_without_limits_set_one_principal_runs_at_most_four_turns_and_others_are_served(
+    world: World,
+) -> None:
+    """The module's `limits:` sets only other principals' limits: ci gets the multi-user defaults."""
+    async with world.client("ci") as ci, world.client("bob") as bob:
+        slow = [
+            await call(
+                ci, "start_session", agent="demo", message=f"/sleep {TEST_DEADLINE_S}\n{i}", wait_seconds=0
+            )
+            for i in range(4)
+        ]
+        assert [s["status"] for s in slow] == ["running"] * 4
+        refused = await call_error(ci, "start_session", agent="demo", message="a fifth")
+        assert "limits.running_turns = 4" in refused
+        assert (await call(bob, "start_session", agent="demo", message="unaffected"))["status"] == "answered"
+        for started in slow:
+            await call(ci, "close_session", session_id=started["session_id"], wait_seconds=0)
+
+
+# ------------------------------------------------------------------ who decides, in the inbox
+
+
+async def test_the_inbox_says_whether_the_caller_may_decide_and_who_does_if_not(world: World) -> None:
+    async with world.client("alice") as alice:
+        parked = await _park(alice, agent="deployer", text="inbox")
+        sid, iid = parked["session_id"], parked["pending"][0]["id"]
+        inboxes = {}
+        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+            for name in ("alice", "pat"):
+                found = await http.get(world.base + "/v1/pending", headers=bearer(world.tokens[name]))
+                inboxes[name] = next(p for p in found.json()["pending"] if p["interrupt"]["id"] == iid)
+        assert inboxes["alice"]["may_decide"] is False, "only the agent's approvers decide"
+        assert "approvers of agent 'deployer'" in inboxes["alice"]["decided_by"]
+        assert "pat" in inboxes["alice"]["decided_by"]
+        assert inboxes["pat"]["may_decide"] is True and inboxes["pat"]["decided_by"] is None
+        await call(alice, "close_session", session_id=sid)

@@ -6,6 +6,7 @@ gets `reset` and the current state, a failed model attempt's streamed text is fo
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -214,3 +215,14 @@ async def test_unknown_sessions_and_bad_positions_are_refused_as_problem_details
     assert unknown.status_code == 404 and unknown.headers["content-type"] == "application/problem+json"
     assert unknown.json()["type"] == "urn:parley:problem:session-not-found"
     assert bad.status_code == 400 and "Last-Event-ID" in bad.json()["detail"]
+    # int() would take each of these; a position is plain ASCII digits only. (Streamed, so a
+    # position taken opens a stream instead of hanging the test.)
+    loose = [({"Last-Event-ID": "1_000"}, None)] + [
+        (None, {"after": after}) for after in ("1_000", " 3", "\u0663", "+3", "3 ")
+    ]
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        for headers, params in loose:
+            async with http.stream("GET", world.stream_url(sid), headers=headers, params=params) as refused:
+                assert refused.status_code == 400, (headers, params)
+                detail = json.loads(await refused.aread())["detail"]
+            assert "digits" in detail, detail

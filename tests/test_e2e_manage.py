@@ -294,6 +294,10 @@ async def test_list_sessions_narrows_by_title_text_tag_agent_status_and_creation
             "tag": {"tag": "a b"},
         }.items():
             assert f"'{field}'" in await call_error(alice, "list_sessions", **arguments)
+        # A cursor's time is a finite number as this server writes it, never inf or nan.
+        for when in ("1e999", "nan", "-inf", "1_7e9", " 17e8"):
+            refused = await call_error(alice, "list_sessions", cursor=f"{when}|{ids[0]}")
+            assert "'cursor'" in refused and "not a cursor this server returned" in refused, when
 
     # GET /v1/sessions takes the same narrowing and pages alike.
     query = {"tag": tag, "title": "budget", "limit": "2"}

@@ -369,12 +369,15 @@ async def test_without_authentication_the_pages_decisions_are_not_a_persons(worl
     page = await world.page()
     await expect(page.locator("#notice")).to_contain_text("not a person")
     session_id = await start(page, "guarded", '/tool fixture__bare {"text": "a person must say yes"}')
+    # The page offers no buttons the server would refuse: it says who decides instead.
+    in_transcript = page.locator(f"#transcript li.decision[data-session-id='{session_id}']")
+    await expect(in_transcript.locator(".decided-by")).to_contain_text("a person")
+    await expect(in_transcript.locator("button")).to_have_count(0)
     await page.click("#nav-inbox")
     await expect(page.locator("#inbox-note")).to_be_visible()
     card = page.locator(f"#inbox li.decision[data-session-id='{session_id}']")
-    await card.locator("button.approve").click()
-    await expect(card.locator(".error")).to_contain_text("only from a person")
-    await expect(card).to_have_count(1)
+    await expect(card.locator(".decided-by")).to_contain_text("a person, answering where their MCP client")
+    await expect(card.locator("button")).to_have_count(0)
     assert session_id in [p["session_id"] for p in await world.pending()]
     assert fixture_runs(world.directory, "bare", text="a person must say yes") == 0
     no_script_failed(world, page)
@@ -417,11 +420,8 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         assert await page.evaluate("localStorage.length") == 0
         await page.reload()
         await expect(page.locator("#transcript .msg.assistant")).to_have_count(1)
-        await page.click("#sign-out")
-        await expect(page.locator("#sign-in")).to_be_visible()
-        assert await page.evaluate("sessionStorage.getItem('parley.token')") is None
 
-        # Alice's session waits for an approver; Pat, signed in, finds it in the inbox and decides.
+        # Alice's session waits for an approver: her inbox says who decides, with no buttons.
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
             started = await http.post(
                 base + "/v1/sessions",
@@ -429,6 +429,17 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
                 headers={"Authorization": f"Bearer {token}"},
             )
         session_id = started.json()["session_id"]
+        await page.click("#nav-inbox")
+        card = page.locator(f"#inbox li.decision[data-session-id='{session_id}']")
+        await expect(card.locator(".decided-by")).to_have_text(
+            "Decided by the approvers of agent 'deployer': pat."
+        )
+        await expect(card.locator("button")).to_have_count(0)
+        await page.click("#sign-out")
+        await expect(page.locator("#sign-in")).to_be_visible()
+        assert await page.evaluate("sessionStorage.getItem('parley.token')") is None
+
+        # Pat, signed in, finds it in the inbox and decides.
         await page.fill("#token", approver)
         await page.click("#sign-in-form button")
         await page.click("#nav-inbox")

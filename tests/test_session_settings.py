@@ -231,3 +231,31 @@ def test_settings_checked_against_an_earlier_version_never_widen_a_newer_one() -
     assert effective_memory(HELPER, chosen) == Memory("window", 50)
     assert effective_limits(narrower.limits, chosen).max_turns == 10
     assert effective_limits(HELPER.limits, chosen).max_turns == 40
+
+
+# ---------------------------------------------------------------------------- limits
+
+
+async def test_a_limit_that_counts_takes_a_whole_number_and_a_finite_one(store: Store) -> None:
+    parley = helper_service(store)
+    for name, value, problem in [
+        ("max_turns", 0.5, "must be a whole number"),
+        ("max_model_calls_per_turn", 2.5, "must be a whole number"),
+        ("max_session_tokens", 1e300, "must be a whole number"),
+        ("max_session_seconds", float("inf"), "must be a positive number"),
+        ("max_session_seconds", float("nan"), "must be a positive number"),
+    ]:
+        with pytest.raises(InvalidArgument) as refused:
+            await parley.start_session(LOCAL_PRINCIPAL, "helper", "hi", 0, settings={"limits": {name: value}})
+        assert refused.value.field == f"settings.limits.{name}" and problem in str(refused.value), value
+    assert await parley.list_sessions(LOCAL_PRINCIPAL, None, None, None, 10) == ([], None)
+    # Whole numbers (also written 3.0, as some JSON encoders do) and seconds with a fraction pass.
+    out = await parley.start_session(
+        LOCAL_PRINCIPAL,
+        "helper",
+        None,
+        0,
+        settings={"limits": {"max_turns": 3.0, "max_session_seconds": 1.5}},
+    )
+    details = await parley.get_session(LOCAL_PRINCIPAL, out.session_id, None, None, None)
+    assert details.session.settings["limits"] == {"max_turns": 3, "max_session_seconds": 1.5}

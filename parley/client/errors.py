@@ -123,7 +123,7 @@ _PATTERNS: list[tuple[re.Pattern[str], type[ToolError]]] = [
         re.compile(r"^Agent '[^']*' (accepts approvals and answers only from a person|takes approvals)"),
         NotYourDecision,
     ),
-    (re.compile(r"limits\.(running_turns|messages_per_minute) = "), RateLimited),
+    (re.compile(r"limits\.(running_turns|sessions_per_minute|messages_per_minute) = "), RateLimited),
     (re.compile(r"^(parley hit an internal error|The database )"), ServerFailure),
 ]
 

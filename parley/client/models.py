@@ -235,6 +235,9 @@ class PendingItem(_Model):
     agent: str
     owner: str
     interrupt: Interrupt
+    # Whether this caller may decide it with approve / answer_question; if not, who does.
+    may_decide: bool | None = None
+    decided_by: str | None = None
 
 
 class PendingList(_Model):

@@ -11,7 +11,8 @@ what, the session (while it exists) says what was said.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -43,10 +44,62 @@ TASK_CANCEL = "task_cancel"
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE})
 
 
+# Refused attempts the trail records of one principal a minute at most.
+REFUSED_PER_MINUTE = 30
+_WINDOW_S = 60.0
+# Principals whose refusals of the current minute are counted at most (idle ones are forgotten).
+_MAX_TRACKED = 100_000
+
+
+@dataclass(slots=True)
+class _Window:
+    started: float
+    written: int = 0
+    left_out: int = 0
+
+
+class RefusalBudget:
+    """How many refused attempts of each principal are recorded: `per_minute` a minute, the
+    rest counted and left out."""
+
+    def __init__(self, per_minute: int = REFUSED_PER_MINUTE) -> None:
+        self._per_minute = per_minute
+        self._windows: dict[str, _Window] = {}
+
+    def admit(self, principal: str, now: float) -> int | None:
+        """None: leave this refusal out. Else record it; the number is how many of this
+        principal's refusals were left out since the last one recorded."""
+        window = self._windows.get(principal)
+        if window is None or now - window.started >= _WINDOW_S or now < window.started:
+            if window is None and len(self._windows) >= _MAX_TRACKED:
+                self._forget_idle(now)
+            carried = window.left_out if window is not None else 0
+            window = self._windows[principal] = _Window(started=now, left_out=carried)
+        if window.written >= self._per_minute:
+            if window.left_out == 0:
+                logger.warning(
+                    "%s was refused more than %d times this minute; the audit records no more of its "
+                    "refused attempts for up to %.0f s",
+                    principal,
+                    self._per_minute,
+                    _WINDOW_S,
+                )
+            window.left_out += 1
+            return None
+        window.written += 1
+        left_out, window.left_out = window.left_out, 0
+        return left_out
+
+    def _forget_idle(self, now: float) -> None:
+        for name in [n for n, w in self._windows.items() if now - w.started >= _WINDOW_S and not w.left_out]:
+            del self._windows[name]
+
+
 class Audit:
     def __init__(self, log: AuditLog, clock: Callable[[], float]) -> None:
         self._log = log
         self._clock = clock
+        self._refusals = RefusalBudget()
 
     def entry(
         self,
@@ -93,11 +146,57 @@ class Audit:
             )
 
     async def refused(
-        self, who: Principal, action: str, session_id: str | None, target: str | None, why: str
+        self,
+        who: Principal,
+        action: str,
+        session_id: str | None,
+        target: str | None,
+        why: str,
+        **detail: Any,
     ) -> None:
-        await self.record(
-            who, action, session_id=session_id, target=target, outcome="refused", error=why[:500]
+        """Record a refused attempt and log it, naming principal, action, session and target. At
+        most `REFUSED_PER_MINUTE` entries a principal a minute: a flood of refused calls cannot
+        fill the trail; the first entry after a flood says how many were left out."""
+        left_out = self._refusals.admit(who.id, self._clock())
+        if left_out is None:
+            return
+        session = session_id or detail.get("session")
+        logger.info(
+            "refused %s by %s on session %s%s: %s",
+            action,
+            who.id,
+            session or "-",
+            f" ({target})" if target else "",
+            why[:200],
         )
+        await self.record(
+            who,
+            action,
+            session_id=session_id,
+            target=target,
+            outcome="refused",
+            error=why[:500],
+            left_out=left_out or None,
+            **detail,
+        )
+
+    async def not_found(
+        self, who: Principal, action: str, session: str, targets: Sequence[str], why: str
+    ) -> None:
+        """Record an attempt on a session `who` may not see (another principal's, or none): the
+        caller was told "not found". The entry names no session of the trail (`session_id` is
+        empty, so the owner's `decisions` never show a stranger's attempts); `session` in its
+        detail holds the id asked for."""
+        for target in targets or [""]:
+            await self.refused(
+                who,
+                action,
+                None,
+                target[:100] or None,
+                f"not found: {why}",
+                reason="not_found",
+                session=session[:100],
+            )
 
     async def run_purge(
         self,

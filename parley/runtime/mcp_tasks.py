@@ -22,7 +22,7 @@ from parley.errors import InvalidArgument, RequestError
 from parley.ids import SessionId, TurnId, is_task_id, new_task_id
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
-from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.service import SessionService, TurnOutcome, cursor_time
 from parley.runtime.session_access import AskHuman
 from parley.runtime.signals import SessionSignals, Watch
 from parley.storage.base import InterruptRecord, Resolution, TaskRecord, TaskStatus
@@ -171,11 +171,7 @@ class McpTaskService:
     async def list_page(self, caller: Principal, cursor: str | None) -> tuple[list[TaskRecord], str | None]:
         if cursor is not None:
             created, sep, last_id = cursor.partition("|")
-            try:
-                float(created)
-            except ValueError:
-                sep = ""
-            if not sep or not is_task_id(last_id):
+            if not sep or cursor_time(created) is None or not is_task_id(last_id):
                 raise InvalidArgument("cursor", "is not a cursor this server returned; omit it to start over")
         page = await self._store.list_tasks(caller.id, cursor, self._settings.list_page_size, self._clock())
         tasks = [(await self._refresh(t)).task for t in page.tasks]
@@ -183,7 +179,13 @@ class McpTaskService:
 
     async def cancel(self, caller: Principal, task_id: str) -> TaskRecord:
         """Cancel the task and the turn it follows (a message not yet in a turn is dropped)."""
-        state = await self.get(caller, task_id)
+        try:
+            state = await self.get(caller, task_id)
+        except TaskNotFound:
+            await self._service.audit.refused(
+                caller, audit.TASK_CANCEL, None, task_id[:100], "not found", reason="not_found"
+            )
+            raise
         if state.task.is_terminal:
             raise TaskEnded(state.task)
         record = await self._store.update_task(

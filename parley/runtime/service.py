@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ from parley.errors import (
     AgentRemoved,
     AttachmentNotFound,
     InvalidArgument,
+    RateLimited,
     RequestError,
     SessionBusy,
     SessionClosed,
@@ -58,7 +60,7 @@ from parley.runtime.decisions import Decision, Decisions, checked_answer
 from parley.runtime.fair_use import FairUse
 from parley.runtime.model_titles import ModelTitles, wants_model_title
 from parley.runtime.progress import ProgressFeed, ProgressFn
-from parley.runtime.session_access import AskHuman, Person, SessionAccess
+from parley.runtime.session_access import AskHuman, Decider, Person, SessionAccess
 from parley.runtime.session_labels import check_tags, check_title, proposed_title
 from parley.runtime.session_log import about
 from parley.runtime.session_steps import SessionSteps
@@ -252,23 +254,9 @@ class SessionService:
                 "settings",
                 f"unknown setting(s) {', '.join(unknown)}; the settings are: {', '.join(SETTINGS)}",
             )
-        limits = settings.get("limits")
-        if limits is not None:
-            if not isinstance(limits, dict):
-                raise InvalidArgument("settings.limits", 'must be an object such as {"max_turns": 10}')
-            for name, value in limits.items():
-                if name not in OVERRIDABLE_LIMITS:
-                    raise InvalidArgument(
-                        f"settings.limits.{name}",
-                        f"is not a limit you can set; these are: {', '.join(OVERRIDABLE_LIMITS)}",
-                    )
-                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                    raise InvalidArgument(f"settings.limits.{name}", "must be a positive number")
-                ceiling = getattr(agent.limits, name) if agent is not None else None
-                if ceiling is not None and value > ceiling:
-                    raise InvalidArgument(
-                        f"settings.limits.{name}", f"may be at most {ceiling:g}, the agent's own limit"
-                    )
+        settings = dict(settings)
+        if settings.get("limits") is not None:
+            settings["limits"] = _checked_limits(settings["limits"], agent)
         if settings.get("memory") is not None:
             _check_memory(settings["memory"], agent)
         if len(json.dumps(settings)) > MAX_SETTINGS_CHARS:
@@ -279,7 +267,7 @@ class SessionService:
             raise InvalidArgument(
                 "settings.model", f"'{model}' is not a model of this server; choose one of: {names}"
             )
-        return dict(settings)
+        return settings
 
     async def _check_enabled_tools(
         self, settings: dict[str, Any] | None, agent: AgentConfig | None, kind: str
@@ -334,6 +322,11 @@ class SessionService:
 
     async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
         return await self._access.list_pending(caller, limit)
+
+    def decider(self, caller: Principal, session: SessionRecord | PendingInterrupt) -> Decider:
+        """Whether `caller` may decide the interrupts of `session` (or a pending one's) by the tools
+        or /v1, else who does."""
+        return self._access.decider(caller, session.agent, session.owner)
 
     async def visible_session(self, caller: Principal, session_id: str) -> SessionRecord:
         """The session, if `caller` may read it; anything else is SessionNotFound (as unknown)."""
@@ -414,9 +407,12 @@ class SessionService:
             existing = await self._store.find_started(caller.id, client_message_id)
             if existing is not None:
                 return await self._retry_of_start(existing, agent.name, text, refs, wait_s, on_progress)
-        if text is not None:
-            self._fair_use.check_message(caller)
-            await self._fair_use.check_turn(caller, starts_turn=True)
+        try:
+            await self._fair_use.admit(caller, new_session=True, message=text is not None, starts_turn=True)
+        except RateLimited as exc:
+            action = audit.MESSAGE if text else audit.START
+            await self._audit.refused(caller, action, None, None, str(exc), reason="limit")
+            raise
         now = self._clock()
         session_id = new_session_id()
         record = SessionRecord.new(
@@ -507,7 +503,8 @@ class SessionService:
         settings: dict[str, Any] | None = None,
         attachments: list[Any] | None = None,
     ) -> TurnOutcome:
-        session = await self._access.visible(caller, session_id)
+        act = audit.STEER if steer else audit.MESSAGE
+        session = await self._access.visible(caller, session_id, act, [queued_message_id or ""])
         agent = self._agents.get(session.agent)
         if agent is None and session.status not in ("closed", "completed", "failed"):
             raise AgentRemoved(session.id, session.agent)
@@ -539,9 +536,14 @@ class SessionService:
             sent = await self._store.find_sent(session.id, client_message_id)
             if sent is not None:
                 return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
-        self._fair_use.check_message(caller)
         # A message to a busy session queues behind (or steers) its turn: no turn more runs at once.
-        await self._fair_use.check_turn(caller, starts_turn=session.status == "idle")
+        try:
+            await self._fair_use.admit(
+                caller, new_session=False, message=True, starts_turn=session.status == "idle"
+            )
+        except RateLimited as exc:
+            await self._audit.refused(caller, act, session.id, None, str(exc), reason="limit")
+            raise
         limits = effective_limits(agent.limits, {**session.settings, **(settings or {})}) if agent else None
         max_turns = limits.max_turns if limits is not None else session.turn_count
         now = self._clock()
@@ -564,25 +566,31 @@ class SessionService:
             caller, audit.STEER if steer else audit.MESSAGE, session_id=session.id, target=queued.id
         )
         outcome = await self._steps.enqueue_message(session.id, session.owner, queued, max_turns, now, entry)
-        if outcome == "not_found":
-            raise SessionNotFound(session_id)
         if outcome == "duplicate":
             sent = await self._store.find_sent(session.id, client_message_id or "")
             if sent is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
             return await self._retry_of_send(sent, message, refs, wait_s, on_progress)
-        if outcome == "closed":
-            latest = await self._store.get_session(session.id) or session
-            raise SessionClosed(session_id, _ended_reason(latest))
-        if outcome == "turn_limit":
-            raise SessionLimitReached(
-                session_id,
-                f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
-            )
+        if outcome != "queued":
+            refusal = await self._refusal(session, outcome, max_turns)
+            await self._audit.refused(caller, act, session.id, None, str(refusal), reason=outcome)
+            raise refusal
         if session.title is None:
             await self._title(session.id, agent, message)
         self._signals.work_available(session.id)
         return await self.wait_for_message(session.id, queued.id, wait_s, on_progress, person)
+
+    async def _refusal(self, session: SessionRecord, outcome: str, max_turns: int) -> RequestError:
+        """Why a message was not queued (the queueing transaction's `outcome`)."""
+        if outcome == "closed":
+            latest = await self._store.get_session(session.id) or session
+            return SessionClosed(session.id, _ended_reason(latest))
+        if outcome == "turn_limit":
+            return SessionLimitReached(
+                session.id,
+                f"it has used or queued all {max_turns} turns its agent allows, so it takes no more messages.",
+            )
+        return SessionNotFound(session.id)
 
     async def _promote(
         self,
@@ -623,7 +631,7 @@ class SessionService:
         return await self.wait_for_message(session.id, record.id, wait_s, on_progress, person)
 
     async def delete_queued_message(self, caller: Principal, session_id: str, queued_message_id: str) -> str:
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.DELETE_QUEUED, [queued_message_id])
         if not is_queued_message_id(queued_message_id):
             raise InvalidArgument(
                 "queued_message_id", "is not a queued message id (qm_ followed by 32 hex digits)"
@@ -719,11 +727,7 @@ class SessionService:
         (session_labels.session_filter)."""
         if cursor is not None:
             created, sep, last_id = cursor.partition("|")
-            try:
-                float(created)
-            except ValueError:
-                created = ""
-            if not sep or not created or not is_session_id(last_id):
+            if not sep or cursor_time(created) is None or not is_session_id(last_id):
                 raise InvalidArgument(
                     "cursor", "is not a cursor this server returned; omit it to start from the top"
                 )
@@ -760,7 +764,7 @@ class SessionService:
         self, caller: Principal, session_id: str, title: str | None, tags: Sequence[str] | None
     ) -> SessionRecord:
         """Set the session's title ("" clears it) and/or replace its tags (None: unchanged)."""
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.UPDATE)
         if title is None and tags is None:
             raise InvalidArgument("title", "give a title, tags, or both; nothing was changed")
         new_title = check_title(title) if title is not None else session.title
@@ -785,11 +789,10 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._access.decidable(caller, session_id)
+        targets = [d.interrupt_id for d in decisions]
+        session = await self._access.decidable(caller, session_id, audit.APPROVE, targets)
         wait_s = self._wait_s(wait_seconds)
-        await self._access.check_decider(
-            caller, session, "tool", audit.APPROVE, [d.interrupt_id for d in decisions]
-        )
+        await self._access.check_decider(caller, session, "tool", audit.APPROVE, targets)
         try:
             turn_id, notes = await self._decisions.approve(session, decisions, "caller", session.owner)
         except RequestError as exc:
@@ -820,9 +823,9 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         ask_human: AskHuman | None = None,
     ) -> TurnOutcome:
-        session = await self._access.decidable(caller, session_id)
-        wait_s = self._wait_s(wait_seconds)
         action = audit.DECLINE if decline else audit.ANSWER
+        session = await self._access.decidable(caller, session_id, action, [interrupt_id])
+        wait_s = self._wait_s(wait_seconds)
         await self._access.check_decider(caller, session, "tool", action, [interrupt_id])
         try:
             turn_id, notes = await self._decisions.answer(
@@ -892,10 +895,10 @@ class SessionService:
         """Resolve interrupts with what a person answered through `caller`'s client (a form, an
         input-required round, a task's input). An answer outside the choices leaves its
         interrupt pending, to be asked again; an interrupt resolved meanwhile stays as it is."""
-        session = await self._access.decidable(caller, session_id)
         if not answers:
             return
         action = audit.ANSWER if answers[0][0].kind == "question" else audit.APPROVE
+        session = await self._access.decidable(caller, session_id, action, [i.id for i, _ in answers])
         await self._access.check_decider(caller, session, "person", action, [i.id for i, _ in answers])
         for interrupt, resolution in answers:
             await self._resolve_by_person(caller, session.id, interrupt, resolution, via)
@@ -948,7 +951,7 @@ class SessionService:
         on_progress: ProgressFn | None = None,
         turn_id: str | None = None,
     ) -> TurnOutcome:
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.CANCEL, [turn_id or ""])
         wait_s = self._wait_s(wait_seconds)
         if turn_id is not None and turn_id != session.current_turn_id:
             # A stale cancel (the turn it meant has ended) must not stop a newer turn.
@@ -977,7 +980,7 @@ class SessionService:
     async def close_session(
         self, caller: Principal, session_id: str, wait_seconds: float | None
     ) -> SessionRecord:
-        session = await self._access.visible(caller, session_id)
+        session = await self._access.visible(caller, session_id, audit.CLOSE)
         wait_s = self._wait_s(wait_seconds)
         if session.status != "closed":
             await self._steps.request_close(session.id, session.owner, "closed by the caller", self._clock())
@@ -1010,6 +1013,7 @@ class SessionService:
             )
             if any(e.action == audit.DELETE and e.outcome == "ok" for e in earlier):
                 return "already deleted"
+            await self._access.refuse_unseen(caller, session_id, audit.DELETE)
             raise
         outcome = await self._store.delete_session(session.id, self._clock())
         if outcome == "busy":
@@ -1209,6 +1213,50 @@ class SessionService:
         if snapshot is None or snapshot.turn is None:
             return TurnOutcome(session_id=turn.session_id, turn_id=turn.id, status=turn.status)
         return _outcome(snapshot, snapshot.turn, message_id)
+
+
+# The time in a page's cursor as the stores write it (a float's repr): ASCII digits, a point, an
+# exponent. float() alone would also take "inf", "nan", "1_0" and spaces around.
+_CURSOR_TIME = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?")
+
+
+def cursor_time(text: str) -> float | None:
+    """The creation time a list cursor names, or None when it is not one this server writes."""
+    if not _CURSOR_TIME.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+# The settings limits that count something (turns, calls, tokens): whole numbers only. A float
+# beyond 2**53 is no longer exact, so it is no whole number either.
+_COUNTED_LIMITS = frozenset({"max_model_calls_per_turn", "max_turns", "max_session_tokens"})
+_EXACT_FLOAT = 2.0**53
+
+
+def _checked_limits(limits: Any, agent: AgentConfig | None) -> dict[str, int | float]:
+    """settings.limits with each value checked: a known limit, a positive finite number (a whole
+    one for what counts), never above the agent's own; a whole number written 3.0 becomes 3."""
+    if not isinstance(limits, dict):
+        raise InvalidArgument("settings.limits", 'must be an object such as {"max_turns": 10}')
+    checked: dict[str, int | float] = {}
+    for name, value in limits.items():
+        field_name = f"settings.limits.{name}"
+        if name not in OVERRIDABLE_LIMITS:
+            raise InvalidArgument(
+                field_name, f"is not a limit you can set; these are: {', '.join(OVERRIDABLE_LIMITS)}"
+            )
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise InvalidArgument(field_name, "must be a positive number")
+        if name in _COUNTED_LIMITS and isinstance(value, float):
+            if not value.is_integer() or value > _EXACT_FLOAT:
+                raise InvalidArgument(field_name, f"must be a whole number such as 10, got {value:g}")
+            value = int(value)
+        ceiling = getattr(agent.limits, name) if agent is not None else None
+        if ceiling is not None and value > ceiling:
+            raise InvalidArgument(field_name, f"may be at most {ceiling:g}, the agent's own limit")
+        checked[name] = value
+    return checked
 
 
 def _check_memory(memory: Any, agent: AgentConfig | None) -> None:

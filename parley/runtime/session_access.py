@@ -28,32 +28,69 @@ class Person:
     ask: AskHuman
 
 
+@dataclass(frozen=True, slots=True)
+class Decider:
+    """Whether a caller may decide an interrupt with the tools (approve, answer_question) or
+    /v1, and if not, who decides it (for a page that should not offer buttons that are refused)."""
+
+    may_decide: bool
+    decided_by: str | None = None
+
+
 class SessionAccess:
     def __init__(self, store: Store, agents: Mapping[str, AgentConfig], audit: Audit) -> None:
         self._store = store
         self._agents = agents
         self._audit = audit
 
-    async def visible(self, caller: Principal, session_id: str) -> SessionRecord:
+    async def visible(
+        self, caller: Principal, session_id: str, act: str | None = None, targets: Sequence[str] = ()
+    ) -> SessionRecord:
         """The session, if `caller` owns it or has parley:admin; anything else is not found, the
-        same answer as for an unknown id."""
-        if not is_session_id(session_id):
-            raise SessionNotFound(session_id)
-        session = await self._store.get_session(SessionId(session_id))
+        same answer as for an unknown id. With `act` (what the caller tried, an audit action) a
+        refusal is recorded in the audit, once for each of `targets` (interrupts, a turn...)."""
+        session = await self._stored(session_id)
         if session is None or not may_see(caller, session.owner):
+            await self._not_found(caller, session_id, session, act, targets)
             raise SessionNotFound(session_id)
         return session
 
-    async def decidable(self, caller: Principal, session_id: str) -> SessionRecord:
+    async def decidable(
+        self, caller: Principal, session_id: str, act: str | None = None, targets: Sequence[str] = ()
+    ) -> SessionRecord:
         """The session, if `caller` may see it or approves for its agent (then only its
-        interrupts); anything else is not found."""
-        if not is_session_id(session_id):
-            raise SessionNotFound(session_id)
-        session = await self._store.get_session(SessionId(session_id))
+        interrupts); anything else is not found (and recorded with `act`, as `visible` does)."""
+        session = await self._stored(session_id)
         agent = self._agents.get(session.agent) if session is not None else None
         if session is None or not (may_see(caller, session.owner) or (agent and is_approver(caller, agent))):
+            await self._not_found(caller, session_id, session, act, targets)
             raise SessionNotFound(session_id)
         return session
+
+    async def refuse_unseen(self, caller: Principal, session_id: str, act: str) -> None:
+        """Record `act` on a session `caller` was told is not found (see `visible`)."""
+        await self._not_found(caller, session_id, await self._stored(session_id), act, ())
+
+    async def _stored(self, session_id: str) -> SessionRecord | None:
+        return await self._store.get_session(SessionId(session_id)) if is_session_id(session_id) else None
+
+    async def _not_found(
+        self,
+        caller: Principal,
+        session_id: str,
+        session: SessionRecord | None,
+        act: str | None,
+        targets: Sequence[str],
+    ) -> None:
+        if act is None:
+            return  # a read: not an act the trail records
+        if not is_session_id(session_id):
+            why = "not a session id"
+        elif session is None:
+            why = "no such session"
+        else:
+            why = f"a session of {session.owner}"
+        await self._audit.not_found(caller, act, session_id, targets, why)
 
     def verdict(self, caller: Principal, session: SessionRecord, path: DecisionPath) -> Verdict:
         agent = self._agents.get(session.agent)
@@ -91,6 +128,7 @@ class SessionAccess:
         elif verdict == "approvers_only":
             error = ApproversOnly(session.agent, session.id)
         else:
+            await self._audit.not_found(caller, action, session.id, targets, f"a session of {session.owner}")
             raise SessionNotFound(session.id)
         for target in targets or [""]:
             await self._audit.refused(caller, action, session.id, target or None, str(error))
@@ -127,6 +165,29 @@ class SessionAccess:
             for p in found
             if p.owner == caller.id or self._verdict_for(caller, p.agent, p.owner) == "allowed"
         ]
+
+    def decider(self, caller: Principal, agent_name: str, owner: str) -> Decider:
+        """Whether `caller` may decide the interrupts of `owner`'s session of agent `agent_name` by
+        the tools or /v1, else who does."""
+        agent = self._agents.get(agent_name)
+        if agent is None:
+            # An agent no longer configured: its sessions' owners decide, as `verdict` says.
+            mine = may_see(caller, owner)
+            return Decider(mine, None if mine else f"{owner}, whose session it is")
+        verdict = decision_verdict(caller, agent, owner, "tool")
+        if verdict == "allowed":
+            return Decider(True)
+        if verdict == "approvers_only" and agent.approvers is not None:
+            scopes = [f"a caller with scope {s}" for s in agent.approvers.scopes]
+            members = ", ".join(agent.approvers.principals + scopes)
+            return Decider(False, f"the approvers of agent '{agent.name}': {members}")
+        if verdict == "human_only":
+            return Decider(
+                False,
+                f"a person, answering where their MCP client asks them (agent '{agent.name}' takes "
+                "decisions only from a person), or an operator on the server (parley approve)",
+            )
+        return Decider(False, f"{owner}, whose session it is")
 
     def _verdict_for(self, caller: Principal, agent_name: str, owner: str) -> Verdict:
         agent = self._agents.get(agent_name)

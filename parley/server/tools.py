@@ -369,7 +369,7 @@ def build_mcp_server(
 
         async def work() -> CallToolResult:
             found = await service.list_pending(caller_of(ctx), limit)
-            view = PendingList(pending=[pending_item(p) for p in found])
+            view = PendingList(pending=[pending_item(p, service.decider(caller_of(ctx), p)) for p in found])
             return ok(view, render_pending_list(view))
 
         return await guarded("list_pending", work)

@@ -294,8 +294,9 @@ class JsonEndpoints:
         return _json(DeleteSessionResult(session_id=session_id, status=status))
 
     async def _pending(self, request: Request) -> Response:
-        found = await self._service.list_pending(caller(request), _int_param(request, "limit", 1, 200) or 50)
-        return _json(PendingList(pending=[pending_item(p) for p in found]))
+        who = caller(request)
+        found = await self._service.list_pending(who, _int_param(request, "limit", 1, 200) or 50)
+        return _json(PendingList(pending=[pending_item(p, self._service.decider(who, p)) for p in found]))
 
     async def _agents(self, request: Request) -> Response:
         described = await self._service.describe_agents(caller(request))

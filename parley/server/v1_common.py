@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from parley.server.auth_tokens import principal_of
 logger = logging.getLogger(__name__)
 
 PROBLEM_TYPE = "application/problem+json"
+# A stream position as this server writes it (a bigint fits 18 digits whatever they are).
+_POSITION = re.compile(r"[0-9]{1,18}")
 # Longest User-Agent kept as the audit's client name.
 CLIENT_CHARS = 100
 
@@ -193,13 +196,12 @@ def event_position(request: Request) -> int | None:
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
     if raw == "latest":
         return None
-    try:
-        position = int(raw)
-    except ValueError:
+    # Plain ASCII digits only: int() would also take "1_000", " 3", "+3" and other scripts' digits,
+    # positions this server never sends.
+    if not _POSITION.fullmatch(raw):
         raise BadRequest(
-            "Last-Event-ID / after must be an event number from this stream (or after=latest), "
-            f"got {raw[:40]!r}"
-        ) from None
-    if position < 0:
-        raise BadRequest("Last-Event-ID / after must be 0 or more")
+            "Last-Event-ID / after must be an event number from this stream, plain digits 0-9 such as 42 "
+            f"(or after=latest), got {raw[:40]!r}"
+        )
+    position = int(raw)
     return position

@@ -99,12 +99,15 @@ class SessionStream:
             after = await self._ctx.events.latest_seq(session.id)
         streams = self._ctx.streams
         return SseResponse(
-            self._frames(who, session.id, after),
+            self._frames(who, session, after),
             slow_client_s=streams.slow_client_s,
             cut_off=cut_off_frame(streams.slow_client_s),
         )
 
-    async def _frames(self, who: Principal, session_id: SessionId, after: int) -> AsyncGenerator[bytes, None]:
+    async def _frames(
+        self, who: Principal, session: SessionRecord, after: int
+    ) -> AsyncGenerator[bytes, None]:
+        session_id = session.id
         yield f"retry: {RECONNECT_MS}\n\n".encode()
         follow = self._ctx.events.follow(session_id, after, self._ctx.streams.heartbeat_s)
         async with aclosing(follow) as items:
@@ -127,7 +130,12 @@ class SessionStream:
                     yield frame(await self._state(who, session_id, item.latest_seq), event_id=item.latest_seq)
                 else:
                     for event in item.events:
-                        yield frame(event_json(event, item), event_id=event.seq)
+                        shown = event_json(event, item)
+                        if event.kind == "interrupt_raised":
+                            # Whether this caller may decide it (else who does), as /v1/pending says.
+                            decider = self._ctx.service.decider(who, session)
+                            shown |= {"may_decide": decider.may_decide, "decided_by": decider.decided_by}
+                        yield frame(shown, event_id=event.seq)
 
     async def _still_there(self, who: Principal, session_id: SessionId) -> bool:
         try:
@@ -199,7 +207,9 @@ class OwnerStream:
                         {**session_summary(s).model_dump(mode="json"), "latest_seq": positions.get(s.id, 0)}
                         for s in active
                     ],
-                    "pending": [pending_item(p).model_dump(mode="json") for p in pending],
+                    "pending": [
+                        pending_item(p, service.decider(who, p)).model_dump(mode="json") for p in pending
+                    ],
                 }
             )
             approving: dict[SessionId, int] = {}

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from parley.config import AgentConfig, Memory
 from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
+from parley.runtime.session_access import Decider
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (
     AuditRecord,
@@ -276,6 +277,14 @@ class PendingItem(BaseModel):
     agent: str
     owner: str = Field(description="Whose session it is.")
     interrupt: PendingView
+    may_decide: bool | None = Field(
+        None,
+        description=(
+            "Whether you may decide it with approve / answer_question (or /v1): false when only "
+            "someone else may (see decided_by)."
+        ),
+    )
+    decided_by: str | None = Field(None, description="Who decides it, when you may not.")
 
 
 class PendingList(BaseModel):
@@ -461,10 +470,12 @@ def decision_view(entry: AuditRecord) -> DecisionView:
     )
 
 
-def pending_item(found: PendingInterrupt) -> PendingItem:
+def pending_item(found: PendingInterrupt, decider: Decider | None = None) -> PendingItem:
     return PendingItem(
         session_id=found.interrupt.session_id,
         agent=found.agent,
         owner=found.owner,
         interrupt=pending_view(found.interrupt),
+        may_decide=decider.may_decide if decider is not None else None,
+        decided_by=decider.decided_by if decider is not None else None,
     )

@@ -6,7 +6,8 @@ import { api, sessionPath } from './api.js';
 import { el, pretty, say, when } from './dom.js';
 
 /**
- * `item`: {session_id, agent?, owner?, interrupt}; `onDecided()` after the decision was taken.
+ * `item`: {session_id, agent?, owner?, interrupt, may_decide?, decided_by?}; `onDecided()` after
+ * the decision was taken.
  * Refusals (an agent that takes decisions only from a person, a conflicting decision) are shown
  * on the card, and the card stays.
  */
@@ -50,6 +51,15 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
       el('p', { class: 'muted', text: `effect: ${interrupt.effect || 'unknown'}` }),
       el('pre', { class: 'arguments', text: pretty(interrupt.arguments || {}) }),
     );
+  } else {
+    card.append(el('p', { class: 'decision-title question-text', text: interrupt.question || '' }));
+  }
+  // The server says when someone else decides (the agent's approvers, or only a person in an
+  // MCP client): then the card says who, and offers no buttons that would be refused.
+  if (item.may_decide === false) {
+    card.classList.add('not-mine');
+    card.append(el('p', { class: 'decided-by muted', text: `Decided by ${item.decided_by || 'someone else'}.` }));
+  } else if (interrupt.kind === 'approval') {
     const reason = el('input', {
       class: 'reason',
       type: 'text',
@@ -76,7 +86,6 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
     buttons.push(approve, reject);
     card.append(el('div', { class: 'decision-actions' }, reason, approve, reject));
   } else {
-    card.append(el('p', { class: 'decision-title question-text', text: interrupt.question || '' }));
     const actions = el('div', { class: 'decision-actions' });
     for (const choice of interrupt.choices || []) {
       const button = el('button', {

@@ -275,7 +275,12 @@ const HANDLERS = {
     const interrupt = event.interrupt;
     if (!interrupt) return;
     const slot = el('div', { class: 'interrupt', data: { turnId: event.turn_id } });
-    const card = decisionCard({ session_id: event.session_id, interrupt });
+    const card = decisionCard({
+      session_id: event.session_id,
+      interrupt,
+      may_decide: event.may_decide,
+      decided_by: event.decided_by,
+    });
     slot.append(el('ul', { class: 'inline-decision' }, card));
     this.interrupts.set(interrupt.id, slot);
     this.undecided.add(interrupt.id);
