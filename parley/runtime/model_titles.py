@@ -55,7 +55,7 @@ class ModelTitles:
         """Queue a title call; False when too many wait (the caller titles the session itself)."""
         try:
             self._send.send_nowait(_Request(session_id, agent.model, message))
-        except anyio.WouldBlock:
+        except (anyio.WouldBlock, anyio.ClosedResourceError):
             return False
         return True
 
@@ -82,7 +82,8 @@ class ModelTitles:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        async with self._receive:
+        # Both ends close with the loop, so a stopped app leaves no stream open behind it.
+        async with self._send, self._receive:
             async for request in self._receive:
                 title = await self.title(request)
                 if title is None:
