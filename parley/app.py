@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -81,6 +81,18 @@ class ShutdownPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class Seams:
+    """What may be swapped in the composition root without changing its wiring. `parley serve`
+    takes the defaults; parley.testing swaps them (a clock a test moves, a scripted model, armed
+    fault points)."""
+
+    clock: Callable[[], float] = time.time
+    # Every model call goes to this one instead of the configured providers.
+    model: ModelClient | None = None
+    faults: FaultPoints = field(default_factory=FaultPoints)
+
+
+@dataclass(frozen=True, slots=True)
 class App:
     service: SessionService
     scheduler: Scheduler
@@ -92,6 +104,8 @@ class App:
     events: SessionEvents
     metrics: RuntimeMetrics
     shutdown: ShutdownPlan
+    signals: SessionSignals
+    clock: Callable[[], float]
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -127,12 +141,15 @@ class ModelClients:
     agents that change while the server runs, and earlier versions that turns still run on, may
     name a model no agent named at start."""
 
-    def __init__(self, http: httpx2.AsyncClient) -> None:
+    def __init__(self, http: httpx2.AsyncClient, every: ModelClient | None = None) -> None:
         self._http = http
+        self._every = every
         self._demo = DemoModelClient()
         self._clients: dict[tuple[str, str | None, str | None], ModelClient] = {}
 
     def __call__(self, spec: ModelSpec, owner: str = "a turn") -> ModelClient:
+        if self._every is not None:
+            return self._every
         if spec.provider not in ("anthropic", "openai"):
             return self._demo
         found = self._clients.get((spec.provider, spec.base_url, spec.api_key_env))
@@ -152,10 +169,12 @@ class ModelClients:
         return client
 
 
-def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> ModelClients:
+def build_models(
+    config: ServerConfig, http: httpx2.AsyncClient, every: ModelClient | None = None
+) -> ModelClients:
     """The model clients, those of the configured agents and models made now (so a missing key
-    is reported at start)."""
-    models = ModelClients(http)
+    is reported at start); `every`: the one client of every call instead."""
+    models = ModelClients(http, every)
     for name, agent in config.agents.items():
         models(agent.model, f"agent {name}")
     # Models a caller may pick by name in session settings.
@@ -165,14 +184,17 @@ def build_models(config: ServerConfig, http: httpx2.AsyncClient) -> ModelClients
 
 
 @asynccontextmanager
-async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> AsyncIterator[App]:
+async def running_app(
+    config: ServerConfig, tracing: Tracing | None = None, seams: Seams | None = None
+) -> AsyncIterator[App]:
     """Open the store and run the scheduler for as long as the context is open.
 
     Leaving the context drains: running steps may finish within the shutdown grace period,
     then every driver stops where it is and releases its lease, so the next process resumes
     the unfinished turns at once.
     """
-    clock = time.time
+    seams = seams or Seams()
+    clock = seams.clock
     for notice in config.agent_notices:
         level = logging.INFO if isinstance(notice, ConfigNote) else logging.WARNING
         logger.log(level, "%s", notice)
@@ -193,7 +215,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
             max_driven_sessions=runtime.max_driven_sessions,
         )
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
-        models = build_models(config, http)
+        models = build_models(config, http, seams.model)
         sources = McpToolSources(config.mcp_servers, __version__)
         toolbox = Toolbox(sources)
         agents = AgentCatalog(config.agents, store)
@@ -204,7 +226,7 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
             models=models,
             toolbox=toolbox,
             signals=signals,
-            faults=FaultPoints(config.fault),
+            faults=seams.faults,
             catalog=config.models,
             process_id=process_id,
             timings=timings,
@@ -279,6 +301,8 @@ async def running_app(config: ServerConfig, tracing: Tracing | None = None) -> A
                     events=SessionEvents(store, signals, watch),
                     metrics=metrics,
                     shutdown=shutdown,
+                    signals=signals,
+                    clock=clock,
                 )
             finally:
                 with anyio.CancelScope(shield=True):
@@ -299,7 +323,7 @@ def _state_keys(config: ServerConfig) -> list[str] | None:
     return [k.strip() for k in raw.split(",") if k.strip()] if raw else None
 
 
-async def _mcp_server(config: ServerConfig, app: App, background: TaskGroup) -> MCPServer[Any]:
+async def mcp_server(config: ServerConfig, app: App, background: TaskGroup) -> MCPServer[Any]:
     """The MCP server. `background` runs what outlives a request (task status pushes, the relay of
     log records to clients) until it is cancelled."""
 
@@ -329,11 +353,15 @@ async def _on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None])
 
 
 async def serve_stdio(
-    config: ServerConfig, ready_hint: str | None = None, *, tracing: Tracing | None = None
+    config: ServerConfig,
+    ready_hint: str | None = None,
+    *,
+    tracing: Tracing | None = None,
+    seams: Seams | None = None,
 ) -> None:
     """Serve over stdio until stdin closes or a signal arrives; `ready_hint` goes to stderr once listening."""
-    async with running_app(config, tracing) as app, anyio.create_task_group() as tg:
-        server = await _mcp_server(config, app, tg)
+    async with running_app(config, tracing, seams) as app, anyio.create_task_group() as tg:
+        server = await mcp_server(config, app, tg)
         await tg.start(_on_signal, tg.cancel_scope.cancel)
         if ready_hint:
             sys.stderr.write(ready_hint)
@@ -360,38 +388,60 @@ async def serve_http(
     on_listening: Callable[[str, int], Awaitable[None]] | None = None,
     *,
     tracing: Tracing | None = None,
+    seams: Seams | None = None,
 ) -> None:
-    if config.auth.mode == "tokens" and config.token_problems:
-        raise ConfigErrors(list(config.token_problems))
-    check_bind(host, insecure_bind, config.auth.authenticates)
+    check_http(config, host, insecure_bind)
     # Bound before the store opens, so a port in use is reported before anything starts.
     listener = bind_listener(host, port)
     with listener:
-        async with (
-            running_app(config, tracing) as app,
-            # The authorization server's keys and introspection; never a caller's token elsewhere.
-            httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
-            anyio.create_task_group() as tg,
-        ):
-            server = await _mcp_server(config, app, tg)
-            auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
-            uv = QuietUvicorn(
-                uvicorn_config(
-                    build_http_app(
-                        server, host, app.health, config.http, auth, _v1(config, app), _metrics(app)
-                    ),
-                    config.http,
-                    multi_user=auth is not None,
-                )
-            )
-
-            def stop() -> None:
-                uv.should_exit = True
-
-            await tg.start(_on_signal, stop)
-            tg.start_soon(_announce, uv, listener, on_listening)
-            await uv.serve(sockets=[listener])
+        async with running_app(config, tracing, seams) as app, anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            await tg.start(_on_signal, stop.set)
+            await serve_app_http(config, app, listener, stop, on_listening, host)
             tg.cancel_scope.cancel()
+
+
+def check_http(config: ServerConfig, host: str, insecure_bind: bool) -> None:
+    """What must hold before serving HTTP: the configured tokens, and a bind that is safe."""
+    if config.auth.mode == "tokens" and config.token_problems:
+        raise ConfigErrors(list(config.token_problems))
+    check_bind(host, insecure_bind, config.auth.authenticates)
+
+
+async def serve_app_http(
+    config: ServerConfig,
+    app: App,
+    listener: socket.socket,
+    stop: anyio.Event,
+    on_listening: Callable[[str, int], Awaitable[None]] | None = None,
+    host: str | None = None,
+) -> None:
+    """Serve `app` over HTTP (/mcp, /healthz, /v1, /ui, /metrics) on `listener` until `stop` is
+    set; `host` as the operator named it (--host), else the listener's address."""
+    host = host or str(listener.getsockname()[0])
+    async with (
+        # The authorization server's keys and introspection; never a caller's token elsewhere.
+        httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
+        anyio.create_task_group() as tg,
+    ):
+        server = await mcp_server(config, app, tg)
+        auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
+        uv = QuietUvicorn(
+            uvicorn_config(
+                build_http_app(server, host, app.health, config.http, auth, _v1(config, app), _metrics(app)),
+                config.http,
+                multi_user=auth is not None,
+            )
+        )
+
+        async def stop_when_asked() -> None:
+            await stop.wait()
+            uv.should_exit = True
+
+        tg.start_soon(stop_when_asked)
+        tg.start_soon(_announce, uv, listener, on_listening)
+        await uv.serve(sockets=[listener])
+        tg.cancel_scope.cancel()
 
 
 def _metrics(app: App) -> MetricsSources:

@@ -12,6 +12,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -26,6 +27,9 @@ from parley.config import (
 )
 from parley.config_agents import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
+
+if TYPE_CHECKING:
+    from parley.app import Seams
 
 # Static tokens start with this, so secret scanners and people recognise one.
 TOKEN_PREFIX = "parley_"
@@ -65,13 +69,24 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"parley {__version__}: serving MCP at {http_url(bound_host, bound_port)}\n")
             sys.stderr.flush()
 
-        anyio.run(partial(serve_http, config, host, port, args.insecure_bind, announce, tracing=tracing))
+        anyio.run(
+            partial(
+                serve_http,
+                config,
+                host,
+                port,
+                args.insecure_bind,
+                announce,
+                tracing=tracing,
+                seams=args.seams,
+            )
+        )
         return 0
     hint = None
     if sys.stdin.isatty():
         exe = Path(sys.argv[0]).resolve() if sys.argv[0] else "parley"
         hint = CONNECT_HINT.format(version=__version__, db=config.db_label, exe=exe)
-    anyio.run(partial(serve_stdio, config, hint, tracing=tracing))
+    anyio.run(partial(serve_stdio, config, hint, tracing=tracing, seams=args.seams))
     return 0
 
 
@@ -479,8 +494,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, seams: Seams | None = None) -> int:
+    """The command line; `seams`: what `serve` swaps in its composition root (parley.testing's
+    entry point arms fault points with it; `parley` itself passes none)."""
     args = build_parser().parse_args(argv)
+    args.seams = seams
     level = getattr(args, "log_level", "WARNING")
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

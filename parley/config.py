@@ -861,8 +861,6 @@ class ServerConfig:
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
     models: dict[str, ModelSpec] = field(default_factory=dict)
     config_path: Path | None = None
-    # Test-only (see parley/runtime/faults.py): where to kill the process.
-    fault: str | None = None
     agent_files: dict[str, Path] = field(default_factory=dict)
     db_url: str | None = None
     auth: AuthConfig = field(default_factory=AuthConfig)
@@ -1303,7 +1301,6 @@ def _load(
         mcp_servers=file_cfg.mcp_servers,
         models=file_cfg.models,
         config_path=config_path,
-        fault=os.environ.get("PARLEY_FAULT") or None,
         agent_files=agent_files,
         auth=file_cfg.auth,
         tokens=tokens,

@@ -26,12 +26,16 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp import Client
 from mcp.shared.message import SessionMessage
 
+from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S
+from parley.testing import DEADLINE_S, call, call_error, eventually
+
+# Re-exported: the e2e modules import these from here.
+__all__ = ["CALL_DEADLINE_S", "call", "call_error", "eventually"]
+
 # One deadline for every wait in the tests (a state to be reached, a process to start or exit, a
-# lock to be free); generous for subprocesses on 2 cores. Every other wait derives from it.
-TEST_DEADLINE_S = float(os.environ.get("PARLEY_TEST_DEADLINE", "30"))
-# A tool call may wait on the server for up to the configured wait (max_wait_s below, the same
-# deadline) and then needs the deadline again to come back.
-CALL_DEADLINE_S = 2 * TEST_DEADLINE_S
+# lock to be free): parley.testing's, which users' tests wait with too. Every other wait derives
+# from it; a tool call may wait on the server up to it and then needs it again to come back.
+TEST_DEADLINE_S = DEADLINE_S
 # How long a state must last for a test to see it before it passes by itself (a model call that
 # the test steers, a durable timer it watches): a test cannot hold these, so they get a share of
 # the deadline rather than a guess at how fast the machine is.
@@ -216,7 +220,9 @@ class ServerProcess:
         port: int = 0,
         log_level: str = "DEBUG",
         args: tuple[str, ...] = (),
+        fault: str | None = None,
     ) -> None:
+        """`fault`: POINT[:TEXT], where the process kills itself (python -m parley.testing.serve)."""
         self.config_path = config_path
         self.args = args
         self.http = http
@@ -225,6 +231,7 @@ class ServerProcess:
         self.port = port
         self.log_level = log_level
         self.extra_env = env or {}
+        self.fault = fault
         self.url: str | None = None
         self.log_path = config_path.parent / f"{name}.{os.getpid()}.{id(self)}.log"
         self._process: Process | None = None
@@ -248,7 +255,8 @@ class ServerProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.extra_env}
         env.pop("PARLEY_DB", None)
         self._log = self.log_path.open("ab")
-        command = [sys.executable, "-m", "parley", "serve", "--config", str(self.config_path)]
+        entry = ["-m", "parley.testing.serve", "--fault", self.fault] if self.fault else ["-m", "parley"]
+        command = [sys.executable, *entry, "serve", "--config", str(self.config_path)]
         command += ["--log-level", self.log_level] + (["--db", self.db] if self.db else [])
         command += list(self.args)
         if self.http:
@@ -432,36 +440,6 @@ async def serving(
                 yield world(server, config_path.parent, client)
         if clean_log:
             assert "Traceback" not in server.log(), server.log()
-
-
-async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    """Call a tool that must succeed; return its structured content."""
-    with anyio.fail_after(CALL_DEADLINE_S):
-        result = await client.call_tool(tool, arguments)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    assert not result.is_error, f"{tool} failed: {text}"
-    assert result.structured_content is not None
-    return dict(result.structured_content)
-
-
-async def call_error(client: Client, tool: str, **arguments: Any) -> str:
-    """Call a tool that must be refused; return its error text."""
-    with anyio.fail_after(TEST_DEADLINE_S):
-        result = await client.call_tool(tool, arguments)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    assert result.is_error, f"{tool} should have been refused but returned: {text}"
-    return text
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], what: str, interval_s: float = 0.05) -> None:
-    """Poll `check` until it is true, failing after the test deadline."""
-    try:
-        with anyio.fail_after(TEST_DEADLINE_S):
-            # The state lives in another process (its database rows); there is no event to await.
-            while not await check():  # noqa: ASYNC110
-                await anyio.sleep(interval_s)
-    except TimeoutError:
-        raise AssertionError(f"timed out after {TEST_DEADLINE_S}s waiting for {what}") from None
 
 
 async def until_listening(url: str, what: str, check_alive: Callable[[], None] | None = None) -> None:

@@ -21,12 +21,12 @@ from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.agent_catalog import AgentCatalog, definition_of, version_of
 from parley.runtime.agent_reload import AgentReloader
 from parley.runtime.model import ModelResponse, RequestedCall
-from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.base import Resolution
 from parley.storage.memory import open_memory_store
 from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.ports import Store
+from parley.testing.model import ScriptedModelClient
 from tests.driver_support import drive, service, started_session
 from tests.support import TEST_DEADLINE_S
 

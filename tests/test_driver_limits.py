@@ -17,7 +17,6 @@ from parley.runtime.builtin_tools import WRITE_TODOS
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.machine import model_call_limit_reason
 from parley.runtime.model import ModelClient, ModelRequest, ModelResponse, RequestedCall
-from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import starting
@@ -25,6 +24,7 @@ from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord, 
 from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
 from parley.storage.sqlite import open_sqlite_store
+from parley.testing.model import ScriptedModelClient
 from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,5 @@
 """Crash safety, step by step: the server kills itself (SIGKILL) at a named point of a step
-(the PARLEY_FAULT hook), restarts on the same database, and the documented outcome holds."""
+(python -m parley.testing.serve --fault), restarts on the same database, and the documented outcome holds."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def setup(tmp_path: Path, database: Database) -> Setup:
 
 async def _crash_at(setup: Setup, fault: str, message: str) -> str:
     """Send `message` to a server armed to die at `fault`; return the session id once it died."""
-    doomed = ServerProcess(setup.config, name="doomed", env={"PARLEY_FAULT": fault}, db=setup.db.db_arg)
+    doomed = ServerProcess(setup.config, name="doomed", fault=fault, db=setup.db.db_arg)
     mark = uuid.uuid4().hex
     async with doomed as server, server.client() as client:
         # The turn runs as soon as the message is stored, and the server may die at `fault`
@@ -152,9 +152,7 @@ async def test_crash_during_compaction_repeats_only_the_summary(setup: Setup) ->
     async with running_server(setup.config, name="first", db=setup.db.db_arg) as (_, client):
         first = await call(client, "start_session", agent="squeezed", message=long_text)
     sid = first["session_id"]
-    doomed = ServerProcess(
-        setup.config, name="doomed", env={"PARLEY_FAULT": "compacting"}, db=setup.db.db_arg
-    )
+    doomed = ServerProcess(setup.config, name="doomed", fault="compacting", db=setup.db.db_arg)
     async with doomed as server, server.client() as client:
         # The turn starts as soon as the message is stored, and the server may die at the summary
         # before its answer to this call is written: the restart below shows what was kept.

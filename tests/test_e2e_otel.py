@@ -227,7 +227,7 @@ async def test_a_turn_resumed_after_sigkill_joins_the_callers_trace_and_content_
     traceparent, trace_id, _ = _traceparent()
     mark = uuid.uuid4().hex
     message = '/tool fixture__read_thing {"name": "' + SECRET_PROMPT + '"}'
-    doomed = ServerProcess(config, name="doomed", env={**env, "PARLEY_FAULT": "model_committed"})
+    doomed = ServerProcess(config, name="doomed", env=env, fault="model_committed")
     async with doomed as server, server.client() as client:
         with contextlib.suppress(MCPError):
             arguments = {"agent": "worker", "message": message, "wait_seconds": 0, "client_message_id": mark}

@@ -24,11 +24,11 @@ from parley.ids import SessionId
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.builtin_tools import ASK_USER
 from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec
-from parley.runtime.scripted_model import ScriptedModelClient
 from parley.runtime.service import SessionService
 from parley.runtime.toolbox import Binding, Offer
 from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
+from parley.testing.model import ScriptedModelClient
 from tests.driver_support import drive as drive_once
 from tests.driver_support import service, started_session
 

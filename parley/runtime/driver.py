@@ -96,7 +96,7 @@ class SessionDriver:
             process_id=process_id,
             timings=timings,
             clock=clock,
-            faults=faults or FaultPoints(None),
+            faults=faults or FaultPoints(),
             tracing=tracing or Tracing(),
             metrics=metrics or RuntimeMetrics(),
         )
@@ -338,7 +338,7 @@ class SessionDriver:
         )
 
         if isinstance(action, FinishTurn):
-            self._ctx.faults.hit("turn_finishing", action.answer or "")
+            await self._ctx.faults.hit("turn_finishing", action.answer or "")
             await self._finish(control, session, turn_id, action)
             return
         if only_finish:

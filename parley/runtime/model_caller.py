@@ -194,7 +194,7 @@ class _ModelView:
         if new_summary is None:
             self._caller._compaction_failures[self._turn.id] = failures + 1
             return chat
-        self._caller._ctx.faults.hit("compacting", self._session.id)
+        await self._caller._ctx.faults.hit("compacting", self._session.id)
         await self._transcript.save_summary(
             self._lease, self._turn.id, plan.upto_seq, new_summary, self._caller._ctx.clock()
         )
@@ -369,7 +369,7 @@ class ModelCaller:
         if ending is not None and not new_calls:
             # The turn's answer, as the driver's next step would find it (machine.next_action).
             end = ending(FinishTurn("answered", response.text, None))
-            self._ctx.faults.hit("turn_finishing", response.text)
+            await self._ctx.faults.hit("turn_finishing", response.text)
             with anyio.CancelScope(shield=True):
                 control.letting_go = True  # the keeper must not take a lease let go for a lost one
                 ended, rested = False, None
@@ -384,7 +384,7 @@ class ModelCaller:
         else:
             # Committed in one transaction: the answer, the calls it asked for, and its usage.
             await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
-        self._ctx.faults.hit("model_committed", response.text)
+        await self._ctx.faults.hit("model_committed", response.text)
         return None
 
     async def complete(

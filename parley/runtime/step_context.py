@@ -38,7 +38,7 @@ class StepContext:
     process_id: str
     timings: DriveSettings
     clock: Callable[[], float]
-    faults: FaultPoints = field(default_factory=lambda: FaultPoints(None))
+    faults: FaultPoints = field(default_factory=FaultPoints)
     tracing: Tracing = field(default_factory=Tracing)
     metrics: RuntimeMetrics = field(default_factory=RuntimeMetrics)
     steps: SessionSteps = field(init=False)

@@ -153,7 +153,7 @@ class ToolRunner:
             call.name,
             extra=about(session),
         )
-        self._ctx.faults.hit("interrupt_raised", call.name)
+        await self._ctx.faults.hit("interrupt_raised", call.name)
 
     async def _start_timer(
         self, session: SessionRecord, call: ToolCallRecord, lease: str, now: float
@@ -222,7 +222,7 @@ class ToolRunner:
                         "%s; call %s is left for the next process", exc, call.id, extra=about(session)
                     )
                     return
-            self._ctx.faults.hit("tool_ran", call.name)
+            await self._ctx.faults.hit("tool_ran", call.name)
             server = call.server or "builtin"
             self._ctx.metrics.tool_seconds.labels(server).observe(anyio.current_time() - started)
             self._ctx.metrics.tool_calls.labels(server, run.status).inc()

@@ -1,0 +1,220 @@
+"""The whole of parley in the test's own process: the composition root of `parley serve`, on
+SQLite in a temporary folder unless told otherwise, with clients bound to it in memory (MCP) and
+over a real loopback socket (HTTP: /mcp, /v1, /ui, /metrics and the auth gate)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import yaml
+from anyio.abc import TaskGroup
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+
+from parley.app import App, Seams, check_http, mcp_server, running_app, serve_app_http
+from parley.config import ServerConfig, load_config
+from parley.runtime.faults import FaultPoints
+from parley.runtime.model import ModelClient
+from parley.server.http import bind_listener
+from parley.testing.clock import ManualClock
+from parley.testing.waiting import DEADLINE_S
+
+# Timings that make a test's turns, leases and waits quick (parley.yaml's `runtime:`).
+FAST_RUNTIME: dict[str, Any] = {
+    "poll_interval_s": 0.1,
+    "lease_ttl_s": 1.0,
+    "default_wait_s": DEADLINE_S,
+    "max_wait_s": DEADLINE_S,
+    "shutdown_grace_s": 1.0,
+    "progress_interval_s": 0.2,
+}
+
+ConfigSource = ServerConfig | Path | str | Mapping[str, Any] | None
+
+
+@dataclass
+class HttpEndpoint:
+    """The app served over HTTP in this process: `url` is /mcp, `base_url` the rest."""
+
+    base_url: str
+
+    @property
+    def url(self) -> str:
+        return self.base_url + "/mcp"
+
+    def client(self, token: str | None = None, **options: Any) -> httpx2.AsyncClient:
+        """An HTTP client for /v1, /ui, /metrics and /healthz, with `token` as its bearer."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx2.AsyncClient(base_url=self.base_url, headers=headers, timeout=DEADLINE_S, **options)
+
+
+@dataclass
+class ParleyUnderTest:
+    """A running parley: its `app` (service, store...), its configuration and folder, and the
+    ways in. Made by `parley_app`; usable only inside it."""
+
+    app: App
+    config: ServerConfig
+    directory: Path
+    _mcp: MCPServer[Any]
+    _tasks: TaskGroup
+    _log: list[str]
+    _clock: ManualClock | None
+    _http: HttpEndpoint | None = None
+    _stop_http: anyio.Event = field(default_factory=anyio.Event)
+
+    @asynccontextmanager
+    async def mcp(self, mode: str = "auto") -> AsyncIterator[Client]:
+        """An MCP client bound to this parley in memory: `legacy` speaks 2025-11-25 (initialize),
+        `auto` the newest generation both sides know; the caller is the local user."""
+        async with Client(self._mcp, mode=mode) as client:
+            yield client
+
+    async def http(self) -> HttpEndpoint:
+        """Serve this parley over HTTP on an ephemeral loopback port (once; later calls return the
+        same endpoint), through the same app, limits and auth gate as `parley serve --http`."""
+        if self._http is None:
+            host = self.config.http.host if self.config.http.host != "0.0.0.0" else "127.0.0.1"
+            check_http(self.config, host, insecure_bind=False)
+            listener = bind_listener(host, 0)
+            listening = anyio.Event()
+
+            async def announced(bound_host: str, port: int) -> None:
+                listening.set()
+
+            async def serve() -> None:
+                with listener:
+                    await serve_app_http(self.config, self.app, listener, self._stop_http, announced, host)
+
+            bound_host, port = listener.getsockname()[:2]
+            self._tasks.start_soon(serve)
+            with anyio.fail_after(DEADLINE_S):
+                await listening.wait()
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            self._http = HttpEndpoint(f"http://{shown}:{port}")
+        return self._http
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock (parley_app(clock=ManualClock())) and wake the scheduler, so what is due
+        now (a durable wait, a deadline) happens without waiting it out."""
+        if self._clock is None:
+            raise RuntimeError("parley_app was started on the real clock: pass clock=ManualClock()")
+        self._clock.advance(seconds)
+        self.app.signals.everything_changed()
+
+    def log(self) -> str:
+        """What parley logged while it ran, one line a record (level, logger, message)."""
+        return "\n".join(self._log)
+
+
+@asynccontextmanager
+async def parley_app(
+    config: ConfigSource = None,
+    *,
+    db: Path | str | None = None,
+    agents: Mapping[str, Mapping[str, Any]] | None = None,
+    directory: Path | None = None,
+    model: ModelClient | None = None,
+    clock: ManualClock | Callable[[], float] | None = None,
+    faults: FaultPoints | None = None,
+) -> AsyncIterator[ParleyUnderTest]:
+    """Run parley in this process for as long as the context is open.
+
+    `config`: a loaded `ServerConfig`, the path of a parley.yaml, or what a parley.yaml would hold
+    (a mapping; fast runtime timings are added under it); None: the embedded defaults.
+    `db`: a SQLite file or a PostgreSQL URL instead of the configured store (default: parley.db in
+    `directory`, a temporary folder unless given). `agents`: agent files to write (name -> fields)
+    beside a mapping config. `model`: the model every agent calls (a `ScriptedModel`), instead of
+    the configured providers. `clock`: a `ManualClock` the test moves. `faults`: armed fault points.
+    """
+    async with AsyncExitStack() as stack:
+        if directory is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="parley-test-")))
+        loaded = _load(config, directory, agents, db)
+        log = stack.enter_context(_captured_log())
+        seams = Seams(
+            clock=clock or Seams().clock,
+            model=model,
+            faults=faults or FaultPoints(),
+        )
+        tasks = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(tasks.cancel_scope.cancel)
+        app = await stack.enter_async_context(running_app(loaded, seams=seams))
+        server = await mcp_server(loaded, app, tasks)
+        under_test = ParleyUnderTest(
+            app, loaded, directory, server, tasks, log, clock if isinstance(clock, ManualClock) else None
+        )
+        try:
+            yield under_test
+        finally:
+            under_test._stop_http.set()
+
+
+def write_config(
+    directory: Path, config: Mapping[str, Any], agents: Mapping[str, Mapping[str, Any]] | None = None
+) -> Path:
+    """Write parley.yaml (with fast runtime timings under what `config` sets) and agent files
+    into `directory`; return the path of parley.yaml."""
+    directory.mkdir(parents=True, exist_ok=True)
+    body = dict(config)
+    body["runtime"] = {**FAST_RUNTIME, **dict(body.get("runtime") or {})}
+    body.setdefault("storage", {"path": "parley.db"})
+    path = directory / "parley.yaml"
+    path.write_text(yaml.safe_dump(body))
+    if agents:
+        folder = directory / "configs" / "agents"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, fields in agents.items():
+            (folder / f"{name}.yaml").write_text(yaml.safe_dump({"name": name, **dict(fields)}))
+    return path
+
+
+def _load(
+    config: ConfigSource,
+    directory: Path,
+    agents: Mapping[str, Mapping[str, Any]] | None,
+    db: Path | str | None,
+) -> ServerConfig:
+    if isinstance(config, ServerConfig):
+        if agents or db is not None:
+            raise ValueError("agents= and db= go with a parley.yaml or a mapping, not a loaded ServerConfig")
+        return config
+    if isinstance(config, Path | str):
+        if agents:
+            raise ValueError("agents= goes with a mapping config; put agent files beside your parley.yaml")
+        return load_config(Path(config), db)
+    return load_config(write_config(directory, config or {}, agents), db)
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self._lines = lines
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._lines.append(self.format(record))
+
+
+@contextmanager
+def _captured_log() -> Iterator[list[str]]:
+    """parley's log records (DEBUG and up) while the app runs, as `parley serve` would write them."""
+    lines: list[str] = []
+    handler = _ListHandler(lines)
+    parley_logger = logging.getLogger("parley")
+    level = parley_logger.level
+    parley_logger.setLevel(logging.DEBUG)
+    parley_logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        parley_logger.removeHandler(handler)
+        parley_logger.setLevel(level)
