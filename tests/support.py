@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,10 +24,11 @@ import yaml
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import Client
+from mcp.client._memory import InMemoryTransport  # the SDK's own in-memory pairing (tests only)
 from mcp.shared.message import SessionMessage
 
 from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S
-from parley.testing import DEADLINE_S, call, call_error, eventually
+from parley.testing import DEADLINE_S, ParleyUnderTest, call, call_error, eventually, parley_app
 
 # Re-exported: the e2e modules import these from here.
 __all__ = ["CALL_DEADLINE_S", "call", "call_error", "eventually"]
@@ -345,6 +346,72 @@ class ServerProcess:
             return await self.process.wait()
 
 
+class InProcessServer:
+    """`parley serve` in the test's own process (parley.testing's `parley_app`, the same
+    composition root), for a module that needs no process of its own: the same `client(mode)`,
+    `url`, `base_url`, `log()` and `process_id()` as `ServerProcess`. Without `http` its clients
+    are bound in memory (what stdio carries, without the framing); with it they speak
+    streamable HTTP to a loopback port, through the real limits and guards."""
+
+    def __init__(self, config_path: Path, *, http: bool = False, db: str | None = None, **_: Any) -> None:
+        self.config_path = config_path
+        self.http = http
+        self.db = db
+        self.url: str | None = None
+        self._stack = AsyncExitStack()
+        self._parley: ParleyUnderTest | None = None
+
+    @property
+    def parley(self) -> ParleyUnderTest:
+        assert self._parley is not None, "the server is not started"
+        return self._parley
+
+    @property
+    def base_url(self) -> str:
+        assert self.url is not None, "the server is not served over HTTP"
+        return self.url.removesuffix("/mcp")
+
+    async def __aenter__(self) -> InProcessServer:
+        db: Path | str | None = self.db
+        self._parley = await self._stack.enter_async_context(
+            parley_app(self.config_path, db=db, directory=self.config_path.parent)
+        )
+        if self.http:
+            self.url = (await self._parley.http()).url
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    @property
+    def pid(self) -> int:
+        """This process: the downstream stdio servers parley starts are its children."""
+        return os.getpid()
+
+    def log(self) -> str:
+        return self.parley.log()
+
+    def process_id(self) -> str:
+        return self.parley.app.process_id
+
+    def transport(self) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+        """Read/write streams to the app's MCP server in memory, for clients that speak JSON-RPC
+        by hand (tests/task_client.py), as `ServerProcess.transport` gives them over stdio."""
+        return InMemoryTransport(self.parley.mcp_server)
+
+    @asynccontextmanager
+    async def client(self, mode: str = "auto") -> AsyncIterator[Client]:
+        if self.http:
+            assert self.url is not None
+            async with Client(self.url, mode=mode) as client:
+                await client.list_tools()
+                yield client
+        else:
+            async with self.parley.mcp(mode) as client:
+                await client.list_tools()
+                yield client
+
+
 @asynccontextmanager
 async def message_pump(
     inbound: Callable[[MemoryObjectSendStream[SessionMessage | Exception]], Awaitable[None]],
@@ -384,12 +451,17 @@ async def message_pump(
 
 @asynccontextmanager
 async def running_server(
-    config_path: Path, mode: str = "auto", name: str = "server", http: bool = False, db: str | None = None
-) -> AsyncIterator[tuple[ServerProcess, Client]]:
-    async with (
-        ServerProcess(config_path, name=name, http=http, db=db) as server,
-        server.client(mode) as client,
-    ):
+    config_path: Path,
+    mode: str = "auto",
+    name: str = "server",
+    http: bool = False,
+    db: str | None = None,
+    process: bool = False,
+) -> AsyncIterator[tuple[Any, Client]]:
+    """A parley and one client in `mode`: in this process unless the test needs a `process` of
+    its own (signals, stdio framing, a crash)."""
+    kind = ServerProcess if process else InProcessServer
+    async with kind(config_path, name=name, http=http, db=db) as server, server.client(mode) as client:
         yield server, client
 
 
@@ -398,7 +470,7 @@ class Served:
     """A `parley serve` that a test module starts once: the process, the directory of its
     parley.yaml (its database, its fixture server's log) and the module's client, if it keeps one."""
 
-    server: ServerProcess
+    server: Any  # a ServerProcess, or an InProcessServer
     directory: Path
     connected: Client | None = None
 
@@ -428,11 +500,14 @@ async def serving(
     http: bool = False,
     clean_log: bool = False,
     world: type[ServedT] = Served,  # type: ignore[assignment]  # the default is the bound itself
+    process: bool = False,
 ) -> AsyncIterator[ServedT]:
-    """Start `parley serve` on `config_path` and connect one client in `mode` (None: no client,
-    each test connects its own); yield them as a `world` (a `Served`, or a module's subclass).
-    `clean_log`: on a normal exit the server's log must hold no traceback."""
-    async with ServerProcess(config_path, name=name, http=http) as server:
+    """Start parley on `config_path` (in this process, unless the module needs a `process` of its
+    own) and connect one client in `mode` (None: no client, each test connects its own); yield
+    them as a `world` (a `Served`, or a module's subclass). `clean_log`: on a normal exit the
+    server's log must hold no traceback."""
+    kind = ServerProcess if process else InProcessServer
+    async with kind(config_path, name=name, http=http) as server:
         if mode is None:
             yield world(server, config_path.parent)
         else:

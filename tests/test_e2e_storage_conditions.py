@@ -27,7 +27,8 @@ LONG_MESSAGE = "a long message " * 300
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     config = write_config(tmp_path_factory.mktemp("storage"), storage={"max_size_mb": MAX_SIZE_MB})
-    async with serving(config, name="storage", http=True) as served:
+    # A process of its own: a test puts a file-size limit on it.
+    async with serving(config, name="storage", http=True, process=True) as served:
         yield served
 
 

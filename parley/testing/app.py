@@ -70,6 +70,12 @@ class ParleyUnderTest:
     _clock: ManualClock | None
     _http: HttpEndpoint | None = None
     _stop_http: anyio.Event = field(default_factory=anyio.Event)
+    _http_stopped: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def mcp_server(self) -> MCPServer[Any]:
+        """The app's MCP server, for a client of your own (mcp.Client(parley.mcp_server))."""
+        return self._mcp
 
     @asynccontextmanager
     async def mcp(self, mode: str = "auto") -> AsyncIterator[Client]:
@@ -91,8 +97,13 @@ class ParleyUnderTest:
                 listening.set()
 
             async def serve() -> None:
-                with listener:
-                    await serve_app_http(self.config, self.app, listener, self._stop_http, announced, host)
+                try:
+                    with listener:
+                        await serve_app_http(
+                            self.config, self.app, listener, self._stop_http, announced, host
+                        )
+                finally:
+                    self._http_stopped.set()
 
             bound_host, port = listener.getsockname()[:2]
             self._tasks.start_soon(serve)
@@ -101,6 +112,13 @@ class ParleyUnderTest:
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             self._http = HttpEndpoint(f"http://{shown}:{port}")
         return self._http
+
+    async def _stop_serving(self) -> None:
+        """HTTP stops first, as `parley serve` stops it: uvicorn ends its lifespan before the app drains."""
+        self._stop_http.set()
+        if self._http is not None:
+            with anyio.move_on_after(DEADLINE_S, shield=True):
+                await self._http_stopped.wait()
 
     def advance(self, seconds: float) -> None:
         """Move the clock (parley_app(clock=ManualClock())) and wake the scheduler, so what is due
@@ -155,7 +173,7 @@ async def parley_app(
         try:
             yield under_test
         finally:
-            under_test._stop_http.set()
+            await under_test._stop_serving()
 
 
 def write_config(
