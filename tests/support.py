@@ -29,6 +29,7 @@ from mcp.shared.message import SessionMessage
 
 from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S
 from parley.testing import DEADLINE_S, ParleyUnderTest, call, call_error, eventually, parley_app
+from parley.testing.tools import served_over_http
 
 # Re-exported: the e2e modules import these from here.
 __all__ = ["CALL_DEADLINE_S", "call", "call_error", "eventually"]
@@ -170,6 +171,17 @@ def fixture_server(log: Path, *args: str, **settings: Any) -> dict[str, Any]:
         "env": {"FIXTURE_LOG": str(log)},
         **settings,
     }
+
+
+@asynccontextmanager
+async def fixture_in_process(log: Path, *args: str, **settings: Any) -> AsyncIterator[dict[str, Any]]:
+    """Our fixture MCP server in the test's own process, over streamable HTTP on a loopback port,
+    logging every call to `log` as the stdio one does; yields its parley.yaml entry. Its `crash`
+    tools refuse (they would kill the test run): a test of a dying server uses `fixture_server`."""
+    from tests.mcp_servers.fixture_server import build, parse_args
+
+    async with served_over_http(build(parse_args(list(args)), log, in_process=True)) as url:
+        yield {"url": url, **settings}
 
 
 def fixture_calls(log: Path) -> list[dict[str, Any]]:

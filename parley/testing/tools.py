@@ -97,22 +97,30 @@ class ToolServer:
     @asynccontextmanager
     async def serve(self) -> AsyncIterator[ToolServer]:
         """Serve the tools over streamable HTTP on 127.0.0.1 until the context closes."""
-        listener = bind_listener("127.0.0.1", 0)
-        app = self._server.streamable_http_app(streamable_http_path="/mcp")
-        # Without signal handling of its own: the test's process keeps its own.
-        server = QuietUvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
-        with listener:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(server.serve, [listener])
-                with anyio.fail_after(DEADLINE_S):
-                    while not server.started:  # noqa: ASYNC110  (uvicorn has only this flag)
-                        await anyio.sleep(0.01)
-                host, port = listener.getsockname()[:2]
-                self._url = f"http://{host}:{port}/mcp"
-                try:
-                    yield self
-                finally:
-                    server.should_exit = True
+        async with served_over_http(self._server) as url:
+            self._url = url
+            yield self
+
+
+@asynccontextmanager
+async def served_over_http(server: MCPServer[Any]) -> AsyncIterator[str]:
+    """Serve any MCP server of the SDK over streamable HTTP on an ephemeral 127.0.0.1 port in this
+    process, until the context closes; yields its URL (for `mcp_servers: {name: {url: ...}}`)."""
+    listener = bind_listener("127.0.0.1", 0)
+    app = server.streamable_http_app(streamable_http_path="/mcp")
+    # Without signal handling of its own: the test's process keeps its own.
+    uv = QuietUvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    with listener:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(uv.serve, [listener])
+            with anyio.fail_after(DEADLINE_S):
+                while not uv.started:  # noqa: ASYNC110  (uvicorn has only this flag)
+                    await anyio.sleep(0.01)
+            host, port = listener.getsockname()[:2]
+            try:
+                yield f"http://{host}:{port}/mcp"
+            finally:
+                uv.should_exit = True
 
 
 def _idempotency_key(ctx: Context) -> str | None:

@@ -34,8 +34,7 @@ TINY_PNG = base64.b64encode(
 LONG_NAME = "a_tool_with_a_really_long_name_that_goes_on_and_on_well_past_what_model_apis_accept_" + "x" * 6
 
 
-def _log(ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
-    path = os.environ.get("FIXTURE_LOG")
+def _write_log(path: str | None, ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
     if not path:
         return
     meta = ctx.request_context.meta or {}
@@ -52,9 +51,20 @@ async def ask_colour(item: str) -> Elicit[Colour]:
     return Elicit(f"Which colour for the {item}?", Colour)
 
 
-def build(args: argparse.Namespace) -> MCPServer[Any]:
+def build(args: argparse.Namespace, log_path: Path | None = None, in_process: bool = False) -> MCPServer[Any]:
+    """The server; `log_path`: where calls are logged (default: $FIXTURE_LOG); `in_process`: it
+    runs in the test's own process, so the tools that kill their process refuse instead."""
     server: MCPServer[Any] = MCPServer("fixture", version="1.0")
-    marker = Path(os.environ.get("FIXTURE_LOG", "/tmp/fixture")).with_suffix(".crashed")
+    log_file = str(log_path) if log_path is not None else os.environ.get("FIXTURE_LOG")
+    marker = Path(log_file or "/tmp/fixture").with_suffix(".crashed")
+
+    def _log(ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
+        _write_log(log_file, ctx, tool, arguments)
+
+    def _exit(code: int) -> None:
+        if in_process:
+            raise RuntimeError("this fixture server runs in the test's process: use the stdio one to crash")
+        os._exit(code)
 
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     idempotent = ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False)
@@ -69,7 +79,7 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
         _log(ctx, "read_thing", {"name": name})
         if args.crash_on_first_read and not marker.exists():
             marker.write_text("crashed once")
-            os._exit(3)  # the connection drops mid-call, once
+            _exit(3)  # the connection drops mid-call, once
         return f"thing {name} is fine"
 
     @server.tool(annotations=idempotent, structured_output=False)
@@ -133,7 +143,7 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
     async def crash(ctx: Context) -> str:
         """Kill the server in the middle of the call."""
         _log(ctx, "crash", {})
-        os._exit(3)
+        _exit(3)
 
     @server.tool(annotations=read_only, structured_output=False)
     async def hang(ctx: Context) -> str:
@@ -177,12 +187,16 @@ def build(args: argparse.Namespace) -> MCPServer[Any]:
     return server
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on this port")
     parser.add_argument("--hang-list", action="store_true")
     parser.add_argument("--crash-on-first-read", action="store_true")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     started = os.environ.get("FIXTURE_STARTED")
     if started:  # a test that asks when (and how often) this server was started
         with Path(started).open("a", encoding="utf-8") as f:
