@@ -6,7 +6,7 @@ it against the published schemas.
 Three servers serve the whole module: one over HTTP for both generations, and one per generation
 over stdio (the SDK keeps a stdio connection in the era of its first handshake, as a real client
 would have its own process). The restart test runs its own servers on a database it kills.
-(2026-07-28 clients without the tasks extension keep getting MRTR: tests/test_e2e_mrtr.py.)
+(2026-07-28 clients without the tasks extension keep getting MRTR: tests/test_mrtr.py.)
 """
 
 from __future__ import annotations
