@@ -159,10 +159,10 @@ async def test_streamed_text_reaches_a_waiting_caller_as_progress(world: World) 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         messages.append(message or "")
 
-    # Over a real transport: the SDK's in-memory client in `auto` mode delivers no progress.
-    url = (await world.server.parley.http()).url
+    # JSON-RPC in memory, as over stdio: the SDK's direct in-process path (`auto` on the server
+    # object itself, world.client) delivers no progress notifications.
     with anyio.fail_after(TEST_DEADLINE_S):
-        async with Client(url) as client:
+        async with Client(world.server.transport()) as client:
             result = await client.call_tool(
                 "start_session", {"agent": "gpt", "message": "stream to me"}, progress_callback=on_progress
             )
