@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,10 +139,11 @@ async def fuzzed(
     config = write_config(
         tmp_path_factory.mktemp(f"fuzz-{transport}"), runtime={"default_wait_s": 0.5, "max_wait_s": 1.0}
     )
-    async with (
-        InProcessServer(config, name="fuzz", http=transport == "http") as server,
-        server.client() as client,
-    ):
+    async with AsyncExitStack() as stack:
+        server = await stack.enter_async_context(InProcessServer(config, http=transport == "http"))
+        # stdio's JSON-RPC messages, in memory: every malformed argument goes through the framing.
+        connected = Client(server.transport()) if transport == "stdio" else server.client()
+        client = await stack.enter_async_context(connected)
         sid = (await call(client, "start_session", agent="demo", message="hello"))["session_id"]
         asking = await call(client, "start_session", agent="demo", message="/ask Colour? | red | blue")
         valid = {
