@@ -90,13 +90,14 @@ class ParleyUnderTest:
         async with Client(InMemoryTransport(self._mcp), mode=mode) as client:
             yield client
 
-    async def http(self) -> HttpEndpoint:
-        """Serve this parley over HTTP on an ephemeral loopback port (once; later calls return the
-        same endpoint), through the same app, limits and auth gate as `parley serve --http`."""
+    async def http(self, port: int = 0) -> HttpEndpoint:
+        """Serve this parley over HTTP on an ephemeral loopback port, or on `port` (once; later
+        calls return the same endpoint), through the same app, limits and auth gate as
+        `parley serve --http`."""
         if self._http is None:
             host = self.config.http.host if self.config.http.host != "0.0.0.0" else "127.0.0.1"
             check_http(self.config, host, insecure_bind=False)
-            listener = bind_listener(host, 0)
+            listener = bind_listener(host, port)
             listening = anyio.Event()
 
             async def announced(bound_host: str, port: int) -> None:
