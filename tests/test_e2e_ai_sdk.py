@@ -95,12 +95,10 @@ async def world(
             http={"stream_heartbeat_s": 0.2},
             auth=tokens_auth(tokens),
         )
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("FAKE_PROVIDER_KEY", "sk-fake")
-            # parley in this process; the AI SDK's chats run on Node.js, processes of their own.
-            async with InProcessServer(config, http=True) as server:
-                yield World(server, tokens, {6: ai_sdk6_chat, 7: ai_sdk_chat})
-                assert "Traceback" not in server.log(), server.log()
+        # parley in this process; the AI SDK's chats run on Node.js, processes of their own.
+        async with InProcessServer(config, http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}) as server:
+            yield World(server, tokens, {6: ai_sdk6_chat, 7: ai_sdk_chat})
+            assert "Traceback" not in server.log(), server.log()
 
 
 def _assistant(step: dict[str, Any]) -> dict[str, Any]:

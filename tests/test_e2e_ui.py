@@ -1,6 +1,6 @@
 """The page for people at /ui, in a real browser: Debian's chromium (/usr/bin/chromium), driven by
 Playwright, against parley served over HTTP in the test's process (auth: none) and, for signing
-in, a `parley serve --http` with tokens (its whole log is checked) and one in-process with OAuth.
+in, one with tokens and one with OAuth.
 
 Sessions are started, answered, steered and cancelled from the page; their answers arrive live
 (streamed text from a real-HTTP fake provider, piece by piece); an approval is decided from the
@@ -36,7 +36,6 @@ from tests.support import (
     REPO,
     TEST_DEADLINE_S,
     InProcessServer,
-    ServerProcess,
     eventually,
     fixture_in_process,
     fixture_runs,
@@ -129,11 +128,9 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
             mcp_servers={"fixture": fixture},
             http={"stream_heartbeat_s": 0.2},
         )
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("FAKE_PROVIDER_KEY", "sk-fake")
-            async with InProcessServer(config, http=True) as server:
-                yield World(server, directory, browser)
-                assert "Traceback" not in server.log(), server.log()
+        async with InProcessServer(config, http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}) as server:
+            yield World(server, directory, browser)
+            assert "Traceback" not in server.log(), server.log()
 
 
 async def start(page: Page, agent: str, message: str) -> str:
@@ -399,8 +396,7 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         mcp_servers={"fixture": fixture_server(tmp_path / FIXTURE_LOG)},
         auth=tokens_auth({"alice": token, "pat": approver}),
     )
-    # A process of its own: its whole log (uvicorn's and the SDK's too) must hold no token.
-    async with ServerProcess(config, name="ui_tokens", http=True) as server:
+    async with InProcessServer(config, http=True) as server:
         base = server.base_url
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
             assert (await http.get(base + "/ui")).status_code == 200

@@ -73,12 +73,10 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             mcp_servers={"fixture": fixture},
             http={"stream_heartbeat_s": HEARTBEAT_S},
         )
-        with pytest.MonkeyPatch.context() as env:
-            env.setenv("FAKE_PROVIDER_KEY", "sk-fake")
-            async with InProcessServer(config, http=True) as server:
-                world = World(server, directory, None, fake)
-                yield world
-                assert "Traceback" not in server.log(), server.log()
+        async with InProcessServer(config, http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}) as server:
+            world = World(server, directory, None, fake)
+            yield world
+            assert "Traceback" not in server.log(), server.log()
 
 
 async def _finished_session(world: World, message: str) -> tuple[str, list[Frame]]:
