@@ -135,9 +135,11 @@ class ParleyUnderTest:
         self._clock.advance(seconds)
         self.app.signals.everything_changed()
 
-    def log(self) -> str:
-        """What parley logged while it ran, one line a record (level, logger, message)."""
-        return "\n".join(self._log)
+    def log(self, without: tuple[str, ...] = ()) -> str:
+        """What parley logged while it ran, one line a record (level, logger, message). `without`:
+        leave out the records of these loggers and their children (e.g. "mcp.client": in the test's
+        process, the test's own MCP clients log beside parley)."""
+        return "\n".join(line for line in self._log if not _logged_by(line, without))
 
 
 @asynccontextmanager
@@ -217,6 +219,13 @@ def _load(
             raise ValueError("agents= goes with a mapping config; put agent files beside your parley.yaml")
         return load_config(Path(config), db)
     return load_config(write_config(directory, config or {}, agents), db)
+
+
+def _logged_by(line: str, loggers: tuple[str, ...]) -> bool:
+    """Whether the record `line` ("LEVEL name: message") comes from one of `loggers` or a child."""
+    parts = line.split(" ", 2)
+    name = parts[1].removesuffix(":") if len(parts) > 1 else ""
+    return any(name == logger or name.startswith(logger + ".") for logger in loggers)
 
 
 class _ListHandler(logging.Handler):
