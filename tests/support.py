@@ -393,14 +393,17 @@ class InProcessServer:
         http: bool = False,
         db: str | None = None,
         env: dict[str, str] | None = None,
+        port: int = 0,
         **_: Any,
     ) -> None:
         """`env`: variables the server reads (API keys, tokens named in parley.yaml), set in this
-        process while it runs, as `ServerProcess` gives them to its process; restored after."""
+        process while it runs, as `ServerProcess` gives them to its process; restored after.
+        `port`: with `http`, the port to serve on (0: an ephemeral one)."""
         self.config_path = config_path
         self.http = http
         self.db = db
         self.env = env or {}
+        self.port = port
         self.url: str | None = None
         self._stack = AsyncExitStack()
         self._parley: ParleyUnderTest | None = None
@@ -422,7 +425,7 @@ class InProcessServer:
             parley_app(self.config_path, db=db, directory=self.config_path.parent)
         )
         if self.http:
-            self.url = (await self._parley.http()).url
+            self.url = (await self._parley.http(self.port)).url
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -16,7 +16,7 @@ Every result and server message these helpers receive is validated against the v
 schemas in `tests/schemas/` (see `SOURCE.md` there) with `check()`. A JSON-RPC error from the
 server is raised as the SDK's `MCPError` (`.code` / `.error.code`).
 
-Typical use (see `tests/test_e2e_task_client.py`):
+Typical use (see `tests/test_task_client.py`):
 
     async with task_client(target, mode="legacy") as (client, recorder):
         task = await call_tool_as_task(client, "slow", {"n": 1}, ttl_ms=60_000)

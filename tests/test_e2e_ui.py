@@ -1,5 +1,6 @@
 """The page for people at /ui, in a real browser: Debian's chromium (/usr/bin/chromium), driven by
-Playwright, against one `parley serve --http` (auth: none) and, for signing in, one with tokens.
+Playwright, against parley served over HTTP in the test's process (auth: none) and, for signing
+in, one with tokens and one with OAuth.
 
 Sessions are started, answered, steered and cancelled from the page; their answers arrive live
 (streamed text from a real-HTTP fake provider, piece by piece); an approval is decided from the
@@ -34,8 +35,9 @@ from tests.support import (
     FIXTURE_LOG,
     REPO,
     TEST_DEADLINE_S,
-    ServerProcess,
+    InProcessServer,
     eventually,
+    fixture_in_process,
     fixture_runs,
     fixture_server,
     tokens_auth,
@@ -72,7 +74,7 @@ if not CHROMIUM.exists():
 
 @dataclass
 class World:
-    server: ServerProcess
+    server: InProcessServer
     directory: Path
     browser: Browser
     # Uncaught script errors of each page opened (by id(page)).
@@ -111,7 +113,10 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
     directory = tmp_path_factory.mktemp("ui")
     shutil.rmtree(SCREENSHOTS, ignore_errors=True)
     SCREENSHOTS.mkdir(parents=True)
-    async with serving_fake_providers() as fake:
+    async with (
+        serving_fake_providers() as fake,
+        fixture_in_process(directory / FIXTURE_LOG) as fixture,
+    ):
         config = write_config(
             directory,
             agents={
@@ -120,12 +125,10 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
                 "claude": {"model": fake.anthropic_model()},
             },
             runtime={"model_retry_backoff_s": 0.1},
-            mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
+            mcp_servers={"fixture": fixture},
             http={"stream_heartbeat_s": 0.2},
         )
-        async with ServerProcess(
-            config, name="ui", http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}
-        ) as server:
+        async with InProcessServer(config, http=True, env={"FAKE_PROVIDER_KEY": "sk-fake"}) as server:
             yield World(server, directory, browser)
             assert "Traceback" not in server.log(), server.log()
 
@@ -315,7 +318,7 @@ async def test_a_reload_in_the_middle_of_a_turn_shows_it_complete_and_nothing_tw
 
 async def test_a_broken_stream_resumes_after_the_last_event_it_showed(world: World, tmp_path: Path) -> None:
     config = write_config(tmp_path, http={"stream_heartbeat_s": 0.2})
-    async with ServerProcess(config, name="ui_restarted", http=True) as server:
+    async with InProcessServer(config, http=True) as server:
         base = server.base_url
         page = await world.page(base=base)
         resumed_from: list[str | None] = []
@@ -331,10 +334,11 @@ async def test_a_broken_stream_resumes_after_the_last_event_it_showed(world: Wor
         answers = page.locator("#transcript .msg.assistant .text")
         await expect(answers).to_have_text(["You said: before the break (message 1 of this session)"])
         shown = await page.locator("#transcript").get_attribute("data-last-seq")
-    # The server is gone (killed), so is the stream; the page keeps trying.
+    # The server is gone (stopped), so is the stream; the page keeps trying.
     await expect(page.locator("#stream-state")).to_have_text("reconnecting…")
+    assert server.url is not None
     port = int(server.url.rpartition(":")[2].removesuffix("/mcp"))
-    async with ServerProcess(config, name="ui_restarted", http=True, port=port):
+    async with InProcessServer(config, http=True, port=port):
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
             sent = await http.post(
                 f"{base}/v1/sessions/{session_id}/messages", json={"message": "while the page was away"}
@@ -392,7 +396,7 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         mcp_servers={"fixture": fixture_server(tmp_path / FIXTURE_LOG)},
         auth=tokens_auth({"alice": token, "pat": approver}),
     )
-    async with ServerProcess(config, name="ui_tokens", http=True) as server:
+    async with InProcessServer(config, http=True) as server:
         base = server.base_url
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
             assert (await http.get(base + "/ui")).status_code == 200
@@ -476,7 +480,7 @@ async def test_an_oauth_server_takes_a_pasted_access_token_until_it_is_refused(
                 },
             },
         )
-        async with ServerProcess(config, name="ui_oauth", http=True) as server:
+        async with InProcessServer(config, http=True) as server:
             page = await world.page(base=server.base_url)
             await expect(page.locator("#sign-in-why")).to_contain_text("OAuth access tokens")
             expired = key.sign(claims(auth.url, public_url, "ann", exp=int(time.time()) - 600))

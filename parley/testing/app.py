@@ -90,13 +90,14 @@ class ParleyUnderTest:
         async with Client(InMemoryTransport(self._mcp), mode=mode) as client:
             yield client
 
-    async def http(self) -> HttpEndpoint:
-        """Serve this parley over HTTP on an ephemeral loopback port (once; later calls return the
-        same endpoint), through the same app, limits and auth gate as `parley serve --http`."""
+    async def http(self, port: int = 0) -> HttpEndpoint:
+        """Serve this parley over HTTP on an ephemeral loopback port, or on `port` (once; later
+        calls return the same endpoint), through the same app, limits and auth gate as
+        `parley serve --http`."""
         if self._http is None:
             host = self.config.http.host if self.config.http.host != "0.0.0.0" else "127.0.0.1"
             check_http(self.config, host, insecure_bind=False)
-            listener = bind_listener(host, 0)
+            listener = bind_listener(host, port)
             listening = anyio.Event()
 
             async def announced(bound_host: str, port: int) -> None:
@@ -134,9 +135,11 @@ class ParleyUnderTest:
         self._clock.advance(seconds)
         self.app.signals.everything_changed()
 
-    def log(self) -> str:
-        """What parley logged while it ran, one line a record (level, logger, message)."""
-        return "\n".join(self._log)
+    def log(self, without: tuple[str, ...] = ()) -> str:
+        """What parley logged while it ran, one line a record (level, logger, message). `without`:
+        leave out the records of these loggers and their children (e.g. "mcp.client": in the test's
+        process, the test's own MCP clients log beside parley)."""
+        return "\n".join(line for line in self._log if not _logged_by(line, without))
 
 
 @asynccontextmanager
@@ -216,6 +219,13 @@ def _load(
             raise ValueError("agents= goes with a mapping config; put agent files beside your parley.yaml")
         return load_config(Path(config), db)
     return load_config(write_config(directory, config or {}, agents), db)
+
+
+def _logged_by(line: str, loggers: tuple[str, ...]) -> bool:
+    """Whether the record `line` ("LEVEL name: message") comes from one of `loggers` or a child."""
+    parts = line.split(" ", 2)
+    name = parts[1].removesuffix(":") if len(parts) > 1 else ""
+    return any(name == logger or name.startswith(logger + ".") for logger in loggers)
 
 
 class _ListHandler(logging.Handler):

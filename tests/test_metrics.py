@@ -1,4 +1,4 @@
-"""GET /metrics end to end: one `parley serve --http` with static tokens; a scripted scenario (3
+"""GET /metrics end to end: one parley served over HTTP (in this process) with static tokens; a scripted scenario (3
 turns, 1 approval, 1 failed tool call) moves the counters, the text parses with Prometheus's own
 parser, and the bearer gate applies (401 without a token, 403 without parley:metrics)."""
 
@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from parley.config_auth import token_digest
 from tests.auth_support import bearer, token_client
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, eventually, fixture_server, write_config
+from tests.support import TEST_DEADLINE_S, InProcessServer, call, eventually, fixture_in_process, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +24,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 @dataclass
 class World:
-    server: ServerProcess
+    server: InProcessServer
     tokens: dict[str, str]
 
     @property
@@ -53,14 +53,15 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     tokens = {name: "parley_" + secrets.token_urlsafe(32) for name in ("alice", "watcher")}
     scopes = {"alice": ["parley:use"], "watcher": ["parley:metrics"]}
     entries = [{"name": n, "sha256": token_digest(tokens[n]), "scopes": scopes[n]} for n in tokens]
-    config = write_config(
-        directory,
-        agents={"worker": {"mcp_servers": ["fixture"]}},
-        mcp_servers={"fixture": fixture_server(directory / "fixture.jsonl")},
-        auth={"mode": "tokens", "tokens": entries},
-    )
-    async with ServerProcess(config, name="metrics", http=True) as server:
-        yield World(server, tokens)
+    async with fixture_in_process(directory / "fixture.jsonl") as fixture:
+        config = write_config(
+            directory,
+            agents={"worker": {"mcp_servers": ["fixture"]}},
+            mcp_servers={"fixture": fixture},
+            auth={"mode": "tokens", "tokens": entries},
+        )
+        async with InProcessServer(config, http=True) as server:
+            yield World(server, tokens)
 
 
 def _value(samples: Samples, name: str, **labels: str) -> float:
@@ -137,7 +138,7 @@ async def test_metrics_need_a_token_with_the_metrics_scope(world: World) -> None
 
 async def test_metrics_are_served_without_auth_on_loopback_when_auth_is_off(tmp_path: Path) -> None:
     config = write_config(tmp_path, agents={"demo": {}})
-    async with ServerProcess(config, name="open", http=True) as server:
+    async with InProcessServer(config, http=True) as server:
         assert server.url is not None
         async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
             response = await http.get(server.base_url + "/metrics")

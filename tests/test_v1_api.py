@@ -17,10 +17,10 @@ from tests.support import (
     CALL_DEADLINE_S,
     FIXTURE_LOG,
     STATE_WINDOW_S,
+    InProcessServer,
     Served,
-    ServerProcess,
+    fixture_in_process,
     fixture_runs,
-    fixture_server,
     write_config,
 )
 
@@ -51,15 +51,16 @@ class World(Served):
 @pytest.fixture(scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("v1_api")
-    config = write_config(
-        directory,
-        agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
-        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
-        http={"stream_heartbeat_s": 0.2, "cors_origins": [WEB_APP]},
-    )
-    async with ServerProcess(config, name="v1_api", http=True) as server:
-        yield World(server, directory)
-        assert "Traceback" not in server.log(), server.log()
+    async with fixture_in_process(directory / FIXTURE_LOG) as fixture:
+        config = write_config(
+            directory,
+            agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+            mcp_servers={"fixture": fixture},
+            http={"stream_heartbeat_s": 0.2, "cors_origins": [WEB_APP]},
+        )
+        async with InProcessServer(config, http=True) as server:
+            yield World(server, directory)
+            assert "Traceback" not in server.log(), server.log()
 
 
 async def test_start_send_read_and_list_like_the_tools_with_idempotent_client_message_ids(
