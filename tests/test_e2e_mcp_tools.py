@@ -49,7 +49,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         "private": fixture_server(logs / "private.jsonl", scope="per_session"),
         "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]},
     }
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "worker": {"mcp_servers": ["fixture"], "mcp_resources": True},
         "flaky": {"mcp_servers": ["flaky"]},
         "private": {"mcp_servers": ["private"]},

@@ -65,7 +65,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             "hanging": await fixture("hanging", "--hang-list", list_timeout_s=0.5, connect_timeout_s=5),
             "slowcall": await fixture("slowcall", call_timeout_s=0.5),
         }
-        agents = {
+        agents: dict[str, dict[str, Any]] = {
             "worker": {"mcp_servers": ["fixture"], "mcp_resources": True},
             "web": {"mcp_servers": ["fixture_http"]},
             "pair": {
