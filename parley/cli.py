@@ -27,6 +27,7 @@ from parley.config import (
 )
 from parley.config_agents import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
+from parley.log_format import library_log_levels
 
 if TYPE_CHECKING:
     from parley.app import Seams
@@ -511,16 +512,7 @@ def main(argv: list[str] | None = None, *, seams: Seams | None = None) -> int:
             from parley.log_format import JsonLogFormatter
 
             handler.setFormatter(JsonLogFormatter())
-    # The database driver's DEBUG lines may show statements with their parameters (users'
-    # messages) and connection details: not in parley's log, whatever its level.
-    logging.getLogger("psycopg").setLevel(logging.INFO)
-    # The pool logs every connection checkout and return at INFO, several lines a second while
-    # idle: only its warnings (a connection lost, a pool exhausted) are worth a line.
-    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
-    # httpx2 writes a line per request at INFO (each model call): parley logs what a call did and
-    # why one failed, so those lines come only with --log-level DEBUG (they cost a turn ~3% CPU).
-    if logging.getLevelName(level) != logging.DEBUG:
-        logging.getLogger("httpx2").setLevel(logging.WARNING)
+    library_log_levels(logging.getLevelName(level))
     try:
         return int(args.func(args))
     except (ConfigError, ConfigErrors) as exc:

@@ -39,3 +39,24 @@ class JsonLogFormatter(logging.Formatter):
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def library_log_levels(level: int) -> dict[str, int]:
+    """Set the levels of the libraries' loggers that parley's log at `level` keeps quieter, and
+    return what they were (so a test that ran parley in its process can put them back)."""
+    levels = {
+        # The database driver's DEBUG lines may show statements with their parameters (users'
+        # messages) and connection details: not in parley's log, whatever its level.
+        "psycopg": logging.INFO,
+        # The pool logs every connection checkout and return at INFO, several lines a second while
+        # idle: only its warnings (a connection lost, a pool exhausted) are worth a line.
+        "psycopg.pool": logging.WARNING,
+    }
+    if level != logging.DEBUG:
+        # httpx2 writes a line per request at INFO (each model call): parley logs what a call did
+        # and why one failed, so those lines come only with --log-level DEBUG (~3% of a turn's CPU).
+        levels["httpx2"] = logging.WARNING
+    before = {name: logging.getLogger(name).level for name in levels}
+    for name, value in levels.items():
+        logging.getLogger(name).setLevel(value)
+    return before

@@ -3,7 +3,8 @@ introspection endpoint served over loopback), tokens it signs, and MCP clients t
 bearer token.
 
 The server runs on a thread of the test process (the standard library's HTTP server), so a test
-can rotate its keys or read what it was sent while parley, a subprocess, fetches from it.
+can rotate its keys or read what it was sent while parley (in the test's process or a
+subprocess) fetches from it.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ async def drive(
     """Take the session's lease as process `proc` and work it until it rests (or parks)."""
     driver = SessionDriver(
         store=store,
-        agents=agents,
+        agents=_catalog(agents, store),
         models=lambda spec: model,
         toolbox=Toolbox(None),
         signals=SessionSignals(),
@@ -72,9 +72,15 @@ def service(store: Store, agents: Agents) -> SessionService:
     """The session service on `store`; its calls return at once (no scheduler runs the turns)."""
     return SessionService(
         store=store,
-        agents=agents,
+        agents=_catalog(agents, store),
         signals=SessionSignals(),
         runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0),
         clock=time.time,
         toolbox=Toolbox(None),
     )
+
+
+def _catalog(agents: Agents, store: Store) -> AgentCatalog:
+    """The agents as the server holds them: a plain mapping becomes a catalog, so versions are
+    named as in production."""
+    return agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)

@@ -11,8 +11,14 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+    suppress,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -358,6 +364,21 @@ class ServerProcess:
             return await self.process.wait()
 
 
+@contextmanager
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    """`variables` set in this process's environment for the block, then restored as they were."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 class InProcessServer:
     """`parley serve` in the test's own process (parley.testing's `parley_app`, the same
     composition root), for a module that needs no process of its own: the same `client(mode)`,
@@ -365,10 +386,21 @@ class InProcessServer:
     are bound in memory (what stdio carries, without the framing); with it they speak
     streamable HTTP to a loopback port, through the real limits and guards."""
 
-    def __init__(self, config_path: Path, *, http: bool = False, db: str | None = None, **_: Any) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        *,
+        http: bool = False,
+        db: str | None = None,
+        env: dict[str, str] | None = None,
+        **_: Any,
+    ) -> None:
+        """`env`: variables the server reads (API keys, tokens named in parley.yaml), set in this
+        process while it runs, as `ServerProcess` gives them to its process; restored after."""
         self.config_path = config_path
         self.http = http
         self.db = db
+        self.env = env or {}
         self.url: str | None = None
         self._stack = AsyncExitStack()
         self._parley: ParleyUnderTest | None = None
@@ -384,6 +416,7 @@ class InProcessServer:
         return self.url.removesuffix("/mcp")
 
     async def __aenter__(self) -> InProcessServer:
+        self._stack.enter_context(environment(self.env))
         db: Path | str | None = self.db
         self._parley = await self._stack.enter_async_context(
             parley_app(self.config_path, db=db, directory=self.config_path.parent)

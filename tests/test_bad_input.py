@@ -1,4 +1,5 @@
-"""Bad input gets a tool error that says what to fix; the server keeps serving; nothing is stored."""
+"""Bad input gets a tool error that says what to fix; the server keeps serving; nothing is stored.
+parley runs in the test's process (the composition root of `parley serve`)."""
 
 from __future__ import annotations
 

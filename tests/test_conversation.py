@@ -1,4 +1,6 @@
-"""A conversation with the demo agent through the real `parley serve`, in both protocol generations."""
+"""A conversation with the demo agent, in both protocol generations, with parley in the test's
+process (the composition root of `parley serve`): clients bound in memory, or over HTTP on a
+loopback port."""
 
 from __future__ import annotations
 

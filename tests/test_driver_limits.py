@@ -13,6 +13,7 @@ import pytest
 from parley.config import AgentConfig, AgentLimits, ModelSpec
 from parley.errors import ModelError
 from parley.ids import SessionId, new_queued_message_id, new_session_id
+from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.builtin_tools import WRITE_TODOS
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.machine import model_call_limit_reason
@@ -53,7 +54,7 @@ def agent(max_model_calls: int = 8) -> AgentConfig:
 def driver(store: Store, planner: AgentConfig, model: ModelClient) -> SessionDriver:
     return SessionDriver(
         store=store,
-        agents={planner.name: planner},
+        agents=AgentCatalog({planner.name: planner}, store),
         models=lambda spec: model,
         toolbox=Toolbox(None),
         signals=SessionSignals(),

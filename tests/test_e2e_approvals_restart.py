@@ -4,31 +4,44 @@ with `parley approve` while no server runs all resolve after the restart, each t
 from __future__ import annotations
 
 import signal
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from tests.support import (
+    FIXTURE_LOG,
     TEST_DEADLINE_S,
     Database,
     ServerProcess,
     call,
     eventually,
+    fixture_in_process,
     fixture_runs,
     running_server,
 )
-from tests.test_e2e_approvals import parley_cli, write_world_config
+from tests.test_approvals import write_world_config
+from tests.test_e2e_approvals import parley_cli
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def fixture(tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
+    """The fixture MCP server in the test's process (it outlives the killed server), logging to
+    fixture.jsonl in `tmp_path`; its parley.yaml entry."""
+    async with fixture_in_process(tmp_path / FIXTURE_LOG) as entry:
+        yield entry
 
 
 # Also on PostgreSQL: parked sessions, timers and a decision from the command line while no server runs.
 @pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
 async def test_sessions_waiting_for_a_person_or_a_timer_survive_sigkill_and_resolve_once(
-    tmp_path: Path, database: Database
+    tmp_path: Path, database: Database, fixture: dict[str, Any]
 ) -> None:
-    config = write_world_config(tmp_path, database)
+    config = write_world_config(tmp_path, fixture, database)
     db = database.db_arg
     async with ServerProcess(config, name="first", db=db) as server, server.client() as client:
 

@@ -14,6 +14,7 @@ import pytest
 from parley.config import AgentConfig, ModelSpec
 from parley.errors import ModelError
 from parley.ids import SessionId, new_queued_message_id, new_session_id
+from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.model import ModelRequest, ModelResponse
 from parley.runtime.session_events import EventPage, EventWatch, Idle, Reset, SessionEvents
@@ -80,7 +81,7 @@ async def _drive(store: Store, model: Any, signals: SessionSignals | None = None
     sid = await _session(store)
     driver = SessionDriver(
         store=store,
-        agents={"talker": talker},
+        agents=AgentCatalog({"talker": talker}, store),
         models=lambda spec: model,
         toolbox=Toolbox(None),
         signals=signals or SessionSignals(),

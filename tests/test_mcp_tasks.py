@@ -8,7 +8,7 @@ bound in memory (what stdio carries; the SDK keeps a stdio connection in the era
 handshake, as a real client would have its own process). The fixture MCP server runs in the
 test's process too. What needs processes of its own (a task followed across a SIGKILL, a change
 made by `parley answer` from another process) is in tests/test_e2e_mcp_tasks.py.
-(2026-07-28 clients without the tasks extension keep getting MRTR: tests/test_e2e_mrtr.py.)
+(2026-07-28 clients without the tasks extension keep getting MRTR: tests/test_mrtr.py.)
 """
 
 from __future__ import annotations

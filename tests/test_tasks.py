@@ -1,4 +1,5 @@
-"""Task sessions, agent kinds and inputs, and idempotent sends, through the real server."""
+"""Task sessions, agent kinds and inputs, and idempotent sends, with parley in the test's process
+(the composition root of `parley serve`)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import pytest
 
 from parley.config import DEMO_AGENT, RuntimeConfig
 from parley.runtime.access import LOCAL_PRINCIPAL
+from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
@@ -25,7 +26,7 @@ async def test_a_wait_longer_than_the_ceiling_returns_running_at_the_ceiling(tmp
         # No scheduler runs here, so the message is never taken: only the ceiling ends the wait.
         service = SessionService(
             store=store,
-            agents={"demo": DEMO_AGENT},
+            agents=AgentCatalog({"demo": DEMO_AGENT}, store),
             signals=SessionSignals(),
             runtime=runtime,
             clock=time.time,

@@ -15,7 +15,7 @@ import anyio
 from anyio.abc import TaskGroup
 from opentelemetry import trace
 
-from parley.config import AgentConfig, AgentLimits, ModelSpec, effective_limits
+from parley.config import AgentLimits, ModelSpec, effective_limits
 from parley.errors import LeaseLost
 from parley.ids import SessionId, TurnId, new_turn_id
 from parley.runtime import transitions
@@ -78,7 +78,7 @@ class SessionDriver:
         self,
         *,
         store: Store,
-        agents: AgentCatalog | Mapping[str, AgentConfig],
+        agents: AgentCatalog,
         models: ModelFor,
         toolbox: Toolbox,
         signals: SessionSignals,
@@ -100,7 +100,7 @@ class SessionDriver:
             tracing=tracing or Tracing(),
             metrics=metrics or RuntimeMetrics(),
         )
-        self._agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
+        self._agents = agents
         self._toolbox = toolbox
         self._models = ModelCaller(self._ctx, models=models, catalog=catalog or {}, toolbox=toolbox)
         self._tools = ToolRunner(self._ctx, toolbox)

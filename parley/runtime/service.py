@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
@@ -160,7 +160,7 @@ class SessionService:
         self,
         *,
         store: Store,
-        agents: AgentCatalog | Mapping[str, AgentConfig],
+        agents: AgentCatalog,
         signals: SessionSignals,
         runtime: RuntimeConfig,
         clock: Callable[[], float],
@@ -174,8 +174,6 @@ class SessionService:
         self._toolbox = toolbox
         self._titles = titles
         self._model_names = list(model_names)
-        # A plain mapping (tests) becomes a catalog, so versions are named the same way.
-        agents = agents if isinstance(agents, AgentCatalog) else AgentCatalog(agents, store)
         self._decisions = Decisions(store, agents, clock)
         self._audit = Audit(store, clock)
         self._access = SessionAccess(store, agents, self._audit)

@@ -12,6 +12,7 @@ from parley.runtime.faults import FaultPoints
 from parley.testing.app import FAST_RUNTIME, HttpEndpoint, ParleyUnderTest, parley_app, write_config
 from parley.testing.clock import ManualClock
 from parley.testing.model import Reply, ScriptedModel, calls_tool, reply
+from parley.testing.process import crash_at
 from parley.testing.tools import ToolCall, ToolServer
 from parley.testing.waiting import CALL_DEADLINE_S, DEADLINE_S, call, call_error, eventually
 
@@ -31,6 +32,7 @@ __all__ = [
     "call",
     "call_error",
     "calls_tool",
+    "crash_at",
     "eventually",
     "parley_app",
     "reply",

@@ -17,10 +17,15 @@ import httpx2
 import yaml
 from anyio.abc import TaskGroup
 from mcp import Client
+
+# The SDK's own pairing of a client and a server over in-memory JSON-RPC streams; its direct
+# in-process path (Client(server)) drops notifications such as progress.
+from mcp.client._memory import InMemoryTransport
 from mcp.server.mcpserver import MCPServer
 
 from parley.app import App, Seams, check_http, mcp_server, running_app, serve_app_http
 from parley.config import ServerConfig, load_config
+from parley.log_format import library_log_levels
 from parley.runtime.faults import FaultPoints
 from parley.runtime.model import ModelClient
 from parley.server.http import bind_listener
@@ -80,8 +85,9 @@ class ParleyUnderTest:
     @asynccontextmanager
     async def mcp(self, mode: str = "auto") -> AsyncIterator[Client]:
         """An MCP client bound to this parley in memory: `legacy` speaks 2025-11-25 (initialize),
-        `auto` the newest generation both sides know; the caller is the local user."""
-        async with Client(self._mcp, mode=mode) as client:
+        `auto` the newest generation both sides know; the caller is the local user. Its messages
+        go over JSON-RPC streams as over stdio, so progress and other notifications arrive."""
+        async with Client(InMemoryTransport(self._mcp), mode=mode) as client:
             yield client
 
     async def http(self) -> HttpEndpoint:
@@ -224,15 +230,20 @@ class _ListHandler(logging.Handler):
 
 @contextmanager
 def _captured_log() -> Iterator[list[str]]:
-    """parley's log records (DEBUG and up) while the app runs, as `parley serve` would write them."""
+    """Every log record while the app runs, as `parley serve --log-level DEBUG` writes them to
+    stderr: parley's and its libraries' (the SDK, uvicorn, httpx2), with the same libraries
+    kept quieter. Put back as it was afterwards."""
     lines: list[str] = []
     handler = _ListHandler(lines)
-    parley_logger = logging.getLogger("parley")
-    level = parley_logger.level
-    parley_logger.setLevel(logging.DEBUG)
-    parley_logger.addHandler(handler)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.DEBUG)
+    libraries = library_log_levels(logging.DEBUG)
+    root.addHandler(handler)
     try:
         yield lines
     finally:
-        parley_logger.removeHandler(handler)
-        parley_logger.setLevel(level)
+        root.removeHandler(handler)
+        root.setLevel(level)
+        for name, before in libraries.items():
+            logging.getLogger(name).setLevel(before)

@@ -14,7 +14,7 @@ from mcp import Client
 
 from parley.runtime.model_titles import TITLE_INSTRUCTIONS
 from tests.fake_providers import FakeProviders, serving_fake_providers
-from tests.support import ServerProcess, call, eventually, write_config
+from tests.support import InProcessServer, call, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -46,7 +46,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         }
         config = write_config(directory, agents=agents, runtime={"model_retry_backoff_s": 0.05})
         async with (
-            ServerProcess(config, env={"FAKE_PROVIDER_KEY": "sk-fake"}) as server,
+            InProcessServer(config, env={"FAKE_PROVIDER_KEY": "sk-fake"}) as server,
             server.client() as client,
         ):
             yield World(client, fake)

@@ -1,4 +1,5 @@
-"""Turn control: steering, the queue, and cancels that name their turn."""
+"""Turn control: steering, the queue, and cancels that name their turn; limits and model retries.
+parley runs in the test's process, and so does the fixture MCP server of the `limited` agents."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.support import (
     call_error,
     db_rows,
     eventually,
-    fixture_server,
+    fixture_in_process,
     serving,
     write_config,
 )
@@ -143,10 +144,10 @@ async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
         "worker": {"mcp_servers": ["fixture"]},
     }
     runtime = {"model_retry_backoff_s": 0.05, "max_model_attempts": 3}
-    mcp_servers = {"fixture": fixture_server(directory / FIXTURE_LOG)}
-    config = write_config(directory, agents=agents, runtime=runtime, mcp_servers=mcp_servers)
-    async with serving(config) as served:
-        yield served
+    async with fixture_in_process(directory / FIXTURE_LOG) as fixture:
+        config = write_config(directory, agents=agents, runtime=runtime, mcp_servers={"fixture": fixture})
+        async with serving(config) as served:
+            yield served
 
 
 async def _tool_running(served: Served, sid: str) -> None:

@@ -1,15 +1,15 @@
 """One parley using another parley's agents as tools: the downstream side of 2026-07-28 tasks.
 
-The outer server ("boss") connects to an inner `parley serve` over stdio, declares the tasks
+The outer server ("boss") connects to an inner parley over streamable HTTP, declares the tasks
 extension, and so gets a task handle for `sub__start_session`. It polls the inner task on stored
 timers, turns the inner task's input requests into questions of its own session, and sends the
 answers with tasks/update; cancelling the outer turn sends tasks/cancel to the inner server.
+Both parleys run in the test's process, the inner one served on a loopback port.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from tests.support import REPO, TEST_DEADLINE_S, call, db_rows, eventually, serving, write_config
+from tests.support import (
+    TEST_DEADLINE_S,
+    InProcessServer,
+    call,
+    db_rows,
+    eventually,
+    serving,
+    write_config,
+)
 from tests.support import Served as ServedBase
 
 pytestmark = pytest.mark.anyio
@@ -42,24 +50,19 @@ def _delegating_to(server: str) -> dict[str, Any]:
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     directory = tmp_path_factory.mktemp("subagent")
     sub_config = write_config(directory / "sub", agents={"asker": {"tools": ["ask_user"]}})
-    inner = {
-        "command": sys.executable,
-        "args": ["-m", "parley", "serve", "--config", str(sub_config)],
-        "cwd": str(REPO),
-        "task_poll_min_s": 0.1,
-        "task_poll_max_s": 0.5,
-    }
-    config = write_config(
-        directory,
-        agents={"boss": _delegating_to("sub"), "boss_legacy": _delegating_to("legacy_sub")},
-        mcp_servers={
-            "sub": inner,
-            # The same inner server over the 2025-11-25 handshake, where its turn tools *offer* tasks.
-            "legacy_sub": {**inner, "protocol": "legacy", "call_as_task": "when_offered"},
-        },
-    )
-    async with serving(config, mode="legacy", world=Served) as served:
-        yield served
+    async with InProcessServer(sub_config, http=True) as sub:
+        inner = {"url": sub.url, "task_poll_min_s": 0.1, "task_poll_max_s": 0.5}
+        config = write_config(
+            directory,
+            agents={"boss": _delegating_to("sub"), "boss_legacy": _delegating_to("legacy_sub")},
+            mcp_servers={
+                "sub": inner,
+                # The same inner server over the 2025-11-25 handshake, where its turn tools *offer* tasks.
+                "legacy_sub": {**inner, "protocol": "legacy", "call_as_task": "when_offered"},
+            },
+        )
+        async with serving(config, mode="legacy", world=Served) as served:
+            yield served
 
 
 def _delegate(message: str) -> str:

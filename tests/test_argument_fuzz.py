@@ -1,12 +1,13 @@
-"""Generated tool calls with malformed arguments, over stdio and HTTP: every call gets an answer
-(a result or a tool error naming what to fix), none is an internal error, and the server keeps
-serving. Seeded; set PARLEY_FUZZ_SEED to replay a failure with the seed it printed."""
+"""Generated tool calls with malformed arguments, in memory (what stdio carries) and over HTTP:
+every call gets an answer (a result or a tool error naming what to fix), none is an internal
+error, and the server keeps serving. Seeded; set PARLEY_FUZZ_SEED to replay a failure with the seed it printed."""
 
 from __future__ import annotations
 
 import os
 import random
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, write_config
+from tests.support import TEST_DEADLINE_S, InProcessServer, call, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -124,7 +125,7 @@ def _near(rng: random.Random, prop: dict[str, Any]) -> Any:
 @dataclass
 class Fuzzed:
     client: Client
-    server: ServerProcess
+    server: InProcessServer
     transport: str
     valid: dict[str, Any]
 
@@ -138,10 +139,11 @@ async def fuzzed(
     config = write_config(
         tmp_path_factory.mktemp(f"fuzz-{transport}"), runtime={"default_wait_s": 0.5, "max_wait_s": 1.0}
     )
-    async with (
-        ServerProcess(config, name="fuzz", http=transport == "http") as server,
-        server.client() as client,
-    ):
+    async with AsyncExitStack() as stack:
+        server = await stack.enter_async_context(InProcessServer(config, http=transport == "http"))
+        # stdio's JSON-RPC messages, in memory: every malformed argument goes through the framing.
+        connected = Client(server.transport()) if transport == "stdio" else server.client()
+        client = await stack.enter_async_context(connected)
         sid = (await call(client, "start_session", agent="demo", message="hello"))["session_id"]
         asking = await call(client, "start_session", agent="demo", message="/ask Colour? | red | blue")
         valid = {

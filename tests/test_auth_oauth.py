@@ -1,9 +1,10 @@
 """parley as an OAuth 2.1 resource server (`auth: oauth`), end to end: JWT access tokens signed by
-a test authorization server (keys made per run, its JWKS served over loopback) reach one
-`parley serve --http`. A valid token works; each way a token can be wrong gets 401/403 with the
-right `WWW-Authenticate` and stores nothing; the protected resource metadata names the
-authorization server; a rotated key is picked up without a restart; owners are issuer +
-subject; a caller's token never reaches a downstream MCP server or a model provider."""
+a test authorization server (keys made per run, its JWKS served over loopback) reach one parley
+served over HTTP in the test's process (the app of `parley serve --http`). A valid token works;
+each way a token can be wrong gets 401/403 with the right `WWW-Authenticate` and stores nothing;
+the protected resource metadata names the authorization server; a rotated key is picked up
+without a restart; owners are issuer + subject; a caller's token never reaches a downstream MCP
+server or a model provider."""
 
 from __future__ import annotations
 
@@ -20,7 +21,15 @@ import jwt
 import pytest
 
 from tests.auth_support import AuthServer, SigningKey, auth_server, bearer, claims, initialize, token_client
-from tests.support import MCP_HEADERS, TEST_DEADLINE_S, ServerProcess, call, call_error, db_rows, write_config
+from tests.support import (
+    MCP_HEADERS,
+    TEST_DEADLINE_S,
+    InProcessServer,
+    call,
+    call_error,
+    db_rows,
+    write_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -34,7 +43,7 @@ DOWNSTREAM_TOKEN = "downstream-token-from-config-0001"
 
 @dataclass
 class World:
-    server: ServerProcess
+    server: InProcessServer
     directory: Path
     auth: AuthServer
     key: SigningKey
@@ -100,7 +109,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             http={"public_url": PUBLIC_URL},
         )
         env = {PROVIDER_KEY_ENV: PROVIDER_KEY, DOWNSTREAM_ENV: DOWNSTREAM_TOKEN}
-        async with ServerProcess(config, name="auth_oauth", http=True, env=env) as server:
+        async with InProcessServer(config, name="auth_oauth", http=True, env=env) as server:
             yield World(server, directory, auth, key, [])
 
 

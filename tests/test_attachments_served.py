@@ -1,8 +1,9 @@
-"""Attachments end to end against one `parley serve --http` (two token users) and the fake
-providers, which speak the Anthropic and OpenAI wire formats over real HTTP: an image reaches
-each in its own format, the demo model reads a description, get_session shows references and
-the owner fetches the bytes, a bad attachment is refused with nothing stored, and the same bytes
-are stored once. One test drives a stdio server on the same database."""
+"""Attachments end to end against one parley served over HTTP in the test's process (two token
+users, the app of `parley serve --http`) and the fake providers, which speak the Anthropic and
+OpenAI wire formats over real HTTP: an image reaches each in its own format, the demo model reads
+a description, get_session shows references and the owner fetches the bytes, a bad attachment is
+refused with nothing stored, and the same bytes are stored once. One test drives a second
+parley, bound in memory (what stdio carries), on the same database."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from tests.fake_providers import FakeProviders, serving_fake_providers
 from tests.support import (
     CALL_DEADLINE_S,
     Database,
-    ServerProcess,
+    InProcessServer,
     call,
     call_error,
     eventually,
@@ -57,7 +58,7 @@ def pixel(name: str = "pixel.png") -> dict[str, Any]:
 
 @dataclass
 class World:
-    server: ServerProcess
+    server: InProcessServer
     fake: FakeProviders
     db: Database
     config: Path
@@ -103,7 +104,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             },
             auth=tokens_auth(tokens),
         )
-        async with ServerProcess(
+        async with InProcessServer(
             config, name="attachments", http=True, env={"FAKE_PROVIDER_KEY": KEY}
         ) as server:
             assert server.url is not None
@@ -292,7 +293,8 @@ async def test_the_same_bytes_sent_again_are_stored_once(world: World) -> None:
 
 
 async def test_over_stdio_and_through_the_python_client(world: World) -> None:
-    async with ServerProcess(world.config, name="attachments_stdio") as stdio, stdio.client() as client:
+    # stdio's caller (the local user), in memory: a second app on the same database.
+    async with InProcessServer(world.config) as stdio, stdio.client() as client:
         started = await call(
             client, "start_session", agent="demo", message="over stdio", attachments=[pixel()]
         )

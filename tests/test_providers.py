@@ -14,7 +14,7 @@ import yaml
 from mcp import Client
 
 from tests.fake_providers import FakeProviders, serving_fake_providers
-from tests.support import TEST_DEADLINE_S, ServerProcess, call, call_error, db_rows, write_config
+from tests.support import TEST_DEADLINE_S, InProcessServer, call, call_error, db_rows, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -25,7 +25,7 @@ SECRET = "sk-test-d0-not-leak-4f2a9c"
 class World:
     client: Client
     fake: FakeProviders
-    server: ServerProcess
+    server: InProcessServer
     db: Path
 
 
@@ -67,7 +67,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
         }
         config.write_text(yaml.safe_dump(settings))
         async with (
-            ServerProcess(config, env={"FAKE_PROVIDER_KEY": SECRET}) as server,
+            InProcessServer(config, env={"FAKE_PROVIDER_KEY": SECRET}) as server,
             server.client() as client,
         ):
             yield World(client, fake, server, directory / "parley.db")
@@ -159,10 +159,13 @@ async def test_streamed_text_reaches_a_waiting_caller_as_progress(world: World) 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         messages.append(message or "")
 
+    # JSON-RPC in memory, as over stdio: the SDK's direct in-process path (`auto` on the server
+    # object itself, world.client) delivers no progress notifications.
     with anyio.fail_after(TEST_DEADLINE_S):
-        result = await world.client.call_tool(
-            "start_session", {"agent": "gpt", "message": "stream to me"}, progress_callback=on_progress
-        )
+        async with Client(world.server.transport()) as client:
+            result = await client.call_tool(
+                "start_session", {"agent": "gpt", "message": "stream to me"}, progress_callback=on_progress
+            )
     assert (
         result.structured_content is not None and result.structured_content["answer"] == "echo: stream to me"
     )

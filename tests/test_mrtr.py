@@ -1,5 +1,6 @@
 """2026-07-28 clients that can show forms but have no tasks: a pending approval or question goes
-out as an input-required result, and the SDK client retries the same call with the answer."""
+out as an input-required result, and the SDK client retries the same call with the answer.
+parley and the fixture MCP server run in the test's process; "stdio" is a client bound in memory."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import mcp.types as types
 import pytest
 from mcp import Client
 
-from tests.support import FIXTURE_LOG, call, db_rows, fixture_server, serving, write_config
+from tests.support import FIXTURE_LOG, call, db_rows, fixture_in_process, serving, write_config
 from tests.support import Served as ServedBase
 
 pytestmark = pytest.mark.anyio
@@ -39,13 +40,14 @@ async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
     directory = tmp_path_factory.mktemp("mrtr")
-    config = write_config(
-        directory,
-        agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
-        mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
-    )
-    async with serving(config, mode=None, http=request.param == "http", world=Served) as served:
-        yield served
+    async with fixture_in_process(directory / FIXTURE_LOG) as fixture:
+        config = write_config(
+            directory,
+            agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+            mcp_servers={"fixture": fixture},
+        )
+        async with serving(config, mode=None, http=request.param == "http", world=Served) as served:
+            yield served
 
 
 async def _with_client(served: Served, work: Callable[[Client], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
