@@ -34,7 +34,6 @@ import pytest
 from tests.npm_servers import DURABLE_TASKS_SHIM, LOOPBACK_SHIM, everything_bin, everything_sdk_module
 from tests.support import (
     TEST_DEADLINE_S,
-    InProcessServer,
     ServerProcess,
     call,
     db_rows,
@@ -514,7 +513,7 @@ async def test_a_task_whose_server_stays_unreachable_is_recorded_by_effect(
         }
         config = _write(tmp_path, {"gone": gone}, {"g": _researcher("gone")})
         db = tmp_path / "parley.db"
-        async with InProcessServer(config, name="unreachable") as server, server.client() as client:
+        async with ServerProcess(config, name="unreachable") as server, server.client() as client:
             started = await call(
                 client,
                 "start_session",
