@@ -16,7 +16,7 @@ import pytest
 import yaml
 from mcp import Client
 
-from tests.support import FAST_RUNTIME, ServerProcess, call, eventually
+from tests.support import FAST_RUNTIME, InProcessServer, call, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +39,7 @@ class Lines:
 
 @dataclass
 class World:
-    server: ServerProcess
+    server: InProcessServer
     directory: Path
 
     @asynccontextmanager
@@ -63,7 +63,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     (agents / "broken.yaml").write_text(
         yaml.safe_dump({"name": "broken", "mcp_servers": ["down"], "tools": ["write_todos"]})
     )
-    async with ServerProcess(directory / "parley.yaml", http=True) as server:
+    async with InProcessServer(directory / "parley.yaml", http=True) as server:
         yield World(server, directory)
 
 
