@@ -12,6 +12,7 @@ import pytest
 from parley.testing import (
     FaultPoints,
     ManualClock,
+    ParleyUnderTest,
     ScriptedModel,
     ToolServer,
     call,
@@ -109,3 +110,16 @@ async def test_an_armed_fault_point_runs_its_action_at_that_point_only() -> None
 def _call_statuses(db: Path) -> list[tuple[str, str]]:
     with sqlite3.connect(db) as connection:
         return list(connection.execute("SELECT name, status FROM tool_calls ORDER BY call_index"))
+
+
+async def test_two_parleys_in_one_test_each_log_only_their_own_work() -> None:
+    async with parley_app() as first, parley_app() as second:
+        async with (await second.http()).client() as http:
+            created = await http.post("/v1/sessions", json={"agent": "demo", "message": "hi"})
+        session_id = created.json()["session_id"]
+        await eventually(lambda: _logged(second, session_id), "the second parley to log the session")
+    assert session_id not in first.log(), "the first parley's log holds the second one's work"
+
+
+async def _logged(parley: ParleyUnderTest, text: str) -> bool:
+    return text in parley.log()

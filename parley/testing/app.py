@@ -8,6 +8,7 @@ import logging
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import anyio
 import httpx2
 import yaml
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client
 
 # The SDK's own pairing of a client and a server over in-memory JSON-RPC streams; its direct
@@ -76,6 +77,7 @@ class ParleyUnderTest:
     _http: HttpEndpoint | None = None
     _stop_http: anyio.Event = field(default_factory=anyio.Event)
     _http_stopped: anyio.Event = field(default_factory=anyio.Event)
+    _marker: object = None
 
     @property
     def mcp_server(self) -> MCPServer[Any]:
@@ -104,6 +106,7 @@ class ParleyUnderTest:
                 listening.set()
 
             async def serve() -> None:
+                _WORKS_FOR.set(self._marker)
                 try:
                     with listener:
                         await serve_app_http(
@@ -174,15 +177,51 @@ async def parley_app(
         )
         tasks = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(tasks.cancel_scope.cancel)
-        app = await stack.enter_async_context(running_app(loaded, seams=seams))
-        server = await mcp_server(loaded, app, tasks)
+        host = _Host(loaded, seams, log.marker)
+        app, server, own = await tasks.start(host.run)
         under_test = ParleyUnderTest(
-            app, loaded, directory, server, tasks, log, clock if isinstance(clock, ManualClock) else None
+            app, loaded, directory, server, own, log.lines, clock if isinstance(clock, ManualClock) else None
         )
+        under_test._marker = log.marker
         try:
             yield under_test
         finally:
             await under_test._stop_serving()
+            await host.stop()
+
+
+# Which in-process parley a task works for: its records go to that parley's log only, so two
+# parleys in one test do not read each other's lines. Unmarked records (the test's own, and what
+# an in-memory client's server does in the client's task) go to every parley's log.
+_WORKS_FOR: ContextVar[object | None] = ContextVar("parley_testing_works_for", default=None)
+
+
+class _Host:
+    """Runs the app in a task of its own, marked as working for this parley."""
+
+    def __init__(self, config: ServerConfig, seams: Seams, marker: object) -> None:
+        self._config = config
+        self._seams = seams
+        self._marker = marker
+        self._stop = anyio.Event()
+        self._stopped = anyio.Event()
+
+    async def run(self, *, task_status: TaskStatus[tuple[App, MCPServer[Any], TaskGroup]]) -> None:
+        _WORKS_FOR.set(self._marker)
+        try:
+            async with running_app(self._config, seams=self._seams) as app, anyio.create_task_group() as own:
+                server = await mcp_server(self._config, app, own)
+                task_status.started((app, server, own))
+                await self._stop.wait()
+                own.cancel_scope.cancel()
+        finally:
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """Drain and stop the app as `parley serve` does on SIGTERM."""
+        self._stop.set()
+        with anyio.CancelScope(shield=True):
+            await self._stopped.wait()
 
 
 def write_config(
@@ -229,29 +268,31 @@ def _logged_by(line: str, loggers: tuple[str, ...]) -> bool:
 
 
 class _ListHandler(logging.Handler):
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self._lines = lines
+        self.lines: list[str] = []
+        self.marker = object()
         self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        self._lines.append(self.format(record))
+        works_for = _WORKS_FOR.get()
+        if works_for is None or works_for is self.marker:
+            self.lines.append(self.format(record))
 
 
 @contextmanager
-def _captured_log() -> Iterator[list[str]]:
+def _captured_log() -> Iterator[_ListHandler]:
     """Every log record while the app runs, as `parley serve --log-level DEBUG` writes them to
     stderr: parley's and its libraries' (the SDK, uvicorn, httpx2), with the same libraries
     kept quieter. Put back as it was afterwards."""
-    lines: list[str] = []
-    handler = _ListHandler(lines)
+    handler = _ListHandler()
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.DEBUG)
     libraries = library_log_levels(logging.DEBUG)
     root.addHandler(handler)
     try:
-        yield lines
+        yield handler
     finally:
         root.removeHandler(handler)
         root.setLevel(level)
