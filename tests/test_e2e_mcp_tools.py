@@ -6,34 +6,22 @@ the tool behaviour is tested in-process in tests/test_mcp_tools.py."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
 
 from tests.support import (
     call,
     db_rows,
     eventually,
-    fixture_calls,
     fixture_server,
     running_server,
     write_config,
 )
+from tests.test_mcp_tools import World
 
 pytestmark = pytest.mark.anyio
-
-
-@dataclass
-class World:
-    client: Client
-    db: Path
-    logs: Path
-
-    def calls(self, server: str) -> list[dict[str, Any]]:
-        return fixture_calls(self.logs / f"{server}.jsonl")
 
 
 @pytest.fixture(scope="module")
