@@ -33,6 +33,7 @@ from mcp import Client
 from mcp.client._memory import InMemoryTransport  # the SDK's own in-memory pairing (tests only)
 from mcp.shared.message import SessionMessage
 
+from parley.runtime.model import ModelClient
 from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S
 from parley.testing import DEADLINE_S, ParleyUnderTest, call, call_error, eventually, parley_app
 from parley.testing.tools import served_over_http
@@ -394,16 +395,19 @@ class InProcessServer:
         db: str | None = None,
         env: dict[str, str] | None = None,
         port: int = 0,
+        model: ModelClient | None = None,
         **_: Any,
     ) -> None:
         """`env`: variables the server reads (API keys, tokens named in parley.yaml), set in this
         process while it runs, as `ServerProcess` gives them to its process; restored after.
-        `port`: with `http`, the port to serve on (0: an ephemeral one)."""
+        `port`: with `http`, the port to serve on (0: an ephemeral one). `model`: the model every
+        agent calls (a `HeldModel`, say), instead of the configured ones."""
         self.config_path = config_path
         self.http = http
         self.db = db
         self.env = env or {}
         self.port = port
+        self.model = model
         self.url: str | None = None
         self._stack = AsyncExitStack()
         self._parley: ParleyUnderTest | None = None
@@ -422,7 +426,7 @@ class InProcessServer:
         self._stack.enter_context(environment(self.env))
         db: Path | str | None = self.db
         self._parley = await self._stack.enter_async_context(
-            parley_app(self.config_path, db=db, directory=self.config_path.parent)
+            parley_app(self.config_path, db=db, directory=self.config_path.parent, model=self.model)
         )
         if self.http:
             self.url = (await self._parley.http(self.port)).url
@@ -549,13 +553,15 @@ async def serving(
     clean_log: bool = False,
     world: type[ServedT] = Served,  # type: ignore[assignment]  # the default is the bound itself
     process: bool = False,
+    model: ModelClient | None = None,
 ) -> AsyncIterator[ServedT]:
     """Start parley on `config_path` (in this process, unless the module needs a `process` of its
     own) and connect one client in `mode` (None: no client, each test connects its own); yield
     them as a `world` (a `Served`, or a module's subclass). `clean_log`: on a normal exit the
-    server's log must hold no traceback."""
+    server's log must hold no traceback. `model`: in this process, the model every agent calls."""
     kind = ServerProcess if process else InProcessServer
-    async with kind(config_path, name=name, http=http) as server:
+    extra: dict[str, Any] = {} if model is None else {"model": model}
+    async with kind(config_path, name=name, http=http, **extra) as server:
         if mode is None:
             yield world(server, config_path.parent)
         else:

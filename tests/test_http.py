@@ -15,10 +15,10 @@ import httpx2
 import pytest
 from mcp import Client
 
+from parley.testing import HeldModel, Hold
 from tests.support import (
     INITIALIZE,
     MCP_HEADERS,
-    STATE_WINDOW_S,
     TEST_DEADLINE_S,
     InProcessServer,
     call,
@@ -37,8 +37,15 @@ WEB_APP = "https://app.example.test"
 @pytest.fixture(scope="module")
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[InProcessServer]:
     config = write_config(tmp_path_factory.mktemp("http"), http={"cors_origins": [WEB_APP]})
-    async with InProcessServer(config, name="http", http=True) as server:
+    # The model holds a turn in its model call for as long as a test needs to see it running.
+    async with InProcessServer(config, name="http", http=True, model=HeldModel()) as server:
         yield server
+
+
+def _hold(server: InProcessServer, word: str) -> Hold:
+    """Hold this server's model calls for messages containing `word` until the test releases them."""
+    assert isinstance(server.model, HeldModel)
+    return server.model.hold(word)
 
 
 def _base(server: InProcessServer) -> str:
@@ -72,14 +79,15 @@ async def test_healthz_reports_ok_with_integer_counts(server: InProcessServer) -
 
 async def test_healthz_counts_a_running_turn_until_it_ends(server: InProcessServer) -> None:
     async with server.client() as client:
-        message = f"/sleep {STATE_WINDOW_S}\nbusy"
-        started = await call(client, "start_session", agent="demo", message=message, wait_seconds=0)
+        held = _hold(server, "busy")
+        started = await call(client, "start_session", agent="demo", message="busy", wait_seconds=0)
         assert started["status"] == "running"
 
         async def counted() -> bool:
             return int((await _health(server))["running_turns"]) >= 1
 
         await eventually(counted, "/healthz to count the running turn")
+        held.release()
         done = await call(
             client, "get_session", session_id=started["session_id"], wait_seconds=TEST_DEADLINE_S
         )
@@ -206,6 +214,7 @@ async def test_a_short_wait_returns_running_and_progress_arrives_while_waiting(
         start = await call(client, "start_session", agent="demo")
         sid = start["session_id"]
 
+        held = _hold(server, f"patient-{mode}")
         sent_progress: list[tuple[float, str | None]] = []
 
         async def on_sent(progress: float, total: float | None, message: str | None) -> None:
@@ -214,7 +223,7 @@ async def test_a_short_wait_returns_running_and_progress_arrives_while_waiting(
         with anyio.fail_after(TEST_DEADLINE_S):
             sent = await client.call_tool(
                 "send_message",
-                {"session_id": sid, "message": "/sleep 3\npatient", "wait_seconds": 1},
+                {"session_id": sid, "message": f"patient-{mode}", "wait_seconds": 1},
                 progress_callback=on_sent,
             )
         assert not sent.is_error
@@ -226,16 +235,31 @@ async def test_a_short_wait_returns_running_and_progress_arrives_while_waiting(
         async def on_waited(progress: float, total: float | None, message: str | None) -> None:
             waited_progress.append((progress, message))
 
-        with anyio.fail_after(TEST_DEADLINE_S):
-            waited = await client.call_tool(
-                "get_session", {"session_id": sid, "wait_seconds": 10}, progress_callback=on_waited
+        async def progress_while_waiting() -> bool:
+            return bool(waited_progress)
+
+        results: list[Any] = []
+
+        async def wait_for_the_answer() -> None:
+            results.append(
+                await client.call_tool(
+                    "get_session", {"session_id": sid, "wait_seconds": 10}, progress_callback=on_waited
+                )
             )
+
+        with anyio.fail_after(TEST_DEADLINE_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_for_the_answer)
+                # The turn ends only once the wait has had progress.
+                await eventually(progress_while_waiting, "progress while get_session waits")
+                held.release()
+        [waited] = results
         assert not waited.is_error
         snapshot = waited.structured_content
         assert snapshot is not None
         assert snapshot["status"] == "idle"
         assert snapshot["last_turn"]["status"] == "answered"
-        assert snapshot["last_turn"]["answer"] == "You said: patient (message 1 of this session)"
+        assert snapshot["last_turn"]["answer"] == f"You said: patient-{mode} (message 1 of this session)"
 
     for received in (sent_progress, waited_progress):
         assert received, "a waiting call with a progress callback got no progress notification"
@@ -257,9 +281,10 @@ async def test_a_cancelled_wait_leaves_the_turn_running_to_its_answer(
         sid = start["session_id"]
         db = server.config_path.parent / "parley.db"
         answered = anyio.Event()
+        held = _hold(server, f"abandoned-{mode}")
 
         async def wait_for_the_answer() -> None:
-            message = f"/sleep {STATE_WINDOW_S}\nabandoned"
+            message = f"abandoned-{mode}"
             await client.call_tool(
                 "send_message", {"session_id": sid, "message": message, "wait_seconds": TEST_DEADLINE_S}
             )
@@ -275,9 +300,10 @@ async def test_a_cancelled_wait_leaves_the_turn_running_to_its_answer(
             tg.cancel_scope.cancel()
         assert not answered.is_set(), "the wait should still have been running when the caller gave up"
         assert (await call(client, "get_session", session_id=sid))["status"] == "running"
+        held.release()
         snapshot = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert snapshot["status"] == "idle"
-        assert snapshot["last_turn"]["answer"] == "You said: abandoned (message 1 of this session)"
+        assert snapshot["last_turn"]["answer"] == f"You said: abandoned-{mode} (message 1 of this session)"
     assert (await _health(server))["status"] == "ok"
     _assert_clean_log(server)
 
@@ -292,6 +318,7 @@ async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
         sid = (await call(client, "start_session", agent="demo"))["session_id"]
 
     waiting = anyio.Event()
+    held = _hold(server, f"dropped-{mode}")
 
     async def wait_then_vanish() -> None:
         async with Client(url, mode=mode) as doomed:
@@ -300,7 +327,7 @@ async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
                 "send_message",
                 {
                     "session_id": sid,
-                    "message": f"/sleep {STATE_WINDOW_S}\ndropped",
+                    "message": f"dropped-{mode}",
                     "wait_seconds": TEST_DEADLINE_S,
                 },
             )
@@ -319,8 +346,9 @@ async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
 
     async with server.client() as fresh:
         assert (await call(fresh, "get_session", session_id=sid))["status"] == "running"
+        held.release()
         snapshot = await call(fresh, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
         assert snapshot["status"] == "idle"
-        assert snapshot["last_turn"]["answer"] == "You said: dropped (message 1 of this session)"
+        assert snapshot["last_turn"]["answer"] == f"You said: dropped-{mode} (message 1 of this session)"
     assert (await _health(server))["status"] == "ok"
     _assert_clean_log(server)

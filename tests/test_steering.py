@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 
+from parley.testing import HeldModel, Hold
 from tests.support import (
     FIXTURE_LOG,
     STATE_WINDOW_S,
@@ -26,16 +27,32 @@ from tests.support import (
 
 pytestmark = pytest.mark.anyio
 
-# The wall-time limit of the agent "brief": its first model call must start inside it.
-WALL_LIMIT_S = STATE_WINDOW_S
-# A model call the test steers: it must still run when the steer arrives.
-SLOW_STEP = f"/sleep {STATE_WINDOW_S:g}"
+# The wall-time limit of the agent "brief": its first model call must start inside it (the
+# session starts and makes its first call in this process, well within a third of the window).
+WALL_LIMIT_S = STATE_WINDOW_S / 3
 
 
 @pytest.fixture(scope="module")
 async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
-    async with serving(write_config(tmp_path_factory.mktemp("steer"))) as served:
+    # The model holds a call the test steers or cancels around until the test releases it.
+    async with serving(write_config(tmp_path_factory.mktemp("steer")), model=HeldModel()) as served:
         yield served
+
+
+def _hold(served: Served, word: str) -> Hold:
+    """Hold the model calls for messages containing `word` until the test releases them."""
+    assert isinstance(served.server.model, HeldModel)
+    return served.server.model.hold(word)
+
+
+async def _steer_recorded(served: Served, sid: str) -> None:
+    async def recorded() -> bool:
+        rows = db_rows(
+            served.db, "SELECT COUNT(*) FROM queued_messages WHERE session_id = ? AND steer = 1", (sid,)
+        )
+        return rows == [(1,)]
+
+    await eventually(recorded, "the server to record the steer")
 
 
 async def _in_model_call(served: Served, sid: str) -> None:
@@ -46,13 +63,25 @@ async def _in_model_call(served: Served, sid: str) -> None:
 
 
 async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(served: Served) -> None:
-    first = await call(
-        served.client, "start_session", agent="demo", message=f"{SLOW_STEP}\nslow one", wait_seconds=0
-    )
+    # The model call the test steers still runs when the steer arrives: it is held until then.
+    held = _hold(served, "slow one")
+    first = await call(served.client, "start_session", agent="demo", message="slow one", wait_seconds=0)
     sid = first["session_id"]
     queued = await call(served.client, "send_message", session_id=sid, message="queued one", wait_seconds=0)
     await _in_model_call(served, sid)
-    steered = await call(served.client, "send_message", session_id=sid, message="change of plan", steer=True)
+    await held.wait_held()
+    outcome: list[dict[str, Any]] = []
+
+    async def steer() -> None:
+        outcome.append(
+            await call(served.client, "send_message", session_id=sid, message="change of plan", steer=True)
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(steer)
+        await _steer_recorded(served, sid)
+        held.release()
+    [steered] = outcome
     assert steered["status"] == "answered"
     assert steered["answer"] == "You said: change of plan (message 2 of this session)"
     snapshot = await call(
@@ -61,7 +90,7 @@ async def test_a_steer_ends_the_running_turn_after_its_step_and_answers_next(ser
     # The step in progress finished (its answer is kept), the turn ended there, the steer went first.
     texts = [m["text"] for m in snapshot["messages"]]
     assert texts[:4] == [
-        f"{SLOW_STEP}\nslow one",
+        "slow one",
         "You said: slow one (message 1 of this session)",
         "change of plan",
         "You said: change of plan (message 2 of this session)",
@@ -119,15 +148,18 @@ async def test_steering_withdraws_a_pending_question(served: Served) -> None:
 async def test_a_cancel_naming_an_older_turn_changes_nothing(served: Served) -> None:
     first = await call(served.client, "start_session", agent="demo", message="done")
     sid = first["session_id"]
+    held = _hold(served, "second of two")
     running = await call(
-        served.client, "send_message", session_id=sid, message="/sleep 1\nsecond", wait_seconds=0
+        served.client, "send_message", session_id=sid, message="second of two", wait_seconds=0
     )
+    await held.wait_held()
     stale = await call(served.client, "cancel_turn", session_id=sid, turn_id=first["turn_id"], wait_seconds=0)
     assert stale["turn_id"] == first["turn_id"] and stale["status"] == "answered"
     assert any("nothing was cancelled" in n for n in stale["notes"])
+    held.release()
     snapshot = await call(served.client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
     assert snapshot["last_turn"]["status"] == "answered"
-    assert snapshot["last_turn"]["answer"] == "You said: second (message 2 of this session)"
+    assert snapshot["last_turn"]["answer"] == "You said: second of two (message 2 of this session)"
     assert running["status"] == "running"
     again = await call(served.client, "cancel_turn", session_id=sid)
     assert any("Nothing was running" in n for n in again["notes"])

@@ -1,5 +1,5 @@
 """parley.testing itself: the in-process app on the composition root of `parley serve`, its MCP
-client in memory (both generations), HTTP on a loopback port, the scripted model, in-process
+client in memory (both generations), HTTP on a loopback port, the scripted and held models, in-process
 tool servers, the manual clock and armed fault points."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from parley.testing import (
+    DEADLINE_S,
     FaultPoints,
+    HeldModel,
     ManualClock,
     ParleyUnderTest,
     ScriptedModel,
@@ -123,3 +125,19 @@ async def test_two_parleys_in_one_test_each_log_only_their_own_work() -> None:
 
 async def _logged(parley: ParleyUnderTest, text: str) -> bool:
     return text in parley.log()
+
+
+async def test_a_held_model_keeps_a_turn_running_until_the_test_releases_it(tmp_path: Path) -> None:
+    model = HeldModel()
+    held = model.hold("wait for me")
+    async with parley_app(directory=tmp_path, model=model) as parley, parley.mcp() as client:
+        other = await call(client, "start_session", agent="demo", message="not held")
+        assert other["status"] == "answered", "only calls for the chosen word are held"
+        started = await call(client, "start_session", agent="demo", message="wait for me", wait_seconds=0)
+        await held.wait_held()
+        sid = started["session_id"]
+        assert (await call(client, "get_session", session_id=sid))["status"] == "running"
+        held.release()
+        done = await call(client, "get_session", session_id=sid, wait_seconds=DEADLINE_S)
+    assert done["last_turn"]["answer"] == "You said: wait for me (message 1 of this session)"
+    assert held.calls == 1

@@ -12,6 +12,7 @@ import anyio
 import httpx2
 import pytest
 
+from parley.testing import HeldModel
 from tests.sse_support import Frame, read_until
 from tests.support import (
     CALL_DEADLINE_S,
@@ -19,6 +20,8 @@ from tests.support import (
     STATE_WINDOW_S,
     InProcessServer,
     Served,
+    db_rows,
+    eventually,
     fixture_in_process,
     fixture_runs,
     write_config,
@@ -47,6 +50,12 @@ class World(Served):
         assert response.status_code == status, (response.status_code, response.text)
         return dict(response.json())
 
+    @property
+    def model(self) -> HeldModel:
+        """The model every agent calls: it holds calls a test steers or cancels around."""
+        assert isinstance(self.server.model, HeldModel)
+        return self.server.model
+
 
 @pytest.fixture(scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
@@ -58,7 +67,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             mcp_servers={"fixture": fixture},
             http={"stream_heartbeat_s": 0.2, "cors_origins": [WEB_APP]},
         )
-        async with InProcessServer(config, http=True) as server:
+        async with InProcessServer(config, http=True, model=HeldModel()) as server:
             yield World(server, directory)
             assert "Traceback" not in server.log(), server.log()
 
@@ -128,25 +137,47 @@ async def test_approve_reject_answer_decline_cancel_and_steer(world: World) -> N
     ]
     declined = await world.post(f"/v1/sessions/{sid}/answer", {"interrupt_id": declined_q, "decline": True})
     assert declined["status"] == "answered"
-    slow = await world.post(
-        f"/v1/sessions/{sid}/messages", {"message": f"/sleep {STATE_WINDOW_S}\nslow", "wait_seconds": 0}
-    )
+    # The model call is held until the steer is recorded, so the steer meets a running turn.
+    held_slow = world.model.hold("slow step")
+    slow = await world.post(f"/v1/sessions/{sid}/messages", {"message": "slow step", "wait_seconds": 0})
     assert slow["status"] == "running"
-    steered = await world.post(
-        f"/v1/sessions/{sid}/steer", {"message": "instead", "wait_seconds": STATE_WINDOW_S * 3}
-    )
+    await held_slow.wait_held()
+    outcome: list[dict[str, Any]] = []
+
+    async def steer() -> None:
+        outcome.append(
+            await world.post(
+                f"/v1/sessions/{sid}/steer", {"message": "instead", "wait_seconds": STATE_WINDOW_S * 3}
+            )
+        )
+
+    async def steer_recorded() -> bool:
+        query = "SELECT COUNT(*) FROM queued_messages WHERE session_id = ? AND steer = 1"
+        return db_rows(world.db, query, (sid,)) == [(1,)]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(steer)
+        await eventually(steer_recorded, "the server to record the steer")
+        held_slow.release()
+    [steered] = outcome
     assert steered["answer"].startswith("You said: instead"), steered
-    long = await world.post(
-        f"/v1/sessions/{sid}/messages", {"message": f"/sleep {STATE_WINDOW_S}\nlong", "wait_seconds": 0}
-    )
+    # This one is held until it is cancelled.
+    held_long = world.model.hold("long step")
+    long = await world.post(f"/v1/sessions/{sid}/messages", {"message": "long step", "wait_seconds": 0})
+    await held_long.wait_held()
     cancelled = await world.post(
         f"/v1/sessions/{sid}/cancel", {"turn_id": long["turn_id"]} if long["turn_id"] else {}
     )
+    held_long.release()
     assert cancelled["status"] == "cancelled", cancelled
     closed = await world.post(f"/v1/sessions/{sid}/close", {})
     assert closed["status"] == "closed"
     refused = await world.post(f"/v1/sessions/{sid}/messages", {"message": "still there?"}, 409)
     assert refused["type"] == "urn:parley:problem:session-closed"
+
+
+def _watched(data: dict[str, Any]) -> bool:
+    return dict(data.get("interrupt") or {}).get("arguments") == {"text": "watched"}
 
 
 async def test_the_owner_wide_stream_shows_a_snapshot_then_every_session_and_its_interrupts(
@@ -168,7 +199,9 @@ async def test_the_owner_wide_stream_shows_a_snapshot_then_every_session_and_its
             seen.append(frame)
             if frame.kind == "snapshot":
                 tg.start_soon(start_when_open)
-            return frame.kind == "interrupt_raised"
+            # Ours: a session that changed within the stream's late slack of its opening (an earlier
+            # test's) may show its recent events too.
+            return frame.kind == "interrupt_raised" and bool(frame.data) and _watched(frame.data)
 
         await read_until(world.base + "/v1/events", stop)
     assert seen[0].kind == "snapshot" and isinstance(seen[0].data["pending"], list)

@@ -11,7 +11,7 @@ from parley.runtime.faults import POINTS as FAULT_POINTS
 from parley.runtime.faults import FaultPoints
 from parley.testing.app import FAST_RUNTIME, HttpEndpoint, ParleyUnderTest, parley_app, write_config
 from parley.testing.clock import ManualClock
-from parley.testing.model import Reply, ScriptedModel, calls_tool, reply
+from parley.testing.model import HeldModel, Hold, Reply, ScriptedModel, calls_tool, reply
 from parley.testing.process import crash_at
 from parley.testing.tools import ToolCall, ToolServer
 from parley.testing.waiting import CALL_DEADLINE_S, DEADLINE_S, call, call_error, eventually
@@ -22,6 +22,8 @@ __all__ = [
     "FAST_RUNTIME",
     "FAULT_POINTS",
     "FaultPoints",
+    "HeldModel",
+    "Hold",
     "HttpEndpoint",
     "ManualClock",
     "ParleyUnderTest",

@@ -9,6 +9,10 @@ Each call takes the next scripted item in order:
 Every request is recorded, so a test can check what parley offered the model. A call with
 nothing left in the script fails with a `ModelError` (so the turn records it) and is
 remembered; `assert_complete()` then reports it, as it reports items never used.
+
+`HeldModel` is the demo model with calls a test holds: a call for a message containing a chosen
+word waits in the model call until the test releases it, so a turn runs for as long as the test
+needs to look at it, and no test sleeps.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import anyio
 from anyio.lowlevel import checkpoint
 
 from parley.errors import ModelError
-from parley.runtime.model import ModelRequest, ModelResponse, RequestedCall
+from parley.runtime.model import ModelClient, ModelRequest, ModelResponse, RequestedCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +126,71 @@ async def _play(item: Reply, request: ModelRequest) -> ModelResponse:
 
 # The name the unit tests of the driver have always used.
 ScriptedModelClient = ScriptedModel
+
+
+class Hold:
+    """Model calls held for one word: each call whose last user message contains it waits (in
+    the model call, so its turn is "running") until the test calls `release()`; later calls with
+    the word pass at once."""
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.calls = 0
+        self._entered = anyio.Event()
+        self._released = anyio.Event()
+
+    @property
+    def released(self) -> bool:
+        return self._released.is_set()
+
+    async def wait_held(self, timeout_s: float | None = None) -> None:
+        """Wait until a model call is held here (at most `timeout_s`, default the tests' deadline)."""
+        from parley.testing.waiting import DEADLINE_S
+
+        with anyio.fail_after(DEADLINE_S if timeout_s is None else timeout_s):
+            await self._entered.wait()
+
+    def release(self) -> None:
+        """Let every held call (and every later one) go on to its answer."""
+        self._released.set()
+
+    async def _hold(self) -> None:
+        self.calls += 1
+        self._entered.set()
+        await self._released.wait()
+
+
+class HeldModel:
+    """A model (parley's demo model unless given another) whose calls a test can hold: `hold(word)`
+    makes every call for a message containing `word` wait in the model call until the test
+    releases it, so the test sees the turn running for as long as it needs, then lets it finish at
+    once, without sleeping. A held call can be cancelled like any model call."""
+
+    def __init__(self, inner: ModelClient | None = None) -> None:
+        if inner is None:
+            from parley.runtime.demo_model import DemoModelClient
+
+            inner = DemoModelClient()
+        self.inner = inner
+        self._holds: list[Hold] = []
+
+    def hold(self, word: str) -> Hold:
+        """Hold every call whose last user message contains `word` until the returned hold is released."""
+        if not word:
+            raise ValueError("a hold needs a word to look for")
+        held = Hold(word)
+        self._holds.append(held)
+        return held
+
+    def release_all(self) -> None:
+        for held in self._holds:
+            held.release()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        users = [m for m in request.messages if m.role == "user"]
+        if users:
+            text = users[-1].text
+            for held in list(self._holds):
+                if not held.released and held.word in text:
+                    await held._hold()
+        return await self.inner.complete(request)
