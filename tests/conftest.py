@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name.startswith(E2E_PREFIX):
             item.add_marker(pytest.mark.e2e)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: two workers a core. Most of a test's time is spent waiting (on a turn, a
+    process, a socket), so a core runs two workers' tests in about the time it runs one's."""
+    return 2 * (os.cpu_count() or 1)
 
 
 @pytest.fixture(scope="session")

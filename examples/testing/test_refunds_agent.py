@@ -82,6 +82,7 @@ async def test_a_refund_runs_only_after_a_person_approves_it(tmp_path: Path) -> 
     model.assert_complete()
 
 
+@pytest.mark.e2e  # it starts a process: parley's own suite keeps such tests out of its fast layer
 async def test_a_refund_cut_by_a_crash_is_never_sent_twice(tmp_path: Path) -> None:
     """parley dies right after the refund ran and before its result was stored. The next
     process must not refund again: the call may have taken effect, and the model is told so."""
