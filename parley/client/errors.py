@@ -20,7 +20,7 @@ ClientError
 ```
 
 A tool refusal carries only text on the wire, so `tool_error` recognises the server's messages by
-their fixed openings (parley/errors.py writes them); tests/test_client_errors.py builds each of the
+their fixed openings (parley/errors.py writes them); tests/test_client_contract.py builds each of the
 server's errors and checks that it comes back as the class above, so the two cannot drift.
 """
 

@@ -2,7 +2,7 @@
 
 These mirror the server's tool outputs (parley/server/wire.py, published as each tool's
 outputSchema) without importing the server: a client should not load the runtime. A fast test
-(tests/test_client_models.py) compares each model with the outputSchema the server publishes, so
+(tests/test_client_contract.py) compares each model with the outputSchema the server publishes, so
 the two cannot drift apart. Unknown fields are ignored, so a newer server does not break an
 older client.
 """
