@@ -245,6 +245,13 @@ async def test_a_turn_resumed_after_sigkill_joins_the_callers_trace_and_content_
         spans = await _spans_until(
             receiver, trace_id, ("crashy", "invoke_agent worker"), ("crashy", "execute_tool")
         )
+
+        async def served_over_http() -> bool:
+            return any(s.service == "crashy" for s in receiver.named("tools/call get_session"))
+
+        # While the server runs: leaving the block kills it, and a span still in its export batch
+        # would never arrive.
+        await eventually(served_over_http, "the span of the get_session call")
     resumed = [s for s in spans if s.name == "invoke_agent worker" and s.attributes["parley.turn.resumed"]]
     assert resumed and resumed[0].attributes["parley.turn.outcome"] == "answered", spans
     assert resumed[0].attributes["gen_ai.conversation.id"] == session_id
@@ -253,11 +260,6 @@ async def test_a_turn_resumed_after_sigkill_joins_the_callers_trace_and_content_
     assert any(SECRET_PROMPT in str(c.attributes.get("gen_ai.input.messages")) for c in chats), chats
     (tool,) = [s for s in spans if s.name == "execute_tool fixture__read_thing"]
     assert SECRET_PROMPT in str(tool.attributes["gen_ai.tool.call.arguments"])
-
-    async def served_over_http() -> bool:
-        return any(s.service == "crashy" for s in receiver.named("tools/call get_session"))
-
-    await eventually(served_over_http, "the span of the get_session call")
     (served,) = [s for s in receiver.named("tools/call get_session") if s.service == "crashy"]
     assert served.attributes["mcp.session.id"], served
     assert served.attributes["mcp.method.name"] == "tools/call"
