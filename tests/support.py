@@ -36,6 +36,7 @@ from mcp.shared.message import SessionMessage
 from parley.runtime.model import ModelClient
 from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S
 from parley.testing import DEADLINE_S, ParleyUnderTest, call, call_error, eventually, parley_app
+from parley.testing import FAST_RUNTIME as TESTING_RUNTIME
 from parley.testing.tools import served_over_http
 
 # Re-exported: the e2e modules import these from here.
@@ -72,16 +73,8 @@ INITIALIZE = {
 }
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
-FAST_RUNTIME = {
-    "poll_interval_s": 0.1,
-    "lease_ttl_s": 1.0,
-    # A call without wait_seconds waits for its turn as long as a test waits for anything.
-    "default_wait_s": TEST_DEADLINE_S,
-    "max_wait_s": TEST_DEADLINE_S,
-    "max_message_chars": 5000,
-    "shutdown_grace_s": 1.0,
-    "progress_interval_s": 0.2,
-}
+# parley.testing's quick timings, and a message limit the bad-input tests reach.
+FAST_RUNTIME = {**TESTING_RUNTIME, "max_message_chars": 5000}
 
 
 @dataclass(frozen=True)
