@@ -26,8 +26,10 @@ from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord
 from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot
 from parley.storage.ports import Store
-from parley.storage.postgres import WORK_SCAN, PostgresStore, open_postgres_store
+from parley.storage.postgres import PostgresStore, open_postgres_store
 from parley.storage.postgres_schema import MIGRATIONS
+from parley.storage.sql.conditions import work_scan
+from parley.storage.sql.dialect import POSTGRES
 from parley.storage.sqlite import open_sqlite_store
 from parley.stores import open_store
 from tests.postgres_support import DatabaseProxy, PgSchema, require_postgres, schema_for_test
@@ -131,7 +133,7 @@ async def test_everything_lives_in_the_configured_schema(postgres_url: str) -> N
         before = {r[0] for r in mine.rows("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         async with open_postgres_store(mine.url, schema=mine.schema) as store:
             await running_session(store)
-            paths = await store._fetchall("SELECT current_setting('search_path')")
+            paths = await store._rows("SELECT current_setting('search_path')")
             assert paths == [(mine.schema,)]
         tables = {
             r[0] for r in mine.rows("SELECT tablename FROM pg_tables WHERE schemaname = %s", (mine.schema,))
@@ -246,7 +248,8 @@ async def test_the_work_scan_reads_indexes_not_100000_parked_sessions(postgres_u
             due = [await running_session(store) for _ in range(3)]
             schema.rows("ANALYZE sessions")
             assert sorted(await store.sessions_needing_work(T0 + 1, 200)) == sorted(due)
-        [[plan]] = schema.rows("EXPLAIN (FORMAT JSON) " + WORK_SCAN, {"now": T0 + 1, "limit": 200})
+        scan = POSTGRES.render(work_scan(POSTGRES))
+        [[plan]] = schema.rows("EXPLAIN (FORMAT JSON) " + scan, (T0 + 1,) * 5 + (200,))
     nodes = _plan_nodes(plan[0]["Plan"])
     scans = {(n["Node Type"], n.get("Index Name")) for n in nodes if "Scan" in n["Node Type"]}
     assert ("Seq Scan", None) not in scans, json.dumps(plan, indent=1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import psycopg
@@ -22,64 +22,22 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool
 
-from parley.errors import LeaseLost, StorageError
-from parley.ids import QueuedMessageId, SessionId, TurnId
+from parley.errors import StorageError
 from parley.redaction import mask_url
-from parley.storage.base import (
-    AgentVersionRecord,
-    DatabaseCounts,
-    EventRecord,
-    InterruptRecord,
-    MessageRecord,
-    QueuedMessageRecord,
-    SessionFilter,
-    SessionPage,
-    SessionRecord,
-    StepRecord,
-    ToolCallRecord,
-    TurnRecord,
-    lease_token,
-)
-from parley.storage.postgres_access import PostgresAccess
-from parley.storage.postgres_attachments import PostgresAttachments
 from parley.storage.postgres_copy import PostgresCopy
-from parley.storage.postgres_feed import PostgresChangeFeed, channel_name
-from parley.storage.postgres_manage import PostgresManage
-from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, detail_of
-from parley.storage.postgres_rows import (
-    CALL_FIELDS,
-    EVENT_FIELDS,
-    INTERRUPT_FIELDS,
-    MESSAGE_FIELDS,
-    QUEUED_FIELDS,
-    SESSION_FIELDS,
-    STEP_FIELDS,
-    TURN_FIELDS,
-    call_row,
-    event_row,
-    interrupt_row,
-    json_value,
-    listing,
-    message_row,
-    queued_row,
-    session_row,
-    step_row,
-    turn_row,
-)
+from parley.storage.postgres_feed import PostgresChangeFeed, channel_name, wake_payload
+from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, condition_of, detail_of
 from parley.storage.postgres_schema import SCHEMA_NAME, migrate
-from parley.storage.postgres_steps import PostgresSteps, queued_values
-from parley.storage.postgres_tasks import page_limit
-from parley.storage.sql_shared import POSTGRES, read_database_counts, session_list_query, session_page
+from parley.storage.sql.dialect import POSTGRES
+from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt
+from parley.storage.sql.rows import Codec
+from parley.storage.sql.store import SqlStore
 from parley.storage.status import StorageStatus
-from parley.storage.wakeups import ChangeFeed, NoChangeFeed, Wake
+from parley.storage.wakeups import ChangeFeed, NoChangeFeed
 
 logger = logging.getLogger(__name__)
 
-_SESSION = listing(SESSION_FIELDS)
-_TURN = listing(TURN_FIELDS)
-_QUEUED = listing(QUEUED_FIELDS)
-_CALL = listing(CALL_FIELDS)
-_INTERRUPT = listing(INTERRUPT_FIELDS)
+T = TypeVar("T")
 
 # How long /healthz waits for the database to answer before it reports it unreachable (probes
 # such as Kubernetes' give up after a second or a few).
@@ -96,388 +54,120 @@ _FOR_GOOD = (
     "permission denied",
 )
 
-# The work scan. A UNION of two index range scans (see the sessions_due and
-# sessions_waiting_leased indexes in postgres_schema.py) that together select exactly what
-# SqliteStore.sessions_needing_work selects: running sessions that are due, waiting ones whose
-# timer is due, and waiting ones left with a lapsed lease - each with its lease free or expired.
-# With 100,000 parked sessions (waiting for a person, or for a timer hours away) and none due,
-# EXPLAIN ANALYZE shows (tests/test_storage_postgres.py checks the plan's shape):
-#   Limit -> Sort (Sort Key: sessions.updated_at) -> HashAggregate -> Append
-#     -> Index Scan using sessions_due on sessions (actual rows=0)
-#          Index Cond: (COALESCE(wake_at, '-Infinity'::double precision) <= '1000001'::double precision)
-#          Filter: ((lease_owner IS NULL) OR (lease_expires_at < '1000001'::double precision))
-#     -> Index Scan using sessions_waiting_leased on sessions sessions_1 (actual rows=0)
-#          Index Cond: (lease_expires_at < '1000001'::double precision)
-#   Execution Time: 0.126 ms
-# No sequential scan: a poll reads the sessions that are due, not the ones that are parked.
-WORK_SCAN = (
-    "SELECT id FROM ("
-    " SELECT id, updated_at FROM sessions"
-    " WHERE (status = 'running' OR (status = 'waiting_for_input' AND wake_at IS NOT NULL))"
-    " AND coalesce(wake_at, '-Infinity'::double precision) <= %(now)s"
-    " AND (lease_owner IS NULL OR lease_expires_at < %(now)s)"
-    " UNION"
-    # Waiting with a lapsed lease: a server asked a question during a call whose process died
-    # (a parked session holds no lease); the new holder drops the question.
-    " SELECT id, updated_at FROM sessions"
-    " WHERE status = 'waiting_for_input' AND lease_owner IS NOT NULL AND lease_expires_at < %(now)s"
-    ") due ORDER BY updated_at LIMIT %(limit)s"
-)
 
-
-class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachments, PostgresManage):
+class PostgresStore(SqlStore, PostgresCopy):
     """The Store on PostgreSQL. Open it with `open_postgres_store`, which migrates the schema."""
 
+    dialect = POSTGRES
+    codec = Codec(POSTGRES)
     # (before, after): the schema versions when this store was opened (`parley db migrate`).
     migrated: tuple[int, int] = (0, 0)
     # Other replicas' changes (LISTEN/NOTIFY), unless listening is turned off.
     feed: ChangeFeed = NoChangeFeed()
 
-    async def steer_pending(self, session_id: SessionId) -> bool:
-        row = await self._fetchone(
-            "SELECT 1 FROM queued_messages WHERE session_id = %s AND status = 'queued' AND steer LIMIT 1",
-            (session_id,),
-        )
-        return row is not None
+    async def _execute(self, program: Program[T], *, write: bool, inline: bool = True) -> T:
+        """Each batch is one pipeline (one round trip); a program that writes runs in one
+        transaction whose COMMIT goes with its last batch. A connection found broken before
+        anything was written is replaced and the batch sent once more."""
+        batch = next(program)
+        if not write:
+            return _finish(program, (await self._first(batch, transaction=False))[1])
+        conn, results = await self._first(batch, transaction=True)
+        try:
+            while not batch.last:
+                try:
+                    batch = program.send(results)
+                except StopIteration as stop:
+                    await self._sent(conn, Batch((), last=True))
+                    value: T = stop.value
+                    return value
+                results = await self._sent(conn, batch)
+            return _finish(program, results)
+        finally:
+            await self._putconn(conn)
 
-    # ------------------------------------------------------------------ sessions and queue
+    async def _first(self, batch: Batch, *, transaction: bool) -> tuple[Conn, list[Result]]:
+        """The first batch, on a pooled connection (handed back unless `transaction` goes on)."""
+        for attempt in (1, 2):
+            conn = await self._getconn()
+            try:
+                results = await self._send(conn, batch, writing=transaction, begin=transaction)
+            except psycopg.Error as exc:
+                await self._putconn(conn)
+                if attempt == 1 and not batch.writes and condition_of(exc) == "unreachable":
+                    continue  # nothing was written: the same batch on a fresh connection
+                raise self._failed(
+                    exc, writing=transaction and batch.writes, broken=conn.broken, session_id=batch.step_of
+                ) from exc
+            except BaseException:
+                await self._putconn(conn)
+                raise
+            if not transaction:
+                await self._putconn(conn)
+            return conn, results
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
-    async def create_session(
-        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
-    ) -> bool:
-        # One statement: the session and its first events and message are inserted only when the
-        # session is (a second start with the owner's client_message_id inserts nothing).
-        params: dict[str, Any] = {
-            "id": session.id,
-            "agent": session.agent,
-            "owner": session.owner,
-            "kind": session.kind,
-            "status": session.status,
-            "phase": session.phase,
-            "now": now,
-            "inputs": json_value(session.inputs),
-            "start": session.start_client_message_id,
-            "settings": json_value(session.settings),
-            "title": json_value(session.title),
-            "tags": json_value(session.tags),
-            "created": json_value({"agent": session.agent}),
-            "events": 1,
-            "queue": 0,
-        }
-        parts = [
-            "WITH s AS (INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, "
-            "inputs, start_client_message_id, settings, title, tags, event_seq, queue_seq) VALUES (%(id)s, "
-            "%(agent)s, %(owner)s, %(kind)s, %(status)s, %(phase)s, %(now)s, %(now)s, %(inputs)s, %(start)s, "
-            "%(settings)s, %(title)s, %(tags)s, %(events)s, %(queue)s) ON CONFLICT DO NOTHING RETURNING id)",
-            ", created AS (INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
-            "SELECT id, 1, NULL, 'session_created', %(created)s::json, %(now)s FROM s)",
-        ]
-        if first_message is not None:
-            message = first_message
-            values = queued_values(message, session.id, 1)
-            params |= {f"q{i}": value for i, value in enumerate(values)}
-            params |= {"events": 2, "queue": 1, "queued": json_value({"queued_message_id": message.id})}
-            casts = {
-                "text": "::json",
-                "settings": "::json",
-                "attachments": "::json",
-                "trace_context": "::json",
-                "steer": "::boolean",
-                "created_at": "::float8",
-            }
-            selected = ", ".join(f"%(q{i})s{casts.get(name, '')}" for i, name in enumerate(QUEUED_FIELDS))
-            parts += [
-                f", q AS (INSERT INTO queued_messages ({_QUEUED}) SELECT {selected} FROM s)",
-                ", queued AS (INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
-                "SELECT id, 2, NULL, 'message_queued', %(queued)s::json, %(now)s FROM s)",
-            ]
-            # Its attachments' bytes (distinct hashes: one statement cannot insert a key twice),
-            # stored only when the session is.
-            for i, blob in enumerate(message.blobs):
-                params |= {
-                    f"b{i}": blob.sha256,
-                    f"bm{i}": blob.mime_type,
-                    f"bs{i}": blob.size,
-                    f"bd{i}": blob.data,
-                }
-                parts += [
-                    f", b{i} AS (INSERT INTO attachments (sha256, mime_type, size, data, stored_at) "
-                    f"SELECT %(b{i})s, %(bm{i})s, %(bs{i})s, %(bd{i})s, %(now)s FROM s "
-                    "ON CONFLICT (sha256) DO UPDATE SET stored_at = excluded.stored_at)",
-                    f", r{i} AS (INSERT INTO attachment_refs (session_id, sha256, created_at) "
-                    f"SELECT id, %(b{i})s, %(now)s FROM s ON CONFLICT DO NOTHING)",
-                ]
-        # A session started with a message needs a driver: other replicas hear of it (only when
-        # it was created: the expression runs for the rows of `s`).
-        notify, notify_params = self._notify_sql(Wake(session.id, work=first_message is not None))
-        params |= notify_params
-        parts.append(f" SELECT id, {notify} FROM s")
-        return bool(await self._write("".join(parts), params))
+    async def _sent(self, conn: Conn, batch: Batch) -> list[Result]:
+        """A later batch of a transaction."""
+        try:
+            return await self._send(conn, batch, writing=True)
+        except psycopg.Error as exc:
+            raise self._failed(exc, writing=True, broken=conn.broken, session_id=batch.step_of) from exc
 
-    async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
-        row = await self._fetchone(
-            f"SELECT {_SESSION} FROM sessions WHERE owner = %s AND start_client_message_id = %s",
-            (owner, client_message_id),
-        )
-        return session_row(row) if row is not None else None
+    async def _send(self, conn: Conn, batch: Batch, *, writing: bool, begin: bool = False) -> list[Result]:
+        statements = [*batch.statements, *self._announcements(batch.announce)]
+        if batch.last and writing:
+            # One statement alone is its own transaction (autocommit).
+            alone = begin and len(statements) == 1
+            # A commit once sent is seen through: cancelled half way, its outcome would be unknown.
+            with anyio.CancelScope(shield=True):
+                results = await self._pipeline(conn, statements, begin=begin and not alone, commit=not alone)
+            self.health.record(None)
+        else:
+            results = await self._pipeline(conn, statements, begin=begin, commit=False)
+        return results[: len(batch.statements)]
 
-    async def find_sent(self, session_id: SessionId, client_message_id: str) -> QueuedMessageRecord | None:
-        row = await self._fetchone(
-            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = %s AND client_message_id = %s",
-            (session_id, client_message_id),
-        )
-        return queued_row(row) if row is not None else None
+    @staticmethod
+    async def _pipeline(conn: Conn, statements: list[Stmt], *, begin: bool, commit: bool) -> list[Result]:
+        render = POSTGRES.render
+        async with conn.pipeline():
+            if begin:
+                await conn.execute("BEGIN")
+            cursors = []
+            for statement in statements:
+                if statement.many is not None:
+                    cursor = conn.cursor()
+                    await cursor.executemany(render(statement.sql), statement.many)
+                else:
+                    cursor = await conn.execute(render(statement.sql), statement.params)
+                cursors.append(cursor)
+            if commit:
+                await conn.execute("COMMIT")
+        # The pipeline has been sent and every result received (one round trip).
+        results = []
+        for cursor in cursors:
+            rows = await cursor.fetchall() if cursor.description else []
+            results.append(Result(rows, cursor.rowcount))
+        return results
 
-    async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None:
-        row = await self._fetchone(
-            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = %s ORDER BY seq LIMIT 1", (session_id,)
-        )
-        return queued_row(row) if row is not None else None
-
-    async def latest_event_seq(self, session_id: SessionId) -> int:
-        row = await self._fetchone("SELECT event_seq FROM sessions WHERE id = %s", (session_id,))
-        return int(row[0]) if row is not None else 0
-
-    async def event_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
-        rows = await self._fetchall(
-            "SELECT id, event_seq FROM sessions WHERE id = ANY(%s)", (list(session_ids),)
-        )
-        return {SessionId(r[0]): int(r[1]) for r in rows}
-
-    # ------------------------------------------------------------------ leases
-
-    async def try_acquire_lease(
-        self, session_id: SessionId, owner: str, now: float, ttl_s: float
-    ) -> str | None:
-        prefix = lease_token(owner, 0)[:-1]  # "<owner>#": any earlier holding of this process
-        # SKIP LOCKED: a session whose row another transaction holds (a decision being written,
-        # another replica claiming it) is not waited for; the next scan looks again.
-        rows = await self._write(
-            "UPDATE sessions SET lease_epoch = lease_epoch + 1, "
-            "lease_owner = %(prefix)s::text || (lease_epoch + 1), lease_expires_at = %(expires)s "
-            "WHERE id = (SELECT id FROM sessions WHERE id = %(sid)s "
-            "AND status IN ('running', 'waiting_for_input') "
-            "AND (lease_owner IS NULL OR lease_expires_at < %(now)s OR starts_with(lease_owner, %(prefix)s)) "
-            "FOR UPDATE SKIP LOCKED) RETURNING lease_owner",
-            {"prefix": prefix, "expires": now + ttl_s, "sid": session_id, "now": now},
-        )
-        return str(rows[0][0]) if rows else None
-
-    async def try_acquire_leases(
-        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
-    ) -> dict[SessionId, str]:
-        if not session_ids:
-            return {}
-        prefix = lease_token(owner, 0)[:-1]
-        # As try_acquire_lease, for every session at once: rows another transaction holds are
-        # skipped, not waited for.
-        rows = await self._write(
-            "UPDATE sessions SET lease_epoch = lease_epoch + 1, "
-            "lease_owner = %(prefix)s::text || (lease_epoch + 1), lease_expires_at = %(expires)s "
-            "WHERE id IN (SELECT id FROM sessions WHERE id = ANY(%(sids)s) "
-            "AND status IN ('running', 'waiting_for_input') "
-            "AND (lease_owner IS NULL OR lease_expires_at < %(now)s OR starts_with(lease_owner, %(prefix)s)) "
-            "FOR UPDATE SKIP LOCKED) RETURNING id, lease_owner",
-            {"prefix": prefix, "expires": now + ttl_s, "sids": list(session_ids), "now": now},
-        )
-        return {SessionId(row[0]): str(row[1]) for row in rows}
-
-    async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
-        rows = await self._write(
-            f"UPDATE sessions SET lease_expires_at = %s WHERE id = %s AND lease_owner = %s RETURNING {_SESSION}",
-            (now + ttl_s, session_id, lease),
-        )
-        if not rows:
-            raise LeaseLost(session_id)
-        return session_row(rows[0])
-
-    async def release_lease(self, session_id: SessionId, lease: str) -> None:
-        # A session let go with work left (this process stops, or a message came as it let go)
-        # wakes the other replicas; a parked one waits for its timer or a person.
-        notify, params = self._notify_sql(Wake(session_id, work=True))
-        await self._write(
-            "WITH released AS (UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL "
-            "WHERE id = %(sid)s AND lease_owner = %(lease)s RETURNING status, wake_at) "
-            f"SELECT {notify} FROM released WHERE status = 'running' AND wake_at IS NULL",
-            {"sid": session_id, "lease": lease, **params},
-        )
-
-    async def count_leases(self, owner: str, now: float) -> int:
-        prefix = lease_token(owner, 0)[:-1]
-        # Tokens starting with "<owner>#" are exactly those in ["<owner>#", "<owner>$") in the "C"
-        # collation: a range the sessions_leased index answers.
-        row = await self._fetchone(
-            "SELECT count(*) FROM sessions WHERE lease_owner >= %s AND lease_owner < %s "
-            "AND lease_expires_at >= %s",
-            (prefix, prefix[:-1] + "$", now),
-        )
-        return int(row[0]) if row is not None else 0
-
-    async def database_counts(self, now: float) -> DatabaseCounts:
-        return await read_database_counts(self._fetchall, POSTGRES, now)
-
-    async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
-        rows = await self._fetchall(WORK_SCAN, {"now": now, "limit": page_limit(limit)})
-        return [SessionId(row[0]) for row in rows]
-
-    # ------------------------------------------------------------------ events and summaries
-
-    async def record_event(
-        self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
-    ) -> None:
-        # Waiting callers on other replicas hear of it (a tool's progress, a warning).
-        notify, params = self._notify_sql(Wake(session_id))
-        rows = await self._write(
-            "WITH s AS (UPDATE sessions SET event_seq = event_seq + 1 WHERE id = %(sid)s "
-            "RETURNING id, event_seq) "
-            "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
-            "SELECT id, event_seq, %(turn)s::text, %(kind)s, %(data)s::json, %(now)s::float8 FROM s "
-            f"RETURNING seq, {notify}",
-            {
-                "sid": session_id,
-                "turn": turn_id,
-                "kind": kind,
-                "data": json_value(data),
-                "now": now,
-                **params,
-            },
-        )
-        if not rows:
-            raise StorageError(f"session {session_id} vanished from the database")
-
-    async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
-        query = f"SELECT {_INTERRUPT} FROM interrupts WHERE session_id = %s"
-        if pending_only:
-            query += " AND status = 'pending'"
-        rows = await self._fetchall(query + " ORDER BY created_at, id", (session_id,))
-        return [interrupt_row(r) for r in rows]
-
-    async def list_all_pending(self, limit: int) -> list[InterruptRecord]:
-        rows = await self._fetchall(
-            f"SELECT {_INTERRUPT} FROM interrupts WHERE status = 'pending' ORDER BY created_at LIMIT %s",
-            (page_limit(limit),),
-        )
-        return [interrupt_row(r) for r in rows]
-
-    async def save_summary(
-        self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
-    ) -> None:
-        # One statement: the lease check is the UPDATE's condition (it locks the row, so no other
-        # holding comes between), and the summary and its event go in only when it matched.
-        notify, notify_params = self._notify_sql(Wake(session_id))
-        rows = await self._write(
-            "WITH s AS (UPDATE sessions SET event_seq = event_seq + 1 WHERE id = %(sid)s AND lease_owner = %(lease)s "
-            "RETURNING id, event_seq), "
-            "summary AS (INSERT INTO summaries (session_id, upto_seq, turn_id, text, created_at) "
-            "SELECT id, %(upto)s, %(turn)s::text, %(text)s::json, %(now)s FROM s "
-            "ON CONFLICT (session_id, upto_seq) DO UPDATE SET turn_id = excluded.turn_id, text = excluded.text, "
-            "created_at = excluded.created_at) "
-            "INSERT INTO events (session_id, seq, turn_id, kind, data, created_at) "
-            "SELECT id, event_seq, %(turn)s::text, 'compacted', %(data)s::json, %(now)s FROM s "
-            f"RETURNING seq, {notify}",
-            {
-                **notify_params,
-                "sid": session_id,
-                "lease": lease,
-                "upto": upto_seq,
-                "turn": turn_id,
-                "text": json_value(text),
-                "now": now,
-                "data": json_value({"upto_seq": upto_seq, "chars": len(text)}),
-            },
-        )
-        if not rows:
-            raise LeaseLost(session_id)
-
-    async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
-        row = await self._fetchone(
-            "SELECT upto_seq, text FROM summaries WHERE session_id = %s ORDER BY upto_seq DESC LIMIT 1",
-            (session_id,),
-        )
-        return (int(row[0]), str(row[1])) if row is not None else None
-
-    # ------------------------------------------------------------------ reads
-
-    async def get_session(self, session_id: SessionId) -> SessionRecord | None:
-        row = await self._fetchone(f"SELECT {_SESSION} FROM sessions WHERE id = %s", (session_id,))
-        return session_row(row) if row is not None else None
-
-    async def list_sessions(
-        self,
-        owner: str | None,
-        status: str | None,
-        agent: str | None,
-        cursor: str | None,
-        limit: int,
-        match: SessionFilter | None = None,
-    ) -> SessionPage:
-        sql, params = session_list_query(POSTGRES, _SESSION, owner, status, agent, cursor, limit, match)
-        return session_page(await self._fetchall(sql, tuple(params)), limit, session_row)
-
-    async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
-        row = await self._fetchone(f"SELECT {_TURN} FROM turns WHERE id = %s", (turn_id,))
-        return turn_row(row) if row is not None else None
-
-    async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
-        row = await self._fetchone(
-            "SELECT agent, version, definition, created_at FROM agent_versions WHERE agent = %s AND version = %s",
-            (agent, version),
-        )
-        if row is None:
-            return None
-        return AgentVersionRecord(agent=row[0], version=row[1], definition=row[2], created_at=row[3])
-
-    async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
-        rows = await self._fetchall(
-            f"SELECT {_TURN} FROM turns WHERE session_id = %s ORDER BY seq", (session_id,)
-        )
-        return [turn_row(r) for r in rows]
-
-    async def list_messages(
-        self, session_id: SessionId, from_seq: int | None, limit: int | None
-    ) -> list[MessageRecord]:
-        query = f"SELECT {listing(MESSAGE_FIELDS)} FROM messages WHERE session_id = %s"
-        params: list[Any] = [session_id]
-        if from_seq is not None:
-            query += " AND seq >= %s"
-            params.append(from_seq)
-        rows = await self._fetchall(query + " ORDER BY seq LIMIT %s", (*params, page_limit(limit)))
-        return [message_row(r) for r in rows]
-
-    async def count_messages(self, session_id: SessionId) -> int:
-        row = await self._fetchone("SELECT count(*) FROM messages WHERE session_id = %s", (session_id,))
-        return int(row[0]) if row is not None else 0
-
-    async def list_tool_calls(self, turn_id: TurnId) -> list[ToolCallRecord]:
-        rows = await self._fetchall(
-            f"SELECT {_CALL} FROM tool_calls WHERE turn_id = %s ORDER BY step_no, call_index", (turn_id,)
-        )
-        return [call_row(r) for r in rows]
-
-    async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]:
-        rows = await self._fetchall(
-            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = %s AND status = 'queued' ORDER BY seq",
-            (session_id,),
-        )
-        return [queued_row(r) for r in rows]
-
-    async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None:
-        row = await self._fetchone(f"SELECT {_QUEUED} FROM queued_messages WHERE id = %s", (message_id,))
-        return queued_row(row) if row is not None else None
-
-    async def list_steps(self, session_id: SessionId) -> list[StepRecord]:
-        rows = await self._fetchall(
-            f"SELECT {listing(STEP_FIELDS)} FROM steps WHERE session_id = %s ORDER BY created_at, step_no",
-            (session_id,),
-        )
-        return [step_row(r) for r in rows]
-
-    async def list_events(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]:
-        rows = await self._fetchall(
-            f"SELECT {listing(EVENT_FIELDS)} FROM events WHERE session_id = %s AND seq > %s ORDER BY seq LIMIT %s",
-            (session_id, after_seq, page_limit(limit)),
-        )
-        return [event_row(r) for r in rows]
+    def _announcements(self, announce: Sequence[Announce]) -> list[Stmt]:
+        """The NOTIFYs of a batch's wakes (postgres_feed.py), delivered by PostgreSQL at COMMIT."""
+        if self._channel is None:
+            return []
+        statements = []
+        for wake in announce:
+            payload = wake_payload(wake.wake, self._origin)
+            if wake.session_from is not None:
+                prefix = payload[: len(payload) - len(wake.wake.session_id)]
+                sql = f"SELECT pg_notify(?, ? || session_id) {wake.session_from}"
+                statements.append(Stmt(sql, (self._channel, prefix, *wake.params)))
+            elif wake.where is not None:
+                statements.append(
+                    Stmt(f"SELECT pg_notify(?, ?) WHERE {wake.where}", (self._channel, payload, *wake.params))
+                )
+            else:
+                statements.append(Stmt("SELECT pg_notify(?, ?)", (self._channel, payload)))
+        return statements
 
     # ------------------------------------------------------------------ health
 
@@ -512,6 +202,15 @@ class PostgresStore(PostgresSteps, PostgresCopy, PostgresAccess, PostgresAttachm
             "pool": self.pool_stats(),
         }
         return StorageStatus(condition=condition, reachable=reachable, details=details)
+
+
+def _finish(program: Program[T], results: list[Result]) -> T:
+    try:
+        program.send(results)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    raise StorageError("a program of the store went on after its last batch")
 
 
 async def _connect(params: dict[str, Any], retry_s: float, label: str, secrets: Sequence[str | None]) -> Conn:

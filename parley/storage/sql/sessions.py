@@ -1,0 +1,460 @@
+"""Sessions written once for both databases: starting them, leases and the work scan, events and
+summaries, and the reads of sessions, turns, calls, the queue and the transcript."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from parley.core.states import RUNNING_SESSION
+from parley.errors import LeaseLost, StorageError
+from parley.ids import QueuedMessageId, SessionId, TurnId
+from parley.storage.base import (
+    AgentVersionRecord,
+    DatabaseCounts,
+    EventRecord,
+    InterruptRecord,
+    MessageRecord,
+    QueuedMessageRecord,
+    SessionFilter,
+    SessionPage,
+    SessionRecord,
+    StepRecord,
+    ToolCallRecord,
+    TurnRecord,
+    lease_token,
+)
+from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.storage.sql.base import SqlBase
+from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, process_range, work_scan
+from parley.storage.sql.program import Announce, Stmt, reads
+from parley.storage.sql.rows import FIELDS, listing
+from parley.storage.sql.steps import decide_program, queued_params, snapshot_program
+from parley.storage.wakeups import Wake
+
+T = TypeVar("T")
+
+_SESSION = listing("sessions")
+_TURN = listing("turns")
+_QUEUED = listing("queued_messages")
+_CALL = listing("tool_calls")
+_INTERRUPT = listing("interrupts")
+_SESSION_EXISTS = "EXISTS (SELECT 1 FROM sessions WHERE id = ?)"
+# A new session's first rows, written only while it has no numbers yet (see create_session).
+_FRESH = "EXISTS (SELECT 1 FROM sessions WHERE id = ? AND event_seq = 0)"
+_INSERT_EVENT_IF_FRESH = f"INSERT INTO events ({listing('events')}) SELECT ?, ?, NULL, ?, ?, ? WHERE {_FRESH}"
+_INSERT_BLOB_IF_FRESH = (
+    f"INSERT INTO attachments (sha256, mime_type, size, data, stored_at) SELECT ?, ?, ?, ?, ? "
+    f"WHERE {_FRESH} ON CONFLICT (sha256) DO UPDATE SET stored_at = excluded.stored_at"
+)
+_INSERT_BLOB_REF_IF_FRESH = (
+    f"INSERT INTO attachment_refs (session_id, sha256, created_at) SELECT ?, ?, ? "
+    f"WHERE {_FRESH} ON CONFLICT DO NOTHING"
+)
+
+
+class SqlSessions(SqlBase):
+    # ------------------------------------------------------------------ the step port
+
+    async def decide(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        *,
+        lease: str | None = None,
+    ) -> T:
+        return await self._execute(
+            decide_program(self.codec, session_id, scope, decide, now, lease), write=True
+        )
+
+    async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
+        return await self._execute(snapshot_program(self.codec, session_id, scope), write=False)
+
+    # ------------------------------------------------------------------ starting sessions
+
+    async def create_session(
+        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+    ) -> bool:
+        # One batch. The session is inserted unless its id or the owner's client_message_id is
+        # taken, with its numbers at 0; its first events, message and bytes go in only while its
+        # numbers are 0 (so only when this statement inserted it), and then the numbers are set.
+        codec = self.codec
+        param = codec.param
+        sid = session.id
+        queued = [first_message] if first_message is not None else []
+        statements = [
+            Stmt(
+                "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
+                "start_client_message_id, settings, title, tags, event_seq, queue_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
+                (
+                    sid,
+                    session.agent,
+                    session.owner,
+                    session.kind,
+                    session.status,
+                    session.phase,
+                    now,
+                    now,
+                    param("sessions", "inputs", session.inputs),
+                    session.start_client_message_id,
+                    param("sessions", "settings", session.settings),
+                    param("sessions", "title", session.title),
+                    param("sessions", "tags", session.tags),
+                ),
+            )
+        ]
+        events = [(sid, 1, "session_created", codec.dialect.json({"agent": session.agent}), now, sid)]
+        for message in queued:
+            events.append(
+                (sid, 2, "message_queued", codec.dialect.json({"queued_message_id": message.id}), now, sid)
+            )
+            statements.append(
+                Stmt(
+                    f"INSERT INTO queued_messages ({_QUEUED}) SELECT {codec.typed_placeholders('queued_messages')} "
+                    f"WHERE {_FRESH}",
+                    (*queued_params(codec, message, sid, 1), sid),
+                )
+            )
+            blobs = message.blobs
+            if blobs:
+                statements.append(
+                    Stmt(
+                        _INSERT_BLOB_IF_FRESH,
+                        many=[(b.sha256, b.mime_type, b.size, b.data, now, sid) for b in blobs],
+                    )
+                )
+                statements.append(
+                    Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
+                )
+        statements.insert(1, Stmt(_INSERT_EVENT_IF_FRESH, many=events))
+        statements.append(
+            Stmt(
+                "UPDATE sessions SET event_seq = ?, queue_seq = ? WHERE id = ? AND event_seq = 0",
+                (len(events), len(queued), sid),
+            )
+        )
+        # A session started with a message needs a driver: other processes hear of it.
+        wake = Wake(sid, work=first_message is not None)
+        results = await self._change(
+            *statements, announce=[Announce(wake, where=_SESSION_EXISTS, params=(sid,))]
+        )
+        return results[0].count > 0
+
+    async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
+        row = await self._row(
+            f"SELECT {_SESSION} FROM sessions WHERE owner = ? AND start_client_message_id = ?",
+            (owner, client_message_id),
+        )
+        return self.codec.session(row) if row is not None else None
+
+    async def find_sent(self, session_id: SessionId, client_message_id: str) -> QueuedMessageRecord | None:
+        row = await self._row(
+            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
+            (session_id, client_message_id),
+        )
+        return self.codec.queued(row) if row is not None else None
+
+    async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None:
+        row = await self._row(
+            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? ORDER BY seq LIMIT 1", (session_id,)
+        )
+        return self.codec.queued(row) if row is not None else None
+
+    # ------------------------------------------------------------------ leases
+
+    async def try_acquire_lease(
+        self, session_id: SessionId, owner: str, now: float, ttl_s: float
+    ) -> str | None:
+        return (await self.try_acquire_leases([session_id], owner, now, ttl_s)).get(session_id)
+
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        if not session_ids:
+            return {}
+        prefix = lease_token(owner, 0)[:-1]  # "<owner>#": any earlier holding of this process
+        among, among_params = self.dialect.in_list("id", session_ids)
+        # SKIP LOCKED (PostgreSQL): a session whose row another transaction holds (a decision being
+        # written, another process claiming it) is not waited for; the next scan looks again.
+        (result,) = await self._change(
+            Stmt(
+                "UPDATE sessions SET lease_epoch = lease_epoch + 1, "
+                "lease_owner = CAST(? AS TEXT) || (lease_epoch + 1), lease_expires_at = ? "
+                f"WHERE id IN (SELECT id FROM sessions WHERE {among} AND {DRIVEN} "
+                f"AND (lease_owner IS NULL OR lease_expires_at < ? OR {LEASE_OF_PROCESS})"
+                f"{self.dialect.skip_locked}) RETURNING id, lease_owner",
+                (prefix, now + ttl_s, *among_params, now, *process_range(prefix)),
+            )
+        )
+        return {SessionId(row[0]): str(row[1]) for row in result.rows}
+
+    async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
+        (result,) = await self._change(
+            Stmt(
+                f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? RETURNING {_SESSION}",
+                (now + ttl_s, session_id, lease),
+            )
+        )
+        if not result.rows:
+            raise LeaseLost(session_id)
+        return self.codec.session(result.rows[0])
+
+    async def release_lease(self, session_id: SessionId, lease: str) -> None:
+        # A session let go with work left (this process stops, or a message came as it let go)
+        # wakes the other processes; a parked one waits for its timer or a person.
+        still_running = (
+            f"EXISTS (SELECT 1 FROM sessions WHERE id = ? AND status = '{RUNNING_SESSION}' "
+            "AND wake_at IS NULL AND lease_owner IS NULL)"
+        )
+        await self._change(
+            Stmt(
+                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = ? AND lease_owner = ?",
+                (session_id, lease),
+            ),
+            announce=[Announce(Wake(session_id, work=True), where=still_running, params=(session_id,))],
+        )
+
+    async def count_leases(self, owner: str, now: float) -> int:
+        prefix = lease_token(owner, 0)[:-1]
+        return await self._count(
+            f"SELECT count(*) FROM sessions WHERE {LEASE_OF_PROCESS} AND lease_expires_at >= ?",
+            (*process_range(prefix), now),
+        )
+
+    async def database_counts(self, now: float) -> DatabaseCounts:
+        sessions, tasks, queued, leases = await self._execute(
+            reads(
+                Stmt("SELECT status, count(*) FROM sessions GROUP BY status"),
+                Stmt("SELECT status, count(*) FROM tasks GROUP BY status"),
+                Stmt("SELECT count(*) FROM queued_messages WHERE status = 'queued'"),
+                Stmt("SELECT count(*) FROM sessions WHERE lease_expires_at >= ?", (now,)),
+            ),
+            write=False,
+        )
+        return DatabaseCounts(
+            sessions={str(r[0]): int(r[1]) for r in sessions.rows},
+            queued_messages=int(queued.rows[0][0]),
+            leases=int(leases.rows[0][0]),
+            tasks={str(r[0]): int(r[1]) for r in tasks.rows},
+        )
+
+    async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
+        rows = await self._rows(work_scan(self.dialect), (now, now, now, now, now, self.dialect.limit(limit)))
+        return [SessionId(row[0]) for row in rows]
+
+    # ------------------------------------------------------------------ events and summaries
+
+    async def record_event(
+        self, session_id: SessionId, turn_id: TurnId | None, kind: str, data: dict[str, Any], now: float
+    ) -> None:
+        # The number is taken under the row lock the UPDATE holds; the INSERT reads it back.
+        bumped, _ = await self._change(
+            Stmt("UPDATE sessions SET event_seq = event_seq + 1 WHERE id = ?", (session_id,)),
+            Stmt(
+                f"INSERT INTO events ({listing('events')}) SELECT id, event_seq, ?, ?, ?, ? FROM sessions WHERE id = ?",
+                (turn_id, kind, self.dialect.json(data), now, session_id),
+            ),
+            # Waiting callers in other processes hear of it (a tool's progress, a warning).
+            announce=[Announce(Wake(session_id))],
+        )
+        if bumped.count == 0:
+            raise StorageError(f"session {session_id} vanished from the database")
+
+    async def latest_event_seq(self, session_id: SessionId) -> int:
+        return await self._count("SELECT event_seq FROM sessions WHERE id = ?", (session_id,))
+
+    async def event_seqs(self, session_ids: Sequence[SessionId]) -> dict[SessionId, int]:
+        seqs: dict[SessionId, int] = {}
+        ids = list(session_ids)
+        for start in range(0, len(ids), 500):
+            among, params = self.dialect.in_list("id", ids[start : start + 500])
+            rows = await self._rows(f"SELECT id, event_seq FROM sessions WHERE {among}", params)
+            seqs.update({SessionId(r[0]): int(r[1]) for r in rows})
+        return seqs
+
+    async def list_events(self, session_id: SessionId, after_seq: int, limit: int) -> list[EventRecord]:
+        rows = await self._rows(
+            f"SELECT {listing('events')} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, after_seq, self.dialect.limit(limit)),
+        )
+        return [self.codec.record("events", r) for r in rows]
+
+    async def save_summary(
+        self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float
+    ) -> None:
+        # Every statement is conditional on the lease: when it is lost, nothing is written.
+        held = "FROM sessions WHERE id = ? AND lease_owner = ?"
+        bumped, _, _ = await self._change(
+            Stmt(
+                "UPDATE sessions SET event_seq = event_seq + 1 WHERE id = ? AND lease_owner = ?",
+                (session_id, lease),
+            ),
+            Stmt(
+                f"INSERT INTO summaries (session_id, upto_seq, turn_id, text, created_at) SELECT id, ?, ?, ?, ? {held} "
+                "ON CONFLICT (session_id, upto_seq) DO UPDATE SET turn_id = excluded.turn_id, text = excluded.text, "
+                "created_at = excluded.created_at",
+                (upto_seq, turn_id, self.dialect.outside_text(text), now, session_id, lease),
+            ),
+            Stmt(
+                f"INSERT INTO events ({listing('events')}) SELECT id, event_seq, ?, 'compacted', ?, ? {held}",
+                (
+                    turn_id,
+                    self.dialect.json({"upto_seq": upto_seq, "chars": len(text)}),
+                    now,
+                    session_id,
+                    lease,
+                ),
+            ),
+            announce=[Announce(Wake(session_id))],
+        )
+        if bumped.count == 0:
+            raise LeaseLost(session_id)
+
+    async def latest_summary(self, session_id: SessionId) -> tuple[int, str] | None:
+        row = await self._row(
+            "SELECT upto_seq, text FROM summaries WHERE session_id = ? ORDER BY upto_seq DESC LIMIT 1",
+            (session_id,),
+        )
+        return (int(row[0]), str(row[1])) if row is not None else None
+
+    # ------------------------------------------------------------------ reads
+
+    async def get_session(self, session_id: SessionId) -> SessionRecord | None:
+        row = await self._row(f"SELECT {_SESSION} FROM sessions WHERE id = ?", (session_id,))
+        return self.codec.session(row) if row is not None else None
+
+    async def list_sessions(
+        self,
+        owner: str | None,
+        status: str | None,
+        agent: str | None,
+        cursor: str | None,
+        limit: int,
+        match: SessionFilter | None = None,
+    ) -> SessionPage:
+        where: list[str] = []
+        params: list[Any] = []
+
+        def narrow(condition: str, *values: Any) -> None:
+            where.append(condition)
+            params.extend(values)
+
+        for column, value in (("owner", owner), ("status", status), ("agent", agent)):
+            if value is not None:
+                narrow(f"{column} = ?", value)
+        if match is not None:
+            if match.title is not None:
+                narrow(self.dialect.title_contains, match.title)
+            if match.tag is not None:
+                narrow(self.dialect.has_tag, match.tag)
+            if match.created_from is not None:
+                narrow("created_at >= ?", match.created_from)
+            if match.created_before is not None:
+                narrow("created_at < ?", match.created_before)
+        if cursor is not None:
+            created_at, _, last_id = cursor.partition("|")
+            narrow(
+                "(created_at < ? OR (created_at = ? AND id < ?))",
+                float(created_at),
+                float(created_at),
+                last_id,
+            )
+        # One row more than `limit`, to tell whether a next page exists.
+        rows = await self._rows(
+            f"SELECT {_SESSION} FROM sessions WHERE {' AND '.join(where) or '1 = 1'} "
+            "ORDER BY created_at DESC, id DESC LIMIT ?",
+            (*params, limit + 1),
+        )
+        sessions = [self.codec.session(r) for r in rows[:limit]]
+        next_cursor = None
+        if len(rows) > limit:
+            last = sessions[-1]
+            next_cursor = f"{last.created_at!r}|{last.id}"
+        return SessionPage(sessions=sessions, next_cursor=next_cursor)
+
+    async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
+        row = await self._row(f"SELECT {_TURN} FROM turns WHERE id = ?", (turn_id,))
+        return self.codec.turn(row) if row is not None else None
+
+    async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
+        rows = await self._rows(f"SELECT {_TURN} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,))
+        return [self.codec.turn(r) for r in rows]
+
+    async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
+        row = await self._row(
+            "SELECT agent, version, definition, created_at FROM agent_versions WHERE agent = ? AND version = ?",
+            (agent, version),
+        )
+        if row is None:
+            return None
+        definition = self.dialect.load_json(row[2])
+        return AgentVersionRecord(agent=row[0], version=row[1], definition=definition, created_at=row[3])
+
+    async def list_messages(
+        self, session_id: SessionId, from_seq: int | None, limit: int | None
+    ) -> list[MessageRecord]:
+        sql = f"SELECT {listing('messages')} FROM messages WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if from_seq is not None:
+            sql += " AND seq >= ?"
+            params.append(from_seq)
+        # A whole transcript may be large: read it off the event loop.
+        whole = from_seq is None and limit is None
+        rows = await self._rows(
+            sql + " ORDER BY seq LIMIT ?", (*params, self.dialect.limit(limit)), inline=not whole
+        )
+        return [self.codec.record("messages", r) for r in rows]
+
+    async def count_messages(self, session_id: SessionId) -> int:
+        return await self._count("SELECT count(*) FROM messages WHERE session_id = ?", (session_id,))
+
+    async def list_tool_calls(self, turn_id: TurnId) -> list[ToolCallRecord]:
+        rows = await self._rows(
+            f"SELECT {_CALL} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index", (turn_id,)
+        )
+        return [self.codec.call(r) for r in rows]
+
+    async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]:
+        rows = await self._rows(
+            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
+            (session_id,),
+        )
+        return [self.codec.queued(r) for r in rows]
+
+    async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None:
+        row = await self._row(f"SELECT {_QUEUED} FROM queued_messages WHERE id = ?", (message_id,))
+        return self.codec.queued(row) if row is not None else None
+
+    async def steer_pending(self, session_id: SessionId) -> bool:
+        row = await self._row(
+            "SELECT 1 FROM queued_messages WHERE session_id = ? AND status = 'queued' AND steer = ? LIMIT 1",
+            (session_id, True),
+        )
+        return row is not None
+
+    async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
+        sql = f"SELECT {_INTERRUPT} FROM interrupts WHERE session_id = ?"
+        if pending_only:
+            sql += " AND status = 'pending'"
+        rows = await self._rows(sql + " ORDER BY created_at, id", (session_id,))
+        return [self.codec.interrupt(r) for r in rows]
+
+    async def list_all_pending(self, limit: int) -> list[InterruptRecord]:
+        rows = await self._rows(
+            f"SELECT {_INTERRUPT} FROM interrupts WHERE status = 'pending' ORDER BY created_at LIMIT ?",
+            (self.dialect.limit(limit),),
+        )
+        return [self.codec.interrupt(r) for r in rows]
+
+    async def list_steps(self, session_id: SessionId) -> list[StepRecord]:
+        rows = await self._rows(
+            f"SELECT {listing('steps')} FROM steps WHERE session_id = ? ORDER BY created_at, step_no",
+            (session_id,),
+        )
+        return [self.codec.record("steps", r) for r in rows]
+
+
+__all__ = ["FIELDS", "SqlSessions"]

@@ -1,0 +1,12 @@
+"""The Store, written once for SQLite and PostgreSQL: every port, on the programs a backend runs
+(parley/storage/sqlite.py and postgres.py hold only connections, wake-ups and errors)."""
+
+from __future__ import annotations
+
+from parley.storage.sql.owners import SqlOwners
+from parley.storage.sql.sessions import SqlSessions
+from parley.storage.sql.tasks import SqlTasks
+
+
+class SqlStore(SqlSessions, SqlOwners, SqlTasks):
+    """Every port of parley/storage/ports.py; a backend adds `_execute`, `dialect` and `codec`."""
