@@ -29,7 +29,7 @@ from parley.storage.postgres_feed import PostgresChangeFeed, channel_name, wake_
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, condition_of, detail_of
 from parley.storage.postgres_schema import SCHEMA_NAME, migrate
 from parley.storage.sql.dialect import POSTGRES
-from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt
+from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.status import StorageStatus
@@ -71,7 +71,7 @@ class PostgresStore(SqlStore, PostgresCopy):
         anything was written is replaced and the batch sent once more."""
         batch = next(program)
         if not write:
-            return _finish(program, (await self._first(batch, transaction=False))[1])
+            return finish(program, (await self._first(batch, transaction=False))[1])
         conn, results = await self._first(batch, transaction=True)
         try:
             while not batch.last:
@@ -82,7 +82,7 @@ class PostgresStore(SqlStore, PostgresCopy):
                     value: T = stop.value
                     return value
                 results = await self._sent(conn, batch)
-            return _finish(program, results)
+            return finish(program, results)
         finally:
             await self._putconn(conn)
 
@@ -202,15 +202,6 @@ class PostgresStore(SqlStore, PostgresCopy):
             "pool": self.pool_stats(),
         }
         return StorageStatus(condition=condition, reachable=reachable, details=details)
-
-
-def _finish(program: Program[T], results: list[Result]) -> T:
-    try:
-        program.send(results)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-    raise StorageError("a program of the store went on after its last batch")
 
 
 async def _connect(params: dict[str, Any], retry_s: float, label: str, secrets: Sequence[str | None]) -> Conn:

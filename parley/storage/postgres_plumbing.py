@@ -1,7 +1,6 @@
-"""The connection plumbing every part of the PostgreSQL store shares: a psycopg pool, reads,
-transactions whose reads go out in one round trip with their BEGIN and whose writes go out in
-one round trip with their COMMIT (pipeline mode), and the failures that are the database's
-condition (unreachable, full, read-only, busy) turned into StorageUnavailable.
+"""The connection plumbing of the PostgreSQL store: a psycopg pool, and the failures that are the
+database's condition (unreachable, full, read-only, busy) turned into StorageUnavailable. How a
+program's batches go out (one pipeline each) is PostgresStore._execute's.
 
 Every connection is handed back to the pool shielded from cancellation, rolled back first when
 a transaction was left open, so a cancelled call neither keeps a row lock nor loses a connection.
@@ -12,7 +11,6 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -23,8 +21,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from parley.errors import LeaseLost, StorageCondition, StorageError, StorageUnavailable
 from parley.redaction import redact
-from parley.storage.postgres_feed import wake_payload
-from parley.storage.wakeups import Wake
+from parley.storage.status import StorageHealth
 
 logger = logging.getLogger(__name__)
 
@@ -107,37 +104,6 @@ def detail_of(exc: BaseException, secrets: Sequence[str | None] = ()) -> str:
     return redact(text[0] if text else type(exc).__name__, secrets)
 
 
-class PostgresHealth:
-    """How the latest write ended, for /healthz: "ok", "full", "read_only", "busy", "unreachable" or
-    "error: <PostgreSQL's message>". It turns back to "ok" with the next write that commits."""
-
-    def __init__(self) -> None:
-        self.status = "ok"
-
-    def record(self, failure: StorageUnavailable | None) -> None:
-        if failure is None:
-            self.status = "ok"
-        elif failure.condition == "error":
-            self.status = f"error: {failure.detail}"
-        else:
-            self.status = failure.condition
-
-
-@dataclass(slots=True)
-class Writes:
-    """The writes of a transaction, queued by the decision's `apply` and sent with the COMMIT:
-    each a statement and the parameter sets it runs with, in order."""
-
-    statements: list[tuple[str, list[Params]]] = field(default_factory=list)
-
-    def add(self, query: str, params: Params) -> None:
-        self.statements.append((query, [params]))
-
-    def add_many(self, query: str, rows: list[Params]) -> None:
-        if rows:
-            self.statements.append((query, rows))
-
-
 class PostgresBase:
     """The pool and its transactions; the store's parts build on it."""
 
@@ -160,27 +126,10 @@ class PostgresBase:
         # at all), and who announces them (this process; "" for the command line).
         self._channel = channel
         self._origin = origin
-        self.health = PostgresHealth()
+        self.health = StorageHealth()
         # Connections handed out and not yet back (the pool's own size also counts connections
         # still being opened, which says nothing about how busy parley is).
         self._in_use = 0
-
-    # ------------------------------------------------------------------ wake-ups
-
-    def _announce(self, writes: Writes, wake: Wake) -> None:
-        """Queue the wake with a transaction's writes: PostgreSQL delivers it at COMMIT."""
-        if self._channel is not None:
-            writes.add("SELECT pg_notify(%s, %s)", (self._channel, wake_payload(wake, self._origin)))
-
-    def _notify_sql(self, wake: Wake) -> tuple[str, dict[str, Any]]:
-        """An expression (and its parameters) that announces `wake` from inside a statement, or
-        a harmless NULL when wakes are not announced."""
-        if self._channel is None:
-            return "NULL", {}
-        return "pg_notify(%(wake_channel)s, %(wake)s)", {
-            "wake_channel": self._channel,
-            "wake": wake_payload(wake, self._origin),
-        }
 
     # ------------------------------------------------------------------ connections
 
@@ -214,92 +163,6 @@ class PostgresBase:
             yield conn
         finally:
             await self._putconn(conn)
-
-    # ------------------------------------------------------------------ statements
-
-    async def _fetchall(self, query: str, params: Params = ()) -> list[Row]:
-        """One read. A connection found broken (the server restarted since it was pooled) is
-        replaced and the read made once more: reading twice changes nothing."""
-        for attempt in (1, 2):
-            try:
-                async with self._connection() as conn:
-                    cur = await conn.execute(query, params)
-                    return await cur.fetchall()
-            except psycopg.Error as exc:
-                if attempt == 1 and condition_of(exc) == "unreachable":
-                    continue
-                raise self._failed(exc, writing=False) from exc
-        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
-
-    async def _fetchone(self, query: str, params: Params = ()) -> Row | None:
-        rows = await self._fetchall(query, params)
-        return rows[0] if rows else None
-
-    async def _write(self, query: str, params: Params = ()) -> list[Row]:
-        """One statement that writes, committed by itself (autocommit); its RETURNING rows."""
-        try:
-            async with self._connection() as conn:
-                cur = await conn.execute(query, params)
-                rows = await cur.fetchall() if cur.description is not None else []
-        except psycopg.Error as exc:
-            raise self._failed(exc, writing=True) from exc
-        self.health.record(None)
-        return rows
-
-    # ------------------------------------------------------------------ transactions
-
-    @asynccontextmanager
-    async def _transaction(
-        self, reads: Sequence[Statement], session_id: str
-    ) -> AsyncIterator[tuple[list[list[Row]], Writes]]:
-        """A transaction on one session: BEGIN and `reads` in one round trip (made again on a fresh
-        connection if the pooled one turns out broken: nothing was written yet), the body, then the
-        writes it queued and the COMMIT in one round trip. The body raising rolls everything back."""
-        conn: Conn | None = None
-        results: list[list[Row]] = []
-        for attempt in (1, 2):
-            conn = await self._getconn()
-            try:
-                async with conn.pipeline():
-                    await conn.execute("BEGIN")
-                    cursors = [await conn.execute(query, params) for query, params in reads]
-                    results = [await cur.fetchall() for cur in cursors]
-                break
-            except psycopg.Error as exc:
-                await self._putconn(conn)
-                if attempt == 1 and condition_of(exc) == "unreachable":
-                    continue
-                raise self._failed(exc, writing=False) from exc
-            except BaseException:
-                await self._putconn(conn)
-                raise
-        assert conn is not None
-        writes = Writes()
-        try:
-            yield results, writes
-        except BaseException:
-            await self._putconn(conn)
-            raise
-        try:
-            # A commit once sent is seen through: cancelled half way, its outcome would be unknown.
-            with anyio.CancelScope(shield=True):
-                await self._commit(conn, writes)
-        except psycopg.Error as exc:
-            raise self._failed(exc, writing=True, broken=conn.broken, session_id=session_id) from exc
-        finally:
-            await self._putconn(conn)
-        self.health.record(None)
-
-    @staticmethod
-    async def _commit(conn: Conn, writes: Writes) -> None:
-        async with conn.pipeline():
-            async with conn.cursor() as cur:
-                for query, rows in writes.statements:
-                    if len(rows) == 1:
-                        await cur.execute(query, rows[0])
-                    else:
-                        await cur.executemany(query, rows)
-            await conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ failures
 

@@ -20,7 +20,7 @@ import anyio
 from parley.errors import LeaseLost, StorageError
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.sql.dialect import SQLITE
-from parley.storage.sql.program import Batch, Program, Result, Stmt
+from parley.storage.sql.program import Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.sqlite_file import prepare_database_file
@@ -41,7 +41,7 @@ class SqliteStore(SqlStore, SqliteBase):
             # program itself runs here, and only its statements on the connection.
             batch = next(program)
             results = await self._read(lambda db: self._batch(db, batch), inline=inline)
-            return _finish(program, results)
+            return finish(program, results)
         durable = False
 
         def run(db: Connection) -> T:
@@ -77,15 +77,6 @@ class SqliteStore(SqlStore, SqliteBase):
             if batch.step_of is not None and "steps." in str(exc):
                 raise LeaseLost(batch.step_of) from exc  # another holding committed this very step
             raise StorageError(f"{self.path}: {exc}") from exc
-
-
-def _finish(program: Program[T], results: list[Result]) -> T:
-    try:
-        program.send(results)
-    except StopIteration as stop:
-        value: T = stop.value
-        return value
-    raise StorageError("a read of the store asked for a second batch")
 
 
 # Switching a new file to WAL needs an exclusive lock that busy_timeout does not wait for;

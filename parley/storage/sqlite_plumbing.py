@@ -21,6 +21,7 @@ import anyio.lowlevel
 
 from parley.errors import StorageCondition, StorageError, StorageUnavailable
 from parley.storage.db_thread import DatabaseThread
+from parley.storage.status import StorageHealth
 
 logger = logging.getLogger(__name__)
 
@@ -68,22 +69,6 @@ def unavailable(path: Path, exc: sqlite3.Error) -> StorageUnavailable | None:
     if condition is None:
         return None
     return StorageUnavailable(str(path), condition, str(exc))
-
-
-class StorageHealth:
-    """How the latest write transaction ended, for /healthz: "ok", "full", "read_only", "busy"
-    or "error: <SQLite's message>". It turns back to "ok" with the next write that commits."""
-
-    def __init__(self) -> None:
-        self.status = "ok"
-
-    def record(self, failure: StorageUnavailable | None) -> None:
-        if failure is None:
-            self.status = "ok"
-        elif failure.condition == "error":
-            self.status = f"error: {failure.detail}"
-        else:
-            self.status = failure.condition
 
 
 T = TypeVar("T")
@@ -169,15 +154,6 @@ class SqliteBase:
     async def _write(self, fn: Callable[[Connection], T]) -> T:
         """`fn`'s writes, in one `BEGIN IMMEDIATE` transaction: all committed or none."""
         return await self._run(lambda: self._writing(fn))
-
-    async def _fetchall(
-        self, sql: str, params: tuple[Any, ...] = (), *, inline: bool = True
-    ) -> list[sqlite3.Row]:
-        return await self._read(lambda db: db.execute(sql, params).fetchall(), inline=inline)
-
-    async def _fetchone(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        row: sqlite3.Row | None = await self._read(lambda db: db.execute(sql, params).fetchone())
-        return row
 
     async def _sync(self) -> None:
         """Put every commit so far on disk (see _make_durable), off the event loop."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from parley.errors import StorageUnavailable
+
 
 @dataclass(frozen=True, slots=True)
 class StorageStatus:
@@ -16,3 +18,19 @@ class StorageStatus:
     condition: str
     reachable: bool = True
     details: dict[str, Any] | None = field(default=None)
+
+
+class StorageHealth:
+    """How the latest write ended, for /healthz: "ok", "full", "read_only", "busy", "unreachable"
+    or "error: <the database's message>". It turns back to "ok" with the next write that commits."""
+
+    def __init__(self) -> None:
+        self.status = "ok"
+
+    def record(self, failure: StorageUnavailable | None) -> None:
+        if failure is None:
+            self.status = "ok"
+        elif failure.condition == "error":
+            self.status = f"error: {failure.detail}"
+        else:
+            self.status = failure.condition

@@ -88,3 +88,13 @@ def writes(*statements: Stmt, announce: Sequence[Announce] = ()) -> Program[list
     """A program of one batch of writes, committed together."""
     results = yield Batch(statements, last=True, announce=tuple(announce))
     return results
+
+
+def finish(program: Program[T], results: list[Result]) -> T:
+    """Send the last batch's results and return the program's value."""
+    try:
+        program.send(results)
+    except StopIteration as stop:
+        value: T = stop.value
+        return value
+    raise RuntimeError("a program of the store went on after its last batch")
