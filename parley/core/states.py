@@ -77,3 +77,10 @@ TIMED_CALLS: frozenset[ToolCallStatus] = frozenset({"waiting_for_timer", "waitin
 # --------------------------------------------------------------------------- MCP tasks
 
 TERMINAL_TASK_STATUSES: frozenset[TaskStatus] = frozenset({"completed", "failed", "cancelled"})
+
+# --------------------------------------------------------------------------- queue and interrupts
+
+# A message waiting for its turn.
+QUEUED_MESSAGE: QueuedStatus = "queued"
+# An interrupt waiting for its decision.
+PENDING_INTERRUPT: InterruptStatus = "pending"

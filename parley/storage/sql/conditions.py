@@ -12,6 +12,8 @@ from parley.core.states import (
     ENDED_SESSION,
     IDLE_SESSION,
     PARKED_SESSION,
+    PENDING_INTERRUPT,
+    QUEUED_MESSAGE,
     RUNNING_SESSION,
     TERMINAL_TASK_STATUSES,
     WAITING_PHASE,
@@ -38,6 +40,12 @@ def process_range(prefix: str) -> tuple[str, str]:
     return prefix, prefix[:-1] + "$"
 
 
+# A queued message still waiting for its turn; an interrupt waiting for its decision (the
+# column named `status`; a query over a join prefixes its table's alias).
+QUEUED = f"status = '{QUEUED_MESSAGE}'"
+PENDING = f"status = '{PENDING_INTERRUPT}'"
+# A session that runs no turn now.
+NOT_RUNNING = f"status != '{RUNNING_SESSION}'"
 # Sessions a lease may be taken on.
 DRIVEN = f"status IN ({quoted(DRIVEN_SESSION)})"
 # A session running a turn (or about to), except one parked on a timer or a downstream task.

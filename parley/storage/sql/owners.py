@@ -18,12 +18,15 @@ from parley.storage.base import (
     retention_detail,
 )
 from parley.storage.sql.base import SqlBase
-from parley.storage.sql.conditions import BUSY, LEASE_LIVE, RUNNING_A_TURN, SWEEPABLE
+from parley.storage.sql.conditions import BUSY, LEASE_LIVE, NOT_RUNNING, PENDING, RUNNING_A_TURN, SWEEPABLE
 from parley.storage.sql.program import Batch, Program, Stmt
-from parley.storage.sql.rows import FIELDS, listing
+from parley.storage.sql.rows import (
+    FIELDS,
+    SESSION_COLUMNS,
+    listing,
+)
 from parley.storage.sql.steps import INSERT_AUDIT, audit_params
 
-_SESSION = listing("sessions")
 # A session's rows, children before the session itself (its attachment bytes stay until the
 # collector finds that no session refers to them), and its MCP tasks. The audit keeps its entries.
 SESSION_TABLES = (
@@ -71,7 +74,7 @@ class SqlOwners(SqlBase):
         scope = f"AND ({' OR '.join(where)})" if where else ""
         rows = await self._rows(
             f"SELECT {listing('interrupts', 'i')}, s.agent, s.owner FROM interrupts i "
-            f"JOIN sessions s ON s.id = i.session_id WHERE i.status = 'pending' {scope} "
+            f"JOIN sessions s ON s.id = i.session_id WHERE i.{PENDING} {scope} "
             "ORDER BY i.created_at, i.id LIMIT ?",
             (*params, self.dialect.limit(limit)),
         )
@@ -155,7 +158,7 @@ class SqlOwners(SqlBase):
         (chosen,) = yield Batch(
             [
                 Stmt(
-                    f"SELECT {_SESSION} FROM sessions WHERE {SWEEPABLE} AND NOT {LEASE_LIVE} "
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {SWEEPABLE} AND NOT {LEASE_LIVE} "
                     f"ORDER BY updated_at LIMIT ?{self.dialect.skip_locked}",
                     (rule.ended_before, rule.idle_before, now, self.dialect.limit(limit)),
                 )
@@ -189,7 +192,7 @@ class SqlOwners(SqlBase):
         (gone,) = await self._change(
             Stmt(
                 "DELETE FROM events WHERE (session_id, seq) IN (SELECT e.session_id, e.seq FROM events e "
-                f"JOIN sessions s ON s.id = e.session_id WHERE e.created_at < ? AND s.status != 'running' "
+                f"JOIN sessions s ON s.id = e.session_id WHERE e.created_at < ? AND s.{NOT_RUNNING} "
                 f"LIMIT ?{self.dialect.skip_locked_of('e')})",
                 (before, self.dialect.limit(limit)),
             )

@@ -112,6 +112,13 @@ def listing(table: str, alias: str = "") -> str:
     return ", ".join(prefix + name for name in FIELDS[table])
 
 
+# The column lists the queries select most.
+SESSION_COLUMNS = listing("sessions")
+TURN_COLUMNS = listing("turns")
+QUEUED_COLUMNS = listing("queued_messages")
+CALL_COLUMNS = listing("tool_calls")
+INTERRUPT_COLUMNS = listing("interrupts")
+
 _RECORDS: dict[str, Callable[..., Any]] = {
     "sessions": SessionRecord,
     "turns": TurnRecord,

@@ -26,19 +26,22 @@ from parley.storage.base import (
 )
 from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
 from parley.storage.sql.base import SqlBase
-from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, process_range, work_scan
+from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, PENDING, QUEUED, process_range, work_scan
 from parley.storage.sql.program import Announce, Stmt, reads
-from parley.storage.sql.rows import FIELDS, listing
+from parley.storage.sql.rows import (
+    CALL_COLUMNS,
+    FIELDS,
+    INTERRUPT_COLUMNS,
+    QUEUED_COLUMNS,
+    SESSION_COLUMNS,
+    TURN_COLUMNS,
+    listing,
+)
 from parley.storage.sql.steps import decide_program, queued_params, snapshot_program
 from parley.storage.wakeups import Wake
 
 T = TypeVar("T")
 
-_SESSION = listing("sessions")
-_TURN = listing("turns")
-_QUEUED = listing("queued_messages")
-_CALL = listing("tool_calls")
-_INTERRUPT = listing("interrupts")
 _SESSION_EXISTS = "EXISTS (SELECT 1 FROM sessions WHERE id = ?)"
 # A new session's first rows, written only while it has no numbers yet (see create_session).
 _FRESH = "EXISTS (SELECT 1 FROM sessions WHERE id = ? AND event_seq = 0)"
@@ -113,7 +116,7 @@ class SqlSessions(SqlBase):
             )
             statements.append(
                 Stmt(
-                    f"INSERT INTO queued_messages ({_QUEUED}) SELECT {codec.typed_placeholders('queued_messages')} "
+                    f"INSERT INTO queued_messages ({QUEUED_COLUMNS}) SELECT {codec.typed_placeholders('queued_messages')} "
                     f"WHERE {_FRESH}",
                     (*queued_params(codec, message, sid, 1), sid),
                 )
@@ -145,21 +148,22 @@ class SqlSessions(SqlBase):
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
         row = await self._row(
-            f"SELECT {_SESSION} FROM sessions WHERE owner = ? AND start_client_message_id = ?",
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE owner = ? AND start_client_message_id = ?",
             (owner, client_message_id),
         )
         return self.codec.session(row) if row is not None else None
 
     async def find_sent(self, session_id: SessionId, client_message_id: str) -> QueuedMessageRecord | None:
         row = await self._row(
-            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
+            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
             (session_id, client_message_id),
         )
         return self.codec.queued(row) if row is not None else None
 
     async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None:
         row = await self._row(
-            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? ORDER BY seq LIMIT 1", (session_id,)
+            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? ORDER BY seq LIMIT 1",
+            (session_id,),
         )
         return self.codec.queued(row) if row is not None else None
 
@@ -194,7 +198,7 @@ class SqlSessions(SqlBase):
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         (result,) = await self._change(
             Stmt(
-                f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? RETURNING {_SESSION}",
+                f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? RETURNING {SESSION_COLUMNS}",
                 (now + ttl_s, session_id, lease),
             )
         )
@@ -229,7 +233,7 @@ class SqlSessions(SqlBase):
             reads(
                 Stmt("SELECT status, count(*) FROM sessions GROUP BY status"),
                 Stmt("SELECT status, count(*) FROM tasks GROUP BY status"),
-                Stmt("SELECT count(*) FROM queued_messages WHERE status = 'queued'"),
+                Stmt(f"SELECT count(*) FROM queued_messages WHERE {QUEUED}"),
                 Stmt("SELECT count(*) FROM sessions WHERE lease_expires_at >= ?", (now,)),
             ),
             write=False,
@@ -323,7 +327,7 @@ class SqlSessions(SqlBase):
     # ------------------------------------------------------------------ reads
 
     async def get_session(self, session_id: SessionId) -> SessionRecord | None:
-        row = await self._row(f"SELECT {_SESSION} FROM sessions WHERE id = ?", (session_id,))
+        row = await self._row(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
         return self.codec.session(row) if row is not None else None
 
     async def list_sessions(
@@ -364,7 +368,7 @@ class SqlSessions(SqlBase):
             )
         # One row more than `limit`, to tell whether a next page exists.
         rows = await self._rows(
-            f"SELECT {_SESSION} FROM sessions WHERE {' AND '.join(where) or '1 = 1'} "
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE {' AND '.join(where) or '1 = 1'} "
             "ORDER BY created_at DESC, id DESC LIMIT ?",
             (*params, limit + 1),
         )
@@ -376,11 +380,13 @@ class SqlSessions(SqlBase):
         return SessionPage(sessions=sessions, next_cursor=next_cursor)
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:
-        row = await self._row(f"SELECT {_TURN} FROM turns WHERE id = ?", (turn_id,))
+        row = await self._row(f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ?", (turn_id,))
         return self.codec.turn(row) if row is not None else None
 
     async def list_turns(self, session_id: SessionId) -> list[TurnRecord]:
-        rows = await self._rows(f"SELECT {_TURN} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,))
+        rows = await self._rows(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,)
+        )
         return [self.codec.turn(r) for r in rows]
 
     async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
@@ -413,38 +419,39 @@ class SqlSessions(SqlBase):
 
     async def list_tool_calls(self, turn_id: TurnId) -> list[ToolCallRecord]:
         rows = await self._rows(
-            f"SELECT {_CALL} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index", (turn_id,)
+            f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ? ORDER BY step_no, call_index",
+            (turn_id,),
         )
         return [self.codec.call(r) for r in rows]
 
     async def list_queued(self, session_id: SessionId) -> list[QueuedMessageRecord]:
         rows = await self._rows(
-            f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
+            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND {QUEUED} ORDER BY seq",
             (session_id,),
         )
         return [self.codec.queued(r) for r in rows]
 
     async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None:
-        row = await self._row(f"SELECT {_QUEUED} FROM queued_messages WHERE id = ?", (message_id,))
+        row = await self._row(f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id = ?", (message_id,))
         return self.codec.queued(row) if row is not None else None
 
     async def steer_pending(self, session_id: SessionId) -> bool:
         row = await self._row(
-            "SELECT 1 FROM queued_messages WHERE session_id = ? AND status = 'queued' AND steer = ? LIMIT 1",
+            f"SELECT 1 FROM queued_messages WHERE session_id = ? AND {QUEUED} AND steer = ? LIMIT 1",
             (session_id, True),
         )
         return row is not None
 
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
-        sql = f"SELECT {_INTERRUPT} FROM interrupts WHERE session_id = ?"
+        sql = f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = ?"
         if pending_only:
-            sql += " AND status = 'pending'"
+            sql += f" AND {PENDING}"
         rows = await self._rows(sql + " ORDER BY created_at, id", (session_id,))
         return [self.codec.interrupt(r) for r in rows]
 
     async def list_all_pending(self, limit: int) -> list[InterruptRecord]:
         rows = await self._rows(
-            f"SELECT {_INTERRUPT} FROM interrupts WHERE status = 'pending' ORDER BY created_at LIMIT ?",
+            f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE {PENDING} ORDER BY created_at LIMIT ?",
             (self.dialect.limit(limit),),
         )
         return [self.codec.interrupt(r) for r in rows]

@@ -17,17 +17,22 @@ from parley.errors import LeaseLost, StorageError
 from parley.ids import SessionId
 from parley.storage.base import AuditRecord, QueuedMessageRecord
 from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.storage.sql.conditions import QUEUED
 from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt
-from parley.storage.sql.rows import FIELDS, WRITABLE, Codec, listing
+from parley.storage.sql.rows import (
+    CALL_COLUMNS,
+    FIELDS,
+    INTERRUPT_COLUMNS,
+    QUEUED_COLUMNS,
+    SESSION_COLUMNS,
+    TURN_COLUMNS,
+    WRITABLE,
+    Codec,
+)
 from parley.storage.wakeups import wake_after
 
 T = TypeVar("T")
 
-_SESSION = listing("sessions")
-_TURN = listing("turns")
-_QUEUED = listing("queued_messages")
-_CALL = listing("tool_calls")
-_INTERRUPT = listing("interrupts")
 
 # The columns a new record is inserted with (the others start from their defaults).
 _NEW_TURN = (
@@ -158,7 +163,7 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
         turn, turn_params = "SELECT current_turn_id FROM sessions WHERE id = ?", (sid,)
     reads = [
         Stmt(
-            f"SELECT {_SESSION}, message_seq, event_seq, queue_seq FROM sessions WHERE id = ?"
+            f"SELECT {SESSION_COLUMNS}, message_seq, event_seq, queue_seq FROM sessions WHERE id = ?"
             + (dialect.for_update if lock else ""),
             (sid,),
         ),
@@ -166,39 +171,42 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
     if scope.queue:
         reads.append(
             Stmt(
-                f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? AND status = 'queued' ORDER BY seq",
+                f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND {QUEUED} ORDER BY seq",
                 (sid,),
             )
         )
     if scope.message_id is not None:
         reads.append(
             Stmt(
-                f"SELECT {_QUEUED} FROM queued_messages WHERE id = ? AND session_id = ?",
+                f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id = ? AND session_id = ?",
                 (scope.message_id, sid),
             )
         )
     if scope.client_message_id is not None:
         reads.append(
             Stmt(
-                f"SELECT {_QUEUED} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
+                f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND client_message_id = ?",
                 (sid, scope.client_message_id),
             )
         )
     if scope.turn:
         reads.append(
-            Stmt(f"SELECT {_TURN} FROM turns WHERE id = ({turn}) AND session_id = ?", (*turn_params, sid))
+            Stmt(
+                f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ({turn}) AND session_id = ?",
+                (*turn_params, sid),
+            )
         )
         if scope.calls:
             reads.append(
                 Stmt(
-                    f"SELECT {_CALL} FROM tool_calls WHERE turn_id = ({turn}) ORDER BY step_no, call_index",
+                    f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ({turn}) ORDER BY step_no, call_index",
                     turn_params,
                 )
             )
         if scope.interrupts:
             reads.append(
                 Stmt(
-                    f"SELECT {_INTERRUPT} FROM interrupts WHERE turn_id = ({turn}) ORDER BY created_at, id",
+                    f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE turn_id = ({turn}) ORDER BY created_at, id",
                     turn_params,
                 )
             )
