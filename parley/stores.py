@@ -49,6 +49,7 @@ async def open_store(config: ServerConfig, origin: str = "") -> AsyncIterator[Op
             listen=storage.listen,
             listen_url=storage.listen_url,
             listen_ping_s=storage.listen_poll_interval_s,
+            synchronous=storage.synchronous,
         ) as postgres:
             yield OpenedStore(postgres, config.db_label, postgres.status, postgres.migrated, postgres.feed)
         return

@@ -18,8 +18,9 @@ from typing import Any, TypeVar
 
 import anyio
 import psycopg
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import ExecStatus
 from psycopg_pool import AsyncConnectionPool
 
 from parley.errors import StorageError
@@ -29,10 +30,10 @@ from parley.storage.postgres_feed import PostgresChangeFeed, channel_name, wake_
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, condition_of, detail_of
 from parley.storage.postgres_schema import SCHEMA_NAME, migrate
 from parley.storage.sql.dialect import POSTGRES
-from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt, finish
+from parley.storage.sql.program import Announce, Batch, Program, Result, Row, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
-from parley.storage.status import StorageStatus
+from parley.storage.status import StorageStatus, Synchronous
 from parley.storage.wakeups import ChangeFeed, NoChangeFeed
 
 logger = logging.getLogger(__name__)
@@ -55,6 +56,17 @@ _FOR_GOOD = (
 )
 
 
+async def _rows_of(cursor: AsyncCursor[Row]) -> list[Row]:
+    # The result's status, not `description`: that builds a column object for every column.
+    result = cursor.pgresult
+    return await cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
+
+
+# DEFAULT: the server's own setting (postgresql.conf, the role's or the database's), whatever
+# this connection set for its other commits.
+_SYNCED_COMMIT = Stmt("SET LOCAL synchronous_commit TO DEFAULT")
+
+
 class PostgresStore(SqlStore, PostgresCopy):
     """The Store on PostgreSQL. Open it with `open_postgres_store`, which migrates the schema."""
 
@@ -64,6 +76,9 @@ class PostgresStore(SqlStore, PostgresCopy):
     migrated: tuple[int, int] = (0, 0)
     # Other replicas' changes (LISTEN/NOTIFY), unless listening is turned off.
     feed: ChangeFeed = NoChangeFeed()
+    # storage.synchronous: with "normal", a commit does not wait for the server's disk
+    # (synchronous_commit off on every connection), except a durable one.
+    synchronous: Synchronous = "full"
 
     async def _execute(self, program: Program[T], *, write: bool, inline: bool = True) -> T:
         """Each batch is one pipeline (one round trip); a program that writes runs in one
@@ -116,20 +131,28 @@ class PostgresStore(SqlStore, PostgresCopy):
 
     async def _send(self, conn: Conn, batch: Batch, *, writing: bool, begin: bool = False) -> list[Result]:
         statements = [*batch.statements, *self._announcements(batch.announce)]
+        durable = batch.durable and self.synchronous == "normal"
+        if durable:
+            # This commit waits for the disk as the server is configured to (see `synchronous`).
+            statements.insert(0, _SYNCED_COMMIT)
         if batch.last and writing:
             # One statement alone is its own transaction (autocommit).
-            alone = begin and len(statements) == 1
+            alone = begin and len(statements) == 1 and not durable
             # A commit once sent is seen through: cancelled half way, its outcome would be unknown.
             with anyio.CancelScope(shield=True):
                 results = await self._pipeline(conn, statements, begin=begin and not alone, commit=not alone)
             self.health.record(None)
         else:
             results = await self._pipeline(conn, statements, begin=begin, commit=False)
-        return results[: len(batch.statements)]
+        return results[int(durable) : int(durable) + len(batch.statements)]
 
     @staticmethod
     async def _pipeline(conn: Conn, statements: list[Stmt], *, begin: bool, commit: bool) -> list[Result]:
         render = POSTGRES.render
+        if len(statements) == 1 and not (begin or commit) and statements[0].many is None:
+            # One statement alone needs no pipeline (entering one costs a flush of its own).
+            cursor = await conn.execute(render(statements[0].sql), statements[0].params)
+            return [Result(await _rows_of(cursor), cursor.rowcount)]
         async with conn.pipeline():
             if begin:
                 await conn.execute("BEGIN")
@@ -146,8 +169,7 @@ class PostgresStore(SqlStore, PostgresCopy):
         # The pipeline has been sent and every result received (one round trip).
         results = []
         for cursor in cursors:
-            rows = await cursor.fetchall() if cursor.description else []
-            results.append(Result(rows, cursor.rowcount))
+            results.append(Result(await _rows_of(cursor), cursor.rowcount))
         return results
 
     def _announcements(self, announce: Sequence[Announce]) -> list[Stmt]:
@@ -241,6 +263,7 @@ async def open_postgres_store(
     listen: bool = True,
     listen_url: str | None = None,
     listen_ping_s: float = 5.0,
+    synchronous: Synchronous = "full",
 ) -> AsyncIterator[PostgresStore]:
     """Connect to the PostgreSQL database at `url` (creating `schema` and migrating it as needed)
     and open a pool of at most `pool_size` connections whose statements run in `schema` and are
@@ -249,6 +272,11 @@ async def open_postgres_store(
     With `listen`, every change is announced to other replicas as process `origin` and
     `store.change_feed()` hears theirs, on a connection to `listen_url` (default `url`) that is
     pinged after `listen_ping_s` of silence (postgres_feed.py).
+
+    With `synchronous` "normal", commits do not wait for the server to flush them
+    (`synchronous_commit = off`): a crash of parley loses nothing, a crash of the database server
+    may lose the last commits, except those marked durable (Changes.durable), which wait as the
+    server's own setting says. "full" leaves every commit to the server's setting.
 
     Raises:
         StorageError: the URL is malformed, the database cannot be reached within
@@ -283,6 +311,8 @@ async def open_postgres_store(
             "SELECT set_config('search_path', %s, false), set_config('statement_timeout', %s, false)",
             (schema, timeout_ms),
         )
+        if synchronous == "normal":
+            await conn.execute("SELECT set_config('synchronous_commit', 'off', false)")
 
     pool: Pool = AsyncConnectionPool(
         kwargs={**params, "autocommit": True},
@@ -325,6 +355,7 @@ async def open_postgres_store(
             origin=origin,
         )
         store.migrated = migrated
+        store.synchronous = synchronous
         if listen_params is not None:
             store.feed = PostgresChangeFeed(
                 listen_params,

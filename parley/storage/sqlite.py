@@ -24,7 +24,8 @@ from parley.storage.sql.program import Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.sqlite_file import prepare_database_file
-from parley.storage.sqlite_plumbing import BUSY_WAIT_S, Connection, SqliteBase, Synchronous, unavailable
+from parley.storage.sqlite_plumbing import BUSY_WAIT_S, Connection, SqliteBase, unavailable
+from parley.storage.status import Synchronous
 
 T = TypeVar("T")
 

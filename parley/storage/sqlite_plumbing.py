@@ -14,20 +14,16 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.lowlevel
 
 from parley.errors import StorageCondition, StorageError, StorageUnavailable
 from parley.storage.db_thread import DatabaseThread
-from parley.storage.status import StorageHealth
+from parley.storage.status import StorageHealth, Synchronous
 
 logger = logging.getLogger(__name__)
-
-# How SQLite syncs commits (storage.synchronous): "full" syncs every commit, "normal" syncs the
-# WAL at checkpoints only (a process crash loses nothing; a power loss may lose the last commits).
-Synchronous = Literal["normal", "full"]
 
 
 def sync_file(path: Path) -> None:

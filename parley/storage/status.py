@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from parley.errors import StorageUnavailable
+
+# How commits reach the disk (storage.synchronous): "full", each one before the call returns;
+# "normal", later (SQLite: at WAL checkpoints; PostgreSQL: synchronous_commit off), so a crash of
+# parley loses nothing and a crash of the machine or the database server may lose the last
+# commits, except those marked durable, which are always synced first.
+Synchronous = Literal["normal", "full"]
 
 
 @dataclass(frozen=True, slots=True)
