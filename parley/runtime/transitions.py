@@ -15,6 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from parley.core.states import (
+    DRIVEN_SESSION,
+    ENDED_SESSION,
+    RUNNABLE_CALLS,
+    SESSION_AT_REST,
+    TIMED_CALLS,
+    WAITING_CALLS,
+)
 from parley.ids import ToolCallId, TurnId
 from parley.runtime.effect_policy import abandoned_status, start_must_be_durable
 from parley.runtime.machine import FinishTurn
@@ -36,14 +44,6 @@ from parley.storage.base import (
     lease_holder,
 )
 from parley.storage.changes import Changes, NewEvent, NewMessage, NewStep, SessionSnapshot
-
-# A session in one of these has ended; nothing changes it back.
-ENDED_SESSION = frozenset({"closed", "completed", "failed"})
-# Calls that still wait for something: a person, a timer, a downstream task.
-WAITING_CALLS = frozenset({"pending_approval", "awaiting_answer", "waiting_for_timer", "waiting_for_task"})
-RUNNABLE_CALLS = frozenset({"pending", "running"})
-TIMED_CALLS = frozenset({"waiting_for_timer", "waiting_for_task"})
-
 
 # ---------------------------------------------------------------------- interrupts
 
@@ -293,7 +293,7 @@ def let_go_if_resting(snapshot: SessionSnapshot, changes: Changes) -> str | None
     same transaction: nothing is left for a driver, and the next message is claimed at once. The
     status it rests in, or None when it runs on (a queued message) and the lease is kept."""
     status = str(changes.session.get("status", snapshot.session.status))
-    if status != "idle" and status not in ENDED_SESSION:
+    if status not in SESSION_AT_REST:
         return None
     changes.session.update(lease_owner=None, lease_expires_at=None)
     return status
@@ -445,7 +445,7 @@ def request_close(snapshot: SessionSnapshot, owner: str, reason: str) -> Changes
     if session.owner != owner or session.status == "closed":
         return changes
     _drop_queue(snapshot, changes)
-    if session.status not in ("running", "waiting_for_input"):
+    if session.status not in DRIVEN_SESSION:
         changes.session.update(status="closed", phase=None, closed_reason=reason)
         changes.events.append(NewEvent(None, "session_closed", {"reason": reason}))
         return changes
