@@ -368,7 +368,7 @@ class Chat:
             f"resumed session {session.id} with {session.agent}"
             + (f"; its last turn: {last.status}" if last else "")
         )
-        if last is not None and last.status in ("waiting_for_input", "running"):
+        if last is not None and not last.is_at_rest:
             await self._turn(lambda callbacks: session.wait(**callbacks))
         return True
 

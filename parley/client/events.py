@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# The statuses a turn ends with (TurnStatus in parley/storage/base.py; a fast test checks them).
+# The statuses a turn ends with: TURN_ENDED of parley/core/states.py, mirrored (the client
+# imports nothing of the server's side of parley; tests/test_states.py checks they are the same).
 TURN_END_STATUSES = frozenset({"answered", "completed", "failed", "cancelled"})
 
 

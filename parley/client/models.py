@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+# OutcomeStatus and AT_REST mirror parley/core/states.py (the client imports nothing of the
+# server's side of parley); tests/test_states.py checks that they are the same.
 OutcomeStatus = Literal[
     "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
 ]

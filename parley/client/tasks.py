@@ -24,6 +24,11 @@ from pydantic.alias_generators import to_camel
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 
+# The statuses a task ends with: TERMINAL_TASK_STATUSES of parley/core/states.py, mirrored (the
+# client imports nothing of the server's side of parley; tests/test_states.py checks they agree).
+TERMINAL_TASK_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
 class TaskHandle(types.Result):
     """What tools/call answers when the server runs the call as a task."""
 
@@ -50,7 +55,7 @@ class TaskState(BaseModel):
 
     @property
     def is_terminal(self) -> bool:
-        return self.status in ("completed", "failed", "cancelled")
+        return self.status in TERMINAL_TASK_STATUSES
 
 
 class _TaskIdParams(types.RequestParams):

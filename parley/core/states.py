@@ -27,6 +27,12 @@ ToolCallStatus = Literal[
 InterruptStatus = Literal["pending", "approved", "rejected", "answered", "declined", "expired", "cancelled"]
 QueuedStatus = Literal["queued", "consumed", "dropped"]
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+# A turn's status as a caller sees it (a tool's outcome): how it ended, or that it waits, still
+# runs, or (a session started without a message) that nothing ran yet. The order is the one the
+# tools' output schemas publish.
+OutcomeStatus = Literal[
+    "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
+]
 
 SESSION_STATUSES: frozenset[str] = frozenset(get_args(SessionStatus))
 TURN_STATUSES: frozenset[str] = frozenset(get_args(TurnStatus))

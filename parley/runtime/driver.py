@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 from opentelemetry import trace
 
 from parley.config import AgentLimits, ModelSpec, effective_limits
+from parley.core.states import DRIVEN_SESSION, ENDED_SESSION
 from parley.errors import LeaseLost
 from parley.ids import SessionId, TurnId, new_turn_id
 from parley.runtime import transitions
@@ -141,14 +142,14 @@ class SessionDriver:
                     again = (
                         ended is not None
                         and not self._ctx.stopping
-                        and ended.status in ("running", "waiting_for_input")
+                        and ended.status in DRIVEN_SESSION
                         and not _is_parked(ended, self._ctx.clock())
                     )
             self._ctx.signals.notify(session_id)
         return again
 
     def _forget_if_ended(self, session_id: SessionId, status: str) -> None:
-        if status in ("closed", "completed", "failed"):
+        if status in ENDED_SESSION:
             self._toolbox.release_session(session_id)  # its per-session MCP connections
             self._transcripts.forget(session_id)
 

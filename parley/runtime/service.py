@@ -29,6 +29,7 @@ from parley.config import (
 )
 from parley.config_attachments import AttachmentsConfig
 from parley.config_auth import LimitsConfig
+from parley.core.states import ENDED_SESSION, TURN_ENDED, OutcomeStatus
 from parley.errors import (
     AgentRemoved,
     AttachmentNotFound,
@@ -91,7 +92,6 @@ MAX_SETTINGS_CHARS = 4096
 SETTINGS = ("model", "limits", "enabled_tools", "memory")
 # Decisions get_session shows (newest first; `parley audit` has them all).
 DECISIONS_SHOWN = 50
-RESTING_TURN = frozenset({"answered", "completed", "failed", "cancelled"})
 MAX_MESSAGES_PAGE = 200
 # Turns get_session lists (the latest), each with the agent version it ran on.
 TURNS_SHOWN = 50
@@ -107,13 +107,6 @@ class _Again:
 
 
 AGAIN = _Again()
-
-
-# A turn's status as a caller sees it: how it ended, or that it waits, still runs, or (a session
-# started without a message) that nothing ran yet.
-OutcomeStatus = Literal[
-    "answered", "completed", "waiting_for_input", "running", "failed", "cancelled", "idle"
-]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -504,7 +497,7 @@ class SessionService:
         act = audit.STEER if steer else audit.MESSAGE
         session = await self._access.visible(caller, session_id, act, [queued_message_id or ""])
         agent = self._agents.get(session.agent)
-        if agent is None and session.status not in ("closed", "completed", "failed"):
+        if agent is None and session.status not in ENDED_SESSION:
             raise AgentRemoved(session.id, session.agent)
         if agent is not None and not may_use(caller, agent):
             # The agent's users: changed since the session started; its history stays readable.
@@ -1119,7 +1112,7 @@ class SessionService:
             turn = snapshot.turn if snapshot is not None else None
             if snapshot is None or turn is None:
                 return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running") if last else None
-            if turn.status in RESTING_TURN or last:
+            if turn.status in TURN_ENDED or last:
                 await progress.poll()  # what happened last (the end of a streamed text) still goes out
                 return _outcome(snapshot, turn, message_id)
             if not _waits_for_input(snapshot.session, turn_id):

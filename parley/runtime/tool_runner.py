@@ -13,6 +13,7 @@ from mcp.types import InputResponses
 from opentelemetry.trace import Span
 
 from parley.config import AgentConfig
+from parley.core.states import RUNNABLE_CALLS
 from parley.ids import TurnId, new_interrupt_id
 from parley.runtime.builtin_tools import ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.downstream_questions import DownstreamQuestions
@@ -79,7 +80,7 @@ class ToolRunner:
             elif call.status == "waiting_for_task":
                 if call.wake_at is None or call.wake_at <= now:
                     polls.append(call)
-            elif call.status in ("pending", "running"):
+            elif call.status in RUNNABLE_CALLS:
                 runnable.append(call)
         async with anyio.create_task_group() as tg:
             for call in runnable:

@@ -15,6 +15,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from parley.core.states import (
+    DRIVEN_SESSION,
+    ENDED_SESSION,
+    RUNNABLE_CALLS,
+    SESSION_AT_REST,
+    TIMED_CALLS,
+    WAITING_CALLS,
+)
 from parley.ids import ToolCallId, TurnId
 from parley.runtime.effect_policy import abandoned_status, start_must_be_durable
 from parley.runtime.machine import FinishTurn
@@ -36,14 +44,6 @@ from parley.storage.base import (
     lease_holder,
 )
 from parley.storage.changes import Changes, NewEvent, NewMessage, NewStep, SessionSnapshot
-
-# A session in one of these has ended; nothing changes it back.
-ENDED_SESSION = frozenset({"closed", "completed", "failed"})
-# Calls that still wait for something: a person, a timer, a downstream task.
-WAITING_CALLS = frozenset({"pending_approval", "awaiting_answer", "waiting_for_timer", "waiting_for_task"})
-RUNNABLE_CALLS = frozenset({"pending", "running"})
-TIMED_CALLS = frozenset({"waiting_for_timer", "waiting_for_task"})
-
 
 # ---------------------------------------------------------------------- interrupts
 
@@ -150,7 +150,7 @@ def resolve_interrupt(
             changes.messages.append(NewMessage(interrupt.turn_id, "tool", content))
     if snapshot.session.status == "waiting_for_input":
         # Back in the scheduler's sight: it looks for running sessions without a lease.
-        changes.session.update(status="running", wake_at=None)
+        changes.session.update({"status": "running", "wake_at": None})
     changes.events.append(
         NewEvent(
             interrupt.turn_id,
@@ -181,9 +181,11 @@ def park_turn(snapshot: SessionSnapshot) -> Changes | None:
     waiting_for_input = bool(pending)
     changes = Changes()
     changes.session.update(
-        status="waiting_for_input" if waiting_for_input else "running",
-        phase=None if waiting_for_input else "waiting",
-        wake_at=wake_at,
+        {
+            "status": "waiting_for_input" if waiting_for_input else "running",
+            "phase": None if waiting_for_input else "waiting",
+            "wake_at": wake_at,
+        }
     )
     changes.events.append(
         NewEvent(turn.id, "turn_parked", {"waiting_for_input": waiting_for_input, "wake_at": wake_at})
@@ -248,13 +250,21 @@ def finish_turn(snapshot: SessionSnapshot, end: TurnEnd, now: float) -> Changes:
                 "resolved_by": "turn_end",
             }
     changes.turn.update(
-        status=end.status, answer=end.answer, error=end.error, ended_at=now, result=end.result
+        {
+            "status": end.status,
+            "answer": end.answer,
+            "error": end.error,
+            "ended_at": now,
+            "result": end.result,
+        }
     )
     session = snapshot.session
     close_reason = end.close_reason
     if close_reason is None and session.close_requested:
         close_reason = session.closed_reason or "closed by the caller"
-    changes.session.update(current_turn_id=None, cancel_requested_turn=None, phase=None, wake_at=None)
+    changes.session.update(
+        {"current_turn_id": None, "cancel_requested_turn": None, "phase": None, "wake_at": None}
+    )
     if end.error is not None:
         changes.session["last_error"] = end.error
     changes.events.append(NewEvent(turn.id, "turn_ended", {"status": end.status, "error": end.error}))
@@ -267,7 +277,7 @@ def finish_turn(snapshot: SessionSnapshot, end: TurnEnd, now: float) -> Changes:
         return changes
     if close_reason is not None:
         _drop_queue(snapshot, changes)
-        changes.session.update(status="closed", closed_reason=close_reason)
+        changes.session.update({"status": "closed", "closed_reason": close_reason})
         changes.events.append(NewEvent(None, "session_closed", {"reason": close_reason}))
         return changes
     _settle(snapshot, changes)
@@ -282,7 +292,7 @@ def rest_session(snapshot: SessionSnapshot) -> tuple[bool, Changes]:
     if session.current_turn_id is not None:
         return False, changes
     if session.close_requested:
-        changes.session.update(status="closed", phase=None)
+        changes.session.update({"status": "closed", "phase": None})
         changes.events.append(NewEvent(None, "session_closed", {"reason": session.closed_reason}))
         return True, changes
     return _settle(snapshot, changes), changes
@@ -292,10 +302,10 @@ def let_go_if_resting(snapshot: SessionSnapshot, changes: Changes) -> str | None
     """A turn's end that leaves its session at rest (idle, or ended) lets go of the lease in the
     same transaction: nothing is left for a driver, and the next message is claimed at once. The
     status it rests in, or None when it runs on (a queued message) and the lease is kept."""
-    status = str(changes.session.get("status", snapshot.session.status))
-    if status != "idle" and status not in ENDED_SESSION:
+    status = changes.session.get("status", snapshot.session.status)
+    if status not in SESSION_AT_REST:
         return None
-    changes.session.update(lease_owner=None, lease_expires_at=None)
+    changes.session.update({"lease_owner": None, "lease_expires_at": None})
     return status
 
 
@@ -305,9 +315,9 @@ def _settle(snapshot: SessionSnapshot, changes: Changes) -> bool:
     if snapshot.session.status in ENDED_SESSION:
         return True
     if snapshot.queued:
-        changes.session.update(status="running", phase="queued")
+        changes.session.update({"status": "running", "phase": "queued"})
         return False
-    changes.session.update(status="idle", phase=None)
+    changes.session.update({"status": "idle", "phase": None})
     return True
 
 
@@ -351,7 +361,7 @@ def queue_message(
         _wake_for_steer(snapshot, changes, message.id)
     if session.status == "idle":
         # An idle session has work now; the scheduler looks for running sessions.
-        changes.session.update(status="running", phase=session.phase or "queued")
+        changes.session.update({"status": "running", "phase": session.phase or "queued"})
     return "queued", changes
 
 
@@ -390,7 +400,7 @@ def delete_queued(snapshot: SessionSnapshot, owner: str) -> tuple[QueuedMessageR
         others = [q for q in snapshot.queued if q.id != message.id]
         if session.status == "running" and session.current_turn_id is None and not others:
             # The session only waited for this message: it has nothing to do any more.
-            changes.session.update(status="idle", phase=None)
+            changes.session.update({"status": "idle", "phase": None})
     return message, changes
 
 
@@ -424,14 +434,14 @@ def request_cancel(
         )
         changes.queued[first.id] = {"status": "consumed", "turn_id": queued_turn_id}
         changes.messages.append(NewMessage(queued_turn_id, "user", user_content(first)))
-        changes.session.update(turn_count=seq, last_turn_id=queued_turn_id)
+        changes.session.update({"turn_count": seq, "last_turn_id": queued_turn_id})
         changes.events.append(NewEvent(queued_turn_id, "turn_ended", {"status": "cancelled", "error": None}))
         rest = replace(snapshot, queued=snapshot.queued[1:])
         _settle(rest, changes)
         return queued_turn_id, changes
     turn_id = session.current_turn_id
     # A parked turn (waiting for input or a timer) has no driver: wake it so one cancels it.
-    changes.session.update(cancel_requested_turn=turn_id, wake_at=None)
+    changes.session.update({"cancel_requested_turn": turn_id, "wake_at": None})
     if session.status == "waiting_for_input":
         changes.session["status"] = "running"
     changes.events.append(NewEvent(turn_id, "cancel_requested", {}))
@@ -445,15 +455,17 @@ def request_close(snapshot: SessionSnapshot, owner: str, reason: str) -> Changes
     if session.owner != owner or session.status == "closed":
         return changes
     _drop_queue(snapshot, changes)
-    if session.status not in ("running", "waiting_for_input"):
-        changes.session.update(status="closed", phase=None, closed_reason=reason)
+    if session.status not in DRIVEN_SESSION:
+        changes.session.update({"status": "closed", "phase": None, "closed_reason": reason})
         changes.events.append(NewEvent(None, "session_closed", {"reason": reason}))
         return changes
     changes.session.update(
-        close_requested=True,
-        closed_reason=reason,
-        cancel_requested_turn=session.current_turn_id,
-        wake_at=None,
+        {
+            "close_requested": True,
+            "closed_reason": reason,
+            "cancel_requested_turn": session.current_turn_id,
+            "wake_at": None,
+        }
     )
     if session.status == "waiting_for_input":
         changes.session["status"] = "running"
@@ -517,12 +529,14 @@ def start_turn(
         changes.queued[message.id] = {"status": "consumed", "turn_id": turn_id}
         changes.messages.append(NewMessage(turn_id, "user", user_content(message)))
     changes.session.update(
-        status="running",
-        phase="model",
-        current_turn_id=turn_id,
-        last_turn_id=turn_id,
-        turn_count=seq,
-        settings=settings,
+        {
+            "status": "running",
+            "phase": "model",
+            "current_turn_id": turn_id,
+            "last_turn_id": turn_id,
+            "turn_count": seq,
+            "settings": settings,
+        }
     )
     changes.events.append(NewEvent(turn_id, "turn_started", {"queued_message_id": taken[0].id}))
     return turn, changes
@@ -567,18 +581,22 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
             )
         )
     changes.turn.update(
-        model_calls=turn.model_calls + 1,
-        input_tokens=turn.input_tokens + step.input_tokens,
-        output_tokens=turn.output_tokens + step.output_tokens,
-        cached_tokens=turn.cached_tokens + step.cached_tokens,
+        {
+            "model_calls": turn.model_calls + 1,
+            "input_tokens": turn.input_tokens + step.input_tokens,
+            "output_tokens": turn.output_tokens + step.output_tokens,
+            "cached_tokens": turn.cached_tokens + step.cached_tokens,
+        }
     )
     changes.session.update(
-        model_calls=session.model_calls + 1,
-        input_tokens=session.input_tokens + step.input_tokens,
-        output_tokens=session.output_tokens + step.output_tokens,
-        cached_tokens=session.cached_tokens + step.cached_tokens,
-        phase="tools" if step.tool_calls else "model",
-        wake_at=None,
+        {
+            "model_calls": session.model_calls + 1,
+            "input_tokens": session.input_tokens + step.input_tokens,
+            "output_tokens": session.output_tokens + step.output_tokens,
+            "cached_tokens": session.cached_tokens + step.cached_tokens,
+            "phase": "tools" if step.tool_calls else "model",
+            "wake_at": None,
+        }
     )
     if step.streamed_tail:
         changes.events.append(NewEvent(step.turn_id, "text_delta", {"text": step.streamed_tail}))
@@ -707,9 +725,9 @@ def raise_interrupt(snapshot: SessionSnapshot, interrupt: InterruptRecord, now: 
     if asked_in_place(interrupt):
         # The call stays open at its server while the user is asked; the session shows it.
         if snapshot.session.status == "running":
-            changes.session.update(status="waiting_for_input", phase=None)
+            changes.session.update({"status": "waiting_for_input", "phase": None})
     elif interrupt.tool_call_id is not None:
-        status = "pending_approval" if interrupt.kind == "approval" else "awaiting_answer"
+        status: ToolCallStatus = "pending_approval" if interrupt.kind == "approval" else "awaiting_answer"
         changes.calls[interrupt.tool_call_id] = {"status": status}
     changes.events.append(
         NewEvent(

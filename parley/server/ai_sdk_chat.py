@@ -30,11 +30,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from parley.core.states import TURN_ENDED
 from parley.errors import RequestError
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.runtime.access import Principal
 from parley.runtime.decisions import Decision
-from parley.runtime.service import RESTING_TURN
 from parley.runtime.session_events import Idle, Reset
 from parley.server.ai_sdk_parts import Chunk, TurnRenderer
 from parley.server.json_text import check_unicode
@@ -323,7 +323,7 @@ class ChatEndpoints:
                 return "dropped", outcome.error
         status = (
             outcome.status
-            if outcome.status in RESTING_TURN or outcome.status == "waiting_for_input"
+            if outcome.status in TURN_ENDED or outcome.status == "waiting_for_input"
             else "running"
         )
         return status, outcome.error

@@ -37,11 +37,12 @@ from mcp.types import (
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from parley.core.states import AT_REST, OutcomeStatus
 from parley.errors import InvalidArgument, RequestError
 from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.runtime.access import Principal
 from parley.runtime.mcp_tasks import McpTaskService, TaskEnded, TaskNotFound
-from parley.runtime.service import OutcomeStatus, TurnOutcome
+from parley.runtime.service import TurnOutcome
 from parley.server.connections import connection_of
 from parley.server.elicitation import (
     CREATING_TASK_META,
@@ -62,7 +63,6 @@ IMMEDIATE_RESPONSE_META = "io.modelcontextprotocol/model-immediate-response"
 # The tools whose work is a turn: they may run as tasks (approve and answer_question follow the
 # turn they resume).
 TASK_TOOLS = frozenset({"start_session", "send_message", "approve", "answer_question"})
-_AT_REST = frozenset({"answered", "completed", "failed", "cancelled", "idle"})
 _BOTH = frozenset({CORE_TASKS_VERSION, *MODERN_PROTOCOL_VERSIONS})
 _CORE = frozenset({CORE_TASKS_VERSION})
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -218,7 +218,7 @@ class McpTaskGateway(Extension):
         structured = result.get("structuredContent")
         if result.get("isError") or not isinstance(structured, Mapping):
             task = await self._tasks.create_ended(owner, CORE_TASKS_VERSION, tool, "failed", result, ttl_ms)
-        elif structured.get("status") in _AT_REST and not structured.get("turn_id"):
+        elif structured.get("status") in AT_REST and not structured.get("turn_id"):
             task = await self._tasks.create_ended(
                 owner, CORE_TASKS_VERSION, tool, "completed", result, ttl_ms
             )
@@ -247,7 +247,7 @@ class McpTaskGateway(Extension):
         if (
             result.get("isError")
             or not isinstance(structured, Mapping)
-            or structured.get("status") in _AT_REST
+            or structured.get("status") in AT_REST
         ):
             # Refused, or already over: the plain result says it all.
             return result

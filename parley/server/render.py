@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from parley.core.states import ENDED_SESSION
 from parley.server.wire import (
     AgentList,
     CloseResult,
@@ -56,7 +57,7 @@ def render_outcome(o: TurnOutcomeView) -> str:
         lines += [f"{head}: cancelled."]
         if o.error:
             lines += ["", o.error]
-        if o.session_status not in ("closed", "completed", "failed", None):
+        if o.session_status is not None and o.session_status not in ENDED_SESSION:
             lines += ["", _next_steps_after_rest(sid)]
     elif o.status == "waiting_for_input":
         lines += [f"{head}: waiting for input. The turn resumes once these are resolved:"]
@@ -162,7 +163,7 @@ def render_session(v: SessionView) -> str:
         lines.append(
             f'Next: get_session(session_id="{v.session_id}", wait_seconds=45) waits for the turn to end.'
         )
-    elif v.status in ("closed", "completed", "failed"):
+    elif v.status in ENDED_SESSION:
         lines.append(f"The session is {v.status}; start a new one with start_session.")
     else:
         lines.append(_next_steps_after_rest(v.session_id))

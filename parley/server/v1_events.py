@@ -19,6 +19,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from parley.core.states import DRIVEN_SESSION
 from parley.errors import SessionNotFound
 from parley.ids import SessionId
 from parley.runtime.access import Principal, may_see
@@ -192,7 +193,7 @@ class OwnerStream:
         with ExitStack() as following, events.signals.tapping() as tap:
             following.enter_context(events.watch.following_owner(who.id))
             active: list[SessionRecord] = []
-            for status in ("running", "waiting_for_input"):
+            for status in sorted(DRIVEN_SESSION):  # sorted: the same order every time
                 found, _ = await service.list_sessions(who, status, None, None, 100)
                 active += found
             positions: dict[SessionId, int] = dict(await events.latest_seqs([s.id for s in active]))

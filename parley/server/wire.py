@@ -10,7 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from parley.config import AgentConfig, Memory
-from parley.runtime.service import OutcomeStatus, SessionDetails, TurnOutcome
+from parley.core.states import OutcomeStatus
+from parley.runtime.service import SessionDetails, TurnOutcome
 from parley.runtime.session_access import Decider
 from parley.runtime.toolbox import Offer
 from parley.storage.base import (

@@ -12,30 +12,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+# The statuses and their sets are parley/core/states.py's; they stay importable from here.
+from parley.core.states import ENDED_SESSION
+from parley.core.states import FINAL_TOOL_STATUSES as FINAL_TOOL_STATUSES
+from parley.core.states import TERMINAL_TASK_STATUSES as TERMINAL_TASK_STATUSES
+from parley.core.states import InterruptStatus as InterruptStatus
+from parley.core.states import QueuedStatus as QueuedStatus
+from parley.core.states import SessionStatus as SessionStatus
+from parley.core.states import TaskStatus as TaskStatus
+from parley.core.states import ToolCallStatus as ToolCallStatus
+from parley.core.states import TurnStatus as TurnStatus
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 
-SessionStatus = Literal["idle", "running", "waiting_for_input", "completed", "failed", "closed"]
-TurnStatus = Literal["running", "answered", "completed", "failed", "cancelled"]
-ToolCallStatus = Literal[
-    "pending",
-    "running",
-    "pending_approval",
-    "awaiting_answer",
-    "waiting_for_timer",
-    "waiting_for_task",
-    "succeeded",
-    "failed",
-    "rejected",
-    "cancelled",
-    "outcome_unknown",
-]
 InterruptKind = Literal["approval", "question"]
-InterruptStatus = Literal["pending", "approved", "rejected", "answered", "declined", "expired", "cancelled"]
 ResolveOutcome = Literal["resolved", "already_resolved", "conflict", "not_found", "wrong_kind", "not_pending"]
-QueuedStatus = Literal["queued", "consumed", "dropped"]
 Role = Literal["user", "assistant", "tool"]
-
-FINAL_TOOL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "outcome_unknown", "rejected"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,9 +321,6 @@ class SessionPage:
 
 EnqueueOutcome = Literal["queued", "not_found", "closed", "turn_limit", "duplicate"]
 
-TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
-TERMINAL_TASK_STATUSES = frozenset({"completed", "failed", "cancelled"})
-
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskRecord:
@@ -428,7 +416,8 @@ class DatabaseCounts:
 
 
 # The statuses a retention policy's ended-session age removes.
-ENDED_STATUSES = ("closed", "completed", "failed")
+# (ENDED_SESSION, sorted: the SQL rendered from it reads the same in every process.)
+ENDED_STATUSES: tuple[SessionStatus, ...] = tuple(sorted(ENDED_SESSION))
 # Who a retention sweep's audit entries name, and their action.
 RETENTION_PRINCIPAL = "retention"
 RETENTION_ACTION = "retention"

@@ -10,18 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar
 
 from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.storage.base import (
     AgentVersionRecord,
     AuditRecord,
     InterruptRecord,
+    InterruptStatus,
     QueuedMessageRecord,
+    QueuedStatus,
     Role,
     SessionRecord,
+    SessionStatus,
     ToolCallRecord,
+    ToolCallStatus,
     TurnRecord,
+    TurnStatus,
 )
 
 
@@ -102,6 +107,86 @@ class NewStep:
     cached_tokens: int = 0
 
 
+# The patches a decision writes to existing records: the fields it may change, each with its
+# record's type, so a misspelt field or a wrong value is a type error where the decision is made.
+# At run time they are plain dicts (a backend maps each field to its column).
+# A patch leaves out what makes a record the one it is (its id, what it belongs to, its place)
+# and what it was created with; tests/test_changes_typed.py keeps each in step with its record.
+
+
+class SessionPatch(TypedDict, total=False):
+    """Of SessionRecord: all but id, owner, agent, kind, created_at, inputs and
+    start_client_message_id."""
+
+    status: SessionStatus
+    phase: str | None
+    updated_at: float
+    turn_count: int
+    current_turn_id: TurnId | None
+    last_turn_id: TurnId | None
+    last_error: str | None
+    closed_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    model_calls: int
+    todos: list[dict[str, Any]]
+    cancel_requested_turn: TurnId | None
+    close_requested: bool
+    lease_owner: str | None
+    lease_expires_at: float | None
+    result: Any
+    wake_at: float | None
+    settings: dict[str, Any]
+    cached_tokens: int
+    lease_epoch: int
+    title: str | None
+    tags: list[str]
+
+
+class TurnPatch(TypedDict, total=False):
+    """Of TurnRecord: all but id, session_id, seq, queued_message_id, started_at, and the
+    settings and agent_version it started on (a started turn keeps them)."""
+
+    status: TurnStatus
+    ended_at: float | None
+    answer: str | None
+    error: str | None
+    model_calls: int
+    input_tokens: int
+    output_tokens: int
+    result: Any
+    cached_tokens: int
+
+
+class ToolCallPatch(TypedDict, total=False):
+    """Of ToolCallRecord: where the call stands, not which call it is or what it asked for."""
+
+    status: ToolCallStatus
+    result: dict[str, Any] | None
+    attempts: int
+    updated_at: float
+    wake_at: float | None
+    decision: str | None
+    remote: dict[str, Any] | None
+
+
+class InterruptPatch(TypedDict, total=False):
+    """Of InterruptRecord: how it was resolved, not what it asks."""
+
+    status: InterruptStatus
+    resolution: dict[str, Any] | None
+    resolved_by: str | None
+    resolved_at: float | None
+
+
+class QueuedPatch(TypedDict, total=False):
+    """Of QueuedMessageRecord: what became of the message, not what it says."""
+
+    status: QueuedStatus
+    turn_id: TurnId | None
+    steer: bool
+
+
 @dataclass(slots=True)
 class Changes:
     """What a decision writes, by record field name (the backend maps fields to its columns).
@@ -109,11 +194,11 @@ class Changes:
     `session` and `turn` update the snapshot's session and turn; the others update the named
     records of the snapshot; messages and events are appended in order."""
 
-    session: dict[str, Any] = field(default_factory=dict)
-    turn: dict[str, Any] = field(default_factory=dict)
-    calls: dict[ToolCallId, dict[str, Any]] = field(default_factory=dict)
-    interrupts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    queued: dict[QueuedMessageId, dict[str, Any]] = field(default_factory=dict)
+    session: SessionPatch = field(default_factory=SessionPatch)
+    turn: TurnPatch = field(default_factory=TurnPatch)
+    calls: dict[ToolCallId, ToolCallPatch] = field(default_factory=dict)
+    interrupts: dict[str, InterruptPatch] = field(default_factory=dict)
+    queued: dict[QueuedMessageId, QueuedPatch] = field(default_factory=dict)
     messages: list[NewMessage] = field(default_factory=list)
     events: list[NewEvent] = field(default_factory=list)
     # New records (queued messages get the session's next queue number from the backend).

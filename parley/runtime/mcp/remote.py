@@ -31,9 +31,11 @@ from mcp.types import (
 )
 from pydantic import ConfigDict, RootModel
 
+# A downstream task is an MCP task: its statuses are the ones parley serves its own tasks with.
+from parley.core.states import TERMINAL_TASK_STATUSES
+
 CORE_TASKS_VERSION = "2025-11-25"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
-TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 class _Raw(RootModel[dict[str, Any]]):
@@ -64,7 +66,7 @@ class RemoteTask:
 
     @property
     def terminal(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in TERMINAL_TASK_STATUSES
 
 
 def speaks_core_tasks(client: Client) -> bool:
