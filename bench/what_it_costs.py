@@ -8,9 +8,10 @@ The variants (each on a fresh process and, where it has one, a fresh database):
 - `parley-full-sync`: `storage.synchronous: full` (every commit synced: survives power loss);
 - `parley-unstreamed`: the agent's model called with `stream: false` (one JSON body, as the floor
   calls it): no text reaches a caller before the answer is whole;
-- `parley-in-memory`: parley's engine on its in-memory store (bench/parley_on_memory.py): no
-  database at all, so nothing survives the process. What is left is the engine itself: the
-  session, turn and step rules, the event log, leases, waiters, the MCP surface.
+- `parley-on-tmpfs`: the same SQLite database (`synchronous = normal`) on tmpfs (/dev/shm), so
+  no commit ever waits for a disk: what is left is the engine and SQLite's own work (the session,
+  turn and step rules, the event log, leases, waiters, the MCP surface). Beside `parley`, it shows
+  what the disk costs. (It replaced a run on an in-memory store that parley no longer has.)
 
 Each variant: over stdio, one session of `--turns` text turns and `--tool-turns` one-tool turns
 (p50 and server CPU per turn, process tree); over streamable HTTP, `--level` sessions at once,
@@ -18,7 +19,7 @@ Each variant: over stdio, one session of `--turns` text turns and `--tool-turns`
 what a guarantee costs; the figures and the command are in bench/README.md.
 
     .venv/bin/python bench/what_it_costs.py                  # ~2 min here
-    .venv/bin/python bench/what_it_costs.py --variants floor,parley,parley-in-memory
+    .venv/bin/python bench/what_it_costs.py --variants floor,parley,parley-on-tmpfs
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,6 @@ from typing import Any
 import yaml
 from _common import add_limit_options, loadavg_1m, run_and_report, run_figures
 from side_by_side import (
-    BENCH,
     MAX_TURNS,
     WINDOW,
     Target,
@@ -45,18 +46,18 @@ from side_by_side import (
     write_parley_config,
 )
 
-VARIANTS = ("floor", "parley", "parley-full-sync", "parley-unstreamed", "parley-in-memory")
+VARIANTS = ("floor", "parley", "parley-full-sync", "parley-unstreamed", "parley-on-tmpfs")
+# Where `parley-on-tmpfs` keeps its databases (a folder of its own, removed after the run).
+TMPFS = Path("/dev/shm")
 
 
 @dataclass
 class Variant(Target):
-    """A Target whose parley.yaml (and agents) are changed after they are written, and which may
-    run parley through a launcher script instead of `-m parley`."""
+    """A Target whose parley.yaml (and agents) are changed after they are written."""
 
     label: str = ""
     storage: dict[str, Any] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
-    launcher: Path | None = None
 
     def command(self, http: bool) -> list[str]:
         if self.name == "floor":
@@ -69,22 +70,20 @@ class Variant(Target):
             agent = yaml.safe_load(agent_file.read_text())
             agent["model"]["options"] = {**agent["model"].get("options", {}), **self.model_options}
             agent_file.write_text(yaml.safe_dump(agent))
-        command = super().command(http)
-        if self.launcher is not None:
-            at = command.index("-m")
-            command[at : at + 2] = [str(self.launcher)]
-        return command
+        return super().command(http)
 
 
-def variant(label: str, workdir: Path, model_url: str, model_pid: int, transport: str) -> Variant:
+def variant(
+    label: str, workdir: Path, model_url: str, model_pid: int, transport: str, tmpfs: Path
+) -> Variant:
     name = "floor" if label == "floor" else "parley"
     base = Variant(name, workdir / f"{label}-{transport}", model_url, model_pid, label=label)
     if label == "parley-full-sync":
         base.storage = {"synchronous": "full"}
     elif label == "parley-unstreamed":
         base.model_options = {"stream": False}
-    elif label == "parley-in-memory":
-        base.launcher = BENCH / "parley_on_memory.py"
+    elif label == "parley-on-tmpfs":
+        base.storage = {"path": str(tmpfs / transport / "parley.db"), "synchronous": "normal"}
     return base
 
 
@@ -92,12 +91,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     load_before = loadavg_1m()
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
-    async with fake_model(workdir, 0.0) as (model_url, model_pid):
-        for label in args.variants:
-            print(f"  ... {label}", file=sys.stderr, flush=True)
-            stdio = await measure_stdio(variant(label, workdir, model_url, model_pid, "stdio"), args)
-            http = await measure_http(variant(label, workdir, model_url, model_pid, "http"), args)
-            results[label] = {"stdio": stdio, "http": http}
+    with tempfile.TemporaryDirectory(prefix="parley-bench-", dir=TMPFS) as tmpfs:
+        async with fake_model(workdir, 0.0) as (model_url, model_pid):
+            for label in args.variants:
+                print(f"  ... {label}", file=sys.stderr, flush=True)
+                on = (model_url, model_pid)
+                stdio = await measure_stdio(variant(label, workdir, *on, "stdio", Path(tmpfs)), args)
+                http = await measure_http(variant(label, workdir, *on, "http", Path(tmpfs)), args)
+                results[label] = {"stdio": stdio, "http": http}
     return {
         "options": {
             "turns": args.turns,

@@ -34,6 +34,8 @@ from mcp.client._memory import InMemoryTransport  # the SDK's own in-memory pair
 from mcp.shared.message import SessionMessage
 
 from parley.runtime.model import ModelClient
+from parley.storage.ports import Store
+from parley.storage.sqlite import open_sqlite_store
 from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S
 from parley.testing import DEADLINE_S, ParleyUnderTest, call, call_error, eventually, parley_app
 from parley.testing import FAST_RUNTIME as TESTING_RUNTIME
@@ -114,6 +116,16 @@ class Database:
             conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema or "public")))
             cur = conn.execute(query.replace("%", "%%").replace("?", "%s").encode(), params)
             return list(cur.fetchall()) if cur.description is not None else []
+
+
+def open_test_store(path: Path) -> AbstractAsyncContextManager[Store]:
+    """The fast layer's store: the real SQLite backend, on a file in the test's tmp_path.
+
+    `synchronous = normal` is sound here: in WAL mode a process that crashes loses no commit (only
+    a power loss may lose the last ones, and a test's file does not outlive its test), and it
+    spares each commit an fsync. Opening the same path twice is two processes' view of one
+    database: one file, separate connections."""
+    return open_sqlite_store(path, synchronous="normal")
 
 
 def tokens_auth(tokens: dict[str, str], scopes: tuple[str, ...] = ("parley:use",)) -> dict[str, Any]:

@@ -28,9 +28,9 @@ from parley.runtime.access import (
 from parley.runtime.audit import REFUSED_PER_MINUTE, RefusalBudget
 from parley.runtime.decisions import Decision
 from parley.runtime.fair_use import FairUse
-from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
 from tests.driver_support import service
+from tests.support import open_test_store
 from tests.test_config import assert_names, only_error, project
 
 pytestmark = pytest.mark.anyio
@@ -195,10 +195,10 @@ async def _trail(store: Store, principal: str) -> list[tuple[str, str | None, st
 
 
 async def test_attempts_on_another_principals_session_are_refused_as_not_found_and_audited(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     agent = AgentConfig(name="demo", instructions="Help.", limits=AgentLimits(max_turns=1))
-    async with open_memory_store() as store:
+    async with open_test_store(tmp_path / "parley.db") as store:
         parley = service(store, {"demo": agent})
         started = await parley.start_session(ALICE, "demo", "one", 0)
         sid = started.session_id
@@ -233,8 +233,8 @@ async def test_attempts_on_another_principals_session_are_refused_as_not_found_a
         assert (await parley.get_session(ALICE, sid, None, None, None)).session.status != "closed"
 
 
-async def test_a_flood_of_refused_attempts_fills_at_most_a_minutes_budget_of_entries() -> None:
-    async with open_memory_store() as store:
+async def test_a_flood_of_refused_attempts_fills_at_most_a_minutes_budget_of_entries(tmp_path: Path) -> None:
+    async with open_test_store(tmp_path / "parley.db") as store:
         parley = service(store, {"demo": AgentConfig(name="demo", instructions="Help.")})
         unknown = "ses_" + "0" * 32
         for _ in range(REFUSED_PER_MINUTE + 20):

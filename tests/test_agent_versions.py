@@ -23,12 +23,10 @@ from parley.runtime.agent_reload import AgentReloader
 from parley.runtime.model import ModelResponse, RequestedCall
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.base import Resolution
-from parley.storage.memory import open_memory_store
-from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
 from tests.driver_support import drive, service, started_session
-from tests.support import TEST_DEADLINE_S
+from tests.support import TEST_DEADLINE_S, open_test_store
 
 pytestmark = pytest.mark.anyio
 
@@ -58,13 +56,14 @@ def test_a_version_is_a_hash_of_the_whole_definition_and_survives_storage() -> N
 
 
 @pytest.fixture
-async def database() -> MemoryDatabase:
-    return MemoryDatabase()
+def db_path(tmp_path: Path) -> Path:
+    """The database file the tests' processes share (each opens it with a connection of its own)."""
+    return tmp_path / "parley.db"
 
 
 @pytest.fixture
-async def store(database: MemoryDatabase) -> AsyncIterator[Store]:
-    async with open_memory_store(database) as opened:
+async def store(db_path: Path) -> AsyncIterator[Store]:
+    async with open_test_store(db_path) as opened:
         yield opened
 
 
@@ -102,14 +101,14 @@ async def test_a_turn_finishes_on_the_version_it_started_with_and_the_next_turn_
 
 
 async def test_another_process_resumes_a_turn_on_its_version_from_the_database(
-    store: Store, database: MemoryDatabase
+    store: Store, db_path: Path
 ) -> None:
     model = ScriptedModelClient([ModelResponse(text="asking", tool_calls=(ASK,)), ModelResponse(text="done")])
     sid = await session(store, "first")
     await drive(store, AgentCatalog({ASKER.name: ASKER}, store), model, sid, "proc_a")
     await answer_pending(store, sid)
     # A second process, started after the file changed: it has never seen version one.
-    async with open_memory_store(database) as other:
+    async with open_test_store(db_path) as other:
         await drive(other, AgentCatalog({ASKER.name: ASKER_2}, other), model, sid, "proc_b")
     assert [r.instructions for r in model.requests] == ["Version one.", "Version one."]
     [turn] = await store.list_turns(sid)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from parley.runtime.providers import anthropic, openai
 from parley.runtime.transcript import to_chat_messages
 from parley.runtime.transitions import starting
 from parley.storage.base import AttachmentBlob, MessageRecord, QueuedMessageRecord, SessionRecord
-from parley.storage.memory import open_memory_store
+from tests.support import open_test_store
 from tests.test_config import assert_names, only_error, project
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
@@ -177,9 +178,11 @@ def test_bytes_that_are_gone_or_a_kind_a_provider_cannot_take_are_described() ->
 
 
 @pytest.mark.anyio
-async def test_a_model_call_loads_the_bytes_by_hash_and_leaves_missing_ones_as_references() -> None:
+async def test_a_model_call_loads_the_bytes_by_hash_and_leaves_missing_ones_as_references(
+    tmp_path: Path,
+) -> None:
     refs, blobs = attachments.check_attachments([_image()], CONFIG)
-    async with open_memory_store() as store:
+    async with open_test_store(tmp_path / "parley.db") as store:
         message = ChatMessage(role="user", text="look", attachments=tuple(refs))
         [missing] = await attachments.with_attachment_data([message], store)
         assert "data" not in missing.attachments[0]

@@ -1,5 +1,5 @@
-"""The session driver against each store backend (SQLite in a file, and in memory) and a scripted
-model: limits and tool errors."""
+"""The session driver against a store (SQLite in a file) and a scripted model: limits and tool
+errors."""
 
 from __future__ import annotations
 
@@ -22,11 +22,9 @@ from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord, lease_holder
-from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
-from parley.storage.sqlite import open_sqlite_store
 from parley.testing.model import ScriptedModelClient
-from tests.support import TEST_DEADLINE_S
+from tests.support import TEST_DEADLINE_S, open_test_store
 
 pytestmark = pytest.mark.anyio
 
@@ -34,10 +32,9 @@ PROC = "proc_driver_test"
 LEASE_TTL_S = 30.0
 
 
-@pytest.fixture(params=["sqlite", "memory"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
-    opening = open_sqlite_store(tmp_path / "x.db") if request.param == "sqlite" else open_memory_store()
-    async with opening as opened:
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with open_test_store(tmp_path / "parley.db") as opened:
         yield opened
 
 

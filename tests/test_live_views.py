@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -24,9 +25,8 @@ from parley.runtime.transitions import starting
 from parley.server.ai_sdk_parts import TurnRenderer
 from parley.server.sse import SseResponse, frame
 from parley.storage.base import EventRecord, QueuedMessageRecord, SessionRecord
-from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
-from tests.support import TEST_DEADLINE_S
+from tests.support import TEST_DEADLINE_S, open_test_store
 
 pytestmark = pytest.mark.anyio
 
@@ -36,8 +36,8 @@ LONG_PIECE = "x" * 500
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    async with open_memory_store() as opened:
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with open_test_store(tmp_path / "parley.db") as opened:
         yield opened
 
 

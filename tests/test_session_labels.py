@@ -1,6 +1,6 @@
 """Titles, tags and retention without a process: the rules for a caller's title and tags, the
 title proposed from a first message, list_sessions' narrowing arguments, the `retention:` block,
-the retention sweep on the in-memory store, and a stream resumed after its events were removed."""
+the retention sweep on a SQLite store, and a stream resumed after its events were removed."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from parley.runtime.session_labels import check_tags, check_title, proposed_titl
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.storage.base import SessionFilter
-from parley.storage.memory import open_memory_store
-from parley.storage.memory_tables import MemoryDatabase
+from tests.support import open_test_store
 from tests.test_config import only_error, project
 from tests.test_storage_contract import T0, new_session
 
@@ -103,9 +102,11 @@ def test_the_retention_block_is_validated_naming_the_field(tmp_path: Path) -> No
         assert error.field == field, str(error)
 
 
-async def test_a_sweep_removes_in_batches_what_the_policy_no_longer_keeps_and_records_it() -> None:
+async def test_a_sweep_removes_in_batches_what_the_policy_no_longer_keeps_and_records_it(
+    tmp_path: Path,
+) -> None:
     now = T0 + 10 * DAY_S
-    async with open_memory_store(MemoryDatabase()) as store:
+    async with open_test_store(tmp_path / "parley.db") as store:
         steps = SessionSteps(store)
         old = [await new_session(store, now=T0) for _ in range(5)]
         for sid in old:
@@ -124,8 +125,10 @@ async def test_a_sweep_removes_in_batches_what_the_policy_no_longer_keeps_and_re
         assert await store.list_events(young, 0, 100) != []
 
 
-async def test_a_stream_resumed_from_a_position_whose_later_events_are_all_gone_is_reset() -> None:
-    async with open_memory_store(MemoryDatabase()) as store:
+async def test_a_stream_resumed_from_a_position_whose_later_events_are_all_gone_is_reset(
+    tmp_path: Path,
+) -> None:
+    async with open_test_store(tmp_path / "parley.db") as store:
         sid = await new_session(store, now=T0)
         await store.record_event(sid, None, "note", {}, T0 + 1)
         latest = await store.latest_event_seq(sid)

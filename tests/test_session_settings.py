@@ -1,10 +1,11 @@
 """Per-session settings that narrow what an agent does: settings.enabled_tools (a subset of the
 agent's tools, never wider), on the service (what a caller may ask) and on the driver (what the
-model is offered, and what a call outside the set gets), with a scripted model and a memory store."""
+model is offered, and what a call outside the set gets), with a scripted model and a SQLite store."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,11 +27,11 @@ from parley.runtime.builtin_tools import ASK_USER
 from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec
 from parley.runtime.service import SessionService
 from parley.runtime.toolbox import Binding, Offer
-from parley.storage.memory import open_memory_store
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
 from tests.driver_support import drive as drive_once
 from tests.driver_support import service, started_session
+from tests.support import open_test_store
 
 pytestmark = pytest.mark.anyio
 
@@ -44,8 +45,8 @@ HELPER = AgentConfig(
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[Store]:
-    async with open_memory_store() as opened:
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    async with open_test_store(tmp_path / "parley.db") as opened:
         yield opened
 
 

@@ -1,5 +1,5 @@
 # ruff: noqa: F811
-"""The attachment part of the storage contract, on every backend (SQLite, in-memory, PostgreSQL):
+"""The attachment part of the storage contract, on every backend (SQLite, PostgreSQL):
 bytes stored with the message that brings them, once by hash, read back only through a session
 that carries them, and collected when no session refers to them any more."""
 

@@ -45,8 +45,6 @@ from parley.storage.base import (
     lease_token,
 )
 from parley.storage.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
-from parley.storage.memory import open_memory_store
-from parley.storage.memory_tables import MemoryDatabase
 from parley.storage.migrations import MIGRATIONS
 from parley.storage.ports import Store
 from parley.storage.postgres import open_postgres_store
@@ -72,8 +70,6 @@ LEASE_B = lease_token(PROC_B, 1)
 class _Backend:
     """One database, opened as many times as a test needs (each open is like another process)."""
 
-    # A database with a schema (versions, migrations); tests of it skip the others.
-    has_schema = True
     # The newest schema version this parley knows for it, and how messages name the database.
     migrations = 0
     label = ""
@@ -107,16 +103,6 @@ class _SqliteBackend(_Backend):
             conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
 
 
-class _MemoryBackend(_Backend):
-    has_schema = False
-
-    def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-        self.database = MemoryDatabase()
-
-    def open(self) -> AbstractAsyncContextManager[Store]:
-        return open_memory_store(self.database)
-
-
 class _PostgresBackend(_Backend):
     migrations = len(POSTGRES_MIGRATIONS)
 
@@ -138,7 +124,6 @@ class _PostgresBackend(_Backend):
 
 BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], _Backend]] = {
     "sqlite": _SqliteBackend,
-    "memory": _MemoryBackend,
     "postgres": _PostgresBackend,
 }
 _BACKEND_KEY = pytest.StashKey[_Backend]()
@@ -156,14 +141,6 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 def backend(request: pytest.FixtureRequest, store: Store) -> _Backend:
     """The database behind `store`, to open it again or inspect it."""
     backend: _Backend = request.node.stash[_BACKEND_KEY]
-    return backend
-
-
-@pytest.fixture
-def schema_backend(backend: _Backend) -> _Backend:
-    """The backend, for tests of a database's schema versions; a backend without one skips them."""
-    if not backend.has_schema:
-        pytest.skip(f"{type(backend).__name__} has no schema to version or migrate")
     return backend
 
 
@@ -280,9 +257,8 @@ async def status_of(store: Store, sid: SessionId) -> tuple[str, str | None]:
 
 
 async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_data(
-    store: Store, schema_backend: _Backend
+    store: Store, backend: _Backend
 ) -> None:
-    backend = schema_backend
     sid = await new_session(store, "kept")
     assert backend.schema_versions() == list(range(1, backend.migrations + 1))
     async with backend.open() as again:
@@ -294,9 +270,8 @@ async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_da
 
 
 async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_versions(
-    store: Store, schema_backend: _Backend
+    store: Store, backend: _Backend
 ) -> None:
-    backend = schema_backend
     newer = backend.migrations + 41
     backend.set_schema_version(newer)
     with pytest.raises(StorageError) as refused:

@@ -4,7 +4,7 @@ wait for the next poll.
 
 A backend that can (PostgreSQL: LISTEN/NOTIFY) publishes a `Wake` with the transaction that
 makes the change, and its `ChangeFeed` delivers other processes' wakes to a `WakeSink` (the
-runtime's SessionSignals). A backend that cannot (SQLite, memory) has `NoChangeFeed`: other
+runtime's SessionSignals). A backend that cannot (SQLite) has `NoChangeFeed`: other
 processes' changes are found by polling alone, as before. Polling stays the safety net either way:
 a feed says when it is live, and while it is not, nothing may be assumed delivered.
 
@@ -82,7 +82,7 @@ class ChangeFeed(Protocol):
 
 
 class NoChangeFeed:
-    """A backend without cross-process wake-ups (SQLite, memory): polling finds other processes'
+    """A backend without cross-process wake-ups (SQLite): polling finds other processes'
     changes, so there is nothing to run."""
 
     async def run(self, sink: WakeSink, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
