@@ -83,7 +83,7 @@ async def _store(store: Any, record: AgentVersionRecord) -> None:
         created_at=now,
     )
     await store.create_session(starting(session, first), first, now)
-    lease = await store.try_acquire_lease(sid, "proc_bench", now, 30.0)
+    lease = (await store.try_acquire_leases([sid], "proc_bench", now, 30.0)).get(sid)
     assert lease is not None
     await SessionSteps(store).start_turn(sid, lease, new_turn_id(), now, record, store_version=True)
 

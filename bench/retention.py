@@ -83,7 +83,7 @@ async def write_session(steps: SessionSteps, store: Any, text: str) -> None:
         created_at=now,
     )
     await store.create_session(starting(record, first), first, now)
-    lease = await store.try_acquire_lease(sid, PROCESS, now, 30.0)
+    lease = (await store.try_acquire_leases([sid], PROCESS, now, 30.0)).get(sid)
     turn = await steps.start_turn(sid, lease, new_turn_id(), now) if lease is not None else None
     if lease is None or turn is None:
         # The server saw the new session first and runs its turn itself: close it after that.

@@ -21,6 +21,7 @@ from parley.runtime.toolbox import Toolbox
 from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord
 from parley.storage.ports import Store
+from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S
 
 LEASE_TTL_S = 30.0
@@ -62,7 +63,7 @@ async def drive(
         timings=DriveSettings(lease_ttl_s=LEASE_TTL_S, poll_interval_s=0.05),
         clock=time.time,
     )
-    lease = await store.try_acquire_lease(sid, proc, time.time(), LEASE_TTL_S)
+    lease = await try_acquire_lease(store, sid, proc, time.time(), LEASE_TTL_S)
     assert lease is not None
     with anyio.fail_after(TEST_DEADLINE_S):
         await driver.drive(sid, lease)

@@ -24,6 +24,7 @@ from parley.runtime.transitions import starting
 from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord, lease_holder
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
+from tests.store_support import list_steps, try_acquire_lease
 from tests.support import TEST_DEADLINE_S, open_test_store
 
 pytestmark = pytest.mark.anyio
@@ -79,7 +80,7 @@ async def session_with_message(store: Store, text: str, agent_name: str = "plann
 
 
 async def drive(store: Store, planner: AgentConfig, model: ModelClient, sid: SessionId) -> None:
-    lease = await store.try_acquire_lease(sid, PROC, time.time(), LEASE_TTL_S)
+    lease = await try_acquire_lease(store, sid, PROC, time.time(), LEASE_TTL_S)
     assert lease is not None
     with anyio.fail_after(TEST_DEADLINE_S):
         await driver(store, planner, model).drive(sid, lease)
@@ -241,7 +242,7 @@ class _LeaseThief:
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         # Far enough in the future that this process's lease has expired.
-        assert await self._store.try_acquire_lease(self._session_id, "proc_thief", time.time() + 3600, 30)
+        assert await try_acquire_lease(self._store, self._session_id, "proc_thief", time.time() + 3600, 30)
         return ModelResponse(text="an answer nobody may commit")
 
 
@@ -250,7 +251,7 @@ async def test_a_driver_that_loses_its_lease_stops_quietly_and_commits_nothing(s
     await drive(store, agent(), _LeaseThief(store, sid), sid)
     session = await store.get_session(sid)
     assert session is not None and lease_holder(session.lease_owner) == "proc_thief"
-    assert await store.list_steps(sid) == []
+    assert await list_steps(store, sid) == []
     assert [m.role for m in await store.list_messages(sid, None, None)] == ["user"]
 
 

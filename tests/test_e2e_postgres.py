@@ -27,6 +27,7 @@ from parley.storage.postgres import open_postgres_store
 from parley.storage.postgres_schema import MIGRATIONS
 from parley.storage.sqlite import open_sqlite_store
 from tests.postgres_support import DatabaseProxy, PgSchema, schema_for_test
+from tests.store_support import list_steps
 from tests.support import (
     FAST_RUNTIME,
     TEST_DEADLINE_S,
@@ -184,7 +185,7 @@ async def _everything(store: Store, db: Path) -> dict[str, Any]:
             "messages": await store.list_messages(sid, None, None),
             "interrupts": await store.list_interrupts(sid, pending_only=False),
             "events": await store.list_events(sid, 0, 100_000),
-            "steps": await store.list_steps(sid),
+            "steps": await list_steps(store, sid),
             "summary": await store.latest_summary(sid),
             "first": await store.first_message(sid),
         }

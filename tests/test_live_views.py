@@ -26,6 +26,7 @@ from parley.server.ai_sdk_parts import TurnRenderer
 from parley.server.sse import SseResponse, frame
 from parley.storage.base import EventRecord, QueuedMessageRecord, SessionRecord
 from parley.storage.ports import Store
+from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, open_test_store
 
 pytestmark = pytest.mark.anyio
@@ -89,7 +90,7 @@ async def _drive(store: Store, model: Any, signals: SessionSignals | None = None
         timings=DriveSettings(lease_ttl_s=30, poll_interval_s=0.05, model_retry_backoff_s=0.01),
         clock=time.time,
     )
-    lease = await store.try_acquire_lease(sid, PROC, time.time(), 30)
+    lease = await try_acquire_lease(store, sid, PROC, time.time(), 30)
     assert lease is not None
     with anyio.fail_after(TEST_DEADLINE_S):
         await driver.drive(sid, lease)

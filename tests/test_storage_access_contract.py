@@ -24,6 +24,7 @@ from tests.test_storage_contract import (
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
 # take them as arguments of the same names, which ruff would call redefinitions).
 from tests.test_storage_contract import backend, other_store, store  # noqa: F401  # isort: skip
+from tests.store_support import list_steps, try_acquire_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -140,7 +141,7 @@ async def test_deleting_a_parked_session_removes_all_of_it_and_its_tasks_but_kee
     assert await store.list_messages(sid, None, None) == []
     assert await store.list_events(sid, 0, 100) == []
     assert await store.list_interrupts(sid, pending_only=False) == []
-    assert await store.list_steps(sid) == []
+    assert await list_steps(store, sid) == []
     assert await store.get_task(task.id, T0 + 5) is None
     assert [e.action for e in await store.list_audit(sid, None, None, 10)] == ["message"]
     assert await store.get_session(kept) is not None
@@ -152,7 +153,7 @@ async def test_a_running_or_leased_session_is_not_deleted(store: Store) -> None:
     assert await store.delete_session(sid, T0 + 5) == "busy"
     assert await store.get_session(sid) is not None
     idle = await new_session(store)
-    lease = await store.try_acquire_lease(idle, PROC_A, T0, 30.0)
+    lease = await try_acquire_lease(store, idle, PROC_A, T0, 30.0)
     # An idle session needs no driver, so it has no lease to take; with one held it would be busy.
     assert lease is None
     assert await store.delete_session(idle, T0 + 5) == "deleted"
@@ -175,7 +176,7 @@ async def test_running_turns_are_counted_per_owner_without_the_parked_ones(store
 async def test_pending_interrupts_are_listed_by_owner_or_agent_oldest_first(store: Store) -> None:
     alice_sid, _, alice_wait = await _parked(store)
     bob_sid = await new_session(store, "x", owner="bob", agent="deployer")
-    lease = await store.try_acquire_lease(bob_sid, PROC_A, T0, 30.0)
+    lease = await try_acquire_lease(store, bob_sid, PROC_A, T0, 30.0)
     assert lease is not None
     turn = await SessionSteps(store).start_turn(bob_sid, lease, new_turn_id(), T0 + 1)
     assert turn is not None

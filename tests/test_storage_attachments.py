@@ -20,6 +20,7 @@ from tests.test_storage_contract import PROC_A, T0, TTL, queued, session_record
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
 # take them as arguments of the same names, which ruff would call redefinitions).
 from tests.test_storage_contract import backend, store  # noqa: F401  # isort: skip
+from tests.store_support import try_acquire_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +54,7 @@ async def test_a_first_message_stores_its_attachments_with_it_and_the_turn_keeps
     assert (await store.attachment_data([picture.sha256, "0" * 64])) == {picture.sha256: picture}
     [stored] = await store.list_queued(record.id)
     assert stored.attachments == [_ref(picture)] and stored.blobs == ()
-    lease = await store.try_acquire_lease(record.id, PROC_A, T0, TTL)
+    lease = await try_acquire_lease(store, record.id, PROC_A, T0, TTL)
     assert lease is not None
     assert await SessionSteps(store).start_turn(record.id, lease, new_turn_id(), T0 + 1) is not None
     [user] = await store.list_messages(record.id, None, None)

@@ -51,6 +51,7 @@ from parley.storage.postgres import open_postgres_store
 from parley.storage.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
 from parley.storage.sqlite import open_sqlite_store
 from tests.postgres_support import PgSchema
+from tests.store_support import list_steps, steer_pending, try_acquire_lease
 from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
@@ -208,7 +209,7 @@ async def running_turn(
 ) -> tuple[SessionId, TurnRecord]:
     """A session whose first turn has started under the first holding of its lease by `owner`."""
     sid = await new_session(store, first)
-    lease = await store.try_acquire_lease(sid, owner, T0, TTL)
+    lease = await try_acquire_lease(store, sid, owner, T0, TTL)
     assert lease == lease_token(owner, 1)
     turn = await SessionSteps(store).start_turn(sid, lease, new_turn_id(), T0 + 1)
     assert turn is not None
@@ -239,7 +240,7 @@ async def snapshot(store: Store, sid: SessionId, turn_id: TurnId | None = None) 
     return {
         "session": session,
         "messages": await store.list_messages(sid, None, None),
-        "steps": await store.list_steps(sid),
+        "steps": await list_steps(store, sid),
         "events": await store.list_events(sid, 0, 10_000),
         "queued": await store.list_queued(sid),
         "turns": await store.list_turns(sid),
@@ -360,7 +361,7 @@ async def test_enqueue_is_refused_once_turns_taken_plus_messages_queued_reach_th
     assert (
         await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
     )
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0) is not None
     # One turn taken and one message queued still fill both allowed turns.
     assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
@@ -455,7 +456,7 @@ async def test_messages_events_and_the_queue_are_numbered_per_session_from_one_w
     assert await store.latest_event_seq(unknown) == 0
     assert await store.event_seqs([a, b, unknown]) == {a: len(events), b: len(b_events)}
 
-    assert await store.try_acquire_lease(a, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, a, PROC_A, T0, TTL)
     for step_no in (1, 2):
         turn = await SessionSteps(store).start_turn(a, LEASE_A, new_turn_id(), T0 + step_no)
         assert turn is not None
@@ -516,7 +517,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
     for text in ("two", "three"):
         assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, text), 10, T0) == "queued"
     first_id = (await store.list_queued(sid))[0].id
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
 
     turn_id = new_turn_id()
     turn = await SessionSteps(store).start_turn(sid, LEASE_A, turn_id, T0 + 1)
@@ -627,7 +628,7 @@ async def test_a_turn_names_its_agent_version_and_the_definition_is_stored_with_
 ) -> None:
     sid = await new_session(store, "one")
     await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "two"), 10, T0)
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     first = agent_version("a1b2c3d4e5f60718", "Review.\u0000 Prüfe.")
     turn = await SessionSteps(store).start_turn(
         sid, LEASE_A, new_turn_id(), T0 + 1, first, store_version=True
@@ -649,7 +650,7 @@ async def test_a_turn_names_its_agent_version_and_the_definition_is_stored_with_
 
 async def test_agent_versions_outlive_the_sessions_that_ran_on_them(store: Store) -> None:
     sid = await new_session(store, "one")
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     version = agent_version("0123456789abcdef", "Plan.")
     turn = await SessionSteps(store).start_turn(
         sid, LEASE_A, new_turn_id(), T0 + 1, version, store_version=True
@@ -694,7 +695,7 @@ async def test_a_committed_model_step_stores_the_assistant_message_its_pending_c
         5,
         "tools",
     )
-    steps = await store.list_steps(sid)
+    steps = await list_steps(store, sid)
     assert [(s.turn_id, s.step_no, s.kind, s.process_id) for s in steps] == [(turn.id, 1, "model", PROC_A)]
 
 
@@ -731,7 +732,7 @@ async def test_the_same_model_step_cannot_be_committed_twice(store: Store) -> No
         )
     assert await snapshot(store, sid, turn.id) == before
     await SessionSteps(store).commit_model_step(sid, LEASE_A, model_step(turn.id, 2, text="next"), T0 + 4)
-    assert [s.step_no for s in await store.list_steps(sid)] == [1, 2]
+    assert [s.step_no for s in await list_steps(store, sid)] == [1, 2]
 
 
 async def test_finish_turn_cancels_unfinished_calls_and_sets_the_session_idle(store: Store) -> None:
@@ -855,7 +856,7 @@ async def test_request_close_before_the_first_turn_drops_queued_messages_and_no_
         await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 2) == "closed"
     )
     # Whoever drives the session next finds nothing to run and lets it close.
-    assert await store.try_acquire_lease(sid, PROC_A, T0 + 2, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0 + 2, TTL)
     assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 2) is None
     assert await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 3)
     session = await store.get_session(sid)
@@ -867,7 +868,7 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
     store: Store,
 ) -> None:
     sid = await new_session(store, "one")
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     assert not await SessionSteps(store).rest_session(sid, LEASE_A, T0 + 1)  # a message is queued
     turn = await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 1)
     assert turn is not None
@@ -879,7 +880,7 @@ async def test_rest_session_sets_a_session_without_work_idle_and_refuses_while_w
 
 async def test_rest_session_never_reopens_a_session_that_was_closed_meanwhile(store: Store) -> None:
     sid = await new_session(store, "hello")
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     # The driver saw a queued message; before it starts the turn the caller cancels that message
     # (the session rests) and then closes the session, which closes it at once.
     assert await SessionSteps(store).request_cancel(sid, "alice", T0 + 1, new_turn_id()) is not None
@@ -899,20 +900,20 @@ async def test_a_lease_held_by_one_process_blocks_another_until_it_expires(
     store: Store, other_store: Store
 ) -> None:
     sid = await new_session(store, "work")
-    first = await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    first = await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     assert first == lease_token(PROC_A, 1)
-    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
-    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL - 0.001, TTL)
+    assert not await try_acquire_lease(other_store, sid, PROC_B, T0 + 1, TTL)
+    assert not await try_acquire_lease(other_store, sid, PROC_B, T0 + TTL - 0.001, TTL)
     # The holder may take its own lease again, which extends it under a new token: a write of
     # the earlier holding (a stale task of the same process) is refused from now on.
-    second = await store.try_acquire_lease(sid, PROC_A, T0 + 10, TTL)
+    second = await try_acquire_lease(store, sid, PROC_A, T0 + 10, TTL)
     assert second == lease_token(PROC_A, 2)
     with pytest.raises(LeaseLost):
         await store.renew_lease(sid, first, T0 + 11, TTL)
     with pytest.raises(LeaseLost):
         await SessionSteps(store).start_turn(sid, first, new_turn_id(), T0 + 11)
-    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
-    third = await other_store.try_acquire_lease(sid, PROC_B, T0 + 10 + TTL + 1, TTL)
+    assert not await try_acquire_lease(other_store, sid, PROC_B, T0 + TTL + 1, TTL)
+    third = await try_acquire_lease(other_store, sid, PROC_B, T0 + 10 + TTL + 1, TTL)
     assert third == lease_token(PROC_B, 3), "the epoch counts the holdings of the session, by anyone"
     session = await store.get_session(sid)
     assert session is not None
@@ -930,8 +931,8 @@ async def test_several_leases_are_taken_at_once_skipping_sessions_held_or_at_res
         await new_session(store),
         await new_session(store, "work"),
     )
-    assert await other_store.try_acquire_lease(held, PROC_B, T0, TTL)
-    earlier = await store.try_acquire_lease(mine, PROC_A, T0, TTL)
+    assert await try_acquire_lease(other_store, held, PROC_B, T0, TTL)
+    earlier = await try_acquire_lease(store, mine, PROC_A, T0, TTL)
     missing = SessionId("ses_" + "9" * 32)
     taken = await store.try_acquire_leases([free, held, resting, mine, missing], PROC_A, T0 + 1, TTL)
     assert taken == {free: lease_token(PROC_A, 1), mine: lease_token(PROC_A, 2)}
@@ -943,7 +944,7 @@ async def test_several_leases_are_taken_at_once_skipping_sessions_held_or_at_res
 
 async def test_only_a_running_session_can_be_leased(store: Store) -> None:
     sid = await new_session(store)
-    assert not await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert not await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     session = await store.get_session(sid)
     assert session is not None and session.lease_owner is None
 
@@ -952,7 +953,7 @@ async def test_renew_lease_extends_the_holders_lease_and_raises_lease_lost_for_a
     store: Store, other_store: Store
 ) -> None:
     sid = await new_session(store, "work")
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     renewed = await store.renew_lease(sid, LEASE_A, T0 + 5, TTL)
     assert (renewed.id, renewed.lease_owner, renewed.lease_expires_at) == (sid, LEASE_A, T0 + 5 + TTL)
     with pytest.raises(LeaseLost):
@@ -963,11 +964,11 @@ async def test_renew_lease_extends_the_holders_lease_and_raises_lease_lost_for_a
 
 async def test_release_lease_frees_the_session_only_for_its_holder(store: Store, other_store: Store) -> None:
     sid = await new_session(store, "work")
-    assert await store.try_acquire_lease(sid, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     await other_store.release_lease(sid, LEASE_B)
-    assert not await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
+    assert not await try_acquire_lease(other_store, sid, PROC_B, T0 + 1, TTL)
     await store.release_lease(sid, LEASE_A)
-    assert await other_store.try_acquire_lease(sid, PROC_B, T0 + 1, TTL)
+    assert await try_acquire_lease(other_store, sid, PROC_B, T0 + 1, TTL)
 
 
 _LeaseWrite = Callable[[Store, SessionId, TurnRecord, str], Awaitable[object]]
@@ -1026,7 +1027,7 @@ async def test_a_lease_checked_write_by_a_process_that_lost_the_lease_raises_and
         == "queued"
     )
     # LEASE_A stalls past its lease; LEASE_B takes the session over.
-    assert await other_store.try_acquire_lease(sid, PROC_B, T0 + TTL + 1, TTL)
+    assert await try_acquire_lease(other_store, sid, PROC_B, T0 + TTL + 1, TTL)
     before = await snapshot(store, sid, turn.id)
 
     with pytest.raises(LeaseLost):
@@ -1044,9 +1045,9 @@ async def test_count_leases_counts_the_sessions_whose_lease_a_process_holds_now(
     held = await new_session(store, "held")
     lapsed = await new_session(store, "lapsed")
     theirs = await new_session(store, "theirs")
-    assert await store.try_acquire_lease(held, PROC_A, T0 + 20, TTL)
-    assert await store.try_acquire_lease(lapsed, PROC_A, T0, TTL)
-    assert await other_store.try_acquire_lease(theirs, PROC_B, T0 + 20, TTL)
+    assert await try_acquire_lease(store, held, PROC_A, T0 + 20, TTL)
+    assert await try_acquire_lease(store, lapsed, PROC_A, T0, TTL)
+    assert await try_acquire_lease(other_store, theirs, PROC_B, T0 + 20, TTL)
     assert await store.count_leases(PROC_A, T0 + 10) == 2
     assert await store.count_leases(PROC_A, T0 + TTL + 1) == 1  # the lease on `lapsed` ran out
     assert await other_store.count_leases(PROC_B, T0 + TTL + 1) == 1
@@ -1074,14 +1075,14 @@ async def test_database_counts_count_sessions_queue_leases_and_the_trace_context
 
 async def test_steer_pending_tells_whether_a_queued_message_steers_the_running_turn(store: Store) -> None:
     sid, _ = await running_turn(store)
-    assert not await store.steer_pending(sid)
+    assert not await steer_pending(store, sid)
     assert (
         await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "later"), 10, T0 + 2) == "queued"
     )
-    assert not await store.steer_pending(sid)
+    assert not await steer_pending(store, sid)
     steer = replace(queued(sid, "now"), steer=True)
     assert await SessionSteps(store).enqueue_message(sid, "alice", steer, 10, T0 + 3) == "queued"
-    assert await store.steer_pending(sid)
+    assert await steer_pending(store, sid)
     [stored] = [q for q in await store.list_queued(sid) if q.id == steer.id]
     assert stored.steer is True
 
@@ -1146,8 +1147,8 @@ async def test_sessions_needing_work_are_running_sessions_whose_lease_is_free_or
     expired = await new_session(store, "expired")
     closed = await new_session(store)
     await SessionSteps(store).request_close(closed, "alice", "bye", T0)
-    assert await store.try_acquire_lease(held, PROC_A, T0 + 50, TTL)
-    assert await store.try_acquire_lease(expired, PROC_A, T0, TTL)
+    assert await try_acquire_lease(store, held, PROC_A, T0 + 50, TTL)
+    assert await try_acquire_lease(store, expired, PROC_A, T0, TTL)
 
     now = T0 + 60  # the lease on `expired` ran out at T0 + 30; `held` lasts until T0 + 80
     found = await store.sessions_needing_work(now, 100)
@@ -1428,13 +1429,13 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
             async with anyio.create_task_group() as tg:
                 tg.start_soon(peer)
                 with waiting:
-                    await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+                    await try_acquire_lease(store, session, "proc-a", 1000.0, 10.0)
                 cancelled.set()
             assert waiting.cancelled_caught, "the write went through while the peer held the lock"
         finally:
             blocker.close()
         # The cancelled write must not have left this connection inside a transaction.
-        assert await store.try_acquire_lease(session, "proc-a", 1000.0, 10.0)
+        assert await try_acquire_lease(store, session, "proc-a", 1000.0, 10.0)
         other = sqlite3.connect(path, timeout=TEST_DEADLINE_S, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")

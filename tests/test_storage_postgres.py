@@ -33,6 +33,7 @@ from parley.storage.sql.dialect import POSTGRES
 from parley.storage.sqlite import open_sqlite_store
 from parley.stores import open_store
 from tests.postgres_support import DatabaseProxy, PgSchema, require_postgres, schema_for_test
+from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, eventually
 
 pytestmark = pytest.mark.anyio
@@ -182,9 +183,9 @@ async def test_a_lease_claim_skips_a_session_whose_row_is_locked_instead_of_wait
     with psycopg.connect(pg_schema.url) as holder:
         holder.execute(f"SELECT 1 FROM {pg_schema.schema}.sessions WHERE id = %s FOR UPDATE", (sid,))
         with anyio.fail_after(TEST_DEADLINE_S):
-            assert await store.try_acquire_lease(sid, "proc_a", T0, 30) is None
+            assert await try_acquire_lease(store, sid, "proc_a", T0, 30) is None
         assert sid in await store.sessions_needing_work(T0, 10)
-    assert await store.try_acquire_lease(sid, "proc_a", T0, 30) == "proc_a#1"
+    assert await try_acquire_lease(store, sid, "proc_a", T0, 30) == "proc_a#1"
 
 
 async def test_a_decision_cancelled_while_it_waits_for_the_lock_leaves_no_connection_behind(

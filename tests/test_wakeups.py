@@ -24,6 +24,7 @@ from parley.storage.postgres import PostgresStore, open_postgres_store
 from parley.storage.postgres_feed import channel_name, parse_payload, wake_payload
 from parley.storage.wakeups import NoChangeFeed, Wake, wake_after
 from tests.postgres_support import DatabaseProxy, PgSchema
+from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, eventually
 
 pytestmark = pytest.mark.anyio
@@ -249,7 +250,7 @@ async def test_a_replica_hears_what_another_commits_and_not_its_own_writes(
         assert heard_by_b.notified == [sid]
 
         steps = SessionSteps(a)
-        lease = await a.try_acquire_lease(sid, "proc_a", T0, 30)
+        lease = await try_acquire_lease(a, sid, "proc_a", T0, 30)
         assert lease is not None
         turn = await steps.start_turn(sid, lease, new_turn_id(), T0)
         assert turn is not None

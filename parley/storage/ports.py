@@ -22,7 +22,6 @@ from parley.storage.base import (
     SessionFilter,
     SessionPage,
     SessionRecord,
-    StepRecord,
     SweepRule,
     TaskPage,
     TaskRecord,
@@ -58,20 +57,13 @@ class SessionStarts(Protocol):
 class Leases(Protocol):
     """Which process drives which session, and which sessions need a driver."""
 
-    async def try_acquire_lease(
-        self, session_id: SessionId, owner: str, now: float, ttl_s: float
-    ) -> str | None:
-        """Take the session's lease for process `owner` if it is free, expired or `owner`'s own:
-        the new holding's token (base.lease_token), which every write of this holding names;
-        None if another process holds it or the session needs no driver."""
-        ...
-
     async def try_acquire_leases(
         self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
     ) -> dict[SessionId, str]:
-        """try_acquire_lease for several sessions in one transaction (one statement where the
-        backend can): the tokens of the sessions taken. A scheduler taking over a crashed process's
-        hundred sessions claims them at once, not with a hundred round trips one after another."""
+        """Take each session's lease for process `owner` if it is free, expired or `owner`'s own
+        (not if another process holds it or it needs no driver), all in one statement: the new
+        holdings' tokens (base.lease_token) by session; every write of a holding names its token.
+        A scheduler taking over a crashed process's hundred sessions claims them at once."""
         ...
 
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
@@ -121,8 +113,6 @@ class SessionReads(Protocol):
 
     async def get_queued(self, message_id: QueuedMessageId) -> QueuedMessageRecord | None: ...
 
-    async def steer_pending(self, session_id: SessionId) -> bool: ...
-
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]: ...
 
     async def list_all_pending(self, limit: int) -> list[InterruptRecord]: ...
@@ -136,8 +126,6 @@ class Transcripts(Protocol):
     ) -> list[MessageRecord]: ...
 
     async def count_messages(self, session_id: SessionId) -> int: ...
-
-    async def list_steps(self, session_id: SessionId) -> list[StepRecord]: ...
 
     async def save_summary(
         self, session_id: SessionId, lease: str, turn_id: TurnId, upto_seq: int, text: str, now: float

@@ -19,7 +19,6 @@ from parley.storage.base import (
     SessionFilter,
     SessionPage,
     SessionRecord,
-    StepRecord,
     ToolCallRecord,
     TurnRecord,
     lease_token,
@@ -168,11 +167,6 @@ class SqlSessions(SqlBase):
         return self.codec.queued(row) if row is not None else None
 
     # ------------------------------------------------------------------ leases
-
-    async def try_acquire_lease(
-        self, session_id: SessionId, owner: str, now: float, ttl_s: float
-    ) -> str | None:
-        return (await self.try_acquire_leases([session_id], owner, now, ttl_s)).get(session_id)
 
     async def try_acquire_leases(
         self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
@@ -435,13 +429,6 @@ class SqlSessions(SqlBase):
         row = await self._row(f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id = ?", (message_id,))
         return self.codec.queued(row) if row is not None else None
 
-    async def steer_pending(self, session_id: SessionId) -> bool:
-        row = await self._row(
-            f"SELECT 1 FROM queued_messages WHERE session_id = ? AND {QUEUED} AND steer = ? LIMIT 1",
-            (session_id, True),
-        )
-        return row is not None
-
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
         sql = f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = ?"
         if pending_only:
@@ -455,13 +442,6 @@ class SqlSessions(SqlBase):
             (self.dialect.limit(limit),),
         )
         return [self.codec.interrupt(r) for r in rows]
-
-    async def list_steps(self, session_id: SessionId) -> list[StepRecord]:
-        rows = await self._rows(
-            f"SELECT {listing('steps')} FROM steps WHERE session_id = ? ORDER BY created_at, step_no",
-            (session_id,),
-        )
-        return [self.codec.record("steps", r) for r in rows]
 
 
 __all__ = ["FIELDS", "SqlSessions"]

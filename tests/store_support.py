@@ -1,0 +1,35 @@
+"""What only tests ask of a store, kept out of the Store port: one lease taken alone, whether a
+steering message waits, and the committed steps of a session (read straight from the table)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from parley.ids import SessionId
+from parley.storage.base import StepRecord
+from parley.storage.ports import Store
+from parley.storage.sql.rows import listing
+from parley.storage.sql.store import SqlStore
+
+
+async def try_acquire_lease(
+    store: Store, session_id: SessionId, owner: str, now: float, ttl_s: float
+) -> str | None:
+    """The session's lease for `owner`, as the scheduler takes it (with others, in one statement)."""
+    return (await store.try_acquire_leases([session_id], owner, now, ttl_s)).get(session_id)
+
+
+async def steer_pending(store: Store, session_id: SessionId) -> bool:
+    """A queued message of the session steers its running turn."""
+    return any(message.steer for message in await store.list_queued(session_id))
+
+
+async def list_steps(store: Store, session_id: SessionId) -> list[StepRecord]:
+    """The steps committed for the session, in the order they were."""
+    sql = cast(SqlStore, store)
+    rows = await sql._rows(
+        f"SELECT {listing('steps')} FROM steps WHERE session_id = ? ORDER BY created_at, step_no",
+        (session_id,),
+    )
+    records: list[StepRecord] = [sql.codec.record("steps", row) for row in rows]
+    return records
