@@ -29,44 +29,45 @@ from parley.storage.sql.dialect import Dialect
 from parley.storage.sql.program import Row
 
 
-def _names(listing: str) -> tuple[str, ...]:
+def columns(listing: str) -> tuple[str, ...]:
+    """Column names from a listing "a, b, c"."""
     return tuple(c.strip() for c in listing.split(","))
 
 
 FIELDS: dict[str, tuple[str, ...]] = {
-    "sessions": _names(
+    "sessions": columns(
         "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
         "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
         "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, "
         "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch, title, tags"
     ),
-    "turns": _names(
+    "turns": columns(
         "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
         "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
     ),
-    "queued_messages": _names(
+    "queued_messages": columns(
         "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, "
         "attachments, trace_context"
     ),
-    "tool_calls": _names(
+    "tool_calls": columns(
         "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "
         "attempts, idempotency_key, created_at, updated_at, source, server, tool, requires_approval, "
         "wake_at, decision, remote"
     ),
-    "interrupts": _names(
+    "interrupts": columns(
         "id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, deadline, resolution, "
         "resolved_by, resolved_at"
     ),
-    "messages": _names("session_id, seq, turn_id, role, content, created_at"),
-    "events": _names("session_id, seq, turn_id, kind, data, created_at"),
-    "steps": _names(
+    "messages": columns("session_id, seq, turn_id, role, content, created_at"),
+    "events": columns("session_id, seq, turn_id, kind, data, created_at"),
+    "steps": columns(
         "session_id, turn_id, step_no, kind, process_id, input_tokens, output_tokens, created_at"
     ),
-    "tasks": _names(
+    "tasks": columns(
         "id, owner, generation, tool, session_id, queued_message_id, turn_id, status, status_message, "
         "result, ttl_ms, poll_interval_ms, created_at, updated_at, expires_at"
     ),
-    "audit": _names("id, at, principal, client, action, outcome, session_id, target, detail"),
+    "audit": columns("id, at, principal, client, action, outcome, session_id, target, detail"),
 }
 
 # Per table: the text from outside (PostgreSQL: a JSON string).

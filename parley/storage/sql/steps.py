@@ -28,6 +28,7 @@ from parley.storage.sql.rows import (
     TURN_COLUMNS,
     WRITABLE,
     Codec,
+    columns,
 )
 from parley.storage.wakeups import wake_after
 
@@ -35,46 +36,14 @@ T = TypeVar("T")
 
 
 # The columns a new record is inserted with (the others start from their defaults).
-_NEW_TURN = (
-    "id",
-    "session_id",
-    "seq",
-    "status",
-    "queued_message_id",
-    "started_at",
-    "ended_at",
-    "settings",
-    "agent_version",
+_NEW_TURN = columns(
+    "id, session_id, seq, status, queued_message_id, started_at, ended_at, settings, agent_version"
 )
-_NEW_CALL = (
-    "id",
-    "session_id",
-    "turn_id",
-    "step_no",
-    "call_index",
-    "name",
-    "arguments",
-    "status",
-    "effect",
-    "idempotency_key",
-    "created_at",
-    "updated_at",
-    "source",
-    "server",
-    "tool",
-    "requires_approval",
+_NEW_CALL = columns(
+    "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, idempotency_key, "
+    "created_at, updated_at, source, server, tool, requires_approval"
 )
-_NEW_INTERRUPT = (
-    "id",
-    "session_id",
-    "turn_id",
-    "tool_call_id",
-    "kind",
-    "status",
-    "payload",
-    "created_at",
-    "deadline",
-)
+_NEW_INTERRUPT = columns("id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, deadline")
 # Tables whose rows carry the time of their last change.
 _STAMPED = frozenset({"sessions", "tool_calls"})
 
@@ -98,16 +67,8 @@ INSERT_EVENT = insert_sql("events", FIELDS["events"])
 INSERT_AUDIT = insert_sql("audit", FIELDS["audit"][1:])  # the id is the database's
 _INSERT_STEP = insert_sql(
     "steps",
-    (
-        "session_id",
-        "turn_id",
-        "step_no",
-        "kind",
-        "process_id",
-        "input_tokens",
-        "output_tokens",
-        "created_at",
-        "cached_tokens",
+    columns(
+        "session_id, turn_id, step_no, kind, process_id, input_tokens, output_tokens, created_at, cached_tokens"
     ),
 )
 
@@ -359,17 +320,14 @@ class ChangeWriter:
             queued_rows.append(queued_params(codec, new, session_id, self._counters.queue))
         self._many(INSERT_QUEUED, queued_rows)
         self.statements.extend(blob_statements(changes.new_queued, session_id, now))
-        for table, columns, records in (
+        for table, names, records in (
             ("tool_calls", _NEW_CALL, changes.new_calls),
             ("interrupts", _NEW_INTERRUPT, changes.new_interrupts),
         ):
             self._many(
-                insert_sql(table, columns),
+                insert_sql(table, names),
                 [
-                    [
-                        codec.param(table, c, session_id if c == "session_id" else getattr(r, c))
-                        for c in columns
-                    ]
+                    [codec.param(table, c, session_id if c == "session_id" else getattr(r, c)) for c in names]
                     for r in records
                 ],
             )
