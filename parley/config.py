@@ -385,9 +385,12 @@ class StorageConfig(_Strict):
     synchronous: Literal["normal", "full"] = Field(
         "normal",
         description=(
-            "How SQLite syncs commits to disk. 'normal': a crash of the process loses nothing; a power "
-            "loss may lose the last commits, but never the start of a call that must not run twice "
-            "(those commits are always synced before the call is sent). 'full': every commit is synced."
+            "How commits reach the disk, on SQLite and PostgreSQL. 'normal': a crash of parley loses "
+            "nothing; a power loss (or, on PostgreSQL, a crash of the database server) may lose the last "
+            "commits, but never the start of a call that must not run twice (those commits are always "
+            "synced before the call is sent). On PostgreSQL that is synchronous_commit off for parley's "
+            "connections, except those commits. 'full': every commit is synced (PostgreSQL: as the "
+            "server's own synchronous_commit says)."
         ),
     )
     url: str | None = Field(
