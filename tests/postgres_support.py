@@ -97,6 +97,13 @@ class PgSchema:
             self.rows(f"DELETE FROM {table}")
         self.rows("DELETE FROM schema_version WHERE version > %s", (len(MIGRATIONS),))
 
+    def restore(self, dump: Path) -> None:
+        """Create the schema and run `dump` in it: plain SQL that names no schema (search_path
+        says where it goes), as tests/upgrade/make_fixture.py writes."""
+        self._conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
+        self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        self._conn.execute(dump.read_text().encode())
+
     def drop(self) -> None:
         self._conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
 
