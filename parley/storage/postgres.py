@@ -66,9 +66,9 @@ from parley.storage.postgres_rows import (
     step_row,
     turn_row,
 )
-from parley.storage.postgres_schema import SCHEMA_NAME, migrate
 from parley.storage.postgres_steps import PostgresSteps, queued_values
 from parley.storage.postgres_tasks import page_limit
+from parley.storage.schema import SCHEMA_NAME, migrate_postgres
 from parley.storage.sql_shared import POSTGRES, read_database_counts, session_list_query, session_page
 from parley.storage.status import StorageStatus
 from parley.storage.wakeups import ChangeFeed, NoChangeFeed, Wake
@@ -577,7 +577,7 @@ async def open_postgres_store(
     params.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
     first = await _connect(params, connect_retry_s, label, secrets)
     try:
-        migrated = await migrate(first, schema, label)
+        migrated = await migrate_postgres(first, schema, label)
     except psycopg.Error as exc:
         raise StorageError(
             f"cannot migrate the PostgreSQL database {label}: {detail_of(exc, secrets)}"

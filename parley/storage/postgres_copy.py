@@ -20,7 +20,7 @@ import psycopg
 from parley.errors import StorageError
 from parley.storage.postgres_plumbing import Conn, PostgresBase
 from parley.storage.postgres_rows import BOOL_COLUMNS, TEXT_AS_JSON, dumps
-from parley.storage.postgres_schema import DATA_TABLES
+from parley.storage.schema import DATA_TABLES
 
 # What each table holds, as `parley db copy` reports it.
 TABLE_NAMES = {
