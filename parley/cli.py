@@ -295,12 +295,12 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 def _cmd_db_migrate(args: argparse.Namespace) -> int:
     """Create or upgrade the database's schema, and nothing else (before replicas start, say)."""
     config = _load(args)
-    from parley.storage.migrations import MIGRATIONS
+    from parley.storage.schema import LATEST
     from parley.stores import open_store
 
     async def run() -> int:
         async with open_store(config) as opened:
-            before, after = opened.migrated or (None, len(MIGRATIONS))
+            before, after = opened.migrated or (None, LATEST)
         if before is None:
             print(f"{opened.label}: schema version {after}")
         elif before == after:

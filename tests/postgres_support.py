@@ -29,7 +29,7 @@ import pytest
 from psycopg import sql
 
 from parley.storage.postgres import database_label
-from parley.storage.postgres_schema import DATA_TABLES, MIGRATIONS
+from parley.storage.schema import DATA_TABLES, LATEST
 
 POSTGRES_URL = os.environ.get("PARLEY_TEST_POSTGRES", "postgresql://root@127.0.0.1:5432/test")
 # This test process's mark in schema names, and their count.
@@ -95,7 +95,14 @@ class PgSchema:
             return
         for table in reversed(DATA_TABLES):
             self.rows(f"DELETE FROM {table}")
-        self.rows("DELETE FROM schema_version WHERE version > %s", (len(MIGRATIONS),))
+        self.rows("DELETE FROM schema_version WHERE version > %s", (LATEST,))
+
+    def restore(self, dump: Path) -> None:
+        """Create the schema and run `dump` in it: plain SQL that names no schema (search_path
+        says where it goes), as tests/upgrade/make_fixture.py writes."""
+        self._conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(self.schema)))
+        self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        self._conn.execute(dump.read_text().encode())
 
     def drop(self) -> None:
         self._conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))

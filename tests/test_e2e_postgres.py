@@ -24,7 +24,7 @@ from parley.ids import SessionId, TurnId, new_task_id
 from parley.storage.base import TaskRecord
 from parley.storage.ports import Store
 from parley.storage.postgres import open_postgres_store
-from parley.storage.postgres_schema import MIGRATIONS
+from parley.storage.schema import LATEST, steps
 from parley.storage.sqlite import open_sqlite_store
 from tests.postgres_support import DatabaseProxy, PgSchema, schema_for_test
 from tests.store_support import list_steps
@@ -77,16 +77,16 @@ def test_db_migrate_creates_the_schema_once_and_refuses_a_newer_one(fresh: PgSch
     config = _pg_config(tmp_path, fresh.url, fresh.schema)
     first = _parley("db", "migrate", "--config", str(config))
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip() == f"{fresh.label}: migrated from schema version 0 to {len(MIGRATIONS)}"
+    assert first.stdout.strip() == f"{fresh.label}: migrated from schema version 0 to {LATEST}"
     again = _parley("db", "migrate", "--config", str(config))
-    assert again.stdout.strip() == f"{fresh.label}: schema version {len(MIGRATIONS)}, nothing to migrate"
-    assert fresh.rows("SELECT version FROM schema_version") == [(v,) for v in range(1, len(MIGRATIONS) + 1)]
+    assert again.stdout.strip() == f"{fresh.label}: schema version {LATEST}, nothing to migrate"
+    assert fresh.rows("SELECT version FROM schema_version") == [(v,) for v, _ in steps("postgres")]
 
-    fresh.rows("INSERT INTO schema_version (version) VALUES (%s)", (len(MIGRATIONS) + 1,))
+    fresh.rows("INSERT INTO schema_version (version) VALUES (%s)", (LATEST + 1,))
     newer = _parley("db", "migrate", "--db", fresh.url, "--config", str(config))
     assert newer.returncode == 3 and newer.stdout == ""
     [line] = newer.stderr.strip().splitlines()
-    assert f"newer than this parley knows ({len(MIGRATIONS)})" in line and fresh.schema in line
+    assert f"newer than this parley knows ({LATEST})" in line and fresh.schema in line
 
 
 # ---------------------------------------------------------------------------- parley db copy
@@ -285,7 +285,7 @@ async def test_serve_on_postgresql_reports_the_database_and_answers_503_while_it
                 fresh.schema,
                 True,
             )
-            assert database["schema_version"] == len(MIGRATIONS) and database["pool"]["max"] == 10
+            assert database["schema_version"] == LATEST and database["pool"]["max"] == 10
             started = await call(client, "start_session", agent="demo", message="hello")
             assert started["status"] == "answered"
 

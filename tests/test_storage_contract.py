@@ -45,10 +45,9 @@ from parley.storage.base import (
     lease_token,
 )
 from parley.storage.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
-from parley.storage.migrations import MIGRATIONS
 from parley.storage.ports import Store
 from parley.storage.postgres import open_postgres_store
-from parley.storage.postgres_schema import MIGRATIONS as POSTGRES_MIGRATIONS
+from parley.storage.schema import LATEST, steps
 from parley.storage.sqlite import open_sqlite_store
 from tests.postgres_support import PgSchema
 from tests.store_support import list_steps, steer_pending, try_acquire_lease
@@ -71,8 +70,8 @@ LEASE_B = lease_token(PROC_B, 1)
 class _Backend:
     """One database, opened as many times as a test needs (each open is like another process)."""
 
-    # The newest schema version this parley knows for it, and how messages name the database.
-    migrations = 0
+    # The schema versions a new database records (schema.steps), and how messages name it.
+    versions: tuple[int, ...] = ()
     label = ""
 
     def open(self) -> AbstractAsyncContextManager[Store]:
@@ -86,7 +85,7 @@ class _Backend:
 
 
 class _SqliteBackend(_Backend):
-    migrations = len(MIGRATIONS)
+    versions = tuple(version for version, _ in steps("sqlite"))
 
     def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
         self.path = tmp_path / "x.db"
@@ -105,7 +104,7 @@ class _SqliteBackend(_Backend):
 
 
 class _PostgresBackend(_Backend):
-    migrations = len(POSTGRES_MIGRATIONS)
+    versions = tuple(version for version, _ in steps("postgres"))
 
     def __init__(self, request: pytest.FixtureRequest, tmp_path: Path) -> None:
         # One schema for the module (made once, by the first open), emptied for each test.
@@ -261,19 +260,19 @@ async def test_opening_the_same_database_again_migrates_nothing_and_keeps_the_da
     store: Store, backend: _Backend
 ) -> None:
     sid = await new_session(store, "kept")
-    assert backend.schema_versions() == list(range(1, backend.migrations + 1))
+    assert backend.schema_versions() == list(backend.versions)
     async with backend.open() as again:
         assert await again.get_session(sid) is not None
         assert [q.text for q in await again.list_queued(sid)] == ["kept"]
     async with backend.open():
         pass
-    assert backend.schema_versions() == list(range(1, backend.migrations + 1))
+    assert backend.schema_versions() == list(backend.versions)
 
 
 async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_versions(
     store: Store, backend: _Backend
 ) -> None:
-    newer = backend.migrations + 41
+    newer = LATEST + 41
     backend.set_schema_version(newer)
     with pytest.raises(StorageError) as refused:
         async with backend.open():
@@ -282,7 +281,7 @@ async def test_a_database_from_a_newer_parley_is_refused_naming_both_schema_vers
     assert "\n" not in message, message
     numbers = re.findall(r"\d+", message.replace(backend.label, "<db>"))
     assert str(newer) in numbers, message
-    assert str(backend.migrations) in numbers, message
+    assert str(LATEST) in numbers, message
     assert backend.schema_versions()[-1] == newer  # the refused open changed nothing
 
 
@@ -1403,7 +1402,7 @@ async def test_two_processes_opening_a_fresh_database_at_once_both_succeed(tmp_p
         assert failures == [], f"attempt {attempt}: {failures[0]!r}"
         with sqlite3.connect(path) as conn:
             versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY version")]
-        assert versions == list(range(1, len(MIGRATIONS) + 1))
+        assert versions == list(range(1, LATEST + 1))
 
 
 async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_unlocked(

@@ -27,7 +27,7 @@ from parley.storage.base import QueuedMessageRecord, SessionRecord
 from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot
 from parley.storage.ports import Store
 from parley.storage.postgres import PostgresStore, open_postgres_store
-from parley.storage.postgres_schema import MIGRATIONS
+from parley.storage.schema import LATEST, steps
 from parley.storage.sql.conditions import work_scan
 from parley.storage.sql.dialect import POSTGRES
 from parley.storage.sqlite import open_sqlite_store
@@ -99,10 +99,10 @@ async def test_replicas_starting_at_once_on_a_fresh_schema_migrate_it_once(postg
                 for _ in range(4):
                     tg.start_soon(replica)
             # Exactly one replica found the schema empty; the others waited and found it done.
-            assert sorted(opened) == [(0, len(MIGRATIONS))] + [(len(MIGRATIONS), len(MIGRATIONS))] * 3
-            assert [r[0] for r in fresh.rows("SELECT version FROM schema_version")] == list(
-                range(1, len(MIGRATIONS) + 1)
-            )
+            assert sorted(opened) == [(0, LATEST)] + [(LATEST, LATEST)] * 3
+            assert [r[0] for r in fresh.rows("SELECT version FROM schema_version")] == [
+                v for v, _ in steps("postgres")
+            ]
 
 
 async def test_a_newer_schema_is_refused_in_one_line_naming_the_database_but_not_its_password(
@@ -111,7 +111,7 @@ async def test_a_newer_schema_is_refused_in_one_line_naming_the_database_but_not
     pg_schema.reset()
     async with open_postgres_store(pg_schema.url, schema=pg_schema.schema):
         pass
-    pg_schema.rows("INSERT INTO schema_version (version) VALUES (%s)", (len(MIGRATIONS) + 7,))
+    pg_schema.rows("INSERT INTO schema_version (version) VALUES (%s)", (LATEST + 7,))
     try:
         # The test server trusts local connections, so any password gets in; it must show nowhere.
         url = pg_schema.url.replace("://root@", f"://root:{SECRET}@")
@@ -121,10 +121,7 @@ async def test_a_newer_schema_is_refused_in_one_line_naming_the_database_but_not
         message = str(refused.value)
         assert "\n" not in message and SECRET not in message, message
         assert mask_url(url) in message and pg_schema.schema in message
-        assert (
-            f"schema version {len(MIGRATIONS) + 7}, newer than this parley knows ({len(MIGRATIONS)})"
-            in message
-        )
+        assert f"schema version {LATEST + 7}, newer than this parley knows ({LATEST})" in message
     finally:
         pg_schema.reset()
 
@@ -276,10 +273,7 @@ async def test_an_unreachable_database_is_reported_and_refused_and_recovers_with
         healthy = await store.status()
         assert (healthy.condition, healthy.reachable) == ("ok", True)
         assert healthy.details is not None
-        assert (
-            healthy.details["schema_version"] == len(MIGRATIONS)
-            and healthy.details["schema"] == pg_schema.schema
-        )
+        assert healthy.details["schema_version"] == LATEST and healthy.details["schema"] == pg_schema.schema
 
         await proxy.cut()
         gone = await store.status()

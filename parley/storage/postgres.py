@@ -28,7 +28,7 @@ from parley.redaction import mask_url
 from parley.storage.postgres_copy import PostgresCopy
 from parley.storage.postgres_feed import PostgresChangeFeed, channel_name, wake_payload
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, condition_of, detail_of
-from parley.storage.postgres_schema import SCHEMA_NAME, migrate
+from parley.storage.schema import SCHEMA_NAME, migrate_postgres
 from parley.storage.sql.dialect import POSTGRES
 from parley.storage.sql.program import Announce, Batch, Program, Result, Row, Stmt, finish
 from parley.storage.sql.rows import Codec
@@ -295,7 +295,7 @@ async def open_postgres_store(
     params.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
     first = await _connect(params, connect_retry_s, label, secrets)
     try:
-        migrated = await migrate(first, schema, label)
+        migrated = await migrate_postgres(first, schema, label)
     except psycopg.Error as exc:
         raise StorageError(
             f"cannot migrate the PostgreSQL database {label}: {detail_of(exc, secrets)}"

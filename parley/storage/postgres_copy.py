@@ -19,7 +19,7 @@ import psycopg
 
 from parley.errors import StorageError
 from parley.storage.postgres_plumbing import Conn, PostgresBase
-from parley.storage.postgres_schema import DATA_TABLES
+from parley.storage.schema import DATA_TABLES
 from parley.storage.sql.dialect import dumps
 from parley.storage.sql.rows import BOOL_COLUMNS, TEXT_AS_JSON
 

@@ -18,7 +18,7 @@ from typing import TypeVar
 import anyio
 
 from parley.errors import LeaseLost, StorageError
-from parley.storage.migrations import MIGRATIONS
+from parley.storage.schema import migrate_sqlite
 from parley.storage.sql.dialect import SQLITE
 from parley.storage.sql.program import Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
@@ -97,30 +97,6 @@ def _enable_wal(db: Connection) -> None:
             time.sleep(WAL_RETRY_S)  # on the opening thread, before the store serves anyone
 
 
-def _migrate(db: Connection, path: Path) -> None:
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        current = int(row[0]) if row is not None and row[0] is not None else 0
-        if current > len(MIGRATIONS):
-            raise StorageError(
-                f"{path} has schema version {current}, newer than this parley knows ({len(MIGRATIONS)}); "
-                "upgrade parley or point --db at another file"
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            for statement in MIGRATIONS[version - 1].split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
-        db.execute("COMMIT")
-    except BaseException:
-        # SQLite may have rolled back by itself (a full disk); a second ROLLBACK would hide why.
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
-
-
 def _open_failed(path: Path, exc: sqlite3.Error) -> StorageError:
     failure = unavailable(path, exc)
     if failure is not None:
@@ -152,7 +128,7 @@ def _open(path: Path, max_size_mb: float | None, synchronous: Synchronous) -> Co
         db.execute("PRAGMA foreign_keys = ON")
         if max_size_mb is not None:
             _cap_size(db, max_size_mb)
-        _migrate(db, path)
+        migrate_sqlite(db, path)
         db.execute("PRAGMA busy_timeout = 0")  # then SqliteBase pauses and tries again, see there
         if synchronous == "normal":
             db.execute("PRAGMA wal_autocheckpoint = 0")  # the store checkpoints off the event loop

@@ -1,26 +1,17 @@
-"""The PostgreSQL schema: versioned, forward-only migrations of its own DDL (the same tables and
-columns as SQLite's schema after its last migration, parley/storage/migrations.py), applied under
-an advisory lock so that replicas starting at the same moment migrate once.
+"""PostgreSQL's legacy migrations, 1-6: the schema history PostgreSQL had alone, frozen (the same
+tables and columns as SQLite's legacy 1-17, parley/storage/schema_sqlite_legacy.py, in its own
+types). Every release up to wave 2 applied them; this parley runs the ones a schema lacks, then
+the shared migrations of parley/storage/schema.py, from 18 on.
 
-Append a new entry to MIGRATIONS; never edit a released one.
+Released: never edit, append to or reorder these (add a migration to schema.py instead).
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
-
-from psycopg import AsyncConnection, sql
-
-from parley.errors import StorageError
-
-# A schema name parley puts in search_path as it is: lowercase, no quoting needed, not pg_*.
-SCHEMA_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
-
 # Identifiers and anything compared or ordered (ids, owners, cursors) use the "C" collation, the
 # byte order SQLite uses, whatever the database's default; text from outside is `json` (see
 # postgres_rows.py); times are seconds since the epoch as double precision, like SQLite's REAL.
-MIGRATIONS: tuple[str, ...] = (
+POSTGRES_LEGACY: tuple[str, ...] = (
     # 1: the schema of SQLite's migrations 1-11 in one step
     """
     CREATE TABLE sessions (
@@ -278,60 +269,3 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_by_session ON tasks (session_id);
     """,
 )
-
-# The tables that hold parley's data, parents before children (the order a copy fills them in).
-DATA_TABLES = (
-    "sessions",
-    "turns",
-    "queued_messages",
-    "messages",
-    "tool_calls",
-    "interrupts",
-    "events",
-    "steps",
-    "summaries",
-    "tasks",
-    "audit",
-    "agent_versions",
-    "attachments",
-    "attachment_refs",
-)
-
-
-async def migrate(conn: AsyncConnection[Any], schema: str, label: str) -> tuple[int, int]:
-    """Create `schema` if it is missing and bring it to the newest version; return the versions
-    (before, after). One transaction under an advisory lock on the schema's name: a replica that
-    starts at the same moment waits, then finds nothing left to do. `conn` is in autocommit mode.
-
-    Raises:
-        StorageError: the schema is newer than this parley knows (nothing is changed).
-    """
-    async with conn.transaction():
-        # Taken before anything is looked at: even CREATE SCHEMA IF NOT EXISTS fails when two
-        # sessions run it at once.
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('parley schema ' || %s, 0))", (schema,)
-        )
-        found = await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
-        # Created only when missing: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the
-        # database even when the schema exists, which a user of a shared database may not have.
-        if await found.fetchone() is None:
-            await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-        await conn.execute("SELECT set_config('search_path', %s, true)", (schema,))
-        await conn.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version ("
-            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_version")
-        row = await cur.fetchone()
-        current = int(row[0]) if row is not None else 0
-        if current > len(MIGRATIONS):
-            raise StorageError(
-                f"the PostgreSQL database {label} has schema version {current}, newer than this parley "
-                f"knows ({len(MIGRATIONS)}); upgrade parley, or point storage.url or storage.schema "
-                "at another database"
-            )
-        for version in range(current + 1, len(MIGRATIONS) + 1):
-            await conn.execute(MIGRATIONS[version - 1].encode())
-            await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
-    return current, len(MIGRATIONS)

@@ -1,8 +1,14 @@
-"""Versioned, forward-only schema migrations. Append a new entry; never edit a released one."""
+"""SQLite's legacy migrations, 1-17: the schema history SQLite had alone, frozen. Every release up
+to wave 2 applied them (a file of those releases is at one of these versions); this parley runs the
+ones a file lacks, then the shared migrations of parley/storage/schema.py, from 18 on.
+
+Released: never edit, append to or reorder these (add a migration to schema.py instead). Each
+entry is run statement by statement, split at each ";".
+"""
 
 from __future__ import annotations
 
-MIGRATIONS: tuple[str, ...] = (
+SQLITE_LEGACY: tuple[str, ...] = (
     # 1: sessions, turns, transcript, tool calls, interrupts, queue, events, steps
     """
     CREATE TABLE sessions (

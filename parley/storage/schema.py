@@ -1,0 +1,199 @@
+"""parley's schema: one numbered history of migrations for SQLite and PostgreSQL, and the runner
+that brings a database of each to the newest version.
+
+The versions, as each database's schema_version table records them (one row per step applied):
+
+    SQLite      1-17   legacy, SQLite's own history up to wave 2 (schema_sqlite_legacy.py)
+    PostgreSQL  1-6    legacy, PostgreSQL's own history up to wave 2 (schema_postgres_legacy.py)
+    both        18-    MIGRATIONS below: one number for both databases, one step each
+
+Both legacy histories end at the same tables and columns (SQLite 17 = PostgreSQL 6, each in its
+own types). Version 18 is that schema: it changes nothing, and records that the database follows
+the shared history from there. A database runs the legacy steps it lacks, then the shared ones:
+a new SQLite file records 1-17, 18, ...; a new PostgreSQL schema 1-6, 18, ... (7-17 are SQLite's
+alone and never appear in PostgreSQL, which refuses them); a wave-2 file goes from 17 and a
+wave-2 schema from 6 to 18 and on; the wave-1 file (10) runs 11-17 first. 18 is above both
+legacy ranges, so a parley of wave 2 or before refuses a database this parley has migrated as
+"newer than this parley knows", as this parley refuses one newer than LATEST.
+
+Adding a migration: append a Migration to MIGRATIONS (its version is FIRST_SHARED + its index)
+with its DDL once (`both`) or once per dialect (`sqlite`, `postgres`) where they differ: in
+PostgreSQL identifiers and anything compared or ordered are text COLLATE "C" (SQLite's byte
+order), text from outside and JSON values json, flags boolean, counts bigint, times double
+precision; partial indexes are each database's own (its work scan). SQLite runs its DDL
+statement by statement, split at each ";" (so none in a literal). Never edit, remove or reorder
+a released migration, shared or legacy; tests/test_schema.py checks both databases reach the
+same tables and columns.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from parley.errors import StorageError
+from parley.storage.schema_postgres_legacy import POSTGRES_LEGACY
+from parley.storage.schema_sqlite_legacy import SQLITE_LEGACY
+
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+
+Dialect = Literal["sqlite", "postgres"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the shared history: its DDL for both databases, or for each ("" is none)."""
+
+    note: str
+    both: str | None = None
+    sqlite: str | None = None
+    postgres: str | None = None
+
+    def __post_init__(self) -> None:
+        own = (self.sqlite is not None, self.postgres is not None)
+        if (self.both is not None) == any(own) or (self.both is None and not all(own)):
+            raise ValueError(f"the migration {self.note!r} needs `both`, or `sqlite` and `postgres`")
+
+    def ddl(self, dialect: Dialect) -> str:
+        text = self.both if self.both is not None else getattr(self, dialect)
+        assert isinstance(text, str)
+        return text
+
+
+# The first version of the shared history, above every legacy one.
+FIRST_SHARED = 18
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        "18: the schema both databases reached at wave 2 (SQLite's legacy 17, PostgreSQL's legacy "
+        "6: the same tables and columns); nothing changes, the two share one history from here",
+        both="",
+    ),
+)
+
+# The newest version this parley knows.
+LATEST = FIRST_SHARED + len(MIGRATIONS) - 1
+
+_LEGACY: dict[Dialect, tuple[str, ...]] = {"sqlite": SQLITE_LEGACY, "postgres": POSTGRES_LEGACY}
+_NAMES: dict[Dialect, str] = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+assert all(len(legacy) < FIRST_SHARED for legacy in _LEGACY.values())
+
+# A schema name parley puts in search_path as it is: lowercase, no quoting needed, not pg_*.
+SCHEMA_NAME = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
+
+# The tables that hold parley's data, parents before children (the order a copy fills them in).
+DATA_TABLES = (
+    "sessions",
+    "turns",
+    "queued_messages",
+    "messages",
+    "tool_calls",
+    "interrupts",
+    "events",
+    "steps",
+    "summaries",
+    "tasks",
+    "audit",
+    "agent_versions",
+    "attachments",
+    "attachment_refs",
+)
+
+
+def steps(dialect: Dialect, current: int = 0) -> list[tuple[int, str]]:
+    """The (version, DDL) steps, in order, that bring a database of `dialect` at version `current`
+    to LATEST: the legacy ones it lacks, then the shared ones."""
+    legacy = _LEGACY[dialect]
+    todo = [(version, legacy[version - 1]) for version in range(current + 1, len(legacy) + 1)]
+    shared = range(max(current + 1, FIRST_SHARED), LATEST + 1)
+    return todo + [(version, MIGRATIONS[version - FIRST_SHARED].ddl(dialect)) for version in shared]
+
+
+def _refuse_unknown(dialect: Dialect, current: int, subject: str, elsewhere: str) -> None:
+    """Raise StorageError if no parley this one knows wrote version `current` of `dialect`."""
+    if current > LATEST:
+        raise StorageError(
+            f"{subject} has schema version {current}, newer than this parley knows ({LATEST}); "
+            f"upgrade parley, or {elsewhere}"
+        )
+    legacy = len(_LEGACY[dialect])
+    if legacy < current < FIRST_SHARED:
+        raise StorageError(
+            f"{subject} has schema version {current}, which no parley writes on {_NAMES[dialect]} "
+            f"(its versions are 1-{legacy} and {FIRST_SHARED}-{LATEST}); {elsewhere}"
+        )
+
+
+def migrate_sqlite(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the SQLite database `db` (the file at `path`, opened in autocommit mode) to LATEST, in
+    one transaction that takes the write lock first (BEGIN IMMEDIATE): a process opening the same
+    file at the same moment waits, then finds nothing left to do.
+
+    Raises:
+        StorageError: the file's schema is newer than this parley knows, or at a version no
+            parley writes on SQLite (nothing is changed).
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = db.execute("SELECT MAX(version) FROM schema_version").fetchone()
+        current = int(row[0]) if row is not None and row[0] is not None else 0
+        _refuse_unknown("sqlite", current, str(path), "point --db at another file")
+        for version, ddl in steps("sqlite", current):
+            for statement in ddl.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        db.execute("COMMIT")
+    except BaseException:
+        # SQLite may have rolled back by itself (a full disk); a second ROLLBACK would hide why.
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+async def migrate_postgres(conn: AsyncConnection[Any], schema: str, label: str) -> tuple[int, int]:
+    """Create `schema` if it is missing and bring it to LATEST; return the versions (before,
+    after). One transaction under an advisory lock on the schema's name: a replica that starts at
+    the same moment waits, then finds nothing left to do. `conn` is in autocommit mode.
+
+    Raises:
+        StorageError: the schema is newer than this parley knows, or at a version no parley
+            writes on PostgreSQL (nothing is changed).
+    """
+    from psycopg import sql
+
+    async with conn.transaction():
+        # Taken before anything is looked at: even CREATE SCHEMA IF NOT EXISTS fails when two
+        # sessions run it at once.
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('parley schema ' || %s, 0))", (schema,)
+        )
+        found = await conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        # Created only when missing: CREATE SCHEMA IF NOT EXISTS needs the CREATE privilege on the
+        # database even when the schema exists, which a user of a shared database may not have.
+        if await found.fetchone() is None:
+            await conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        await conn.execute("SELECT set_config('search_path', %s, true)", (schema,))
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_version ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT coalesce(max(version), 0) FROM schema_version")
+        row = await cur.fetchone()
+        current = int(row[0]) if row is not None else 0
+        _refuse_unknown(
+            "postgres",
+            current,
+            f"the PostgreSQL database {label}",
+            "point storage.url or storage.schema at another database",
+        )
+        for version, ddl in steps("postgres", current):
+            if ddl.strip():
+                await conn.execute(ddl.encode())
+            await conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+    return current, LATEST
