@@ -3,14 +3,35 @@ connections; every part of the store reads and writes through these few methods.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from parley.storage.sql.dialect import Dialect
 from parley.storage.sql.program import Announce, Program, Result, Row, Stmt, reads, writes
 from parley.storage.sql.rows import Codec
 
 T = TypeVar("T")
+R = TypeVar("R", bound="Paged")
+
+
+class Paged(Protocol):
+    """A record listed a page at a time, by creation time and id."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def created_at(self) -> float: ...
+
+
+def page(rows: Sequence[Row], limit: int, record: Callable[[Row], R]) -> tuple[list[R], str | None]:
+    """The records of a page read with one row more than `limit`, and the cursor of the next page
+    (None when that extra row was not there): "<created_at>|<id>" of the page's last record."""
+    records = [record(row) for row in rows[:limit]]
+    if len(rows) <= limit:
+        return records, None
+    last = records[-1]
+    return records, f"{last.created_at!r}|{last.id}"
 
 
 class SqlBase:

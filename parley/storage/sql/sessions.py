@@ -24,7 +24,7 @@ from parley.storage.base import (
     lease_token,
 )
 from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
-from parley.storage.sql.base import SqlBase
+from parley.storage.sql.base import SqlBase, page
 from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, PENDING, QUEUED, process_range, work_scan
 from parley.storage.sql.program import Announce, Stmt, reads
 from parley.storage.sql.rows import (
@@ -366,11 +366,7 @@ class SqlSessions(SqlBase):
             "ORDER BY created_at DESC, id DESC LIMIT ?",
             (*params, limit + 1),
         )
-        sessions = [self.codec.session(r) for r in rows[:limit]]
-        next_cursor = None
-        if len(rows) > limit:
-            last = sessions[-1]
-            next_cursor = f"{last.created_at!r}|{last.id}"
+        sessions, next_cursor = page(rows, limit, self.codec.session)
         return SessionPage(sessions=sessions, next_cursor=next_cursor)
 
     async def get_turn(self, turn_id: TurnId) -> TurnRecord | None:

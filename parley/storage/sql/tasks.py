@@ -8,7 +8,7 @@ from typing import Any
 from parley.errors import StorageError
 from parley.ids import SessionId, TurnId
 from parley.storage.base import AttachmentBlob, TaskPage, TaskRecord, TaskStatus
-from parley.storage.sql.base import SqlBase
+from parley.storage.sql.base import SqlBase, page
 from parley.storage.sql.conditions import OPEN_TASK
 from parley.storage.sql.program import Announce, Row, Stmt
 from parley.storage.sql.rows import FIELDS, listing
@@ -88,11 +88,7 @@ class SqlTasks(SqlBase):
             f"SELECT {_TASK} FROM tasks WHERE {' AND '.join(where)} ORDER BY created_at, id LIMIT ?",
             (*params, self.dialect.limit(limit + 1)),
         )
-        tasks = [self.codec.task(r) for r in rows[:limit]]
-        next_cursor = None
-        if len(rows) > limit:
-            last = tasks[-1]
-            next_cursor = f"{last.created_at!r}|{last.id}"
+        tasks, next_cursor = page(rows, limit, self.codec.task)
         return TaskPage(tasks=tasks, next_cursor=next_cursor)
 
     async def purge_tasks(self, now: float) -> int:
