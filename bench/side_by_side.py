@@ -621,7 +621,8 @@ def rows(concurrency: list[int]) -> list[Row]:
                 if value is None:
                     return None
                 value = value.get(key)
-            return value
+            figure: float | None = value
+            return figure
 
         return get
 
@@ -632,7 +633,8 @@ def rows(concurrency: list[int]) -> list[Row]:
                 if value is None:
                     return None
                 value = value.get(key)
-            return value
+            figure: float | None = value
+            return figure
 
         return get
 
