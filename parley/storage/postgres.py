@@ -1,11 +1,10 @@
 """PostgreSQL backend of the Store port: a psycopg connection pool per process, for several parley
-replicas sharing one database (DESIGN §4.7, §5).
+replicas sharing one database (docs/manual.md, "Several processes, one database").
 
-The same contract as SQLite (tests/test_storage_contract.py): a decision is written in the
-transaction that read its snapshot, with the session row locked (`SELECT ... FOR UPDATE`, see
-postgres_steps.py); a lease is claimed with `FOR UPDATE SKIP LOCKED`, so a replica never waits
-on a session another one is writing; each statement that needs no snapshot is one statement,
-committed by itself. Everything lives in one schema (`storage.schema`), so parley can share a
+The store itself is the shared one (parley/storage/sql/); this module runs its programs. Each
+batch is one pipeline, one round trip: a decision's snapshot under `SELECT ... FOR UPDATE` on the
+session row, then its writes with the COMMIT; a write alone is one autocommit statement; a read
+needs no transaction. Everything lives in one schema (`storage.schema`), so parley can share a
 database with other applications.
 """
 

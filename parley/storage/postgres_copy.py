@@ -3,7 +3,7 @@
 Rows are streamed with COPY in one transaction that holds the tables locked, so a parley
 replica that starts on the target meanwhile finds either nothing or everything. Values are
 passed as SQLite holds them (JSON as the text it wrote), except the outside text PostgreSQL
-keeps as JSON strings (postgres_rows.py) and the flags SQLite keeps as 0/1.
+keeps as JSON strings (parley/storage/sql/rows.py) and the flags SQLite keeps as 0/1.
 """
 
 from __future__ import annotations
