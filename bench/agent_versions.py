@@ -30,12 +30,12 @@ import yaml
 from _common import machine, parse_ints, percentile
 
 from parley.config import AgentConfig, load_config
-from parley.ids import new_queued_message_id, new_session_id, new_turn_id
+from parley.core.ids import new_queued_message_id, new_session_id, new_turn_id
+from parley.core.records import AgentVersionRecord, QueuedMessageRecord, SessionRecord
+from parley.core.transitions import starting
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.agent_reload import AgentReloader
 from parley.runtime.session_steps import SessionSteps
-from parley.runtime.transitions import starting
-from parley.storage.base import AgentVersionRecord, QueuedMessageRecord, SessionRecord
 from parley.storage.sqlite import open_sqlite_store
 
 

@@ -53,10 +53,10 @@ from _common import (
 )
 from mcp import Client
 
-from parley.ids import new_queued_message_id, new_session_id, new_turn_id
+from parley.core.ids import new_queued_message_id, new_session_id, new_turn_id
+from parley.core.records import ModelStep, QueuedMessageRecord, SessionRecord
+from parley.core.transitions import TurnEnd, starting
 from parley.runtime.session_steps import SessionSteps
-from parley.runtime.transitions import TurnEnd, starting
-from parley.storage.base import ModelStep, QueuedMessageRecord, SessionRecord
 from parley.storage.sqlite import open_sqlite_store
 
 DAY_S = 86_400

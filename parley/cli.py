@@ -101,7 +101,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
             done = await run_session_action(store, args)
             if done is not None:
                 return done
-            from parley.ids import SessionId
+            from parley.core.ids import SessionId
 
             session = await store.get_session(SessionId(args.session_id))
             if session is None:
@@ -171,7 +171,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_pending(args: argparse.Namespace) -> int:
     config = _load(args)
-    from parley.ids import SessionId
+    from parley.core.ids import SessionId
     from parley.stores import open_store
 
     async def run() -> int:
@@ -201,8 +201,8 @@ def _cmd_decide(args: argparse.Namespace) -> int:
     """`parley approve` and `parley answer`: an operator's decision, picked up by a running server
     within its poll interval, or at the next start."""
     config = _load(args)
+    from parley.core.ids import SessionId
     from parley.errors import RequestError
-    from parley.ids import SessionId
     from parley.runtime import audit
     from parley.runtime.access import cli_principal
     from parley.runtime.audit import Audit

@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 
 from parley.config import ServerConfig
+from parley.core.ids import SessionId, is_session_id
 from parley.errors import RequestError
-from parley.ids import SessionId, is_session_id
 from parley.runtime import audit
 from parley.runtime.access import cli_principal
 from parley.runtime.audit import Audit

@@ -11,15 +11,15 @@ from typing import Any
 import anyio
 
 from parley.config import AgentConfig, RuntimeConfig
-from parley.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.records import QueuedMessageRecord, SessionRecord
+from parley.core.transitions import starting
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.model import ModelClient
 from parley.runtime.service import SessionService
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
-from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord
 from parley.storage.ports import Store
 from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S

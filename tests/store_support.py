@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from parley.ids import SessionId
-from parley.storage.base import StepRecord
+from parley.core.ids import SessionId
+from parley.core.records import StepRecord
 from parley.storage.ports import Store
 from parley.storage.sql.rows import listing
 from parley.storage.sql.store import SqlStore

@@ -15,14 +15,14 @@ import yaml
 
 from parley.config import AgentConfig, ModelSpec, load_config
 from parley.config_auth import Members
+from parley.core.ids import SessionId
+from parley.core.records import Resolution
 from parley.errors import AgentRemoved
-from parley.ids import SessionId
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.agent_catalog import AgentCatalog, definition_of, version_of
 from parley.runtime.agent_reload import AgentReloader
 from parley.runtime.model import ModelResponse, RequestedCall
 from parley.runtime.session_steps import SessionSteps
-from parley.storage.base import Resolution
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
 from tests.driver_support import drive, service, started_session

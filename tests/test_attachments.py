@@ -14,14 +14,14 @@ from pydantic import ValidationError
 
 from parley.config import load_config
 from parley.config_attachments import AttachmentsConfig
+from parley.core.records import AttachmentBlob, MessageRecord, QueuedMessageRecord, SessionRecord
+from parley.core.transitions import starting
 from parley.errors import InvalidArgument
 from parley.runtime import attachments, compaction
 from parley.runtime.demo_model import DemoModelClient
 from parley.runtime.model import ChatMessage, ModelRequest
 from parley.runtime.providers import anthropic, openai
 from parley.runtime.transcript import to_chat_messages
-from parley.runtime.transitions import starting
-from parley.storage.base import AttachmentBlob, MessageRecord, QueuedMessageRecord, SessionRecord
 from tests.support import open_test_store
 from tests.test_config import assert_names, only_error, project
 

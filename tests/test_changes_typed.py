@@ -1,4 +1,4 @@
-"""The typed patches of parley/storage/changes.py stay in step with the records they change: every
+"""The typed patches of parley/core/changes.py stay in step with the records they change: every
 key is a field of its record with the record's type, and every field is either patchable or
 named here as one a decision never changes."""
 
@@ -9,20 +9,20 @@ from typing import Any, get_type_hints
 
 import pytest
 
-from parley.storage.base import (
-    InterruptRecord,
-    QueuedMessageRecord,
-    SessionRecord,
-    ToolCallRecord,
-    TurnRecord,
-)
-from parley.storage.changes import (
+from parley.core.changes import (
     Changes,
     InterruptPatch,
     QueuedPatch,
     SessionPatch,
     ToolCallPatch,
     TurnPatch,
+)
+from parley.core.records import (
+    InterruptRecord,
+    QueuedMessageRecord,
+    SessionRecord,
+    ToolCallRecord,
+    TurnRecord,
 )
 
 # Per record: the fields no patch writes (what makes the record the one it is, and what it was

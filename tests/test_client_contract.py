@@ -13,10 +13,10 @@ from parley import errors as server_errors
 from parley.client import errors as client_errors
 from parley.client import events
 from parley.client.models import TOOL_OUTPUTS
+from parley.core.records import EventRecord, TurnStatus
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.progress import describe_event
 from parley.server.tools import build_mcp_server
-from parley.storage.base import EventRecord, TurnStatus
 
 pytestmark = pytest.mark.anyio
 

@@ -11,17 +11,17 @@ import anyio
 import pytest
 
 from parley.config import AgentConfig, AgentLimits, ModelSpec
+from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.machine import model_call_limit_reason
+from parley.core.records import QueuedMessageRecord, SessionRecord, TurnRecord, lease_holder
+from parley.core.transitions import starting
 from parley.errors import ModelError
-from parley.ids import SessionId, new_queued_message_id, new_session_id
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.builtin_tools import WRITE_TODOS
 from parley.runtime.driver import DriveSettings, SessionDriver
-from parley.runtime.machine import model_call_limit_reason
 from parley.runtime.model import ModelClient, ModelRequest, ModelResponse, RequestedCall
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
-from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord, TurnRecord, lease_holder
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
 from tests.store_support import list_steps, try_acquire_lease

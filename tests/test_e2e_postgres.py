@@ -20,8 +20,8 @@ import httpx2
 import pytest
 import yaml
 
-from parley.ids import SessionId, TurnId, new_task_id
-from parley.storage.base import TaskRecord
+from parley.core.ids import SessionId, TurnId, new_task_id
+from parley.core.records import TaskRecord
 from parley.storage.ports import Store
 from parley.storage.postgres import open_postgres_store
 from parley.storage.schema import LATEST, steps

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from parley.runtime.effect_policy import MAX_ATTEMPTS, Mishap, judge
+from parley.core.effect_policy import MAX_ATTEMPTS, Mishap, judge
 
 EFFECTS = ["read", "idempotent_write", "non_idempotent_write", "unclassified"]
 

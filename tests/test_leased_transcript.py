@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from parley.ids import SessionId, TurnId
+from parley.core.ids import SessionId, TurnId
+from parley.core.records import MessageRecord, lease_token
 from parley.runtime.leased_transcript import TranscriptCache
-from parley.storage.base import MessageRecord, lease_token
 
 pytestmark = pytest.mark.anyio
 

@@ -13,18 +13,18 @@ import anyio
 import pytest
 
 from parley.config import AgentConfig, ModelSpec
+from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.records import EventRecord, QueuedMessageRecord, SessionRecord
+from parley.core.transitions import starting
 from parley.errors import ModelError
-from parley.ids import SessionId, new_queued_message_id, new_session_id
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.model import ModelRequest, ModelResponse
 from parley.runtime.session_events import EventPage, EventWatch, Idle, Reset, SessionEvents
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
-from parley.runtime.transitions import starting
 from parley.server.ai_sdk_parts import TurnRenderer
 from parley.server.sse import SseResponse, frame
-from parley.storage.base import EventRecord, QueuedMessageRecord, SessionRecord
 from parley.storage.ports import Store
 from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, open_test_store

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
-from parley.runtime.machine import (
+from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.core.machine import (
     NUDGE_TEXT,
     Action,
     CallModel,
@@ -19,7 +19,7 @@ from parley.runtime.machine import (
     next_action,
     no_result_reason,
 )
-from parley.storage.base import MessageRecord, Role, ToolCallRecord, ToolCallStatus, TurnRecord
+from parley.core.records import MessageRecord, Role, ToolCallRecord, ToolCallStatus, TurnRecord
 
 SID = SessionId("ses_" + "0" * 32)
 TID = TurnId("turn_1")

@@ -12,13 +12,13 @@ import pytest
 
 from parley.config import load_config
 from parley.config_retention import RetentionConfig
+from parley.core.records import SessionFilter
 from parley.errors import InvalidArgument
 from parley.runtime.retention import DAY_S, RetentionSweep
 from parley.runtime.session_events import EventWatch, Reset, SessionEvents
 from parley.runtime.session_labels import check_tags, check_title, proposed_title, session_filter
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import SessionFilter
 from tests.support import open_test_store
 from tests.test_config import only_error, project
 from tests.test_storage_contract import T0, new_session

@@ -20,8 +20,8 @@ from parley.config import (
     effective_limits,
     effective_memory,
 )
+from parley.core.ids import SessionId
 from parley.errors import InvalidArgument
-from parley.ids import SessionId
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.builtin_tools import ASK_USER
 from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec

@@ -11,8 +11,8 @@ import pytest
 from parley.client import events as client_events
 from parley.client import models as client_models
 from parley.client import tasks as client_tasks
+from parley.core import records as base
 from parley.core import states
-from parley.storage import base
 
 STATUS_LITERALS = [
     "SessionStatus",

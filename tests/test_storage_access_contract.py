@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from parley.ids import SessionId, new_task_id, new_turn_id
+from parley.core.ids import SessionId, new_task_id, new_turn_id
+from parley.core.records import AuditRecord, InterruptRecord, PendingInterrupt, TaskRecord, TurnRecord
 from parley.runtime.session_steps import SessionSteps
-from parley.storage.base import AuditRecord, InterruptRecord, PendingInterrupt, TaskRecord, TurnRecord
 from parley.storage.ports import Store
 from tests.test_storage_contract import (
     LEASE_A,

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from parley.ids import new_turn_id
+from parley.core.ids import new_turn_id
+from parley.core.records import AttachmentBlob
+from parley.core.transitions import starting
 from parley.runtime.session_steps import SessionSteps
-from parley.runtime.transitions import starting
-from parley.storage.base import AttachmentBlob
 from parley.storage.ports import Store
 from tests.test_storage_contract import PROC_A, T0, TTL, queued, session_record
 

@@ -19,8 +19,8 @@ from typing import Any
 import anyio
 import pytest
 
-from parley.errors import LeaseLost, StorageError
-from parley.ids import (
+from parley.core.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
+from parley.core.ids import (
     SessionId,
     TurnId,
     new_interrupt_id,
@@ -29,9 +29,7 @@ from parley.ids import (
     new_tool_call_id,
     new_turn_id,
 )
-from parley.runtime.session_steps import SessionSteps
-from parley.runtime.transitions import TurnEnd, starting
-from parley.storage.base import (
+from parley.core.records import (
     AgentVersionRecord,
     InterruptRecord,
     ModelStep,
@@ -44,7 +42,9 @@ from parley.storage.base import (
     TurnStatus,
     lease_token,
 )
-from parley.storage.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
+from parley.core.transitions import TurnEnd, starting
+from parley.errors import LeaseLost, StorageError
+from parley.runtime.session_steps import SessionSteps
 from parley.storage.ports import Store
 from parley.storage.postgres import open_postgres_store
 from parley.storage.schema import LATEST, steps

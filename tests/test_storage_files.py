@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from parley.core.ids import SessionId, new_tool_call_id
+from parley.core.records import ModelStep, NewToolCall, lease_token
 from parley.errors import StorageError
-from parley.ids import SessionId, new_tool_call_id
 from parley.runtime.session_steps import SessionSteps
-from parley.storage.base import ModelStep, NewToolCall, lease_token
 from parley.storage.sqlite import open_sqlite_store
 from tests.test_storage_contract import PROC_A, T0, running_turn
 

@@ -11,9 +11,9 @@ from dataclasses import replace
 import anyio
 import pytest
 
-from parley.ids import SessionId
+from parley.core.ids import SessionId
+from parley.core.records import SessionFilter, SweepRule
 from parley.runtime.session_steps import SessionSteps
-from parley.storage.base import SessionFilter, SweepRule
 from parley.storage.ports import Store
 from tests.test_storage_contract import LEASE_A, T0, _finish, new_session, running_turn, session_record
 

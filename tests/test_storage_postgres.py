@@ -19,12 +19,12 @@ import psycopg
 import pytest
 
 from parley.config import ServerConfig, load_config
+from parley.core.changes import CURRENT_TURN, Changes, SessionSnapshot
+from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.records import QueuedMessageRecord, SessionRecord
+from parley.core.transitions import starting
 from parley.errors import ConfigErrors, StorageError, StorageUnavailable
-from parley.ids import SessionId, new_queued_message_id, new_session_id
 from parley.redaction import mask_url
-from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord
-from parley.storage.changes import CURRENT_TURN, Changes, SessionSnapshot
 from parley.storage.ports import Store
 from parley.storage.postgres import PostgresStore, open_postgres_store
 from parley.storage.schema import LATEST, steps

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from parley.ids import SessionId, TurnId
+from parley.core.ids import SessionId, TurnId
+from parley.core.records import MessageRecord
 from parley.runtime.transcript import NOT_RUN_TEXT, to_chat_messages
-from parley.storage.base import MessageRecord
 
 
 def _msg(seq: int, role: str, content: dict[str, Any]) -> MessageRecord:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
-from parley.runtime import transitions
-from parley.runtime.machine import FinishTurn
-from parley.runtime.transitions import TurnEnd
-from parley.storage.base import (
+from parley.core import transitions, turn_steps
+from parley.core.changes import Changes, SessionSnapshot
+from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.core.machine import FinishTurn
+from parley.core.records import (
     InterruptRecord,
     ModelStep,
     QueuedMessageRecord,
@@ -22,7 +22,7 @@ from parley.storage.base import (
     ToolCallRecord,
     TurnRecord,
 )
-from parley.storage.changes import Changes, SessionSnapshot
+from parley.core.transitions import TurnEnd
 
 NOW = 1000.0
 SID = SessionId("ses_" + "1" * 32)
@@ -482,21 +482,21 @@ def test_a_steering_message_wakes_a_parked_turn() -> None:
 def test_a_turn_takes_every_steered_message_or_else_the_oldest_one() -> None:
     plain = queued(2)
     steered = (replace(plain[1], steer=True, settings={"model": "quick"}),)
-    turn_record, changes = transitions.start_turn(
+    turn_record, changes = turn_steps.start_turn(
         snap(current_turn_id=None, queue=(plain[0], *steered)), TID, NOW
     )
     assert turn_record is not None and turn_record.queued_message_id == "qm_1"
     assert set(changes.queued) == {QueuedMessageId("qm_1")}
     assert turn_record.settings == {"model": "quick"}, "the message's settings apply from its turn on"
-    turn_record, changes = transitions.start_turn(snap(current_turn_id=None, queue=plain), TID, NOW)
+    turn_record, changes = turn_steps.start_turn(snap(current_turn_id=None, queue=plain), TID, NOW)
     assert turn_record is not None and set(changes.queued) == {QueuedMessageId("qm_0")}
     assert changes.session["turn_count"] == 1 and changes.session["current_turn_id"] == TID
 
 
 def test_no_turn_starts_without_a_message_or_after_a_close() -> None:
-    assert transitions.start_turn(snap(current_turn_id=None), TID, NOW)[0] is None
+    assert turn_steps.start_turn(snap(current_turn_id=None), TID, NOW)[0] is None
     assert (
-        transitions.start_turn(snap(current_turn_id=None, queue=queued(1), close_requested=True), TID, NOW)[0]
+        turn_steps.start_turn(snap(current_turn_id=None, queue=queued(1), close_requested=True), TID, NOW)[0]
         is None
     )
 
@@ -547,26 +547,26 @@ def test_close_ends_a_resting_session_at_once_and_a_working_one_after_its_turn()
 def test_a_tool_result_ends_the_call_cancels_its_open_questions_and_wakes_the_session() -> None:
     question = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
     snapshot = snap(calls=(call(status="running"),), interrupts=(question,), status="waiting_for_input")
-    changes = transitions.tool_result(snapshot, CALL, "succeeded", {"text": "ok", "is_error": False}, NOW)
+    changes = turn_steps.tool_result(snapshot, CALL, "succeeded", {"text": "ok", "is_error": False}, NOW)
     assert changes is not None
     assert changes.calls[CALL]["status"] == "succeeded"
     assert changes.interrupts["int_1"]["resolved_by"] == "call_ended"
     assert changes.session["status"] == "running"
-    assert transitions.tool_result(snapshot, ToolCallId("nope"), "succeeded", {}, NOW) is None
+    assert turn_steps.tool_result(snapshot, ToolCallId("nope"), "succeeded", {}, NOW) is None
 
 
 def test_an_approval_parks_the_call_and_a_question_asked_in_place_shows_the_session_waiting() -> None:
-    changes = transitions.raise_interrupt(snap(calls=(call(status="pending"),)), interrupt(), NOW)
+    changes = turn_steps.raise_interrupt(snap(calls=(call(status="pending"),)), interrupt(), NOW)
     assert changes.calls[CALL] == {"status": "pending_approval"}
     in_place = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
-    changes = transitions.raise_interrupt(snap(calls=(call(status="running"),)), in_place, NOW)
+    changes = turn_steps.raise_interrupt(snap(calls=(call(status="running"),)), in_place, NOW)
     assert changes.calls == {} and changes.session == {"status": "waiting_for_input", "phase": None}
 
 
 def test_questions_asked_in_place_by_a_stopped_process_are_dropped() -> None:
     in_place = interrupt(kind="question", payload={"downstream": {"mode": "in_place"}})
     retry = interrupt(kind="question", id="int_2", payload={"downstream": {"mode": "retry"}})
-    dropped, changes = transitions.drop_questions_in_place(
+    dropped, changes = turn_steps.drop_questions_in_place(
         snap(interrupts=(in_place, retry), status="waiting_for_input"), NOW
     )
     assert dropped == 1 and set(changes.interrupts) == {"int_1"}
@@ -574,7 +574,7 @@ def test_questions_asked_in_place_by_a_stopped_process_are_dropped() -> None:
 
 
 def test_a_model_step_adds_its_calls_and_counts_its_usage() -> None:
-    from parley.storage.base import ModelStep, NewToolCall
+    from parley.core.records import ModelStep, NewToolCall
 
     step = ModelStep(
         turn_id=TID,
@@ -584,7 +584,7 @@ def test_a_model_step_adds_its_calls_and_counts_its_usage() -> None:
         input_tokens=10,
         output_tokens=5,
     )
-    changes = transitions.model_step(snap(), step, "proc_a", NOW)
+    changes = turn_steps.model_step(snap(), step, "proc_a", NOW)
     assert changes.new_step is not None and changes.new_step.process_id == "proc_a"
     (new,) = changes.new_calls
     assert new.status == "pending" and new.idempotency_key == f"{SID}/{TID}/c9"
@@ -597,7 +597,7 @@ def test_a_model_step_adds_its_calls_and_counts_its_usage() -> None:
     [("read", False), ("idempotent_write", False), ("non_idempotent_write", True), ("unclassified", True)],
 )
 def test_the_start_of_a_call_that_must_not_run_twice_is_committed_durably(effect: str, durable: bool) -> None:
-    changes = transitions.tool_started(snap(calls=(call("pending", effect),)), CALL)
+    changes = turn_steps.tool_started(snap(calls=(call("pending", effect),)), CALL)
     assert changes.calls[CALL]["status"] == "running"
     assert changes.durable == durable
 
@@ -606,14 +606,14 @@ def test_streamed_text_not_yet_published_goes_out_with_the_model_step_before_its
     step = ModelStep(
         turn_id=TID, step_no=2, assistant={"text": "whole"}, tool_calls=[], input_tokens=1, output_tokens=1
     )
-    assert event_kinds(transitions.model_step(snap(), step, "p#1", NOW)) == ["model_step"]
-    tailed = transitions.model_step(snap(), replace(step, streamed_tail="le"), "p#1", NOW)
+    assert event_kinds(turn_steps.model_step(snap(), step, "p#1", NOW)) == ["model_step"]
+    tailed = turn_steps.model_step(snap(), replace(step, streamed_tail="le"), "p#1", NOW)
     assert event_kinds(tailed) == ["text_delta", "model_step"]
     assert tailed.events[0].data == {"text": "le"}
 
 
 def _answer(text: str = "done", calls: int = 0) -> Any:
-    from parley.storage.base import ModelStep, NewToolCall
+    from parley.core.records import ModelStep, NewToolCall
 
     return ModelStep(
         turn_id=TID,
@@ -633,9 +633,9 @@ ANSWERED = TurnEnd(status="answered", answer="done")
 
 def test_a_step_that_answers_ends_its_turn_in_the_same_write_as_a_separate_end_would() -> None:
     snapshot = snap(lease_owner="proc_a#1", lease_expires_at=NOW + 30, interrupts=(interrupt(),))
-    (ended, rested), changes = transitions.answering_step(snapshot, _answer(), "proc_a#1", NOW, ANSWERED)
+    (ended, rested), changes = turn_steps.answering_step(snapshot, _answer(), "proc_a#1", NOW, ANSWERED)
     assert (ended, rested) == (True, "idle")
-    step = transitions.model_step(snapshot, _answer(), "proc_a#1", NOW)
+    step = turn_steps.model_step(snapshot, _answer(), "proc_a#1", NOW)
     finish = transitions.finish_turn(snapshot, ANSWERED, NOW)
     transitions.let_go_if_resting(snapshot, finish)
     # Everything the two writes would have written, in their order, the end winning a field both set.
@@ -659,22 +659,22 @@ def test_a_step_that_answers_ends_its_turn_in_the_same_write_as_a_separate_end_w
 def test_a_step_leaves_its_turn_to_the_next_step_when_something_holds_it(
     why: str, snapshot: SessionSnapshot, step: Any
 ) -> None:
-    (ended, rested), changes = transitions.answering_step(snapshot, step, "proc_a#1", NOW, ANSWERED)
+    (ended, rested), changes = turn_steps.answering_step(snapshot, step, "proc_a#1", NOW, ANSWERED)
     assert (ended, rested) == (False, None), why
-    assert changes.turn == transitions.model_step(snapshot, step, "proc_a#1", NOW).turn
+    assert changes.turn == turn_steps.model_step(snapshot, step, "proc_a#1", NOW).turn
     assert "turn_ended" not in event_kinds(changes)
 
 
 def test_an_answer_with_a_message_queued_ends_the_turn_and_keeps_the_lease_for_the_next() -> None:
     snapshot = snap(queue=queued(), lease_owner="proc_a#1", lease_expires_at=NOW + 30)
-    (ended, rested), changes = transitions.answering_step(snapshot, _answer(), "proc_a#1", NOW, ANSWERED)
+    (ended, rested), changes = turn_steps.answering_step(snapshot, _answer(), "proc_a#1", NOW, ANSWERED)
     assert (ended, rested) == (True, None)
     assert changes.session["status"] == "running" and "lease_owner" not in changes.session
 
 
 def test_an_answer_that_uses_the_last_turn_closes_the_session() -> None:
     end = TurnEnd(status="answered", answer="done", close_reason="reached the limit of 1 turns per session")
-    (ended, rested), changes = transitions.answering_step(snap(), _answer(), "proc_a#1", NOW, end)
+    (ended, rested), changes = turn_steps.answering_step(snap(), _answer(), "proc_a#1", NOW, end)
     assert (ended, rested) == (True, "closed")
     assert event_kinds(changes) == ["model_step", "turn_ended", "session_closed"]
 

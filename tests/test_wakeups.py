@@ -14,12 +14,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from parley.ids import SessionId, new_queued_message_id, new_session_id, new_turn_id
+from parley.core.changes import Changes
+from parley.core.ids import SessionId, new_queued_message_id, new_session_id, new_turn_id
+from parley.core.records import QueuedMessageRecord, SessionRecord
+from parley.core.transitions import starting
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
-from parley.runtime.transitions import starting
-from parley.storage.base import QueuedMessageRecord, SessionRecord
-from parley.storage.changes import Changes
 from parley.storage.postgres import PostgresStore, open_postgres_store
 from parley.storage.postgres_feed import channel_name, parse_payload, wake_payload
 from parley.storage.wakeups import NoChangeFeed, Wake, wake_after

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from parley.config import AgentConfig
-from parley.storage.base import AgentVersionRecord
+from parley.core.records import AgentVersionRecord
 from parley.storage.ports import AgentVersions
 
 logger = logging.getLogger(__name__)

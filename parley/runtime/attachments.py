@@ -25,9 +25,9 @@ import anyio
 from anyio.abc import TaskStatus
 
 from parley.config_attachments import AttachmentsConfig
+from parley.core.records import AttachmentBlob
 from parley.errors import InvalidArgument
 from parley.runtime.model import ChatMessage
-from parley.storage.base import AttachmentBlob
 from parley.storage.ports import AttachmentStore
 
 logger = logging.getLogger(__name__)

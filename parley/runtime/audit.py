@@ -18,9 +18,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
+from parley.core.records import AuditOutcome, AuditRecord
 from parley.errors import StorageError
 from parley.runtime.access import Principal
-from parley.storage.base import AuditOutcome, AuditRecord
 from parley.storage.ports import AuditLog
 
 logger = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from parley.core.machine import SET_RESULT_NAME
 from parley.runtime.model import ToolSpec
 
 MAX_TODOS = 100
@@ -81,7 +82,6 @@ DURABLE_WAIT = ToolSpec(
     input_schema=_DurableWaitArgs.model_json_schema(),
 )
 
-SET_RESULT_NAME = "set_result"
 
 BUILTIN_SPECS: dict[str, ToolSpec] = {t.name: t for t in (WRITE_TODOS, ASK_USER, DURABLE_WAIT)}
 # Built-ins change only the session's own state and may be repeated safely.

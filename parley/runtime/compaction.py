@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from parley.config import CompactionConfig
+from parley.core.records import MessageRecord
 from parley.runtime.model import ChatMessage, ToolSpec
-from parley.storage.base import MessageRecord
 
 COMPACTION_INSTRUCTION = (
     "You compress conversations. Write a faithful, compact summary of the conversation you are given: "

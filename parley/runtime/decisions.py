@@ -10,12 +10,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from parley.config import AgentConfig
+from parley.core.ids import SessionId, TurnId, is_interrupt_id
+from parley.core.records import InterruptRecord, Resolution, ResolveResult, SessionRecord
 from parley.errors import DecisionConflict, InterruptNotFound, InvalidArgument
-from parley.ids import SessionId, TurnId, is_interrupt_id
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.tracing import Tracing, is_installed, resolution_name
-from parley.storage.base import InterruptRecord, Resolution, ResolveResult, SessionRecord
 from parley.storage.ports import Store
 
 MAX_ANSWER_CHARS = 20_000

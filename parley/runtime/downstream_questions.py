@@ -17,11 +17,11 @@ from typing import Any
 import anyio
 from mcp.types import ElicitRequestFormParams, ElicitResult, InputResponses
 
-from parley.ids import new_interrupt_id
+from parley.core.ids import new_interrupt_id
+from parley.core.records import InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 from parley.storage.ports import Store
 
 MAX_QUESTION_CHARS = 4000

@@ -16,14 +16,16 @@ from anyio.abc import TaskGroup
 from opentelemetry import trace
 
 from parley.config import AgentLimits, ModelSpec, effective_limits
+from parley.core import transitions
+from parley.core.changes import SessionSnapshot, SnapshotScope
+from parley.core.ids import SessionId, TurnId, new_turn_id
+from parley.core.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
+from parley.core.records import SessionRecord, TurnRecord
 from parley.core.states import DRIVEN_SESSION, ENDED_SESSION
 from parley.errors import LeaseLost
-from parley.ids import SessionId, TurnId, new_turn_id
-from parley.runtime import transitions
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.faults import FaultPoints
 from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
-from parley.runtime.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model_caller import ModelCaller, ModelFor
 from parley.runtime.session_log import about
@@ -32,8 +34,6 @@ from parley.runtime.step_context import DriveSettings, StepContext, TurnControl
 from parley.runtime.tool_runner import ToolRunner
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.tracing import Tracing
-from parley.storage.base import SessionRecord, TurnRecord
-from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 __all__ = ["DriveSettings", "SessionDriver"]

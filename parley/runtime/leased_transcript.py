@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from parley.ids import SessionId, TurnId
+from parley.core.ids import SessionId, TurnId
+from parley.core.records import MessageRecord, lease_epoch
 from parley.runtime.model import ChatMessage
-from parley.storage.base import MessageRecord, lease_epoch
 from parley.storage.ports import Transcripts
 
 

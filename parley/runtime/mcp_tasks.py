@@ -18,14 +18,14 @@ import anyio
 from anyio.abc import TaskStatus as StartedStatus
 
 from parley.config import TasksConfig
+from parley.core.ids import SessionId, TurnId, is_task_id, new_task_id
+from parley.core.records import InterruptRecord, Resolution, TaskRecord, TaskStatus
 from parley.errors import InvalidArgument, RequestError
-from parley.ids import SessionId, TurnId, is_task_id, new_task_id
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
 from parley.runtime.service import SessionService, TurnOutcome, cursor_time
 from parley.runtime.session_access import AskHuman
 from parley.runtime.signals import SessionSignals, Watch
-from parley.storage.base import InterruptRecord, Resolution, TaskRecord, TaskStatus
 from parley.storage.ports import Store
 
 logger = logging.getLogger(__name__)

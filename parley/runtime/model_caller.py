@@ -14,20 +14,19 @@ import anyio
 from opentelemetry.trace import Span
 
 from parley.config import AgentConfig, ModelSpec, effective_memory
+from parley.core.ids import SessionId, TurnId, new_tool_call_id
+from parley.core.machine import SET_RESULT_NAME, CallModel, FinishTurn
+from parley.core.records import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
+from parley.core.transitions import TurnEnd
 from parley.errors import ModelError
-from parley.ids import SessionId, TurnId, new_tool_call_id
 from parley.runtime import compaction
 from parley.runtime.attachments import AttachmentBytes, with_attachment_data
-from parley.runtime.builtin_tools import SET_RESULT_NAME
 from parley.runtime.leased_transcript import LeasedTranscript
-from parley.runtime.machine import CallModel, FinishTurn
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
 from parley.runtime.toolbox import Toolbox, enabled_tools
 from parley.runtime.transcript import assistant_content, latest_messages, to_chat_messages
-from parley.runtime.transitions import TurnEnd
-from parley.storage.base import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from parley.config import AgentConfig, ModelSpec
+from parley.core.ids import SessionId
 from parley.errors import StorageError
-from parley.ids import SessionId
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest
 from parley.runtime.session_labels import proposed_title
 from parley.storage.ports import Store

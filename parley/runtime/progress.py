@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import anyio
 
-from parley.ids import SessionId
-from parley.storage.base import EventRecord
+from parley.core.ids import SessionId
+from parley.core.records import EventRecord
 from parley.storage.ports import Store
 
 # Receives (an increasing progress value, a short message).

@@ -15,9 +15,9 @@ import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from parley.config_retention import RetentionConfig
+from parley.core.records import SweepRule
 from parley.errors import StorageError
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import SweepRule
 from parley.storage.ports import RetentionSweeps
 
 logger = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterable
 import anyio
 from anyio.abc import TaskStatus
 
+from parley.core.ids import SessionId
 from parley.errors import StorageUnavailable
-from parley.ids import SessionId
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.signals import SessionSignals
 from parley.storage.ports import Store

@@ -29,6 +29,33 @@ from parley.config import (
 )
 from parley.config_attachments import AttachmentsConfig
 from parley.config_auth import LimitsConfig
+from parley.core import transitions
+from parley.core.changes import SessionSnapshot, SnapshotScope
+from parley.core.ids import (
+    QueuedMessageId,
+    SessionId,
+    TurnId,
+    is_queued_message_id,
+    is_session_id,
+    new_queued_message_id,
+    new_session_id,
+    new_turn_id,
+)
+from parley.core.records import (
+    AttachmentBlob,
+    AuditRecord,
+    DeleteOutcome,
+    InterruptRecord,
+    MessageRecord,
+    PendingInterrupt,
+    QueuedMessageRecord,
+    Resolution,
+    SessionFilter,
+    SessionRecord,
+    SessionStatus,
+    ToolCallRecord,
+    TurnRecord,
+)
 from parley.core.states import ENDED_SESSION, TURN_ENDED, OutcomeStatus
 from parley.errors import (
     AgentRemoved,
@@ -42,17 +69,7 @@ from parley.errors import (
     SessionNotFound,
     UnknownAgent,
 )
-from parley.ids import (
-    QueuedMessageId,
-    SessionId,
-    TurnId,
-    is_queued_message_id,
-    is_session_id,
-    new_queued_message_id,
-    new_session_id,
-    new_turn_id,
-)
-from parley.runtime import audit, transitions
+from parley.runtime import audit
 from parley.runtime.access import Principal, may_see, may_use
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.attachments import check_attachments
@@ -69,22 +86,6 @@ from parley.runtime.signals import SessionSignals
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
 from parley.runtime.tracing import current_trace_context
-from parley.storage.base import (
-    AttachmentBlob,
-    AuditRecord,
-    DeleteOutcome,
-    InterruptRecord,
-    MessageRecord,
-    PendingInterrupt,
-    QueuedMessageRecord,
-    Resolution,
-    SessionFilter,
-    SessionRecord,
-    SessionStatus,
-    ToolCallRecord,
-    TurnRecord,
-)
-from parley.storage.changes import SessionSnapshot, SnapshotScope
 from parley.storage.ports import Store
 
 MAX_SETTINGS_CHARS = 4096

@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from parley.config import AgentConfig
+from parley.core.ids import SessionId, is_session_id
+from parley.core.records import InterruptRecord, PendingInterrupt, Resolution, SessionRecord
 from parley.errors import ApproversOnly, HumanApprovalOnly, RequestError, SessionNotFound
-from parley.ids import SessionId, is_session_id
 from parley.runtime.access import DecisionPath, Principal, Verdict, decision_verdict, is_approver, may_see
 from parley.runtime.audit import Audit
-from parley.storage.base import InterruptRecord, PendingInterrupt, Resolution, SessionRecord
 from parley.storage.ports import Store
 
 # Puts an interrupt to a person through the client (elicitation); None when they dismissed it.

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskStatus
 
+from parley.core.ids import SessionId, ToolCallId, TurnId
+from parley.core.records import EventRecord, InterruptRecord, ToolCallRecord
 from parley.errors import StorageError
-from parley.ids import SessionId, ToolCallId, TurnId
 from parley.runtime.signals import SessionSignals
-from parley.storage.base import EventRecord, InterruptRecord, ToolCallRecord
 from parley.storage.ports import Store
 
 logger = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from parley.core.records import SessionFilter
 from parley.errors import InvalidArgument
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
-from parley.storage.base import SessionFilter
 
 TITLE_MAX_CHARS = 200
 TAGS_MAX = 20

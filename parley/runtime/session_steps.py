@@ -1,5 +1,5 @@
 """The rules of transitions.py applied to stored sessions: load the snapshot, decide, write the
-changes, all in one transaction of the step port (parley/storage/changes.py). Each method is one
+changes, all in one transaction of the step port (parley/core/changes.py). Each method is one
 event of DESIGN §4.8; `lease` names the process that must still hold the session's lease."""
 
 from __future__ import annotations
@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from parley.errors import StorageError
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
-from parley.runtime import transitions
-from parley.runtime.transitions import TurnEnd
-from parley.storage.base import (
+from parley.core import transitions, turn_steps
+from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.core.records import (
     AgentVersionRecord,
     AuditRecord,
     EnqueueOutcome,
@@ -23,7 +22,9 @@ from parley.storage.base import (
     ToolCallStatus,
     TurnRecord,
 )
-from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope, StepStore
+from parley.core.transitions import TurnEnd
+from parley.errors import StorageError
+from parley.storage.ports import StepStore
 
 T = TypeVar("T")
 
@@ -181,7 +182,7 @@ class SessionSteps:
     ) -> TurnRecord | None:
         return await self._decide(
             session_id,
-            lambda s: transitions.start_turn(s, turn_id, now, agent_version, store_version=store_version),
+            lambda s: turn_steps.start_turn(s, turn_id, now, agent_version, store_version=store_version),
             None,
             now,
             lease=lease,
@@ -193,7 +194,7 @@ class SessionSteps:
         await self._write(
             session_id,
             lease,
-            lambda s: transitions.model_step(s, step, lease, now),
+            lambda s: turn_steps.model_step(s, step, lease, now),
             now,
             turn_id=step.turn_id,
             calls=False,
@@ -205,13 +206,13 @@ class SessionSteps:
         self, session_id: SessionId, lease: str, step: ModelStep, end: TurnEnd, now: float
     ) -> tuple[bool, str | None]:
         """The step, and the turn's end `end` with it when the step answers and nothing holds the
-        turn back (transitions.answering_step): (ended, the status the session rests in, or None
+        turn back (turn_steps.answering_step): (ended, the status the session rests in, or None
         when it runs on with the lease kept)."""
 
         def decide(snapshot: SessionSnapshot) -> tuple[tuple[bool, str | None], Changes]:
             if snapshot.turn is None:
                 raise StorageError(f"session {session_id}: the turn of this step is not stored")
-            return transitions.answering_step(snapshot, step, lease, now, end)
+            return turn_steps.answering_step(snapshot, step, lease, now, end)
 
         return await self._decide(session_id, decide, (False, None), now, lease=lease, turn_id=step.turn_id)
 
@@ -219,7 +220,7 @@ class SessionSteps:
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
     ) -> None:
         await self._write(
-            session_id, lease, lambda s: transitions.nudge(s, text), now, turn_id=turn_id, **_TURN_ONLY
+            session_id, lease, lambda s: turn_steps.nudge(s, text), now, turn_id=turn_id, **_TURN_ONLY
         )
 
     async def mark_tool_call_started(
@@ -228,7 +229,7 @@ class SessionSteps:
         await self._write(
             session_id,
             lease,
-            lambda s: transitions.tool_started(s, call_id),
+            lambda s: turn_steps.tool_started(s, call_id),
             now,
             call_id=call_id,
             interrupts=False,
@@ -248,7 +249,7 @@ class SessionSteps:
         await self._write(
             session_id,
             lease,
-            lambda s: transitions.tool_result(s, call_id, status, result, now, todos),
+            lambda s: turn_steps.tool_result(s, call_id, status, result, now, todos),
             now,
             call_id=call_id,
             queue=False,
@@ -260,7 +261,7 @@ class SessionSteps:
         await self._write(
             session_id,
             lease,
-            lambda s: transitions.raise_interrupt(s, interrupt, now),
+            lambda s: turn_steps.raise_interrupt(s, interrupt, now),
             now,
             turn=False,
             queue=False,
@@ -269,7 +270,7 @@ class SessionSteps:
     async def drop_questions_in_place(self, session_id: SessionId, lease: str, now: float) -> int:
         return await self._decide(
             session_id,
-            lambda s: transitions.drop_questions_in_place(s, now),
+            lambda s: turn_steps.drop_questions_in_place(s, now),
             0,
             now,
             lease=lease,
@@ -289,7 +290,7 @@ class SessionSteps:
         await self._write(
             session_id,
             lease,
-            lambda s: transitions.ask_remote(s, call_id, remote, questions, now),
+            lambda s: turn_steps.ask_remote(s, call_id, remote, questions, now),
             now,
             call_id=call_id,
             interrupts=False,
@@ -309,7 +310,7 @@ class SessionSteps:
         await self._write(
             session_id,
             lease,
-            lambda s: transitions.wait_remote(s, call_id, status, remote, wake_at),
+            lambda s: turn_steps.wait_remote(s, call_id, status, remote, wake_at),
             now,
             call_id=call_id,
             interrupts=False,
@@ -320,7 +321,7 @@ class SessionSteps:
         self, session_id: SessionId, lease: str, call_id: ToolCallId, wake_at: float, now: float
     ) -> None:
         await self._write(
-            session_id, lease, lambda s: transitions.set_timer(call_id, wake_at), now, turn=False, queue=False
+            session_id, lease, lambda s: turn_steps.set_timer(call_id, wake_at), now, turn=False, queue=False
         )
 
     async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:

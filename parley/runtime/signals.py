@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 import anyio
 
-from parley.ids import SessionId
+from parley.core.ids import SessionId
 
 
 class Watch:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import anyio
 from opentelemetry.trace import Span
 
-from parley.ids import TurnId
+from parley.core.ids import TurnId
 from parley.runtime.faults import FaultPoints
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.session_steps import SessionSteps

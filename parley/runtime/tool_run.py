@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from parley.runtime.effect_policy import Mishap, Verdict, judge
+from parley.core.effect_policy import Mishap, Verdict, judge
 
 # Final (succeeded, failed, outcome_unknown), or a wait at the call's MCP server.
 RunStatus = Literal["succeeded", "failed", "outcome_unknown", "waiting_for_task", "awaiting_answer"]

@@ -13,18 +13,18 @@ from mcp.types import InputResponses
 from opentelemetry.trace import Span
 
 from parley.config import AgentConfig
+from parley.core.effect_policy import Mishap, judge
+from parley.core.ids import TurnId, new_interrupt_id
+from parley.core.records import InterruptKind, InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 from parley.core.states import RUNNABLE_CALLS
-from parley.ids import TurnId, new_interrupt_id
 from parley.runtime.builtin_tools import ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.downstream_questions import DownstreamQuestions
-from parley.runtime.effect_policy import Mishap, judge
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.mcp.sources import CallCutByShutdown
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
 from parley.runtime.tool_run import ToolRun, ended
 from parley.runtime.toolbox import Toolbox
-from parley.storage.base import InterruptKind, InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 
 logger = logging.getLogger(__name__)
 

@@ -16,15 +16,16 @@ from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult, InputResponses, Tool
 
 from parley.config import AgentConfig
+from parley.core.effect_policy import Mishap, judge
+from parley.core.machine import SET_RESULT_NAME
+from parley.core.records import SessionRecord, ToolCallRecord
 from parley.runtime.builtin_tools import (
     BUILTIN_EFFECTS,
     RESERVED_NAMES,
-    SET_RESULT_NAME,
     ToolContext,
     ToolOutcome,
     run_builtin,
 )
-from parley.runtime.effect_policy import Mishap, judge
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.mcp.downstream_tasks import DownstreamTasks
 from parley.runtime.mcp.effects import classify
@@ -42,7 +43,6 @@ from parley.runtime.mcp.sources import (
 from parley.runtime.model import ToolSpec
 from parley.runtime.tool_run import ToolRun, by_effect, ended
 from parley.runtime.tool_run import failed as _failed
-from parley.storage.base import SessionRecord, ToolCallRecord
 
 logger = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from parley.core.records import MessageRecord, NewToolCall
 from parley.runtime.model import ChatMessage, ModelToolCall, RequestedCall
-from parley.storage.base import MessageRecord, NewToolCall
 
 
 def assistant_content(

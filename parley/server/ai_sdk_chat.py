@@ -30,9 +30,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.records import SessionRecord
 from parley.core.states import TURN_ENDED
 from parley.errors import RequestError
-from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.runtime.access import Principal
 from parley.runtime.decisions import Decision
 from parley.runtime.session_events import Idle, Reset
@@ -40,7 +41,6 @@ from parley.server.ai_sdk_parts import Chunk, TurnRenderer
 from parley.server.json_text import check_unicode
 from parley.server.sse import SseResponse, comment
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
-from parley.storage.base import SessionRecord
 
 # The AI SDK releases whose protocol this speaks (their headers and chunk types were read from them).
 AI_SDK_VERSION = "7.0.173"

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from parley.core.records import EventRecord, InterruptRecord, ToolCallRecord
 from parley.runtime.session_events import EventPage
-from parley.storage.base import EventRecord, InterruptRecord, ToolCallRecord
 
 Chunk = dict[str, Any]
 

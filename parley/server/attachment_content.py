@@ -13,8 +13,8 @@ from mcp.types import (
     TextResourceContents,
 )
 
+from parley.core.records import AttachmentBlob
 from parley.runtime.attachments import is_text
-from parley.storage.base import AttachmentBlob
 
 ContentBlock = ImageContent | AudioContent | EmbeddedResource
 

@@ -20,8 +20,8 @@ from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, Inpu
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from parley.core.records import InterruptRecord, Resolution
 from parley.runtime.session_access import AskHuman
-from parley.storage.base import InterruptRecord, Resolution
 
 logger = logging.getLogger(__name__)
 

@@ -37,9 +37,10 @@ from mcp.types import (
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.records import TaskRecord
 from parley.core.states import AT_REST, OutcomeStatus
 from parley.errors import InvalidArgument, RequestError
-from parley.ids import QueuedMessageId, SessionId, TurnId
 from parley.runtime.access import Principal
 from parley.runtime.mcp_tasks import McpTaskService, TaskEnded, TaskNotFound
 from parley.runtime.service import TurnOutcome
@@ -53,7 +54,6 @@ from parley.server.elicitation import (
     match_answers,
 )
 from parley.server.wire import iso
-from parley.storage.base import TaskRecord
 
 logger = logging.getLogger(__name__)
 

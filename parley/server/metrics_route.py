@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from parley.core.records import DatabaseCounts, InterruptRecord
 from parley.errors import StorageError
 from parley.runtime.metrics import RuntimeMetrics
 from parley.server.auth_gate import METRICS_PATH
-from parley.storage.base import DatabaseCounts, InterruptRecord
 
 # How many pending interrupts one scrape reads (the oldest first); more are counted as this many.
 MAX_PENDING_READ = 10_000

@@ -14,6 +14,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 from mcp.types import CallToolResult
 
+from parley.core.records import InterruptRecord
 from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.access import Principal
 from parley.runtime.progress import ProgressFn
@@ -27,7 +28,6 @@ from parley.server.elicitation import (
     retry_state,
 )
 from parley.server.results import error, outcome_result
-from parley.storage.base import InterruptRecord
 
 logger = logging.getLogger(__name__)
 

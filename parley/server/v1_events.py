@@ -19,15 +19,15 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from parley.core.ids import SessionId
+from parley.core.records import EventRecord, InterruptRecord, SessionRecord, ToolCallRecord
 from parley.core.states import DRIVEN_SESSION
 from parley.errors import SessionNotFound
-from parley.ids import SessionId
 from parley.runtime.access import Principal, may_see
 from parley.runtime.session_events import EVENT_PAGE, INTERRUPT_KINDS, EventPage, Idle, Reset
 from parley.server.sse import SseResponse, comment, frame
 from parley.server.v1_common import V1Context, caller, event_position, guarded
 from parley.server.wire import iso, pending_item, pending_view, session_summary, session_view, tool_call_view
-from parley.storage.base import EventRecord, InterruptRecord, SessionRecord, ToolCallRecord
 
 # What an EventSource waits before reconnecting after the stream ends.
 RECONNECT_MS = 1000

@@ -10,11 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from parley.config import AgentConfig, Memory
-from parley.core.states import OutcomeStatus
-from parley.runtime.service import SessionDetails, TurnOutcome
-from parley.runtime.session_access import Decider
-from parley.runtime.toolbox import Offer
-from parley.storage.base import (
+from parley.core.records import (
     AuditRecord,
     InterruptRecord,
     MessageRecord,
@@ -24,6 +20,10 @@ from parley.storage.base import (
     ToolCallRecord,
     TurnRecord,
 )
+from parley.core.states import OutcomeStatus
+from parley.runtime.service import SessionDetails, TurnOutcome
+from parley.runtime.session_access import Decider
+from parley.runtime.toolbox import Offer
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
 RESULT_PREVIEW_CHARS = 2000

@@ -4,11 +4,12 @@ needs. Every port is safe to call from many tasks at once."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
-from parley.ids import QueuedMessageId, SessionId, TurnId
-from parley.storage.base import (
+from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.records import (
     AgentVersionRecord,
     AttachmentBlob,
     AuditRecord,
@@ -29,7 +30,31 @@ from parley.storage.base import (
     ToolCallRecord,
     TurnRecord,
 )
-from parley.storage.changes import StepStore
+
+T = TypeVar("T")
+
+
+class StepStore(Protocol):
+    """Decisions on a session, each in one transaction under the backend's lock."""
+
+    async def decide(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        *,
+        lease: str | None = None,
+    ) -> T:
+        """In one transaction: load the snapshot of `scope` (None if the session does not exist),
+        call `decide` on it and write the `Changes` it returns; return what `decide` returned.
+        `decide` must be a pure function (a backend may call it on its own thread). With `lease`,
+        LeaseLost, and nothing decided or written, unless that holding of the lease is current."""
+        ...
+
+    async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
+        """The snapshot of `scope` as one read sees it (no lock taken, nothing written)."""
+        ...
 
 
 class SessionStarts(Protocol):

@@ -28,7 +28,7 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg import AsyncConnection, sql
 
-from parley.ids import SessionId
+from parley.core.ids import SessionId
 from parley.redaction import redact
 from parley.storage.wakeups import Wake, WakeSink
 

@@ -20,9 +20,9 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from parley.ids import SessionId
-from parley.storage.base import SessionRecord
-from parley.storage.changes import Changes
+from parley.core.changes import Changes
+from parley.core.ids import SessionId
+from parley.core.records import SessionRecord
 
 
 @dataclass(frozen=True, slots=True)

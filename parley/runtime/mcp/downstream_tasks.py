@@ -19,12 +19,12 @@ from mcp.types import CallToolResult, InputResponses, Tool
 from pydantic import ValidationError
 
 from parley.config import McpServerConfig
+from parley.core.records import ToolCallRecord
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.mcp.remote import CORE_TASKS_VERSION, TASKS_EXTENSION, RemoteTask, TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import CallMaybeSent, CallNotSent, CallRefused, McpToolSources
 from parley.runtime.tool_run import ToolRun, by_effect, failed
-from parley.storage.base import ToolCallRecord
 
 logger = logging.getLogger(__name__)
 

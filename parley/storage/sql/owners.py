@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from parley.ids import SessionId
-from parley.storage.base import (
+from parley.core.ids import SessionId
+from parley.core.records import (
     RETENTION_ACTION,
     RETENTION_PRINCIPAL,
     AuditRecord,

@@ -19,7 +19,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from parley.ids import SessionId
+from parley.core.ids import SessionId
 from parley.storage.wakeups import Wake
 
 T = TypeVar("T")

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from parley.ids import SessionId
-from parley.storage.base import (
+from parley.core.ids import SessionId
+from parley.core.records import (
     AuditRecord,
     EventRecord,
     InterruptRecord,

@@ -6,10 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from parley.core.states import RUNNING_SESSION
-from parley.errors import LeaseLost, StorageError
-from parley.ids import QueuedMessageId, SessionId, TurnId
-from parley.storage.base import (
+from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.records import (
     AgentVersionRecord,
     DatabaseCounts,
     EventRecord,
@@ -23,7 +22,8 @@ from parley.storage.base import (
     TurnRecord,
     lease_token,
 )
-from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.states import RUNNING_SESSION
+from parley.errors import LeaseLost, StorageError
 from parley.storage.sql.base import SqlBase, page
 from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, PENDING, QUEUED, process_range, work_scan
 from parley.storage.sql.program import Announce, Stmt, reads

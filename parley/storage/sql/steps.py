@@ -1,5 +1,5 @@
 """The step port, written once: a session's snapshot read under its lock, the decision made, and
-its `Changes` written in the same transaction (see parley/storage/changes.py).
+its `Changes` written in the same transaction (see parley/core/changes.py).
 
 Two batches: the session row (locked on PostgreSQL; SQLite's `BEGIN IMMEDIATE` holds the whole
 database) with the rest of the snapshot, then every write. The session's sequence numbers
@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.ids import SessionId
+from parley.core.records import AuditRecord, QueuedMessageRecord
 from parley.errors import LeaseLost, StorageError
-from parley.ids import SessionId
-from parley.storage.base import AuditRecord, QueuedMessageRecord
-from parley.storage.changes import Changes, SessionSnapshot, SnapshotScope
 from parley.storage.sql.conditions import QUEUED
 from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt
 from parley.storage.sql.rows import (

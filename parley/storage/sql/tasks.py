@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from parley.core.ids import SessionId, TurnId
+from parley.core.records import AttachmentBlob, TaskPage, TaskRecord, TaskStatus
 from parley.errors import StorageError
-from parley.ids import SessionId, TurnId
-from parley.storage.base import AttachmentBlob, TaskPage, TaskRecord, TaskStatus
 from parley.storage.sql.base import SqlBase, page
 from parley.storage.sql.conditions import OPEN_TASK
 from parley.storage.sql.program import Announce, Row, Stmt

@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from parley.runtime.builtin_tools import SET_RESULT_NAME
-from parley.storage.base import MessageRecord, ToolCallRecord, TurnRecord, TurnStatus
+from parley.core.records import MessageRecord, ToolCallRecord, TurnRecord, TurnStatus
+
+# The built-in tool a task session ends with (parley/runtime/builtin_tools.py offers it).
+SET_RESULT_NAME = "set_result"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The step port: a session's snapshot, read and written back in one transaction.
 
-The runtime decides (parley/runtime/transitions.py); a backend only loads the snapshot under its
+The runtime decides (parley/core/transitions.py); a backend only loads the snapshot under its
 lock, calls the decision and writes the `Changes` it returned, in the same transaction. A decision made
 from an earlier snapshot is never written, which is what keeps first-decision-wins and every
 other race atomic. Storage adds nothing to a decision: no status, no text, no rule.
@@ -8,12 +8,11 @@ other race atomic. Storage adds nothing to a decision: no status, no text, no ru
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict, TypeVar
+from typing import Any, TypedDict
 
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
-from parley.storage.base import (
+from parley.core.ids import QueuedMessageId, ToolCallId, TurnId
+from parley.core.records import (
     AgentVersionRecord,
     AuditRecord,
     InterruptRecord,
@@ -232,29 +231,3 @@ class Changes:
             or self.new_agent_version
             or self.audit
         )
-
-
-T = TypeVar("T")
-
-
-class StepStore(Protocol):
-    """Decisions on a session, each in one transaction under the backend's lock."""
-
-    async def decide(
-        self,
-        session_id: SessionId,
-        scope: SnapshotScope,
-        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
-        now: float,
-        *,
-        lease: str | None = None,
-    ) -> T:
-        """In one transaction: load the snapshot of `scope` (None if the session does not exist),
-        call `decide` on it and write the `Changes` it returns; return what `decide` returned.
-        `decide` must be a pure function (a backend may call it on its own thread). With `lease`,
-        LeaseLost, and nothing decided or written, unless that holding of the lease is current."""
-        ...
-
-    async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
-        """The snapshot of `scope` as one read sees it (no lock taken, nothing written)."""
-        ...

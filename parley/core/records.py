@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+
 # The statuses and their sets are parley/core/states.py's; they stay importable from here.
 from parley.core.states import ENDED_SESSION
 from parley.core.states import FINAL_TOOL_STATUSES as FINAL_TOOL_STATUSES
@@ -22,7 +24,6 @@ from parley.core.states import SessionStatus as SessionStatus
 from parley.core.states import TaskStatus as TaskStatus
 from parley.core.states import ToolCallStatus as ToolCallStatus
 from parley.core.states import TurnStatus as TurnStatus
-from parley.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 
 InterruptKind = Literal["approval", "question"]
 ResolveOutcome = Literal["resolved", "already_resolved", "conflict", "not_found", "wrong_kind", "not_pending"]
