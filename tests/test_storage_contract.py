@@ -165,7 +165,7 @@ async def _finish(
     now: float,
     **end: Any,
 ) -> None:
-    """End a turn the way the driver does: the rule in runtime/transitions.py, written by the store."""
+    """End a turn the way the driver does: the rule in core/transitions.py, written by the store."""
     await SessionSteps(store).finish_turn(
         sid, lease, turn_id, TurnEnd(status=status, answer=answer, error=error, **end), now
     )

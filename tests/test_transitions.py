@@ -1,4 +1,4 @@
-"""The rules of runtime/transitions.py as tables: given a snapshot and an event, the changes.
+"""The rules of core/transitions.py as tables: given a snapshot and an event, the changes.
 
 Pure functions, no store: each row builds the smallest snapshot that shows one rule."""
 
