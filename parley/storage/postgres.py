@@ -250,6 +250,69 @@ def database_label(url: str, schema: str) -> str:
     return f"{mask_url(url)} (schema {schema})"
 
 
+def _connection_params(url: str) -> dict[str, Any]:
+    try:
+        params: dict[str, Any] = conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        raise StorageError(f"storage.url {mask_url(url)} is not a PostgreSQL URL: {detail_of(exc)}") from None
+    params.setdefault("application_name", "parley")
+    params.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
+    return params
+
+
+async def _migrate(
+    params: dict[str, Any], schema: str, retry_s: float, label: str, secrets: Sequence[str | None]
+) -> tuple[int, int]:
+    """Create and migrate the schema on a first connection of its own: (version before, after)."""
+    first = await _connect(params, retry_s, label, secrets)
+    try:
+        return await migrate_postgres(first, schema, label)
+    except psycopg.Error as exc:
+        raise StorageError(
+            f"cannot migrate the PostgreSQL database {label}: {detail_of(exc, secrets)}"
+        ) from exc
+    finally:
+        with anyio.CancelScope(shield=True):
+            await first.close()
+
+
+def _open_pool(
+    params: dict[str, Any],
+    schema: str,
+    size: int,
+    statement_timeout_s: float,
+    retry_s: float,
+    synchronous: Synchronous,
+) -> Pool:
+    """The store's pool (not opened yet): every connection set up once for the schema, the
+    statement timeout and the commit mode."""
+    timeout_ms = str(max(1, round(statement_timeout_s * 1000)))
+
+    async def configure(conn: Conn) -> None:
+        # Per connection, once: every statement of the store names its tables unqualified.
+        await conn.execute(
+            "SELECT set_config('search_path', %s, false), set_config('statement_timeout', %s, false)",
+            (schema, timeout_ms),
+        )
+        if synchronous == "normal":
+            await conn.execute("SELECT set_config('synchronous_commit', 'off', false)")
+
+    return AsyncConnectionPool(
+        kwargs={**params, "autocommit": True},
+        min_size=1,
+        max_size=size,
+        # How long a call waits for a connection (the database gone, or every connection busy).
+        timeout=max(retry_s, 1.0),
+        # A lost connection is opened again with backoff (1 s, 2 s, 4 s, ...) for this long, then
+        # the next call opens a new one: so the pool finds a database that comes back within
+        # seconds, not after the backoff has grown to minutes.
+        reconnect_timeout=max(retry_s, 1.0),
+        configure=configure,
+        name="parley",
+        open=False,
+    )
+
+
 @asynccontextmanager
 async def open_postgres_store(
     url: str,
@@ -285,48 +348,10 @@ async def open_postgres_store(
     if not SCHEMA_NAME.fullmatch(schema):
         raise StorageError(f"'{schema}' cannot be a schema for parley: use lowercase letters, digits and _")
     label = database_label(url, schema)
-    try:
-        params: dict[str, Any] = conninfo_to_dict(url)
-    except psycopg.Error as exc:
-        raise StorageError(f"storage.url {mask_url(url)} is not a PostgreSQL URL: {detail_of(exc)}") from None
+    params = _connection_params(url)
     secrets: tuple[str | None, ...] = (params.get("password"),)
-    params.setdefault("application_name", "parley")
-    params.setdefault("connect_timeout", DEFAULT_CONNECT_TIMEOUT_S)
-    first = await _connect(params, connect_retry_s, label, secrets)
-    try:
-        migrated = await migrate_postgres(first, schema, label)
-    except psycopg.Error as exc:
-        raise StorageError(
-            f"cannot migrate the PostgreSQL database {label}: {detail_of(exc, secrets)}"
-        ) from exc
-    finally:
-        with anyio.CancelScope(shield=True):
-            await first.close()
-    timeout_ms = str(max(1, round(statement_timeout_s * 1000)))
-
-    async def configure(conn: Conn) -> None:
-        # Per connection, once: every statement of the store names its tables unqualified.
-        await conn.execute(
-            "SELECT set_config('search_path', %s, false), set_config('statement_timeout', %s, false)",
-            (schema, timeout_ms),
-        )
-        if synchronous == "normal":
-            await conn.execute("SELECT set_config('synchronous_commit', 'off', false)")
-
-    pool: Pool = AsyncConnectionPool(
-        kwargs={**params, "autocommit": True},
-        min_size=1,
-        max_size=pool_size,
-        # How long a call waits for a connection (the database gone, or every connection busy).
-        timeout=max(connect_retry_s, 1.0),
-        # A lost connection is opened again with backoff (1 s, 2 s, 4 s, ...) for this long, then
-        # the next call opens a new one: so the pool finds a database that comes back within
-        # seconds, not after the backoff has grown to minutes.
-        reconnect_timeout=max(connect_retry_s, 1.0),
-        configure=configure,
-        name="parley",
-        open=False,
-    )
+    migrated = await _migrate(params, schema, connect_retry_s, label, secrets)
+    pool = _open_pool(params, schema, pool_size, statement_timeout_s, connect_retry_s, synchronous)
     try:
         await pool.open(wait=True, timeout=max(connect_retry_s, 1.0))
     except psycopg.Error as exc:
