@@ -25,7 +25,7 @@ from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
-from parley.runtime.toolbox import Toolbox, enabled_tools
+from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
 from parley.runtime.transcript import assistant_content, latest_messages, to_chat_messages
 
 logger = logging.getLogger(__name__)
@@ -162,6 +162,14 @@ class _ModelView:
         self._memory = effective_memory(agent, turn.settings)
 
     @property
+    def agent(self) -> AgentConfig:
+        return self._agent
+
+    @property
+    def turn(self) -> TurnRecord:
+        return self._turn
+
+    @property
     def can_compact(self) -> bool:
         """A window or a turn alone is what the model sees by design: nothing there to summarize."""
         return self._memory.mode in ("full", "compaction")
@@ -284,18 +292,11 @@ class ModelCaller:
         turn in its own transaction when nothing holds the turn back: `control.ended_by_step`
         says so, and the lease is let go there when the session rests (`control.rested`)."""
         turn_id, lease = turn.id, control.lease
-        messages = transcript.records
         # The turn's own copy of the settings decides the model, also after a restart.
         chosen = turn.settings.get("model")
         model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
         model = self._models(model_spec)
-        offer = await self._toolbox.offer(agent, session.kind, session.id)
-        offer = offer.narrowed(enabled_tools(turn.settings))
-        for warning in offer.warnings:
-            logger.warning("session %s: %s", session.id, warning, extra=about(session))
-            await self._ctx.store.record_event(
-                session.id, turn_id, "tool_source_warning", {"text": warning}, self._ctx.clock()
-            )
+        offer = await self._offer(session, agent, turn)
         tools = tuple(offer.tools)
         if not action.offer_tools:
             # The last call a turn may make must answer; a task session may still hand in its result.
@@ -303,56 +304,11 @@ class ModelCaller:
         stream = _TextStream(self._ctx, session.id, turn_id)
         view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease, transcript)
         try:
-            chat = await with_attachment_data(await view.messages(messages), self.attachment_bytes)
-            request = ModelRequest(
-                model=model_spec.name,
-                instructions=agent.instructions,
-                messages=chat,
-                tools=tools,
-                options=dict(model_spec.options),
-                on_text=stream.add,
-                on_reasoning=stream.add_reasoning,
-            )
-            try:
-                response = await self.complete(
-                    model, request, session, turn_id, stream, provider=model_spec.provider
-                )
-            except ModelError as exc:
-                if not exc.context_length or not view.can_compact:
-                    raise
-                # The provider says the prompt is too long: compact now and try once more.
-                chat = await with_attachment_data(
-                    await view.messages(messages, force=True), self.attachment_bytes
-                )
-                response = await self.complete(
-                    model,
-                    replace(request, messages=chat),
-                    session,
-                    turn_id,
-                    stream,
-                    provider=model_spec.provider,
-                )
+            response = await self._respond(view, transcript, model, model_spec, tools, session, stream)
         except ModelError as exc:
             logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
             return FinishTurn("failed", None, f"The model call failed: {exc}")
-        new_calls = []
-        for i, call in enumerate(response.tool_calls):
-            # A stored call names its server and the server's own tool name, so any process can
-            # run it later without listing the tools again.
-            binding = offer.binding(call.name)
-            new_calls.append(
-                NewToolCall(
-                    id=new_tool_call_id(),
-                    call_index=i,
-                    name=call.name,
-                    arguments=call.arguments,
-                    effect=binding.effect,
-                    source=binding.source,
-                    server=binding.server,
-                    tool=binding.tool,
-                    requires_approval=binding.requires_approval,
-                )
-            )
+        new_calls = _new_calls(response, offer)
         # Reasoning still held goes out before the step (the step's event carries only the text).
         await stream.flush_reasoning()
         step = ModelStep(
@@ -366,25 +322,81 @@ class ModelCaller:
             streamed_tail=stream.tail(),
         )
         if ending is not None and not new_calls:
-            # The turn's answer, as the driver's next step would find it (machine.next_action).
-            end = ending(FinishTurn("answered", response.text, None))
-            await self._ctx.faults.hit("turn_finishing", response.text)
-            with anyio.CancelScope(shield=True):
-                control.letting_go = True  # the keeper must not take a lease let go for a lost one
-                ended, rested = False, None
-                try:
-                    ended, rested = await self._ctx.steps.commit_answering_step(
-                        session.id, lease, step, end, self._ctx.clock()
-                    )
-                finally:
-                    control.letting_go = rested is not None
-            if ended:
-                control.ended_by_step, control.rested = turn_id, rested
+            await self._commit_answer(session, step, response.text, ending, control)
         else:
             # Committed in one transaction: the answer, the calls it asked for, and its usage.
             await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
         await self._ctx.faults.hit("model_committed", response.text)
         return None
+
+    async def _offer(self, session: SessionRecord, agent: AgentConfig, turn: TurnRecord) -> Offer:
+        """The tools the turn may call now; a source's warning is logged and recorded."""
+        offer = await self._toolbox.offer(agent, session.kind, session.id)
+        offer = offer.narrowed(enabled_tools(turn.settings))
+        for warning in offer.warnings:
+            logger.warning("session %s: %s", session.id, warning, extra=about(session))
+            await self._ctx.store.record_event(
+                session.id, turn.id, "tool_source_warning", {"text": warning}, self._ctx.clock()
+            )
+        return offer
+
+    async def _respond(
+        self,
+        view: _ModelView,
+        transcript: LeasedTranscript,
+        model: ModelClient,
+        model_spec: ModelSpec,
+        tools: tuple[ToolSpec, ...],
+        session: SessionRecord,
+        stream: _TextStream,
+    ) -> ModelResponse:
+        """The model's response to the transcript; when the provider says the prompt is too long,
+        the transcript is compacted and asked once more."""
+        messages = transcript.records
+        chat = await with_attachment_data(await view.messages(messages), self.attachment_bytes)
+        request = ModelRequest(
+            model=model_spec.name,
+            instructions=view.agent.instructions,
+            messages=chat,
+            tools=tools,
+            options=dict(model_spec.options),
+            on_text=stream.add,
+            on_reasoning=stream.add_reasoning,
+        )
+        turn_id = view.turn.id
+        try:
+            return await self.complete(model, request, session, turn_id, stream, provider=model_spec.provider)
+        except ModelError as exc:
+            if not exc.context_length or not view.can_compact:
+                raise
+        chat = await with_attachment_data(await view.messages(messages, force=True), self.attachment_bytes)
+        return await self.complete(
+            model, replace(request, messages=chat), session, turn_id, stream, provider=model_spec.provider
+        )
+
+    async def _commit_answer(
+        self,
+        session: SessionRecord,
+        step: ModelStep,
+        text: str,
+        ending: Callable[[FinishTurn], TurnEnd],
+        control: TurnControl,
+    ) -> None:
+        """A step that answers, ending its turn in the same transaction when nothing holds the
+        turn back (the turn's answer, as the driver's next step would find it: machine.next_action)."""
+        end = ending(FinishTurn("answered", text, None))
+        await self._ctx.faults.hit("turn_finishing", text)
+        with anyio.CancelScope(shield=True):
+            control.letting_go = True  # the keeper must not take a lease let go for a lost one
+            ended, rested = False, None
+            try:
+                ended, rested = await self._ctx.steps.commit_answering_step(
+                    session.id, control.lease, step, end, self._ctx.clock()
+                )
+            finally:
+                control.letting_go = rested is not None
+        if ended:
+            control.ended_by_step, control.rested = step.turn_id, rested
 
     async def complete(
         self,
@@ -473,3 +485,22 @@ class ModelCaller:
                 self._ctx.signals.notify(session.id)
                 await anyio.sleep(pause)
         raise AssertionError("unreachable")
+
+
+def _new_calls(response: ModelResponse, offer: Offer) -> list[NewToolCall]:
+    """The calls the response asks for, each naming its server and the server's own tool name, so
+    any process can run it later without listing the tools again."""
+    return [
+        NewToolCall(
+            id=new_tool_call_id(),
+            call_index=i,
+            name=call.name,
+            arguments=call.arguments,
+            effect=(binding := offer.binding(call.name)).effect,
+            source=binding.source,
+            server=binding.server,
+            tool=binding.tool,
+            requires_approval=binding.requires_approval,
+        )
+        for i, call in enumerate(response.tool_calls)
+    ]
