@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,88 +56,97 @@ def _parse(text: str) -> _Parsed:
                 parsed.text_lines.append(line)
             continue
         word, _, rest = line.partition(" ")
-        rest = rest.strip()
-        if word == "/sleep":
-            try:
-                seconds = float(rest)
-            except ValueError:
-                parsed.problems.append(f"line {lineno}: /sleep needs a number of seconds, got '{rest}'")
-                continue
-            if not 0 <= seconds <= MAX_SLEEP_S or math.isnan(seconds):
-                parsed.problems.append(
-                    f"line {lineno}: /sleep takes 0 to {MAX_SLEEP_S:g} seconds, got {rest}"
-                )
-                continue
-            parsed.sleep_s += seconds
-        elif word == "/result":
-            try:
-                value = json.loads(rest) if rest else None
-            except json.JSONDecodeError as exc:
-                parsed.problems.append(f"line {lineno}: the value of /result is not JSON ({exc.msg})")
-                continue
-            if not isinstance(value, dict):
-                parsed.problems.append(
-                    f'line {lineno}: /result needs a JSON object, e.g. /result {{"summary": "..."}}'
-                )
-                continue
-            parsed.results.append(value)
-        elif word == "/fail":
-            if rest == "forever":
-                parsed.fail_times = FOREVER
-            elif rest.isdigit():
-                parsed.fail_times = int(rest)
-            else:
-                parsed.problems.append(
-                    f"line {lineno}: /fail takes a number of calls or 'forever', got '{rest}'"
-                )
-        elif word == "/ask":
-            question, *choices = [part.strip() for part in rest.split("|")]
-            if not question:
-                parsed.problems.append(
-                    f"line {lineno}: /ask needs a question, e.g. /ask Deploy now? | yes | no"
-                )
-                continue
-            arguments: dict[str, Any] = {"question": question}
-            if [c for c in choices if c]:
-                arguments["choices"] = [c for c in choices if c]
-            parsed.calls.append(RequestedCall(name="ask_user", arguments=arguments))
-        elif word == "/wait":
-            seconds_text, _, reason = rest.partition(" ")
-            try:
-                seconds = float(seconds_text)
-            except ValueError:
-                parsed.problems.append(
-                    f"line {lineno}: /wait needs a number of seconds, e.g. /wait 60 cool down"
-                )
-                continue
-            parsed.calls.append(
-                RequestedCall(
-                    name="durable_wait", arguments={"duration_seconds": seconds, "reason": reason.strip()}
-                )
-            )
-        elif word == "/tool":
-            name, _, args_text = rest.partition(" ")
-            if not name:
-                parsed.problems.append(
-                    f"line {lineno}: /tool needs a tool name, e.g. /tool write_todos {{...}}"
-                )
-                continue
-            try:
-                arguments = json.loads(args_text) if args_text.strip() else {}
-            except json.JSONDecodeError as exc:
-                parsed.problems.append(
-                    f"line {lineno}: the arguments of /tool {name} are not JSON ({exc.msg})"
-                )
-                continue
-            if not isinstance(arguments, dict):
-                parsed.problems.append(f"line {lineno}: the arguments of /tool {name} must be a JSON object")
-                continue
-            parsed.calls.append(RequestedCall(name=name, arguments=arguments))
-        else:
+        directive = _DIRECTIVES.get(word)
+        if directive is None:
             parsed.problems.append(
                 f"line {lineno}: unknown directive {word}; known: {', '.join(KNOWN_DIRECTIVES)}"
             )
+            continue
+        problem = directive(parsed, rest.strip())
+        if problem is not None:
+            parsed.problems.append(f"line {lineno}: {problem}")
     return parsed
+
+
+# Each directive reads its rest of the line into `parsed`, or says what is wrong with it.
+
+
+def _sleep(parsed: _Parsed, rest: str) -> str | None:
+    try:
+        seconds = float(rest)
+    except ValueError:
+        return f"/sleep needs a number of seconds, got '{rest}'"
+    if not 0 <= seconds <= MAX_SLEEP_S or math.isnan(seconds):
+        return f"/sleep takes 0 to {MAX_SLEEP_S:g} seconds, got {rest}"
+    parsed.sleep_s += seconds
+    return None
+
+
+def _result(parsed: _Parsed, rest: str) -> str | None:
+    try:
+        value = json.loads(rest) if rest else None
+    except json.JSONDecodeError as exc:
+        return f"the value of /result is not JSON ({exc.msg})"
+    if not isinstance(value, dict):
+        return '/result needs a JSON object, e.g. /result {"summary": "..."}'
+    parsed.results.append(value)
+    return None
+
+
+def _fail(parsed: _Parsed, rest: str) -> str | None:
+    if rest == "forever":
+        parsed.fail_times = FOREVER
+    elif rest.isdigit():
+        parsed.fail_times = int(rest)
+    else:
+        return f"/fail takes a number of calls or 'forever', got '{rest}'"
+    return None
+
+
+def _ask(parsed: _Parsed, rest: str) -> str | None:
+    question, *choices = [part.strip() for part in rest.split("|")]
+    if not question:
+        return "/ask needs a question, e.g. /ask Deploy now? | yes | no"
+    arguments: dict[str, Any] = {"question": question}
+    if [c for c in choices if c]:
+        arguments["choices"] = [c for c in choices if c]
+    parsed.calls.append(RequestedCall(name="ask_user", arguments=arguments))
+    return None
+
+
+def _wait(parsed: _Parsed, rest: str) -> str | None:
+    seconds_text, _, reason = rest.partition(" ")
+    try:
+        seconds = float(seconds_text)
+    except ValueError:
+        return "/wait needs a number of seconds, e.g. /wait 60 cool down"
+    arguments = {"duration_seconds": seconds, "reason": reason.strip()}
+    parsed.calls.append(RequestedCall(name="durable_wait", arguments=arguments))
+    return None
+
+
+def _tool(parsed: _Parsed, rest: str) -> str | None:
+    name, _, args_text = rest.partition(" ")
+    if not name:
+        return "/tool needs a tool name, e.g. /tool write_todos {...}"
+    try:
+        arguments = json.loads(args_text) if args_text.strip() else {}
+    except json.JSONDecodeError as exc:
+        return f"the arguments of /tool {name} are not JSON ({exc.msg})"
+    if not isinstance(arguments, dict):
+        return f"the arguments of /tool {name} must be a JSON object"
+    parsed.calls.append(RequestedCall(name=name, arguments=arguments))
+    return None
+
+
+_DIRECTIVES: dict[str, Callable[[_Parsed, str], str | None]] = {
+    "/sleep": _sleep,
+    "/result": _result,
+    "/fail": _fail,
+    "/ask": _ask,
+    "/wait": _wait,
+    "/tool": _tool,
+}
 
 
 def _estimate_tokens(chars: int) -> int:
