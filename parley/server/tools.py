@@ -39,8 +39,8 @@ SERVER_INSTRUCTIONS = (
     "Every result repeats the session_id; keep it, it is the handle of the conversation."
 )
 
-# Every tool, in the order tools/list gives them. TurnEntry: it starts or resumes a turn and
-# answers with the turn's outcome.
+# Every tool, in the order tools/list gives them. TurnEntry: it starts or resumes a turn, answers
+# with the turn's outcome, and may run as an MCP task.
 # fmt: off
 TOOLS: tuple[Entry, ...] = (
     ToolEntry("list_agents", "List agents", READ_ONLY, s.list_agents, NoArguments, AgentList),
@@ -62,6 +62,8 @@ TOOLS: tuple[Entry, ...] = (
               SessionSummary),
 )
 # fmt: on
+# The tools that may run as MCP tasks (mcp_tasks.py).
+TASK_TOOLS = frozenset(entry.name for entry in TOOLS if entry.starts_turn)
 
 
 def build_mcp_server(
@@ -78,7 +80,7 @@ def build_mcp_server(
     outlive every connection. `logs` sends callers the log records about their sessions (MCP
     logging); without it the server offers no logging."""
     security = RequestStateSecurity(keys=request_state_keys) if request_state_keys else None
-    gateway = McpTaskGateway(tasks, caller_of, watchers)
+    gateway = McpTaskGateway(tasks, caller_of, watchers, TASK_TOOLS)
     mcp = ParleyMCPServer(
         "parley",
         version=version,
