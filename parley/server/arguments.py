@@ -51,15 +51,6 @@ class TextAsSentMetadata(FuncMetadata):
         return parsed
 
 
-def text_as_sent(metadata: FuncMetadata) -> TextAsSentMetadata:
-    return TextAsSentMetadata(
-        arg_model=metadata.arg_model,
-        output_schema=metadata.output_schema,
-        output_model=metadata.output_model,
-        wrap_output=metadata.wrap_output,
-    )
-
-
 def _takes_containers(annotation: Any) -> bool:
     if typing.get_origin(annotation) in (dict, list):
         return True

@@ -60,9 +60,6 @@ logger = logging.getLogger(__name__)
 EXTENSION = "io.modelcontextprotocol/tasks"
 CORE_TASKS_VERSION = "2025-11-25"
 IMMEDIATE_RESPONSE_META = "io.modelcontextprotocol/model-immediate-response"
-# The tools whose work is a turn: they may run as tasks (approve and answer_question follow the
-# turn they resume).
-TASK_TOOLS = frozenset({"start_session", "send_message", "approve", "answer_question"})
 _BOTH = frozenset({CORE_TASKS_VERSION, *MODERN_PROTOCOL_VERSIONS})
 _CORE = frozenset({CORE_TASKS_VERSION})
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -125,14 +122,22 @@ def _cancelled_result(task: TaskRecord) -> dict[str, Any]:
 
 class McpTaskGateway(Extension):
     """The extension (2026-07-28), the middleware (task-augmented calls of both generations) and
-    the tasks/* methods."""
+    the tasks/* methods. `task_tools` are the tools whose work is a turn (tools.py: TASK_TOOLS):
+    they may run as tasks (approve and answer_question follow the turn they resume)."""
 
     identifier = EXTENSION
 
-    def __init__(self, tasks: McpTaskService, caller_of: CallerOf, watchers: TaskGroup | None) -> None:
+    def __init__(
+        self,
+        tasks: McpTaskService,
+        caller_of: CallerOf,
+        watchers: TaskGroup | None,
+        task_tools: frozenset[str],
+    ) -> None:
         self._tasks = tasks
         self._caller_of = caller_of
         self._watchers = watchers
+        self._task_tools = task_tools
         self._watched = 0
 
     def methods(self) -> Sequence[MethodBinding]:
@@ -150,14 +155,14 @@ class McpTaskGateway(Extension):
         if ctx.method == "tools/call" and ctx.request_id is not None:
             params = dict(ctx.params or {})
             core_task_asked = ctx.protocol_version == CORE_TASKS_VERSION and params.get("task") is not None
-            if core_task_asked and params.get("name") not in TASK_TOOLS:
+            if core_task_asked and params.get("name") not in self._task_tools:
                 # Its execution.taskSupport is "forbidden": the spec's answer is method-not-found.
                 raise MCPError(
                     code=METHOD_NOT_FOUND,
                     message=f"{params.get('name')} does not run as a task; call it without 'task' "
-                    f"(these can: {', '.join(sorted(TASK_TOOLS))})",
+                    f"(these can: {', '.join(sorted(self._task_tools))})",
                 )
-            if params.get("name") in TASK_TOOLS and isinstance(params.get("arguments", {}), Mapping):
+            if params.get("name") in self._task_tools and isinstance(params.get("arguments", {}), Mapping):
                 if core_task_asked:
                     if not isinstance(params.get("task"), Mapping):
                         raise MCPError(
@@ -173,8 +178,7 @@ class McpTaskGateway(Extension):
             self._advertise(ctx, result)
         return result
 
-    @staticmethod
-    def _advertise(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> None:
+    def _advertise(self, ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> None:
         """Core tasks are offered only to clients that negotiated 2025-11-25."""
         if ctx.method == "initialize" and result.get("protocolVersion") == CORE_TASKS_VERSION:
             result.setdefault("capabilities", {})["tasks"] = {
@@ -184,7 +188,7 @@ class McpTaskGateway(Extension):
             }
         elif ctx.method == "tools/list" and ctx.protocol_version == CORE_TASKS_VERSION:
             for tool in result.get("tools", []):
-                support = "optional" if tool.get("name") in TASK_TOOLS else "forbidden"
+                support = "optional" if tool.get("name") in self._task_tools else "forbidden"
                 tool["execution"] = {"taskSupport": support}
 
     async def _start(

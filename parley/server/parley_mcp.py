@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any
 
 from mcp import MCPError
@@ -12,39 +10,18 @@ from mcp.types import (
     INVALID_PARAMS,
     CallToolResult,
     GetPromptResult,
-    Icon,
     InputRequiredResult,
-    ToolAnnotations,
 )
 from pydantic import ValidationError
 
-from parley.server.arguments import SHOWN_CHARS, argument_errors, text_as_sent
+from parley.server.arguments import SHOWN_CHARS, argument_errors
 from parley.server.results import error
 
 
 class ParleyMCPServer(MCPServer[Any]):
-    """MCPServer whose argument errors name the field and the fix, that refuses unknown arguments
-    (a misspelt optional argument would otherwise be dropped silently), and that passes text
-    arguments through as sent (see arguments.py)."""
-
-    def add_tool(
-        self,
-        fn: Callable[..., Any],
-        name: str | None = None,
-        title: str | None = None,
-        description: str | None = None,
-        annotations: ToolAnnotations | None = None,
-        icons: list[Icon] | None = None,
-        meta: dict[str, Any] | None = None,
-        structured_output: bool | None = None,
-    ) -> None:
-        # Every client's model reads the descriptions on every request: no docstring indentation.
-        if description is None and fn.__doc__:
-            description = inspect.cleandoc(fn.__doc__)
-        super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
-        tool = self._tool_manager.get_tool(name or fn.__name__)
-        if tool is not None:
-            tool.fn_metadata = text_as_sent(tool.fn_metadata)
+    """MCPServer whose argument errors name the field and the fix, and that refuses unknown
+    arguments (a misspelt optional argument would otherwise be dropped silently). Its tools come
+    from the table (tool_table.py), which also reads text arguments as sent (arguments.py)."""
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None

@@ -1,11 +1,11 @@
-"""The update_session tool and the arguments list_sessions narrows by (title text, tag, creation
-time): what people name sessions and find them by (rules in runtime/session_labels.py)."""
+"""The update_session tool (its arguments and handler, a row in tools.py) and the arguments
+list_sessions narrows by (title text, tag, creation time): what people name sessions and find
+them by (rules in runtime/session_labels.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
@@ -13,7 +13,8 @@ from parley.runtime.service import SessionService
 from parley.runtime.session_labels import TAG_RULE, TAGS_MAX, TITLE_MAX_CHARS
 from parley.server.results import ok
 from parley.server.tool_args import SessionIdArg
-from parley.server.turn_calls import CallerOf, guarded
+from parley.server.tool_table import ToolArguments
+from parley.server.turn_calls import Caller
 from parley.server.wire import SessionSummary, session_summary
 
 TitleFilterArg = Annotated[
@@ -46,33 +47,30 @@ def render_labels(view: SessionSummary) -> str:
     return f"Session {view.session_id}: title {title}, tags {tags}."
 
 
-def register_update_session(mcp: MCPServer[Any], service: SessionService, caller_of: CallerOf) -> None:
-    @mcp.tool(title="Update session", annotations=LABELS)
-    async def update_session(
-        ctx: Context,
-        session_id: SessionIdArg,
-        title: Annotated[
-            str | None,
-            Field(
-                strict=True,
-                description=f'The session\'s new title (one line, at most {TITLE_MAX_CHARS} characters); "" removes it.',
-            ),
-        ] = None,
-        tags: Annotated[
-            list[str] | None,
-            Field(
-                strict=True,
-                description=f"The session's tags, replacing the ones it has ([] removes them; at most {TAGS_MAX}); "
-                f"{TAG_RULE}.",
-            ),
-        ] = None,
-    ) -> Annotated[CallToolResult, SessionSummary]:
-        """Name a session and tag it, to find it again with list_sessions(title=..., tag=...). A
-        session gets a title from its first message until you give it one."""
+class UpdateSessionArguments(ToolArguments):
+    session_id: SessionIdArg
+    title: Annotated[
+        str | None,
+        Field(
+            strict=True,
+            description=f'The session\'s new title (one line, at most {TITLE_MAX_CHARS} characters); "" removes it.',
+        ),
+    ] = None
+    tags: Annotated[
+        list[str] | None,
+        Field(
+            strict=True,
+            description=f"The session's tags, replacing the ones it has ([] removes them; at most {TAGS_MAX}); "
+            f"{TAG_RULE}.",
+        ),
+    ] = None
 
-        async def work() -> CallToolResult:
-            session = await service.update_session(caller_of(ctx), session_id, title, tags)
-            view = session_summary(session)
-            return ok(view, render_labels(view))
 
-        return await guarded("update_session", work)
+async def update_session(
+    service: SessionService, caller: Caller, args: UpdateSessionArguments
+) -> CallToolResult:
+    """Name a session and tag it, to find it again with list_sessions(title=..., tag=...). A
+    session gets a title from its first message until you give it one."""
+    session = await service.update_session(caller.who, args.session_id, args.title, args.tags)
+    view = session_summary(session)
+    return ok(view, render_labels(view))

@@ -1,6 +1,7 @@
-"""How a tool call becomes a tool result: the one guard that turns our errors into results, and
-the one path of every tool that starts or resumes a turn (start_session, send_message, approve,
-answer_question), including the retry of a 2026-07-28 input-required round."""
+"""How a tool call becomes a tool result: the one guard that turns our errors into results, the
+caller a handler is given (who, progress, asking the person), and the one path of every tool that
+starts or resumes a turn (start_session, send_message, approve, answer_question), including the
+retry of a 2026-07-28 input-required round."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TypedDict, cast
 
 from mcp.server.mcpserver import Context
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
@@ -59,8 +60,13 @@ async def guarded(tool: str, work: Callable[[], Awaitable[CallToolResult]]) -> C
 
 def progress_of(ctx: Context) -> ProgressFn | None:
     """Progress notifications for this call, or None when the caller asked for none (its request
-    has no progress token): a wait then reads no events at all, only what tells it the turn's end."""
-    if progress_token_from_params(ctx.request_context.params) is None:
+    has no progress token): a wait then reads no events at all, only what tells it the turn's end.
+    (Also None outside a request: a tool called in-process, as MCPServer.call_tool allows.)"""
+    try:
+        params = ctx.request_context.params
+    except ValueError:
+        return None
+    if progress_token_from_params(params) is None:
         return None
 
     async def report(progress: float, message: str) -> None:
@@ -69,28 +75,46 @@ def progress_of(ctx: Context) -> ProgressFn | None:
     return report
 
 
+class TurnHooks(TypedDict):
+    """How a running turn reaches its caller: the keyword arguments of every SessionService call
+    that starts or resumes a turn (`**caller.hooks`)."""
+
+    on_progress: ProgressFn | None
+    ask_human: AskHuman | None
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
-    """Who makes a turn call, and how the turn reaches them while it runs: progress
-    notifications, and questions asked by form elicitation when the client can show forms."""
+    """Who makes a tool call, and how its work reaches them while it runs: progress
+    notifications, and (turn tools only) questions asked by form elicitation when the client can
+    show forms."""
 
     who: Principal
     progress: ProgressFn | None
     ask_human: AskHuman | None
 
+    @property
+    def hooks(self) -> TurnHooks:
+        return {"on_progress": self.progress, "ask_human": self.ask_human}
+
 
 TurnStart = Callable[[Caller], Awaitable[TurnOutcome]]
+PlainCall = Callable[[Caller], Awaitable[CallToolResult]]
 
 
-class TurnCalls:
-    """Declares how a tool that starts or resumes a turn answers: `await calls.answer(name, ctx,
-    wait_seconds, start)` with `start` the service call the tool makes for `Caller`."""
+class ToolCalls:
+    """The two ways a tool answers: `await calls.plain(name, ctx, run)` for a tool whose result
+    its handler makes, and `await calls.turn(name, ctx, wait_seconds, start)` for a tool that
+    starts or resumes a turn, `start` being the service call it makes for `Caller`."""
 
     def __init__(self, service: SessionService, caller_of: CallerOf) -> None:
         self._service = service
         self._caller_of = caller_of
 
-    async def answer(
+    async def plain(self, tool: str, ctx: Context, run: PlainCall) -> CallToolResult:
+        return await guarded(tool, lambda: run(Caller(self._caller_of(ctx), progress_of(ctx), None)))
+
+    async def turn(
         self, tool: str, ctx: Context, wait_seconds: float | None, start: TurnStart
     ) -> CallToolResult:
         async def work() -> CallToolResult:

@@ -1,0 +1,143 @@
+"""How a tool is declared: an arguments model, a module-level handler, and one row of the table
+(tools.py: TOOLS) naming it, its title and annotations, its output, and whether it starts or
+resumes a turn. The description clients read is the handler's docstring.
+
+A row becomes an mcp SDK Tool here; the handler gets the service, the Caller (who, progress, and
+for turn tools asking the person) and its validated arguments, and the one path of its kind
+(turn_calls.py: ToolCalls) does the rest: the guard that turns errors into results, and for turn
+tools the retry of an input-required round and the outcome or the questions."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import InvalidSignature
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.shared.inbound import find_invalid_x_mcp_header
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import BaseModel
+
+from parley.runtime.service import SessionService, TurnOutcome
+from parley.server.arguments import TextAsSentMetadata
+from parley.server.turn_calls import Caller, ToolCalls
+from parley.server.wire import TurnOutcomeView
+
+
+class ToolArguments(ArgModelBase):
+    """The base of every tool's arguments model. Its fields, in order, are the tool's published
+    input schema (a subclass has no docstring: it would become the schema's description)."""
+
+
+class NoArguments(ToolArguments):
+    pass
+
+
+class TurnArguments(ToolArguments):
+    """The arguments of a tool that starts or resumes a turn. Each declares `wait_seconds`
+    (WaitArg) itself, as its last field, where the published schema has it."""
+
+    if TYPE_CHECKING:
+        wait_seconds: float | None
+
+
+A = TypeVar("A", bound=ToolArguments)
+W = TypeVar("W", bound=TurnArguments)
+
+# A tool's handler: what it does with the service for this caller, as a tool result...
+Handler = Callable[[SessionService, Caller, A], Awaitable[CallToolResult]]
+# ...or, for a tool that starts or resumes a turn, the service call whose outcome it answers with.
+TurnHandler = Callable[[SessionService, Caller, W], Awaitable[TurnOutcome]]
+# What the SDK calls: Tool.run passes the Context and the validated model (WholeArguments).
+Bound = Callable[[Context, Any], Awaitable[CallToolResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolEntry(Generic[A]):
+    """A tool whose handler makes its result."""
+
+    name: str
+    title: str
+    annotations: ToolAnnotations
+    handler: Handler[A]
+    arguments: type[A]
+    output: type[BaseModel]
+
+    @property
+    def starts_turn(self) -> bool:
+        return False
+
+    def sdk_tool(self, service: SessionService, calls: ToolCalls) -> Tool:
+        name, handler = self.name, self.handler
+
+        async def call(ctx: Context, args: A) -> CallToolResult:
+            return await calls.plain(name, ctx, lambda caller: handler(service, caller, args))
+
+        return _sdk_tool(self, self.output, call)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEntry(Generic[W]):
+    """A tool that starts or resumes a turn: it answers with the turn's outcome (or, for a client
+    that can show forms, the questions it waits on), and it may run as an MCP task."""
+
+    name: str
+    title: str
+    annotations: ToolAnnotations
+    handler: TurnHandler[W]
+    arguments: type[W]
+
+    @property
+    def starts_turn(self) -> bool:
+        return True
+
+    def sdk_tool(self, service: SessionService, calls: ToolCalls) -> Tool:
+        name, handler = self.name, self.handler
+
+        async def call(ctx: Context, args: W) -> CallToolResult:
+            return await calls.turn(
+                name, ctx, args.wait_seconds, lambda caller: handler(service, caller, args)
+            )
+
+        return _sdk_tool(self, TurnOutcomeView, call)
+
+
+# One row of the table.
+Entry = ToolEntry[Any] | TurnEntry[Any]
+
+
+class WholeArguments(TextAsSentMetadata):
+    """The arguments as the handler takes them: the validated model whole, as `args` (the SDK
+    would spread its fields over the function's parameters)."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        return {"args": self.arg_model.model_validate(self.pre_parse_json(arguments_to_validate))}
+
+
+def sdk_tools(entries: tuple[Entry, ...], service: SessionService, calls: ToolCalls) -> list[Tool]:
+    return [entry.sdk_tool(service, calls) for entry in entries]
+
+
+def _sdk_tool(entry: Entry, output: type[BaseModel], call: Bound) -> Tool:
+    """What Tool.from_function would make of a function with the entry's arguments as parameters
+    and `Annotated[CallToolResult, output]` as its return type, the schema's title included."""
+    parameters = entry.arguments.model_json_schema(by_alias=True)
+    parameters["title"] = f"{entry.name}Arguments"
+    if (reason := find_invalid_x_mcp_header(parameters)) is not None:
+        raise InvalidSignature(f"Tool {entry.name!r} has an invalid x-mcp-header annotation: {reason}")
+    return Tool(
+        fn=call,
+        name=entry.name,
+        title=entry.title,
+        # Every client's model reads the descriptions on every request: no docstring indentation.
+        description=inspect.cleandoc(entry.handler.__doc__ or ""),
+        parameters=parameters,
+        fn_metadata=WholeArguments(arg_model=entry.arguments, output_model=output),
+        is_async=True,
+        context_kwarg="ctx",
+        annotations=entry.annotations,
+    )

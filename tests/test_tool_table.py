@@ -1,0 +1,51 @@
+"""The tool table (parley/server/tools.py: TOOLS) is what tools/list publishes, in its order, and
+what the published tools ask for stays put: names, titles, descriptions, input schemas
+(types, descriptions, required fields, defaults) and annotations, against
+tests/published_tools.json. A deliberate change to a tool's arguments updates that file:
+`.venv/bin/python -m tests.test_tool_table > tests/published_tools.json`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import anyio
+import pytest
+
+from parley.runtime.access import LOCAL_PRINCIPAL
+from parley.server.tool_table import TurnEntry
+from parley.server.tools import TASK_TOOLS, TOOLS, build_mcp_server
+
+pytestmark = pytest.mark.anyio
+
+PUBLISHED = Path(__file__).with_name("published_tools.json")
+FIELDS = ("name", "title", "description", "inputSchema", "annotations")
+
+
+async def _published() -> list[dict[str, Any]]:
+    # Listing tools touches neither the service nor the task service.
+    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
+    listed = [tool.model_dump(by_alias=True, mode="json") for tool in await server.list_tools()]
+    return [{key: tool[key] for key in FIELDS} for tool in listed]
+
+
+async def test_tools_list_gives_the_tables_tools_in_its_order() -> None:
+    assert [tool["name"] for tool in await _published()] == [entry.name for entry in TOOLS]
+
+
+def test_the_tools_that_run_as_tasks_are_the_turn_entries_of_the_table() -> None:
+    assert {entry.name for entry in TOOLS if isinstance(entry, TurnEntry)} == TASK_TOOLS
+    assert {"start_session", "send_message", "approve", "answer_question"} == TASK_TOOLS
+
+
+async def test_every_tool_asks_for_what_it_published_before() -> None:
+    published = await _published()
+    expected = json.loads(PUBLISHED.read_text())
+    assert [t["name"] for t in published] == [t["name"] for t in expected]
+    for now, before in zip(published, expected, strict=True):
+        assert now == before, now["name"]
+
+
+if __name__ == "__main__":
+    print(json.dumps(anyio.run(_published), indent=1))
