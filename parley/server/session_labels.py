@@ -71,7 +71,7 @@ def register_update_session(mcp: MCPServer[Any], service: SessionService, caller
         session gets a title from its first message until you give it one."""
 
         async def work() -> CallToolResult:
-            session = await service.update_session(caller_of(ctx), session_id, title, tags)
+            session = await service.lifecycle.update_session(caller_of(ctx), session_id, title, tags)
             view = session_summary(session)
             return ok(view, render_labels(view))
 

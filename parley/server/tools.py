@@ -11,7 +11,15 @@ from pydantic import BaseModel, Field
 
 from parley.runtime.decisions import Decision
 from parley.runtime.mcp_tasks import McpTaskService
-from parley.runtime.service import SessionService
+from parley.runtime.service import (
+    MessagesPage,
+    QuestionAnswer,
+    SendRequest,
+    SessionQuery,
+    SessionService,
+    StartRequest,
+    Waiting,
+)
 from parley.runtime.session_labels import session_filter
 from parley.server.attachment_content import attachment_block
 from parley.server.client_logs import ClientLogRelay
@@ -110,9 +118,10 @@ def build_mcp_server(
         async def work() -> CallToolResult:
             view = AgentList(
                 agents=[
-                    agent_view(*described) for described in await service.describe_agents(caller_of(ctx))
+                    agent_view(*described)
+                    for described in await service.reads.describe_agents(caller_of(ctx))
                 ],
-                models=service.model_names,
+                models=service.reads.model_names,
             )
             return ok(view, render_agents(view))
 
@@ -153,18 +162,18 @@ def build_mcp_server(
             "start_session",
             ctx,
             wait_seconds,
-            lambda caller: service.start_session(
+            lambda caller: service.messages.start_session(
                 caller.who,
-                agent,
-                message,
-                wait_seconds,
-                kind=kind,
-                inputs=inputs,
-                client_message_id=client_message_id,
-                on_progress=caller.progress,
-                ask_human=caller.ask_human,
-                settings=settings,
-                attachments=attachments,
+                StartRequest(
+                    agent=agent,
+                    message=message,
+                    kind=kind,
+                    inputs=inputs,
+                    client_message_id=client_message_id,
+                    settings=settings,
+                    attachments=attachments,
+                ),
+                caller.waiting(wait_seconds),
             ),
         )
 
@@ -208,18 +217,18 @@ def build_mcp_server(
             "send_message",
             ctx,
             wait_seconds,
-            lambda caller: service.send_message(
+            lambda caller: service.messages.send_message(
                 caller.who,
-                session_id,
-                message,
-                wait_seconds,
-                client_message_id=client_message_id,
-                on_progress=caller.progress,
-                ask_human=caller.ask_human,
-                steer=steer,
-                queued_message_id=queued_message_id,
-                settings=settings,
-                attachments=attachments,
+                SendRequest(
+                    session_id=session_id,
+                    message=message,
+                    client_message_id=client_message_id,
+                    steer=steer,
+                    queued_message_id=queued_message_id,
+                    settings=settings,
+                    attachments=attachments,
+                ),
+                caller.waiting(wait_seconds),
             ),
         )
 
@@ -234,7 +243,9 @@ def build_mcp_server(
         """Drop a message that no turn has taken yet. Deleting it again changes nothing."""
 
         async def work() -> CallToolResult:
-            status = await service.delete_queued_message(caller_of(ctx), session_id, queued_message_id)
+            status = await service.messages.delete_queued_message(
+                caller_of(ctx), session_id, queued_message_id
+            )
             view = DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status)
             return ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
 
@@ -263,13 +274,11 @@ def build_mcp_server(
             "approve",
             ctx,
             wait_seconds,
-            lambda caller: service.approve(
+            lambda caller: service.decisions.approve(
                 caller.who,
                 session_id,
                 [Decision(d.interrupt_id, d.approved, d.reason) for d in decisions],
-                wait_seconds,
-                on_progress=caller.progress,
-                ask_human=caller.ask_human,
+                caller.waiting(wait_seconds),
             ),
         )
 
@@ -292,15 +301,11 @@ def build_mcp_server(
             "answer_question",
             ctx,
             wait_seconds,
-            lambda caller: service.answer_question(
+            lambda caller: service.decisions.answer_question(
                 caller.who,
                 session_id,
-                interrupt_id,
-                answer,
-                decline,
-                wait_seconds,
-                on_progress=caller.progress,
-                ask_human=caller.ask_human,
+                QuestionAnswer(interrupt_id, answer, decline),
+                caller.waiting(wait_seconds),
             ),
         )
 
@@ -344,11 +349,15 @@ def build_mcp_server(
         With wait_seconds, first wait (bounded) until a running session rests."""
 
         async def work() -> CallToolResult:
-            blob = await service.attachment(caller_of(ctx), session_id, attachment) if attachment else None
-            snapshot = await service.get_session(
-                caller_of(ctx), session_id, wait_seconds, messages_from, messages_limit, progress_of(ctx)
+            reads = service.reads
+            blob = await reads.attachment(caller_of(ctx), session_id, attachment) if attachment else None
+            snapshot = await reads.get_session(
+                caller_of(ctx),
+                session_id,
+                MessagesPage(start=messages_from, limit=messages_limit),
+                Waiting(seconds=wait_seconds, on_progress=progress_of(ctx)),
             )
-            last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
+            last = await reads.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
             view = session_view(snapshot, last)
             result = ok(view, render_session(view))
             if blob is not None:
@@ -368,8 +377,10 @@ def build_mcp_server(
         sessions, and those of the agents you approve for (whoever owns the session)."""
 
         async def work() -> CallToolResult:
-            found = await service.list_pending(caller_of(ctx), limit)
-            view = PendingList(pending=[pending_item(p, service.decider(caller_of(ctx), p)) for p in found])
+            found = await service.reads.list_pending(caller_of(ctx), limit)
+            view = PendingList(
+                pending=[pending_item(p, service.reads.decider(caller_of(ctx), p)) for p in found]
+            )
             return ok(view, render_pending_list(view))
 
         return await guarded("list_pending", work)
@@ -403,8 +414,11 @@ def build_mcp_server(
 
         async def work() -> CallToolResult:
             match = session_filter(title, tag, created_after, created_before)
-            sessions, next_cursor = await service.list_sessions(
-                caller_of(ctx), status, agent, cursor, limit, owner, match
+            sessions, next_cursor = await service.reads.list_sessions(
+                caller_of(ctx),
+                SessionQuery(
+                    limit=limit, status=status, agent=agent, cursor=cursor, owner=owner, match=match
+                ),
             )
             view = SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=next_cursor)
             return ok(view, render_sessions(view))
@@ -428,8 +442,11 @@ def build_mcp_server(
         result is kept; queued messages still run. Cancelling when nothing runs changes nothing."""
 
         async def work() -> CallToolResult:
-            outcome = await service.cancel_turn(
-                caller_of(ctx), session_id, wait_seconds, progress_of(ctx), turn_id
+            outcome = await service.lifecycle.cancel_turn(
+                caller_of(ctx),
+                session_id,
+                Waiting(seconds=wait_seconds, on_progress=progress_of(ctx)),
+                turn_id,
             )
             return outcome_result(outcome)
 
@@ -443,7 +460,7 @@ def build_mcp_server(
         It stays readable with get_session."""
 
         async def work() -> CallToolResult:
-            session = await service.close_session(caller_of(ctx), session_id, wait_seconds)
+            session = await service.lifecycle.close_session(caller_of(ctx), session_id, wait_seconds)
             view = CloseResult(
                 session_id=session.id, status=session.status, closed_reason=session.closed_reason
             )
@@ -460,7 +477,7 @@ def build_mcp_server(
         deleted as soon as it rests."""
 
         async def work() -> CallToolResult:
-            status = await service.delete_session(caller_of(ctx), session_id, wait_seconds)
+            status = await service.lifecycle.delete_session(caller_of(ctx), session_id, wait_seconds)
             view = DeleteSessionResult(session_id=session_id, status=status)
             return ok(view, f"Session {session_id}: {status}. It is gone for good; the audit keeps the fact.")
 

@@ -17,7 +17,7 @@ from mcp.types import CallToolResult
 from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.access import Principal
 from parley.runtime.progress import ProgressFn
-from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.service import SessionService, TurnOutcome, Waiting
 from parley.runtime.session_access import AskHuman
 from parley.server.elicitation import (
     answers_from,
@@ -78,6 +78,10 @@ class Caller:
     progress: ProgressFn | None
     ask_human: AskHuman | None
 
+    def waiting(self, seconds: float | None) -> Waiting:
+        """How this caller waits for its turn: at most `seconds`, told and asked as it runs."""
+        return Waiting(seconds=seconds, on_progress=self.progress, ask_human=self.ask_human)
+
 
 TurnStart = Callable[[Caller], Awaitable[TurnOutcome]]
 
@@ -111,14 +115,13 @@ class TurnCalls:
         state = retry_state(ctx) if can_ask_by_input_required(ctx) else None
         if not state or not state.get("turn_id"):
             return None, []
-        pending = await self._service.pending(caller.who, str(state["session_id"]))
-        outcome = await self._service.resume_with_answers(
+        pending = await self._service.reads.pending(caller.who, str(state["session_id"]))
+        outcome = await self._service.decisions.resume_with_answers(
             caller.who,
             str(state["session_id"]),
             str(state["turn_id"]),
             answers_from(ctx, pending),
-            wait_seconds,
-            caller.progress,
+            Waiting(seconds=wait_seconds, on_progress=caller.progress),
         )
         return outcome, [str(i) for i in state.get("asked", [])]
 
@@ -133,7 +136,7 @@ class TurnCalls:
             outcome.status == "waiting_for_input"
             and fresh
             and can_ask_by_input_required(ctx)
-            and await self._service.may_answer_as_person(caller.who, outcome.session_id)
+            and await self._service.access.may_answer_as_person(caller.who, outcome.session_id)
         ):
             return _input_required(outcome, asked, fresh)
         return outcome_result(outcome)
