@@ -39,7 +39,7 @@ from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.retention import RetentionSweep
 from parley.runtime.scheduler import Scheduler
-from parley.runtime.service import SessionService
+from parley.runtime.service import ServiceOptions, SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
@@ -238,17 +238,19 @@ async def running_app(
             store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
         )
         titles = ModelTitles(store, models, clock)
-        service = SessionService(
+        service = SessionService.build(
             store=store,
-            titles=titles,
             agents=agents,
             signals=signals,
-            runtime=config.runtime,
             clock=clock,
             toolbox=toolbox,
-            model_names=sorted(config.models),
-            limits=config.limits.for_auth(config.auth.mode),
-            attachments=config.attachments,
+            options=ServiceOptions(
+                runtime=config.runtime,
+                model_names=sorted(config.models),
+                limits=config.limits.for_auth(config.auth.mode),
+                attachments=config.attachments,
+                titles=titles,
+            ),
         )
         tasks = McpTaskService(
             store=store,
@@ -371,7 +373,7 @@ async def serve_stdio(
         def client_gone() -> None:
             logger.info("stdin closed; answering what was asked, then shutting down")
             gone.set()
-            app.service.end_waits()
+            app.service.waits.end_waits()
             app.shutdown.grace_s = min(app.shutdown.grace_s, CLIENT_GONE_GRACE_S)
 
         await run_stdio(server, config.http.max_request_bytes, client_gone)

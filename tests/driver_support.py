@@ -17,7 +17,7 @@ from parley.core.transitions import starting
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.model import ModelClient
-from parley.runtime.service import SessionService
+from parley.runtime.service import ServiceOptions, SessionService, Waiting
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.storage.ports import Store
@@ -25,6 +25,8 @@ from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S
 
 LEASE_TTL_S = 30.0
+# How the service's calls wait here: not at all (no scheduler runs the turns).
+NO_WAIT = Waiting(seconds=0)
 
 Agents = AgentCatalog | Mapping[str, AgentConfig]
 
@@ -71,13 +73,13 @@ async def drive(
 
 def service(store: Store, agents: Agents) -> SessionService:
     """The session service on `store`; its calls return at once (no scheduler runs the turns)."""
-    return SessionService(
+    return SessionService.build(
         store=store,
         agents=_catalog(agents, store),
         signals=SessionSignals(),
-        runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0),
         clock=time.time,
         toolbox=Toolbox(None),
+        options=ServiceOptions(runtime=RuntimeConfig(default_wait_s=0, max_wait_s=0)),
     )
 
 

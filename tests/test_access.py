@@ -28,8 +28,9 @@ from parley.runtime.access import (
 from parley.runtime.audit import REFUSED_PER_MINUTE, RefusalBudget
 from parley.runtime.decisions import Decision
 from parley.runtime.fair_use import FairUse
+from parley.runtime.service import QuestionAnswer, SendRequest, StartRequest
 from parley.storage.ports import Store
-from tests.driver_support import service
+from tests.driver_support import NO_WAIT, service
 from tests.support import open_test_store
 from tests.test_config import assert_names, only_error, project
 
@@ -200,15 +201,23 @@ async def test_attempts_on_another_principals_session_are_refused_as_not_found_a
     agent = AgentConfig(name="demo", instructions="Help.", limits=AgentLimits(max_turns=1))
     async with open_test_store(tmp_path / "parley.db") as store:
         parley = service(store, {"demo": agent})
-        started = await parley.start_session(ALICE, "demo", "one", 0)
+        started = await parley.messages.start_session(
+            ALICE, StartRequest(agent="demo", message="one"), NO_WAIT
+        )
         sid = started.session_id
         caplog.set_level(logging.INFO, logger="parley.runtime.audit")
         attempts = [
-            ("approve", lambda: parley.approve(BOB, sid, [Decision("int_1", True, None)], 0)),
-            ("answer", lambda: parley.answer_question(BOB, sid, "int_2", "yes", False, 0)),
-            ("cancel", lambda: parley.cancel_turn(BOB, sid, 0)),
-            ("delete_session", lambda: parley.delete_session(BOB, sid)),
-            ("message", lambda: parley.send_message(BOB, sid, "hi", 0)),
+            ("approve", lambda: parley.decisions.approve(BOB, sid, [Decision("int_1", True, None)], NO_WAIT)),
+            (
+                "answer",
+                lambda: parley.decisions.answer_question(BOB, sid, QuestionAnswer("int_2", "yes"), NO_WAIT),
+            ),
+            ("cancel", lambda: parley.lifecycle.cancel_turn(BOB, sid, NO_WAIT)),
+            ("delete_session", lambda: parley.lifecycle.delete_session(BOB, sid)),
+            (
+                "message",
+                lambda: parley.messages.send_message(BOB, SendRequest(session_id=sid, message="hi"), NO_WAIT),
+            ),
         ]
         for _, attempt in attempts:
             with pytest.raises(SessionNotFound):
@@ -226,11 +235,11 @@ async def test_attempts_on_another_principals_session_are_refused_as_not_found_a
         assert f"refused approve by bob on session {sid} (int_1)" in caplog.text
         # Alice's message over the agent's one turn is refused, and recorded too.
         with pytest.raises(SessionLimitReached):
-            await parley.send_message(ALICE, sid, "two", 0)
+            await parley.messages.send_message(ALICE, SendRequest(session_id=sid, message="two"), NO_WAIT)
         assert [(a, s, d["reason"]) for a, s, _, d in await _trail(store, "alice")] == [
             ("message", sid, "turn_limit")
         ]
-        assert (await parley.get_session(ALICE, sid, None, None, None)).session.status != "closed"
+        assert (await parley.reads.get_session(ALICE, sid)).session.status != "closed"
 
 
 async def test_a_flood_of_refused_attempts_fills_at_most_a_minutes_budget_of_entries(tmp_path: Path) -> None:
@@ -239,9 +248,9 @@ async def test_a_flood_of_refused_attempts_fills_at_most_a_minutes_budget_of_ent
         unknown = "ses_" + "0" * 32
         for _ in range(REFUSED_PER_MINUTE + 20):
             with pytest.raises(SessionNotFound):
-                await parley.close_session(BOB, unknown, 0)
+                await parley.lifecycle.close_session(BOB, unknown, 0)
         with pytest.raises(SessionNotFound):
-            await parley.close_session(ALICE, unknown, 0)
+            await parley.lifecycle.close_session(ALICE, unknown, 0)
         assert len(await _trail(store, "bob")) == REFUSED_PER_MINUTE
         assert len(await _trail(store, "alice")) == 1, "the budget is per principal"
     budget = RefusalBudget(per_minute=2)

@@ -22,10 +22,11 @@ from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.agent_catalog import AgentCatalog, definition_of, version_of
 from parley.runtime.agent_reload import AgentReloader
 from parley.runtime.model import ModelResponse, RequestedCall
+from parley.runtime.service import SendRequest
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
-from tests.driver_support import drive, service, started_session
+from tests.driver_support import NO_WAIT, drive, service, started_session
 from tests.support import TEST_DEADLINE_S, open_test_store
 
 pytestmark = pytest.mark.anyio
@@ -92,7 +93,9 @@ async def test_a_turn_finishes_on_the_version_it_started_with_and_the_next_turn_
     catalog.replace({ASKER.name: ASKER_2})
     await answer_pending(store, sid)
     await drive(store, catalog, model, sid, "proc_a")
-    await service(store, catalog).send_message(LOCAL_PRINCIPAL, sid, "second", 0)
+    await service(store, catalog).messages.send_message(
+        LOCAL_PRINCIPAL, SendRequest(session_id=sid, message="second"), NO_WAIT
+    )
     model.add(ModelResponse(text="again"))
     await drive(store, catalog, model, sid, "proc_a")
     model.assert_complete()
@@ -127,9 +130,11 @@ async def test_a_removed_agents_turn_finishes_and_its_session_refuses_new_messag
     assert (turn.status, turn.answer) == ("answered", "done")
     parley = service(store, catalog)
     with pytest.raises(AgentRemoved) as refused:
-        await parley.send_message(LOCAL_PRINCIPAL, sid, "more", 0)
+        await parley.messages.send_message(
+            LOCAL_PRINCIPAL, SendRequest(session_id=sid, message="more"), NO_WAIT
+        )
     assert "its agent 'asker' is no longer configured" in str(refused.value)
-    details = await parley.get_session(LOCAL_PRINCIPAL, sid, None, None, None)
+    details = await parley.reads.get_session(LOCAL_PRINCIPAL, sid)
     assert [t.agent_version for t in details.turns] == [version(ASKER)]
 
 

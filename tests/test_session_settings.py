@@ -25,12 +25,12 @@ from parley.errors import InvalidArgument
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.builtin_tools import ASK_USER
 from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec
-from parley.runtime.service import SessionService
+from parley.runtime.service import SendRequest, SessionQuery, SessionService, StartRequest
 from parley.runtime.toolbox import Binding, Offer
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
+from tests.driver_support import NO_WAIT, service, started_session
 from tests.driver_support import drive as drive_once
-from tests.driver_support import service, started_session
 from tests.support import open_test_store
 
 pytestmark = pytest.mark.anyio
@@ -113,15 +113,15 @@ async def test_enabled_tools_null_gives_the_agent_all_of_its_tools_again(store: 
 
 async def test_a_caller_may_narrow_the_tools_but_never_widen_them(store: Store) -> None:
     parley = helper_service(store)
-    out = await parley.start_session(
-        LOCAL_PRINCIPAL, "helper", None, 0, settings={"enabled_tools": ["ask_user"]}
+    out = await parley.messages.start_session(
+        LOCAL_PRINCIPAL, StartRequest(agent="helper", settings={"enabled_tools": ["ask_user"]}), NO_WAIT
     )
-    details = await parley.get_session(LOCAL_PRINCIPAL, out.session_id, None, None, None)
+    details = await parley.reads.get_session(LOCAL_PRINCIPAL, out.session_id)
     assert details.tools == ["ask_user"]
-    task = await parley.start_session(
-        LOCAL_PRINCIPAL, "helper", None, 0, kind="task", settings={"enabled_tools": []}
+    task = await parley.messages.start_session(
+        LOCAL_PRINCIPAL, StartRequest(agent="helper", kind="task", settings={"enabled_tools": []}), NO_WAIT
     )
-    details = await parley.get_session(LOCAL_PRINCIPAL, task.session_id, None, None, None)
+    details = await parley.reads.get_session(LOCAL_PRINCIPAL, task.session_id)
     assert details.tools == ["set_result"]  # a task session can always hand in its result
     for enabled, problem in [
         (["ask_user", "bash"], "bash: not a tool of agent 'helper'"),
@@ -130,12 +130,18 @@ async def test_a_caller_may_narrow_the_tools_but_never_widen_them(store: Store) 
         ([1], "must be a list of tool names"),
     ]:
         with pytest.raises(InvalidArgument) as refused:
-            await parley.send_message(
-                LOCAL_PRINCIPAL, out.session_id, "hi", 0, settings={"enabled_tools": enabled}
+            await parley.messages.send_message(
+                LOCAL_PRINCIPAL,
+                SendRequest(session_id=out.session_id, message="hi", settings={"enabled_tools": enabled}),
+                NO_WAIT,
             )
         assert refused.value.field == "settings.enabled_tools" and problem in str(refused.value)
     with pytest.raises(InvalidArgument) as refused:
-        await parley.start_session(LOCAL_PRINCIPAL, "helper", "hi", 0, settings={"enabled_tools": ["Read"]})
+        await parley.messages.start_session(
+            LOCAL_PRINCIPAL,
+            StartRequest(agent="helper", message="hi", settings={"enabled_tools": ["Read"]}),
+            NO_WAIT,
+        )
     assert "choose among: write_todos, ask_user, durable_wait" in str(refused.value)
 
 
@@ -159,7 +165,9 @@ async def converse(
     parley = helper_service(store, agent)
     for i, text in enumerate(texts[1:], start=2):
         model.add(ModelResponse(text=f"a{i}"))
-        await parley.send_message(LOCAL_PRINCIPAL, sid, text, 0)
+        await parley.messages.send_message(
+            LOCAL_PRINCIPAL, SendRequest(session_id=sid, message=text), NO_WAIT
+        )
         await drive(store, model, sid, agent)
     model.assert_complete()
     return [[(m.role, m.text) for m in r.messages] for r in model.requests]
@@ -201,8 +209,8 @@ async def test_a_session_may_remember_less_than_its_agent(store: Store) -> None:
 async def test_a_session_may_not_remember_more_than_its_agent(store: Store) -> None:
     window = with_memory(mode="window", messages=5)
     parley = helper_service(store, window)
-    assert await parley.start_session(
-        LOCAL_PRINCIPAL, "helper", None, 0, settings={"memory": {"mode": "none"}}
+    assert await parley.messages.start_session(
+        LOCAL_PRINCIPAL, StartRequest(agent="helper", settings={"memory": {"mode": "none"}}), NO_WAIT
     )
     for memory, field, problem in [
         ({"mode": "full"}, "settings.memory.mode", "would remember more than agent 'helper' does (window)"),
@@ -212,7 +220,9 @@ async def test_a_session_may_not_remember_more_than_its_agent(store: Store) -> N
         ({"size": 3}, "settings.memory", "must be an object"),
     ]:
         with pytest.raises(InvalidArgument) as refused:
-            await parley.start_session(LOCAL_PRINCIPAL, "helper", None, 0, settings={"memory": memory})
+            await parley.messages.start_session(
+                LOCAL_PRINCIPAL, StartRequest(agent="helper", settings={"memory": memory}), NO_WAIT
+            )
         assert refused.value.field == field and problem in str(refused.value)
 
 
@@ -247,16 +257,18 @@ async def test_a_limit_that_counts_takes_a_whole_number_and_a_finite_one(store: 
         ("max_session_seconds", float("nan"), "must be a positive number"),
     ]:
         with pytest.raises(InvalidArgument) as refused:
-            await parley.start_session(LOCAL_PRINCIPAL, "helper", "hi", 0, settings={"limits": {name: value}})
+            await parley.messages.start_session(
+                LOCAL_PRINCIPAL,
+                StartRequest(agent="helper", message="hi", settings={"limits": {name: value}}),
+                NO_WAIT,
+            )
         assert refused.value.field == f"settings.limits.{name}" and problem in str(refused.value), value
-    assert await parley.list_sessions(LOCAL_PRINCIPAL, None, None, None, 10) == ([], None)
+    assert await parley.reads.list_sessions(LOCAL_PRINCIPAL, SessionQuery(limit=10)) == ([], None)
     # Whole numbers (also written 3.0, as some JSON encoders do) and seconds with a fraction pass.
-    out = await parley.start_session(
+    out = await parley.messages.start_session(
         LOCAL_PRINCIPAL,
-        "helper",
-        None,
-        0,
-        settings={"limits": {"max_turns": 3.0, "max_session_seconds": 1.5}},
+        StartRequest(agent="helper", settings={"limits": {"max_turns": 3.0, "max_session_seconds": 1.5}}),
+        NO_WAIT,
     )
-    details = await parley.get_session(LOCAL_PRINCIPAL, out.session_id, None, None, None)
+    details = await parley.reads.get_session(LOCAL_PRINCIPAL, out.session_id)
     assert details.session.settings["limits"] == {"max_turns": 3, "max_session_seconds": 1.5}

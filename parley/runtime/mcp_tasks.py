@@ -23,7 +23,7 @@ from parley.core.records import InterruptRecord, Resolution, TaskRecord, TaskSta
 from parley.errors import InvalidArgument, RequestError
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
-from parley.runtime.service import SessionService, TurnOutcome, cursor_time
+from parley.runtime.service import SessionService, TurnOutcome, Waiting, cursor_time
 from parley.runtime.session_access import AskHuman
 from parley.runtime.signals import SessionSignals, Watch
 from parley.storage.ports import Store
@@ -212,14 +212,18 @@ class McpTaskService:
         try:
             if turn_id is None and task.queued_message_id is not None:
                 try:
-                    await self._service.delete_queued_message(caller, task.session_id, task.queued_message_id)
+                    await self._service.messages.delete_queued_message(
+                        caller, task.session_id, task.queued_message_id
+                    )
                     return
                 except InvalidArgument:
                     # Taken into a turn in the meantime: cancel that turn.
                     queued = await self._store.get_queued(task.queued_message_id)
                     turn_id = queued.turn_id if queued is not None else None
             if turn_id is not None:
-                await self._service.cancel_turn(caller, task.session_id, 0, turn_id=turn_id)
+                await self._service.lifecycle.cancel_turn(
+                    caller, task.session_id, Waiting(seconds=0), turn_id=turn_id
+                )
         except RequestError as exc:
             logger.info("task %s: its turn could not be cancelled: %s", task.id, exc)
 
@@ -234,7 +238,7 @@ class McpTaskService:
         state = await self.get(caller, task_id)
         if state.task.session_id is None or not state.pending:
             return
-        await self._service.apply_answers(
+        await self._service.persons.apply_answers(
             caller, state.task.session_id, answers(state.pending), via="task_input"
         )
 
@@ -256,18 +260,18 @@ class McpTaskService:
                     return task
                 fresh = [i for i in state.pending if i.id not in asked]
                 person = (
-                    await self._service.person_for(caller, task.session_id, ask_human)
+                    await self._service.access.person_for(caller, task.session_id, ask_human)
                     if fresh and task.session_id
                     else None
                 )
                 if person is not None:
                     for interrupt in fresh:
                         asked.add(interrupt.id)
-                        await self._service.put_to_person(
+                        await self._service.persons.put_to_person(
                             person, interrupt, _deadline_of(task, self._clock())
                         )
                 else:
-                    await changes.wait(self._service.poll_interval_s)
+                    await changes.wait(self._service.waits.poll_interval_s)
                 state = await self.get(caller, task_id)
 
     async def follow(
@@ -377,7 +381,11 @@ class McpTaskService:
         if turn_id is None:
             return None
         turn = await self._store.get_turn(turn_id)
-        return await self._service.turn_outcome(turn, record.queued_message_id) if turn is not None else None
+        return (
+            await self._service.reads.turn_outcome(turn, record.queued_message_id)
+            if turn is not None
+            else None
+        )
 
     async def _apply_state(self, record: TaskRecord, outcome: TurnOutcome | None) -> TaskState:
         status: TaskStatus

@@ -36,6 +36,7 @@ from parley.core.states import TURN_ENDED
 from parley.errors import RequestError
 from parley.runtime.access import Principal
 from parley.runtime.decisions import Decision
+from parley.runtime.service import QuestionAnswer, SendRequest, StartRequest, Waiting
 from parley.runtime.session_events import Idle, Reset
 from parley.server.ai_sdk_parts import Chunk, TurnRenderer
 from parley.server.json_text import check_unicode
@@ -128,7 +129,7 @@ class ChatEndpoints:
             raise BadRequest("'messages' must be the chat's messages (a non-empty list of UI messages)")
         last: dict[str, Any] = messages[-1]
         agent = request.query_params.get("agent") or self._default_agent
-        session = await self._ctx.service.find_started(who, chat_key(chat_id))
+        session = await self._ctx.service.reads.find_started(who, chat_key(chat_id))
         if session is not None and session.agent != agent:
             raise ChatConflict(chat_id, session.agent, agent)
         if last.get("role") == "user":
@@ -148,7 +149,7 @@ class ChatEndpoints:
         who = caller(request)
         v7 = _wants_v7(request)
         chat_id = _chat_id(request.path_params["chat_id"])
-        session = await self._ctx.service.find_started(who, chat_key(chat_id))
+        session = await self._ctx.service.reads.find_started(who, chat_key(chat_id))
         turn_id = session.current_turn_id if session is not None else None
         if session is None or turn_id is None:
             return Response(status_code=204)
@@ -160,19 +161,25 @@ class ChatEndpoints:
     async def _send(
         self, who: Principal, chat_id: str, agent: str, session: SessionRecord | None, message: dict[str, Any]
     ) -> _Target:
-        service, events = self._ctx.service, self._ctx.events
+        messages, events = self._ctx.service.messages, self._ctx.events
         text = _user_text(message)
         raw_id = message.get("id")
         client_message_id = message_key(raw_id) if isinstance(raw_id, str) and raw_id else None
         if session is None:
-            started = await service.start_session(
-                who, agent, None, 0, kind="chat", client_message_id=chat_key(chat_id)
+            started = await messages.start_session(
+                who,
+                StartRequest(agent=agent, kind="chat", client_message_id=chat_key(chat_id)),
+                Waiting(seconds=0),
             )
             session_id = started.session_id
         else:
             session_id = session.id
         before = await events.latest_seq(session_id)
-        sent = await service.send_message(who, session_id, text, 0, client_message_id=client_message_id)
+        sent = await messages.send_message(
+            who,
+            SendRequest(session_id=session_id, message=text, client_message_id=client_message_id),
+            Waiting(seconds=0),
+        )
         target = _Target(session_id, before, turn_id=sent.turn_id, message_id=sent.queued_message_id)
         if sent.turn_id is not None:
             # A retried request (the same message id) shows that message's turn from its start.
@@ -185,7 +192,7 @@ class ChatEndpoints:
         """Apply the answers the assistant message carries to the interrupts still pending."""
         service = self._ctx.service
         before = await self._ctx.events.latest_seq(session.id)
-        pending = await service.pending(who, session.id)
+        pending = await service.reads.pending(who, session.id)
         approvals = {i.id: i for i in pending if i.kind == "approval"}
         questions = {i.tool_call_id: i for i in pending if i.kind == "question" and i.tool_call_id}
         decisions: list[Decision] = []
@@ -218,12 +225,14 @@ class ChatEndpoints:
                     )
                 turn_id = question.turn_id
         if decisions:
-            await service.approve(who, session.id, decisions, 0)
+            await service.decisions.approve(who, session.id, decisions, Waiting(seconds=0))
         for interrupt_id, answer, decline in answers:
-            await service.answer_question(who, session.id, interrupt_id, answer, decline, 0)
+            await service.decisions.answer_question(
+                who, session.id, QuestionAnswer(interrupt_id, answer, decline), Waiting(seconds=0)
+            )
         if turn_id is None:
             # Nothing left to decide (a retried request): show the turn that is still unfinished.
-            latest = await service.visible_session(who, session.id)
+            latest = await service.access.visible(who, session.id)
             turn_id = latest.current_turn_id
         return _Target(session.id, before, turn_id=turn_id)
 
@@ -308,17 +317,17 @@ class ChatEndpoints:
         if data.get("queued_message_id") == target.message_id:
             return True
         # A steer takes several messages into one turn; the event names only the first.
-        outcome = await self._ctx.service.wait_for_message(target.session_id, target.message_id, 0)
+        outcome = await self._ctx.service.waits.wait_for_message(target.session_id, target.message_id, 0)
         return outcome.turn_id is not None and outcome.turn_id == turn_id
 
     async def _turn_state(self, target: _Target) -> tuple[str, str | None]:
         """`running`, `waiting_for_input`, how the turn ended, or `dropped` (the message never ran)."""
-        service = self._ctx.service
+        waits = self._ctx.service.waits
         if target.turn_id is not None:
-            outcome = await service.wait_for_turn(target.session_id, target.turn_id, 0)
+            outcome = await waits.wait_for_turn(target.session_id, target.turn_id, 0)
         else:
             assert target.message_id is not None
-            outcome = await service.wait_for_message(target.session_id, target.message_id, 0)
+            outcome = await waits.wait_for_message(target.session_id, target.message_id, 0)
             if outcome.turn_id is None and outcome.status == "cancelled":
                 return "dropped", outcome.error
         status = (

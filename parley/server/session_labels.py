@@ -71,6 +71,6 @@ async def update_session(
 ) -> CallToolResult:
     """Name a session and tag it, to find it again with list_sessions(title=..., tag=...). A
     session gets a title from its first message until you give it one."""
-    session = await service.update_session(caller.who, args.session_id, args.title, args.tags)
+    session = await service.lifecycle.update_session(caller.who, args.session_id, args.title, args.tags)
     view = session_summary(session)
     return ok(view, render_labels(view))

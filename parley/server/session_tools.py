@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
-from parley.runtime.service import SessionService
+from parley.runtime.service import MessagesPage, SessionQuery, SessionService, Waiting
 from parley.runtime.session_labels import session_filter
 from parley.server.attachment_content import attachment_block
 from parley.server.render import (
@@ -40,8 +40,8 @@ from parley.server.wire import (
 async def list_agents(service: SessionService, caller: Caller, args: NoArguments) -> CallToolResult:
     """List the agents you can start sessions with: name, description, tools and limits."""
     view = AgentList(
-        agents=[agent_view(*described) for described in await service.describe_agents(caller.who)],
-        models=service.model_names,
+        agents=[agent_view(*described) for described in await service.reads.describe_agents(caller.who)],
+        models=service.reads.model_names,
     )
     return ok(view, render_agents(view))
 
@@ -64,7 +64,7 @@ async def delete_queued_message(
 ) -> CallToolResult:
     """Drop a message that no turn has taken yet. Deleting it again changes nothing."""
     session_id, queued_message_id = args.session_id, args.queued_message_id
-    status = await service.delete_queued_message(caller.who, session_id, queued_message_id)
+    status = await service.messages.delete_queued_message(caller.who, session_id, queued_message_id)
     view = DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status)
     return ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
 
@@ -108,11 +108,14 @@ async def get_session(service: SessionService, caller: Caller, args: GetSessionA
 
     With wait_seconds, first wait (bounded) until a running session rests."""
     who, session_id = caller.who, args.session_id
-    blob = await service.attachment(who, session_id, args.attachment) if args.attachment else None
-    snapshot = await service.get_session(
-        who, session_id, args.wait_seconds, args.messages_from, args.messages_limit, caller.progress
+    blob = await service.reads.attachment(who, session_id, args.attachment) if args.attachment else None
+    snapshot = await service.reads.get_session(
+        who,
+        session_id,
+        MessagesPage(start=args.messages_from, limit=args.messages_limit),
+        Waiting(seconds=args.wait_seconds, on_progress=caller.progress),
     )
-    last = await service.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
+    last = await service.reads.turn_outcome(snapshot.last_turn) if snapshot.last_turn else None
     view = session_view(snapshot, last)
     result = ok(view, render_session(view))
     if blob is not None:
@@ -127,8 +130,8 @@ class ListPendingArguments(ToolArguments):
 async def list_pending(service: SessionService, caller: Caller, args: ListPendingArguments) -> CallToolResult:
     """List the approvals and questions waiting for your decision, oldest first: those of your own
     sessions, and those of the agents you approve for (whoever owns the session)."""
-    found = await service.list_pending(caller.who, args.limit)
-    view = PendingList(pending=[pending_item(p, service.decider(caller.who, p)) for p in found])
+    found = await service.reads.list_pending(caller.who, args.limit)
+    view = PendingList(pending=[pending_item(p, service.reads.decider(caller.who, p)) for p in found])
     return ok(view, render_pending_list(view))
 
 
@@ -161,8 +164,16 @@ async def list_sessions(
     """List your sessions, newest first, a page at a time; narrow them by status, agent, title
     text, tag and creation time (pass the same narrowing with each page's cursor)."""
     match = session_filter(args.title, args.tag, args.created_after, args.created_before)
-    sessions, next_cursor = await service.list_sessions(
-        caller.who, args.status, args.agent, args.cursor, args.limit, args.owner, match
+    sessions, next_cursor = await service.reads.list_sessions(
+        caller.who,
+        SessionQuery(
+            limit=args.limit,
+            status=args.status,
+            agent=args.agent,
+            cursor=args.cursor,
+            owner=args.owner,
+            match=match,
+        ),
     )
     view = SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=next_cursor)
     return ok(view, render_sessions(view))
@@ -183,8 +194,11 @@ class CancelTurnArguments(ToolArguments):
 async def cancel_turn(service: SessionService, caller: Caller, args: CancelTurnArguments) -> CallToolResult:
     """Stop the session's running turn now. A tool call that already started finishes and its
     result is kept; queued messages still run. Cancelling when nothing runs changes nothing."""
-    outcome = await service.cancel_turn(
-        caller.who, args.session_id, args.wait_seconds, caller.progress, args.turn_id
+    outcome = await service.lifecycle.cancel_turn(
+        caller.who,
+        args.session_id,
+        Waiting(seconds=args.wait_seconds, on_progress=caller.progress),
+        args.turn_id,
     )
     return outcome_result(outcome)
 
@@ -197,7 +211,7 @@ class EndSessionArguments(ToolArguments):
 async def close_session(service: SessionService, caller: Caller, args: EndSessionArguments) -> CallToolResult:
     """End a session: cancel its running turn, drop its queued messages, take no more messages.
     It stays readable with get_session."""
-    session = await service.close_session(caller.who, args.session_id, args.wait_seconds)
+    session = await service.lifecycle.close_session(caller.who, args.session_id, args.wait_seconds)
     view = CloseResult(session_id=session.id, status=session.status, closed_reason=session.closed_reason)
     return ok(view, render_close(view))
 
@@ -208,6 +222,6 @@ async def delete_session(
     """Delete a session and everything of it (its transcript, turns, events, queue, tasks); the
     audit keeps the fact. A session running a turn is closed first (the turn cancelled) and
     deleted as soon as it rests."""
-    status = await service.delete_session(caller.who, args.session_id, args.wait_seconds)
+    status = await service.lifecycle.delete_session(caller.who, args.session_id, args.wait_seconds)
     view = DeleteSessionResult(session_id=args.session_id, status=status)
     return ok(view, f"Session {args.session_id}: {status}. It is gone for good; the audit keeps the fact.")

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 READ_CHUNK = 65536
 # How long the requests read before stdin closed may take to be answered. Waits answer at once
-# then (SessionService.end_waits), so this bounds only work that cannot be cut short; the SDK's
+# then (Waits.end_waits), so this bounds only work that cannot be cut short; the SDK's
 # stdio client kills a server 2 s after closing its stdin.
 CLIENT_GONE_ANSWER_S = 0.4
 

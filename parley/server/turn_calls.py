@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypedDict, cast
+from typing import cast
 
 from mcp.server.mcpserver import Context
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
@@ -19,7 +19,7 @@ from parley.core.records import InterruptRecord
 from parley.errors import RequestError, StorageUnavailable
 from parley.runtime.access import Principal
 from parley.runtime.progress import ProgressFn
-from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.service import SessionService, TurnOutcome, Waiting
 from parley.runtime.session_access import AskHuman
 from parley.server.elicitation import (
     answers_from,
@@ -75,14 +75,6 @@ def progress_of(ctx: Context) -> ProgressFn | None:
     return report
 
 
-class TurnHooks(TypedDict):
-    """How a running turn reaches its caller: the keyword arguments of every SessionService call
-    that starts or resumes a turn (`**caller.hooks`)."""
-
-    on_progress: ProgressFn | None
-    ask_human: AskHuman | None
-
-
 @dataclass(frozen=True, slots=True)
 class Caller:
     """Who makes a tool call, and how its work reaches them while it runs: progress
@@ -93,9 +85,9 @@ class Caller:
     progress: ProgressFn | None
     ask_human: AskHuman | None
 
-    @property
-    def hooks(self) -> TurnHooks:
-        return {"on_progress": self.progress, "ask_human": self.ask_human}
+    def waiting(self, seconds: float | None) -> Waiting:
+        """How this caller waits for its turn: at most `seconds`, told and asked as it runs."""
+        return Waiting(seconds=seconds, on_progress=self.progress, ask_human=self.ask_human)
 
 
 TurnStart = Callable[[Caller], Awaitable[TurnOutcome]]
@@ -135,14 +127,13 @@ class ToolCalls:
         state = retry_state(ctx) if can_ask_by_input_required(ctx) else None
         if not state or not state.get("turn_id"):
             return None, []
-        pending = await self._service.pending(caller.who, str(state["session_id"]))
-        outcome = await self._service.resume_with_answers(
+        pending = await self._service.reads.pending(caller.who, str(state["session_id"]))
+        outcome = await self._service.decisions.resume_with_answers(
             caller.who,
             str(state["session_id"]),
             str(state["turn_id"]),
             answers_from(ctx, pending),
-            wait_seconds,
-            caller.progress,
+            Waiting(seconds=wait_seconds, on_progress=caller.progress),
         )
         return outcome, [str(i) for i in state.get("asked", [])]
 
@@ -157,7 +148,7 @@ class ToolCalls:
             outcome.status == "waiting_for_input"
             and fresh
             and can_ask_by_input_required(ctx)
-            and await self._service.may_answer_as_person(caller.who, outcome.session_id)
+            and await self._service.access.may_answer_as_person(caller.who, outcome.session_id)
         ):
             return _input_required(outcome, asked, fresh)
         return outcome_result(outcome)

@@ -1,6 +1,6 @@
 """The tools that start or resume a turn: their arguments and handlers (rows in tools.py). Each
 handler is only its service call; the caller's identity, progress and questions come with it
-(`caller.who`, `**caller.hooks`), the rest is the one path of turn_calls.py."""
+(`caller.who`, `caller.waiting(...)`), the rest is the one path of turn_calls.py."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from parley.runtime.decisions import Decision
-from parley.runtime.service import SessionService, TurnOutcome
+from parley.runtime.service import QuestionAnswer, SendRequest, SessionService, StartRequest, TurnOutcome
 from parley.server.tool_args import (
     AttachmentsArg,
     ClientMessageIdArg,
@@ -52,17 +52,18 @@ async def start_session(service: SessionService, caller: Caller, args: StartSess
     Returns a turn outcome: status 'answered' with the answer, 'completed' with a task's result,
     'running' if the turn outlasted wait_seconds (then call get_session with wait_seconds), or
     'failed'/'cancelled'. Keep the session_id to continue with send_message."""
-    return await service.start_session(
+    return await service.messages.start_session(
         caller.who,
-        args.agent,
-        args.message,
-        args.wait_seconds,
-        kind=args.kind,
-        inputs=args.inputs,
-        client_message_id=args.client_message_id,
-        settings=args.settings,
-        attachments=args.attachments,
-        **caller.hooks,
+        StartRequest(
+            agent=args.agent,
+            message=args.message,
+            kind=args.kind,
+            inputs=args.inputs,
+            client_message_id=args.client_message_id,
+            settings=args.settings,
+            attachments=args.attachments,
+        ),
+        caller.waiting(args.wait_seconds),
     )
 
 
@@ -97,17 +98,18 @@ async def send_message(service: SessionService, caller: Caller, args: SendMessag
 
     A message sent while a turn runs is queued and answered in its own turn, in order; with
     steer=true it interrupts the running turn at its next step boundary instead."""
-    return await service.send_message(
+    return await service.messages.send_message(
         caller.who,
-        args.session_id,
-        args.message,
-        args.wait_seconds,
-        client_message_id=args.client_message_id,
-        steer=args.steer,
-        queued_message_id=args.queued_message_id,
-        settings=args.settings,
-        attachments=args.attachments,
-        **caller.hooks,
+        SendRequest(
+            session_id=args.session_id,
+            message=args.message,
+            client_message_id=args.client_message_id,
+            steer=args.steer,
+            queued_message_id=args.queued_message_id,
+            settings=args.settings,
+            attachments=args.attachments,
+        ),
+        caller.waiting(args.wait_seconds),
     )
 
 
@@ -130,7 +132,9 @@ async def approve(service: SessionService, caller: Caller, args: ApproveArgument
     Approved calls run; a rejected call is not run and the agent reads your reason. Repeating a
     decision that was already made succeeds and changes nothing."""
     decisions = [Decision(d.interrupt_id, d.approved, d.reason) for d in args.decisions]
-    return await service.approve(caller.who, args.session_id, decisions, args.wait_seconds, **caller.hooks)
+    return await service.decisions.approve(
+        caller.who, args.session_id, decisions, caller.waiting(args.wait_seconds)
+    )
 
 
 class AnswerQuestionArguments(TurnArguments):
@@ -149,12 +153,9 @@ async def answer_question(
     service: SessionService, caller: Caller, args: AnswerQuestionArguments
 ) -> TurnOutcome:
     """Answer (or decline) a question the agent asked, then wait for the resumed turn."""
-    return await service.answer_question(
+    return await service.decisions.answer_question(
         caller.who,
         args.session_id,
-        args.interrupt_id,
-        args.answer,
-        args.decline,
-        args.wait_seconds,
-        **caller.hooks,
+        QuestionAnswer(args.interrupt_id, args.answer, args.decline),
+        caller.waiting(args.wait_seconds),
     )

@@ -13,6 +13,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parley.runtime.decisions import Decision
+from parley.runtime.service import (
+    MessagesPage,
+    QuestionAnswer,
+    SendRequest,
+    SessionQuery,
+    StartRequest,
+    Waiting,
+)
 from parley.runtime.session_labels import session_filter
 from parley.server.arguments import argument_errors
 from parley.server.json_text import check_unicode
@@ -162,103 +170,114 @@ class JsonEndpoints:
         match = session_filter(
             query.get("title"), query.get("tag"), query.get("created_after"), query.get("created_before")
         )
-        sessions, cursor = await self._service.list_sessions(
+        sessions, cursor = await self._service.reads.list_sessions(
             caller(request),
-            query.get("status"),
-            query.get("agent"),
-            query.get("cursor"),
-            _int_param(request, "limit", 1, 100) or 20,
-            query.get("owner"),
-            match,
+            SessionQuery(
+                limit=_int_param(request, "limit", 1, 100) or 20,
+                status=query.get("status"),
+                agent=query.get("agent"),
+                cursor=query.get("cursor"),
+                owner=query.get("owner"),
+                match=match,
+            ),
         )
         return _json(SessionList(sessions=[session_summary(s) for s in sessions], next_cursor=cursor))
 
     async def _get(self, request: Request) -> Response:
-        details = await self._service.get_session(
-            caller(request),
-            request.path_params["session_id"],
-            _float_param(request, "wait_seconds"),
-            _int_param(request, "messages_from", 1, 2**53),
-            _int_param(request, "messages_limit", 1, 200),
+        wait_seconds = _float_param(request, "wait_seconds")
+        page = MessagesPage(
+            start=_int_param(request, "messages_from", 1, 2**53),
+            limit=_int_param(request, "messages_limit", 1, 200),
         )
-        last = await self._service.turn_outcome(details.last_turn) if details.last_turn else None
+        reads = self._service.reads
+        details = await reads.get_session(
+            caller(request), request.path_params["session_id"], page, Waiting(seconds=wait_seconds)
+        )
+        last = await reads.turn_outcome(details.last_turn) if details.last_turn else None
         return _json(session_view(details, last))
 
     async def _start(self, request: Request) -> Response:
         body = await _read(request, StartBody, "POST /v1/sessions")
-        outcome = await self._service.start_session(
+        outcome = await self._service.messages.start_session(
             caller(request),
-            body.agent,
-            body.message,
-            body.wait_seconds,
-            kind=body.kind,
-            inputs=body.inputs,
-            client_message_id=body.client_message_id,
-            settings=body.settings,
-            attachments=body.attachments,
+            StartRequest(
+                agent=body.agent,
+                message=body.message,
+                kind=body.kind,
+                inputs=body.inputs,
+                client_message_id=body.client_message_id,
+                settings=body.settings,
+                attachments=body.attachments,
+            ),
+            Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome), 201)
 
     async def _send(self, request: Request) -> Response:
         body = await _read(request, MessageBody, "POST /v1/sessions/{id}/messages")
-        outcome = await self._service.send_message(
+        outcome = await self._service.messages.send_message(
             caller(request),
-            request.path_params["session_id"],
-            body.message,
-            body.wait_seconds,
-            client_message_id=body.client_message_id,
-            steer=body.steer,
-            queued_message_id=body.queued_message_id,
-            settings=body.settings,
-            attachments=body.attachments,
+            SendRequest(
+                session_id=request.path_params["session_id"],
+                message=body.message,
+                client_message_id=body.client_message_id,
+                steer=body.steer,
+                queued_message_id=body.queued_message_id,
+                settings=body.settings,
+                attachments=body.attachments,
+            ),
+            Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome))
 
     async def _steer(self, request: Request) -> Response:
         body = await _read(request, SteerBody, "POST /v1/sessions/{id}/steer")
-        outcome = await self._service.send_message(
+        outcome = await self._service.messages.send_message(
             caller(request),
-            request.path_params["session_id"],
-            body.message,
-            body.wait_seconds,
-            client_message_id=body.client_message_id,
-            steer=True,
-            queued_message_id=body.queued_message_id,
+            SendRequest(
+                session_id=request.path_params["session_id"],
+                message=body.message,
+                client_message_id=body.client_message_id,
+                steer=True,
+                queued_message_id=body.queued_message_id,
+            ),
+            Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome))
 
     async def _cancel(self, request: Request) -> Response:
         body = await _read(request, CancelBody, "POST /v1/sessions/{id}/cancel")
-        outcome = await self._service.cancel_turn(
-            caller(request), request.path_params["session_id"], body.wait_seconds, None, body.turn_id
+        outcome = await self._service.lifecycle.cancel_turn(
+            caller(request),
+            request.path_params["session_id"],
+            Waiting(seconds=body.wait_seconds),
+            body.turn_id,
         )
         return _json(outcome_view(outcome))
 
     async def _approve(self, request: Request) -> Response:
         body = await _read(request, ApproveBody, "POST /v1/sessions/{id}/approve")
-        outcome = await self._service.approve(
+        outcome = await self._service.decisions.approve(
             caller(request),
             request.path_params["session_id"],
             [Decision(d.interrupt_id, d.approved, d.reason) for d in body.decisions],
-            body.wait_seconds,
+            Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome))
 
     async def _answer(self, request: Request) -> Response:
         body = await _read(request, AnswerBody, "POST /v1/sessions/{id}/answer")
-        outcome = await self._service.answer_question(
+        outcome = await self._service.decisions.answer_question(
             caller(request),
             request.path_params["session_id"],
-            body.interrupt_id,
-            body.answer,
-            body.decline,
-            body.wait_seconds,
+            QuestionAnswer(body.interrupt_id, body.answer, body.decline),
+            Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome))
 
     async def _close(self, request: Request) -> Response:
         body = await _read(request, CloseBody, "POST /v1/sessions/{id}/close")
-        session = await self._service.close_session(
+        session = await self._service.lifecycle.close_session(
             caller(request), request.path_params["session_id"], body.wait_seconds
         )
         return _json(
@@ -266,7 +285,7 @@ class JsonEndpoints:
         )
 
     async def _attachment(self, request: Request) -> Response:
-        blob = await self._service.attachment(
+        blob = await self._service.reads.attachment(
             caller(request), request.path_params["session_id"], request.path_params["sha256"]
         )
         # The bytes as they came, never rendered here: a download, of the type the sender named.
@@ -281,23 +300,26 @@ class JsonEndpoints:
 
     async def _update(self, request: Request) -> Response:
         body = await _read(request, LabelsBody, "PATCH /v1/sessions/{id}")
-        session = await self._service.update_session(
+        session = await self._service.lifecycle.update_session(
             caller(request), request.path_params["session_id"], body.title, body.tags
         )
         return _json(session_summary(session))
 
     async def _delete(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
-        status = await self._service.delete_session(
+        status = await self._service.lifecycle.delete_session(
             caller(request), session_id, _float_param(request, "wait_seconds")
         )
         return _json(DeleteSessionResult(session_id=session_id, status=status))
 
     async def _pending(self, request: Request) -> Response:
         who = caller(request)
-        found = await self._service.list_pending(who, _int_param(request, "limit", 1, 200) or 50)
-        return _json(PendingList(pending=[pending_item(p, self._service.decider(who, p)) for p in found]))
+        reads = self._service.reads
+        found = await reads.list_pending(who, _int_param(request, "limit", 1, 200) or 50)
+        return _json(PendingList(pending=[pending_item(p, reads.decider(who, p)) for p in found]))
 
     async def _agents(self, request: Request) -> Response:
-        described = await self._service.describe_agents(caller(request))
-        return _json(AgentList(agents=[agent_view(*d) for d in described], models=self._service.model_names))
+        described = await self._service.reads.describe_agents(caller(request))
+        return _json(
+            AgentList(agents=[agent_view(*d) for d in described], models=self._service.reads.model_names)
+        )

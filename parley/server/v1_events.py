@@ -24,6 +24,7 @@ from parley.core.records import EventRecord, InterruptRecord, SessionRecord, Too
 from parley.core.states import DRIVEN_SESSION
 from parley.errors import SessionNotFound
 from parley.runtime.access import Principal, may_see
+from parley.runtime.service import SessionQuery
 from parley.runtime.session_events import EVENT_PAGE, INTERRUPT_KINDS, EventPage, Idle, Reset
 from parley.server.sse import SseResponse, comment, frame
 from parley.server.v1_common import V1Context, caller, event_position, guarded
@@ -94,7 +95,7 @@ class SessionStream:
 
     async def _open(self, request: Request) -> Response:
         who = caller(request)
-        session = await self._ctx.service.visible_session(who, request.path_params["session_id"])
+        session = await self._ctx.service.access.visible(who, request.path_params["session_id"])
         after = event_position(request)
         if after is None:
             after = await self._ctx.events.latest_seq(session.id)
@@ -134,21 +135,21 @@ class SessionStream:
                         shown = event_json(event, item)
                         if event.kind == "interrupt_raised":
                             # Whether this caller may decide it (else who does), as /v1/pending says.
-                            decider = self._ctx.service.decider(who, session)
+                            decider = self._ctx.service.reads.decider(who, session)
                             shown |= {"may_decide": decider.may_decide, "decided_by": decider.decided_by}
                         yield frame(shown, event_id=event.seq)
 
     async def _still_there(self, who: Principal, session_id: SessionId) -> bool:
         try:
-            await self._ctx.service.visible_session(who, session_id)
+            await self._ctx.service.access.visible(who, session_id)
         except SessionNotFound:
             return False
         return True
 
     async def _state(self, who: Principal, session_id: SessionId, seq: int) -> dict[str, Any]:
-        service = self._ctx.service
-        details = await service.get_session(who, session_id, None, None, None)
-        last = await service.turn_outcome(details.last_turn) if details.last_turn else None
+        reads = self._ctx.service.reads
+        details = await reads.get_session(who, session_id)
+        last = await reads.turn_outcome(details.last_turn) if details.last_turn else None
         return {"kind": "state", "seq": seq, "session": session_view(details, last).model_dump(mode="json")}
 
 
@@ -188,18 +189,18 @@ class OwnerStream:
         )
 
     async def _frames(self, who: Principal) -> AsyncGenerator[bytes, None]:
-        service, events = self._ctx.service, self._ctx.events
+        reads, events = self._ctx.service.reads, self._ctx.events
         opened_at = time.time()
         with ExitStack() as following, events.signals.tapping() as tap:
             following.enter_context(events.watch.following_owner(who.id))
             active: list[SessionRecord] = []
             for status in sorted(DRIVEN_SESSION):  # sorted: the same order every time
-                found, _ = await service.list_sessions(who, status, None, None, 100)
+                found, _ = await reads.list_sessions(who, SessionQuery(limit=100, status=status))
                 active += found
             positions: dict[SessionId, int] = dict(await events.latest_seqs([s.id for s in active]))
             for session_id in positions:
                 following.enter_context(events.watch.following(session_id))
-            pending = await service.list_pending(who, 200)
+            pending = await reads.list_pending(who, 200)
             yield f"retry: {RECONNECT_MS}\n\n".encode()
             yield frame(
                 {
@@ -209,7 +210,7 @@ class OwnerStream:
                         for s in active
                     ],
                     "pending": [
-                        pending_item(p, service.decider(who, p)).model_dump(mode="json") for p in pending
+                        pending_item(p, reads.decider(who, p)).model_dump(mode="json") for p in pending
                     ],
                 }
             )
@@ -245,7 +246,7 @@ class OwnerStream:
         """Whether the session is the caller's (else only its interrupts are), and the position to
         follow it from: its events made since the stream opened. None: nothing of it is shown."""
         try:
-            session = await self._ctx.service.decidable_session(who, session_id)
+            session = await self._ctx.service.access.decidable(who, session_id)
         except SessionNotFound:
             return None
         latest = await self._ctx.events.latest_seq(session_id)

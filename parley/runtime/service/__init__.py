@@ -1,0 +1,123 @@
+"""The operations callers perform on sessions, independent of MCP, by role:
+
+- commands: `messages` (start_session, send_message, delete_queued_message; messages.py),
+  `decisions` (approve, answer_question, the retry of an input-required round; decide.py),
+  `lifecycle` (cancel_turn, close_session, update_session, delete_session; lifecycle.py);
+- `waits`: the one bounded wait and the waits built on it (waits.py);
+- `reads`: what a caller is shown (reads.py), of outcomes.py's TurnOutcome and SessionDetails;
+- `persons`: answers given by the person behind a caller's client (persons.py);
+- boundary checks: the arguments (checks.py) and who may reach a session (`access`,
+  session_access.py), both before a command stores anything.
+
+Every mutating command commits first and then waits, bounded, for the turn that consumes the
+caller's message. The wait is only the caller's: cancelling it (a client timeout, a dropped
+connection) never touches the turn. What a command carries comes in small requests
+(requests.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from parley.config import RuntimeConfig
+from parley.config_attachments import AttachmentsConfig
+from parley.config_auth import LimitsConfig
+from parley.runtime.agent_catalog import AgentCatalog
+from parley.runtime.audit import Audit
+from parley.runtime.decisions import Decisions
+from parley.runtime.fair_use import FairUse
+from parley.runtime.model_titles import ModelTitles
+from parley.runtime.service.checks import Checks, cursor_time, render_first_message
+from parley.runtime.service.decide import DecisionCommands
+from parley.runtime.service.lifecycle import LifecycleCommands
+from parley.runtime.service.messages import MessageCommands
+from parley.runtime.service.outcomes import SessionDetails, TurnOutcome
+from parley.runtime.service.parts import Parts
+from parley.runtime.service.persons import PersonAnswers
+from parley.runtime.service.reads import Reads
+from parley.runtime.service.requests import (
+    MessagesPage,
+    QuestionAnswer,
+    SendRequest,
+    SessionQuery,
+    StartRequest,
+    Waiting,
+)
+from parley.runtime.service.waits import Waits
+from parley.runtime.session_access import SessionAccess
+from parley.runtime.session_steps import SessionSteps
+from parley.runtime.signals import SessionSignals
+from parley.runtime.toolbox import Toolbox
+from parley.storage.ports import Store
+
+__all__ = [
+    "MessagesPage",
+    "QuestionAnswer",
+    "SendRequest",
+    "ServiceOptions",
+    "SessionDetails",
+    "SessionQuery",
+    "SessionService",
+    "StartRequest",
+    "TurnOutcome",
+    "Waiting",
+    "cursor_time",
+    "render_first_message",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceOptions:
+    """How the service is configured: the runtime settings, the models a session may choose,
+    fair use limits, attachment limits, and the titler of sessions by a model (if any)."""
+
+    runtime: RuntimeConfig
+    model_names: Sequence[str] = ()
+    limits: LimitsConfig | None = None
+    attachments: AttachmentsConfig | None = None
+    titles: ModelTitles | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionService:
+    """The session service's roles, wired once (`build`); a caller takes the ones it needs."""
+
+    messages: MessageCommands
+    decisions: DecisionCommands
+    lifecycle: LifecycleCommands
+    waits: Waits
+    reads: Reads
+    persons: PersonAnswers
+    access: SessionAccess
+    audit: Audit
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        store: Store,
+        agents: AgentCatalog,
+        signals: SessionSignals,
+        clock: Callable[[], float],
+        toolbox: Toolbox,
+        options: ServiceOptions,
+    ) -> SessionService:
+        audit = Audit(store, clock)
+        access = SessionAccess(store, agents, audit)
+        parts = Parts(store, SessionSteps(store), agents, signals, options.runtime, clock, audit, access)
+        checks = Checks(
+            agents, options.runtime, toolbox, options.model_names, options.attachments or AttachmentsConfig()
+        )
+        persons = PersonAnswers(parts)
+        waits = Waits(parts, persons)
+        fair_use = FairUse(options.limits or LimitsConfig(), store)
+        return cls(
+            messages=MessageCommands(parts, checks, waits, fair_use, options.titles),
+            decisions=DecisionCommands(parts, checks, waits, Decisions(store, agents, clock), persons),
+            lifecycle=LifecycleCommands(parts, checks, waits),
+            waits=waits,
+            reads=Reads(parts, checks, waits, toolbox, options.model_names),
+            persons=persons,
+            access=access,
+            audit=audit,
+        )

@@ -1,0 +1,201 @@
+"""The caller's waits, all on one bounded-wait primitive (`Waits.until`): for the turn that takes
+a message, for a turn to rest, for a session to rest. A wait is only the caller's: cancelling it
+(a client timeout, a dropped connection) never touches the turn."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+
+from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.records import SessionRecord
+from parley.core.states import TURN_ENDED
+from parley.errors import SessionNotFound
+from parley.runtime.progress import ProgressFeed, ProgressFn
+from parley.runtime.service.outcomes import TurnOutcome, outcome, turn_view, waits_for_input
+from parley.runtime.service.parts import Parts
+from parley.runtime.service.persons import PersonAnswers
+from parley.runtime.session_access import Person
+
+T = TypeVar("T")
+
+
+class _Again:
+    """What a look of `until` answers to look again at once (something changed it already knows of)."""
+
+
+AGAIN = _Again()
+
+# A look of `until`: told whether the wait is over (then it must answer), it answers, says
+# AGAIN, or None to wait for the next change.
+Look = Callable[[bool], Awaitable[T | _Again | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Follow:
+    """Who follows a turn while it is waited for: its progress feed, and the person asked about
+    its interrupts (None: nobody is asked)."""
+
+    progress: ProgressFeed
+    person: Person | None
+
+
+class Waits:
+    def __init__(self, parts: Parts, persons: PersonAnswers) -> None:
+        self._parts = parts
+        self._persons = persons
+        # Set when the only client left (stdin closed): every wait answers at once.
+        self._waits_ended = False
+
+    def end_waits(self) -> None:
+        """The client is gone: every wait, running or still to come, answers now with what it has
+        (a turn still running says so, with its session id) instead of waiting out its time."""
+        self._waits_ended = True
+        self._parts.signals.everything_changed()
+
+    @property
+    def poll_interval_s(self) -> float:
+        """How often a wait looks at the database by itself (longer while the change feed is live)."""
+        return self._parts.signals.poll_interval_s
+
+    async def until(
+        self, session_id: SessionId, wait_s: float, look: Look[T], progress: ProgressFeed | None = None
+    ) -> T:
+        """The one bounded wait: look at the session until `look` has an answer, waking on each
+        change of the session (or every poll interval, for changes made by other processes).
+        `look(last)` is told when the wait is over and must answer then; AGAIN looks at once."""
+        signals = self._parts.signals
+        deadline = anyio.current_time() + wait_s
+        # Watched from before the first look: a change committed while a look reads wakes the next wait.
+        with signals.watching(session_id) as changes:
+            while True:
+                remaining = deadline - anyio.current_time()
+                found = await look(remaining <= 0 or self._waits_ended)
+                if found is AGAIN:
+                    continue
+                if found is not None:
+                    return found  # type: ignore[return-value]
+                await changes.wait(min(max(remaining, 0.0), signals.poll_interval_s))
+                if progress is not None:
+                    await progress.poll()
+
+    async def wait_for_message(
+        self,
+        session_id: SessionId,
+        message_id: QueuedMessageId,
+        wait_s: float,
+        on_progress: ProgressFn | None = None,
+        person: Person | None = None,
+    ) -> TurnOutcome:
+        """Wait for the turn that consumes this message to rest, at most `wait_s` seconds."""
+        store = self._parts.store
+        deadline = anyio.current_time() + wait_s
+        progress = await self._progress(session_id, on_progress)
+
+        async def taken(last: bool) -> TurnOutcome | None:
+            queued = await store.get_queued(message_id)
+            if queued is not None and queued.status == "dropped":
+                latest = await store.get_session(session_id)
+                return TurnOutcome(
+                    session_id=session_id,
+                    turn_id=None,
+                    status="cancelled",
+                    error="The session ended before this message was taken into a turn.",
+                    queued_message_id=message_id,
+                    session_status=latest.status if latest else None,
+                )
+            if queued is not None and queued.turn_id is not None:
+                remaining = max(0.0, deadline - anyio.current_time())
+                follow = _Follow(progress, person)
+                return await self._wait_turn(session_id, queued.turn_id, remaining, message_id, follow)
+            if not last:
+                return None
+            session = await store.get_session(session_id)
+            return TurnOutcome(
+                session_id=session_id,
+                turn_id=None,
+                status="running",
+                queued_message_id=message_id,
+                session_status=session.status if session else None,
+            )
+
+        return await self.until(session_id, wait_s, taken, progress)
+
+    async def wait_for_turn(
+        self,
+        session_id: SessionId,
+        turn_id: TurnId,
+        wait_s: float,
+        on_progress: ProgressFn | None = None,
+        person: Person | None = None,
+    ) -> TurnOutcome:
+        """Wait for the turn to rest (or to wait for input), at most `wait_s` seconds."""
+        progress = await self._progress(session_id, on_progress)
+        return await self._wait_turn(session_id, turn_id, wait_s, None, _Follow(progress, person))
+
+    async def wait_until_rest(
+        self, session_id: SessionId, wait_s: float, on_progress: ProgressFn | None = None
+    ) -> SessionRecord:
+        """The session once it runs no turn, or as it is when `wait_s` seconds are over."""
+        store = self._parts.store
+        progress = await self._progress(session_id, on_progress)
+
+        async def at_rest(last: bool) -> SessionRecord | None:
+            session = await store.get_session(session_id)
+            if session is None:
+                raise SessionNotFound(session_id)
+            return session if session.status != "running" or last else None
+
+        return await self.until(session_id, wait_s, at_rest, progress)
+
+    async def _wait_turn(
+        self,
+        session_id: SessionId,
+        turn_id: TurnId,
+        wait_s: float,
+        message_id: QueuedMessageId | None,
+        follow: _Follow,
+    ) -> TurnOutcome:
+        store, steps = self._parts.store, self._parts.steps
+        progress, person = follow.progress, follow.person
+        deadline = anyio.current_time() + wait_s
+        asked: set[str] = set()
+
+        async def rested(last: bool) -> TurnOutcome | _Again | None:
+            if not last:
+                # Most wake-ups come from a step of the turn still running: the session row says
+                # so (a turn that rests leaves it in the same write), so that is all read then.
+                session = await store.get_session(session_id)
+                if session is not None and session.current_turn_id == turn_id and session.status == "running":
+                    return None
+            # One read: the session with this turn, its calls and its interrupts.
+            snapshot = await steps.look(session_id, turn_view(turn_id))
+            turn = snapshot.turn if snapshot is not None else None
+            if snapshot is None or turn is None:
+                return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running") if last else None
+            if turn.status in TURN_ENDED or last:
+                await progress.poll()  # what happened last (the end of a streamed text) still goes out
+                return outcome(snapshot, turn, message_id)
+            if not waits_for_input(snapshot.session, turn_id):
+                return None
+            new = [i for i in snapshot.interrupts if i.status == "pending" and i.id not in asked]
+            if person is None or not new:
+                return outcome(snapshot, turn, message_id)
+            # Put each new interrupt to the person through the client; an answer resolves it
+            # exactly as approve/answer_question would, and the wait goes on at once.
+            for interrupt in new:
+                asked.add(interrupt.id)
+                await self._persons.put_to_person(person, interrupt, deadline)
+            return AGAIN
+
+        return await self.until(session_id, wait_s, rested, progress)
+
+    async def _progress(self, session_id: SessionId, on_progress: ProgressFn | None) -> ProgressFeed:
+        feed = ProgressFeed(
+            self._parts.store, session_id, on_progress, self._parts.runtime.progress_interval_s
+        )
+        await feed.start()
+        return feed
