@@ -152,19 +152,28 @@ class PostgresStore(SqlStore, PostgresCopy):
             # One statement alone needs no pipeline (entering one costs a flush of its own).
             cursor = await conn.execute(render(statements[0].sql), statements[0].params)
             return [Result(await _rows_of(cursor), cursor.rowcount)]
-        async with conn.pipeline():
-            if begin:
-                await conn.execute("BEGIN")
-            cursors = []
-            for statement in statements:
-                if statement.many is not None:
-                    cursor = conn.cursor()
-                    await cursor.executemany(render(statement.sql), statement.many)
-                else:
-                    cursor = await conn.execute(render(statement.sql), statement.params)
-                cursors.append(cursor)
-            if commit:
-                await conn.execute("COMMIT")
+        try:
+            async with conn.pipeline():
+                if begin:
+                    await conn.execute("BEGIN")
+                cursors = []
+                for statement in statements:
+                    if statement.many is not None:
+                        cursor = conn.cursor()
+                        await cursor.executemany(render(statement.sql), statement.many)
+                    else:
+                        cursor = await conn.execute(render(statement.sql), statement.params)
+                    cursors.append(cursor)
+                if commit:
+                    await conn.execute("COMMIT")
+        except anyio.get_cancelled_exc_class():
+            # Cancelled while the server works (a decision waiting for a row lock): tell the
+            # server to stop, so the connection goes back to the pool rolled back and idle,
+            # instead of psycopg closing it half way through its own cancellation.
+            with anyio.CancelScope(shield=True):
+                if not conn.closed:
+                    await conn.cancel_safe()
+            raise
         # The pipeline has been sent and every result received (one round trip).
         results = []
         for cursor in cursors:
