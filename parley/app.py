@@ -183,6 +183,37 @@ def build_models(
     return models
 
 
+def _drive_settings(config: ServerConfig) -> DriveSettings:
+    runtime = config.runtime
+    return DriveSettings(
+        lease_ttl_s=runtime.lease_ttl_s,
+        poll_interval_s=runtime.poll_interval_s,
+        max_timer_s=runtime.max_timer_s,
+        max_model_attempts=runtime.max_model_attempts,
+        model_retry_backoff_s=runtime.model_retry_backoff_s,
+        max_concurrent_model_calls=runtime.max_concurrent_model_calls,
+        max_concurrent_tool_calls=runtime.max_concurrent_tool_calls,
+        max_driven_sessions=runtime.max_driven_sessions,
+    )
+
+
+def _agent_reloader(
+    config: ServerConfig, agents: AgentCatalog, sources: McpToolSources
+) -> AgentReloader | None:
+    """What watches the agent files for edits (None: nothing to watch, or reloading is off); the
+    servers of agents that appear are warmed up as at start."""
+    if config.config_path is None or config.runtime.agent_reload_s <= 0:
+        return None
+    return AgentReloader(
+        config.config_path,
+        agents,
+        config.agent_files,
+        config.mcp_servers,
+        config.runtime.agent_reload_s,
+        on_reload=lambda now: sources.warm_up(r.server for a in now.values() for r in a.mcp_servers),
+    )
+
+
 @asynccontextmanager
 async def running_app(
     config: ServerConfig, tracing: Tracing | None = None, seams: Seams | None = None
@@ -204,16 +235,7 @@ async def running_app(
         store = opened.store
         runtime = config.runtime
         signals = SessionSignals(runtime.poll_interval_s, config.storage.listen_poll_interval_s)
-        timings = DriveSettings(
-            lease_ttl_s=runtime.lease_ttl_s,
-            poll_interval_s=runtime.poll_interval_s,
-            max_timer_s=runtime.max_timer_s,
-            max_model_attempts=runtime.max_model_attempts,
-            model_retry_backoff_s=runtime.model_retry_backoff_s,
-            max_concurrent_model_calls=runtime.max_concurrent_model_calls,
-            max_concurrent_tool_calls=runtime.max_concurrent_tool_calls,
-            max_driven_sessions=runtime.max_driven_sessions,
-        )
+        timings = _drive_settings(config)
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
         models = build_models(config, http, seams.model)
         sources = McpToolSources(config.mcp_servers, __version__)
@@ -277,17 +299,8 @@ async def running_app(
             await tg.start(run_collect, store, clock, config.attachments)
             await tg.start(RetentionSweep(store, config.retention, clock, signals).run)
             await tg.start(titles.run)
-            if config.config_path is not None and runtime.agent_reload_s > 0:
-                reloader = AgentReloader(
-                    config.config_path,
-                    agents,
-                    config.agent_files,
-                    config.mcp_servers,
-                    runtime.agent_reload_s,
-                    on_reload=lambda now: sources.warm_up(
-                        r.server for a in now.values() for r in a.mcp_servers
-                    ),
-                )
+            reloader = _agent_reloader(config, agents, sources)
+            if reloader is not None:
                 await tg.start(reloader.run)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             shutdown = ShutdownPlan(config.runtime.shutdown_grace_s)
