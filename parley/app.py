@@ -284,6 +284,20 @@ async def running_app(
         )
         # Live views' wake-ups for what other processes commit (one query per interval for all).
         watch = EventWatch(store, signals, runtime.poll_interval_s)
+        app = App(
+            service=service,
+            scheduler=scheduler,
+            store=store,
+            storage_status=opened.status,
+            process_id=process_id,
+            sources=sources,
+            tasks=tasks,
+            events=SessionEvents(store, signals, watch),
+            metrics=metrics,
+            shutdown=ShutdownPlan(config.runtime.shutdown_grace_s),
+            signals=signals,
+            clock=clock,
+        )
         async with anyio.create_task_group() as tg:
             # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
             await tg.start(opened.feed.run, signals)
@@ -291,41 +305,36 @@ async def running_app(
             await tg.start(watch.run)
             sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
             await tg.start(scheduler.run)
-            await tg.start(tasks.run_purge)
-            await tg.start(tasks.run_watch)
-            await tg.start(
-                service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
-            )
-            await tg.start(run_collect, store, clock, config.attachments)
-            await tg.start(RetentionSweep(store, config.retention, clock, signals).run)
-            await tg.start(titles.run)
-            reloader = _agent_reloader(config, agents, sources)
-            if reloader is not None:
-                await tg.start(reloader.run)
+            await _start_housekeeping(tg, app, config, titles, agents)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
-            shutdown = ShutdownPlan(config.runtime.shutdown_grace_s)
             try:
-                yield App(
-                    service=service,
-                    scheduler=scheduler,
-                    store=store,
-                    storage_status=opened.status,
-                    process_id=process_id,
-                    sources=sources,
-                    tasks=tasks,
-                    events=SessionEvents(store, signals, watch),
-                    metrics=metrics,
-                    shutdown=shutdown,
-                    signals=signals,
-                    clock=clock,
-                )
+                yield app
             finally:
                 with anyio.CancelScope(shield=True):
-                    await scheduler.drain(shutdown.grace_s)
+                    await scheduler.drain(app.shutdown.grace_s)
                 # Drivers release their leases as they stop, and each downstream stdio server
                 # is sent SIGTERM by its own connection's task, all at once.
                 tg.cancel_scope.cancel()
         logger.info("parley %s stopped", process_id)
+
+
+async def _start_housekeeping(
+    tg: TaskGroup, app: App, config: ServerConfig, titles: ModelTitles, agents: AgentCatalog
+) -> None:
+    """The process's background work besides driving sessions: MCP tasks' expiry and watch, the
+    audit's and attachments' purges, retention, titles by a model, and agent files' reload."""
+    store, clock = app.store, app.clock
+    await tg.start(app.tasks.run_purge)
+    await tg.start(app.tasks.run_watch)
+    await tg.start(
+        app.service.audit.run_purge, config.audit.retention_days * 86_400, config.audit.purge_interval_s
+    )
+    await tg.start(run_collect, store, clock, config.attachments)
+    await tg.start(RetentionSweep(store, config.retention, clock, app.signals).run)
+    await tg.start(titles.run)
+    reloader = _agent_reloader(config, agents, app.sources)
+    if reloader is not None:
+        await tg.start(reloader.run)
 
 
 def _state_keys(config: ServerConfig) -> list[str] | None:
