@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from parley.runtime.access import LOCAL, SCOPES, USE
+from parley.core.scopes import LOCAL, SCOPES, USE
 
 # A token's name is the principal it stands for: what `users:`, `approvers:` and the audit show.
 TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
