@@ -25,7 +25,7 @@ from parley.config import (
     db_override_from_env,
     load_config,
 )
-from parley.config_agents import ConfigNote
+from parley.config.agent_markdown import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
 from parley.log_format import library_log_levels
 
@@ -245,7 +245,7 @@ def _cmd_token_new(args: argparse.Namespace) -> int:
     hash: the token itself is never written to the configuration)."""
     from pydantic import ValidationError
 
-    from parley.config_auth import StaticToken, token_digest
+    from parley.config.auth import StaticToken, token_digest
 
     scopes = sorted({s for given in args.scopes for s in given.replace(",", " ").split() if s})
     try:

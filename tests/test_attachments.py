@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from parley.config import load_config
-from parley.config_attachments import AttachmentsConfig
+from parley.config.attachments import AttachmentsConfig
 from parley.errors import InvalidArgument
 from parley.runtime import attachments, compaction
 from parley.runtime.demo_model import DemoModelClient

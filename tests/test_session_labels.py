@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from parley.config import load_config
-from parley.config_retention import RetentionConfig
+from parley.config.retention import RetentionConfig
 from parley.errors import InvalidArgument
 from parley.runtime.retention import DAY_S, RetentionSweep
 from parley.runtime.session_events import EventWatch, Reset, SessionEvents

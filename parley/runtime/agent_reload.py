@@ -35,7 +35,7 @@ from parley.config import (
     load_agent_files,
     read_server_file,
 )
-from parley.config_agents import AGENT_SUFFIXES, ConfigNote
+from parley.config.agent_markdown import AGENT_SUFFIXES, ConfigNote
 from parley.errors import ConfigError
 from parley.runtime.agent_catalog import AgentCatalog
 

@@ -27,8 +27,8 @@ from parley.config import (
     effective_limits,
     effective_memory,
 )
-from parley.config_attachments import AttachmentsConfig
-from parley.config_auth import LimitsConfig
+from parley.config.attachments import AttachmentsConfig
+from parley.config.auth import LimitsConfig
 from parley.core.states import ENDED_SESSION, TURN_ENDED, OutcomeStatus
 from parley.errors import (
     AgentRemoved,

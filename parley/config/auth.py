@@ -1,7 +1,7 @@
 """The configuration of serving many users: `auth:` (who a caller is), `limits:` (fair use per
 principal), `audit:` (how long the trail is kept), and the `users:` / `approvers:` of an agent.
 
-Models only; parley/config.py loads them, reads the environment variables they name and checks
+Models only; parley/config/__init__.py loads them, reads the environment variables they name and checks
 what the sections say together (`auth_problems`).
 """
 

@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from parley.config_agents import (
+from parley.config.agent_markdown import (
     AGENT_SUFFIXES,
     BUILTIN_TOOLS,
     E_DEFAULT_MODEL,
@@ -32,8 +32,8 @@ from parley.config_agents import (
     not_an_agent,
     read_front_matter,
 )
-from parley.config_attachments import AttachmentsConfig
-from parley.config_auth import (
+from parley.config.attachments import AttachmentsConfig
+from parley.config.auth import (
     MIN_TOKEN_CHARS,
     AuditConfig,
     AuthConfig,
@@ -44,7 +44,7 @@ from parley.config_auth import (
     check_public_url,
     token_digest,
 )
-from parley.config_retention import RetentionConfig
+from parley.config.retention import RetentionConfig
 from parley.errors import ConfigError, ConfigErrors
 from parley.redaction import mask_url
 
@@ -52,7 +52,7 @@ KNOWN_PROVIDERS = ("demo", "anthropic", "openai")
 
 # Stable error codes, so scripts and docs can refer to a problem by name. PARLEY-C001 (the file is
 # not valid YAML or not a mapping) and C002 (a field has a wrong type or value, or is unknown) are
-# in config_agents.py, with the codes of what an agent file asks that parley serves differently
+# in agent_markdown.py, with the codes of what an agent file asks that parley serves differently
 # (C014 to C018); C019 and C020, what a running server's reload logs, are in runtime/agent_reload.py.
 E_PROVIDER = "PARLEY-C003"  # unknown model provider
 E_TOOL = "PARLEY-C004"  # unknown built-in tool
@@ -1108,7 +1108,7 @@ class AgentFileLoad:
 
 
 def load_agent_file(path: Path, context: AgentContext) -> AgentFileLoad:
-    """Read one agent file: YAML, or Markdown with front matter (see config_agents.py)."""
+    """Read one agent file: YAML, or Markdown with front matter (see agent_markdown.py)."""
     file = str(path)
     try:
         if path.suffix == ".md":
