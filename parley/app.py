@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
-from parley.config.agent_markdown import ConfigNote
+from parley.config.codes import ConfigNote
 from parley.errors import ConfigErrors, StorageError
 from parley.ids import new_process_id
 from parley.runtime.agent_catalog import AgentCatalog

@@ -25,7 +25,7 @@ from parley.config import (
     db_override_from_env,
     load_config,
 )
-from parley.config.agent_markdown import ConfigNote
+from parley.config.codes import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
 from parley.log_format import library_log_levels
 

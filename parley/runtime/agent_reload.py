@@ -35,7 +35,8 @@ from parley.config import (
     load_agent_files,
     read_server_file,
 )
-from parley.config.agent_markdown import AGENT_SUFFIXES, ConfigNote
+from parley.config.agent_files import AGENT_SUFFIXES
+from parley.config.codes import ConfigNote
 from parley.errors import ConfigError
 from parley.runtime.agent_catalog import AgentCatalog
 
