@@ -48,7 +48,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from parley.config_auth import OAuthConfig, TokenEntry
+from parley.config.auth import OAuthConfig, TokenEntry
 from parley.server.auth_oauth import OAuthVerifier
 from parley.server.auth_tokens import StaticTokenVerifier
 

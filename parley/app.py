@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 
 from parley import __version__
 from parley.config import ModelSpec, ServerConfig, secret_from_env
-from parley.config_agents import ConfigNote
+from parley.config.codes import ConfigNote
 from parley.core.ids import new_process_id
 from parley.errors import ConfigErrors, StorageError
 from parley.runtime.agent_catalog import AgentCatalog

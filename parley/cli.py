@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 import anyio
 
 from parley import __version__
+from parley.cli_common import load_from_args
 from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
 from parley.config import (
-    ServerConfig,
     collect_config_errors,
     config_path_from_env,
     db_override_from_env,
     load_config,
 )
-from parley.config_agents import ConfigNote
+from parley.config.codes import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
 from parley.log_format import library_log_levels
 
@@ -47,12 +47,8 @@ Waiting for MCP messages on stdin (Ctrl-C to stop)...
 """
 
 
-def _load(args: argparse.Namespace) -> ServerConfig:
-    return load_config(config_path_from_env(args.config), db_override_from_env(getattr(args, "db", None)))
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = load_from_args(args)
     from parley.app import serve_stdio
     from parley.telemetry import setup_tracing
 
@@ -92,7 +88,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = load_from_args(args)
     from parley.stores import open_store
 
     async def run() -> int:
@@ -170,7 +166,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
-    config = _load(args)
+    config = load_from_args(args)
     from parley.core.ids import SessionId
     from parley.stores import open_store
 
@@ -200,7 +196,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
 def _cmd_decide(args: argparse.Namespace) -> int:
     """`parley approve` and `parley answer`: an operator's decision, picked up by a running server
     within its poll interval, or at the next start."""
-    config = _load(args)
+    config = load_from_args(args)
     from parley.core.ids import SessionId
     from parley.errors import RequestError
     from parley.runtime import audit
@@ -249,7 +245,7 @@ def _cmd_token_new(args: argparse.Namespace) -> int:
     hash: the token itself is never written to the configuration)."""
     from pydantic import ValidationError
 
-    from parley.config_auth import StaticToken, token_digest
+    from parley.config.auth import StaticToken, token_digest
 
     scopes = sorted({s for given in args.scopes for s in given.replace(",", " ").split() if s})
     try:
@@ -272,7 +268,7 @@ def _cmd_token_new(args: argparse.Namespace) -> int:
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     """The audit trail, newest first: who sent, decided, cancelled, closed, deleted what."""
-    config = _load(args)
+    config = load_from_args(args)
     from parley.stores import open_store
 
     async def run() -> int:
@@ -294,7 +290,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_db_migrate(args: argparse.Namespace) -> int:
     """Create or upgrade the database's schema, and nothing else (before replicas start, say)."""
-    config = _load(args)
+    config = load_from_args(args)
     from parley.storage.schema import LATEST
     from parley.stores import open_store
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 
+from parley.cli_common import load_from_args
 from parley.config import ServerConfig
 from parley.core.ids import SessionId, is_session_id
 from parley.errors import RequestError
@@ -147,9 +148,7 @@ def _size(path: Path) -> int:
 
 
 def cmd_db_vacuum(args: argparse.Namespace) -> int:
-    from parley.cli import _load
-
-    config: ServerConfig = _load(args)
+    config: ServerConfig = load_from_args(args)
     if config.db_path is None:
         return _fail(
             "db vacuum is for SQLite files; PostgreSQL reclaims deleted rows itself (autovacuum), "

@@ -130,7 +130,7 @@ def open_test_store(path: Path) -> AbstractAsyncContextManager[Store]:
 
 def tokens_auth(tokens: dict[str, str], scopes: tuple[str, ...] = ("parley:use",)) -> dict[str, Any]:
     """`auth:` of parley.yaml that accepts each bearer token by its name, with `scopes`."""
-    from parley.config_auth import token_digest
+    from parley.config.auth import token_digest
 
     return {
         "mode": "tokens",

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from parley.config import AgentConfig, AgentLimits, collect_config_errors, load_config
-from parley.config_auth import LimitsConfig, Members, token_digest
+from parley.config.auth import LimitsConfig, Members, token_digest
 from parley.errors import RateLimited, SessionLimitReached, SessionNotFound
 from parley.runtime.access import (
     ADMIN,

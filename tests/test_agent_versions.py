@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from parley.config import AgentConfig, ModelSpec, load_config
-from parley.config_auth import Members
+from parley.config.auth import Members
 from parley.core.ids import SessionId
 from parley.core.records import Resolution
 from parley.errors import AgentRemoved

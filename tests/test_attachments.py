@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from parley.config import load_config
-from parley.config_attachments import AttachmentsConfig
+from parley.config.attachments import AttachmentsConfig
 from parley.core.records import AttachmentBlob, MessageRecord, QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.errors import InvalidArgument

@@ -13,7 +13,7 @@ import jwt
 import pytest
 from mcp.server.auth.provider import AccessToken
 
-from parley.config_auth import Introspection, OAuthConfig, TokenEntry, token_digest
+from parley.config.auth import Introspection, OAuthConfig, TokenEntry, token_digest
 from parley.redaction import REDACTED
 from parley.server.auth_oauth import OAuthVerifier
 from parley.server.auth_tokens import Refusal, StaticTokenVerifier, principal_of

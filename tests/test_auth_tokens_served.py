@@ -23,7 +23,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from parley.config_auth import token_digest
+from parley.config.auth import token_digest
 from tests.auth_support import bearer, initialize, token_client
 from tests.support import (
     FIXTURE_LOG,

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from parley.config import ModelSpec, collect_config_errors, load_config
-from parley.config_agents import ConfigNote
+from parley.config.codes import ConfigNote
 from parley.errors import ConfigError
 
 # The fields of the documented example of a Claude Code subagent, written for these tests.

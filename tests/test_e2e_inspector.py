@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from parley.config_auth import token_digest
+from parley.config.auth import token_digest
 from tests.npm_servers import inspector_cli, node22
 from tests.support import TEST_DEADLINE_S, ServerProcess, db_rows, write_config
 

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from parley.config_auth import token_digest
+from parley.config.auth import token_digest
 from tests.auth_support import bearer, token_client
 from tests.support import TEST_DEADLINE_S, InProcessServer, call, eventually, fixture_in_process, write_config
 

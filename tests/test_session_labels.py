@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from parley.config import load_config
-from parley.config_retention import RetentionConfig
+from parley.config.retention import RetentionConfig
 from parley.core.records import SessionFilter
 from parley.errors import InvalidArgument
 from parley.runtime.retention import DAY_S, RetentionSweep

@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
-USE = "parley:use"
-ADMIN = "parley:admin"
-METRICS = "parley:metrics"
-SCOPES = (USE, ADMIN, METRICS)
-
-# The owner of everything made over stdio and over HTTP without authentication.
-LOCAL = "local"
+# The scopes and the local principal's name live in a leaf module that the configuration imports
+# too; they are re-exported here, beside the rules that use them.
+from parley.core.scopes import ADMIN as ADMIN
+from parley.core.scopes import LOCAL as LOCAL
+from parley.core.scopes import METRICS as METRICS
+from parley.core.scopes import SCOPES as SCOPES
+from parley.core.scopes import USE as USE
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

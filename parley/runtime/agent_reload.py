@@ -35,7 +35,8 @@ from parley.config import (
     load_agent_files,
     read_server_file,
 )
-from parley.config_agents import AGENT_SUFFIXES, ConfigNote
+from parley.config.agent_files import AGENT_SUFFIXES
+from parley.config.codes import E_KEPT, E_RESTART, ConfigNote
 from parley.errors import ConfigError
 from parley.runtime.agent_catalog import AgentCatalog
 
@@ -43,8 +44,6 @@ logger = logging.getLogger(__name__)
 
 # parley.yaml's fields that a reload applies; a change of any other waits for the next start.
 AGENT_FIELDS = frozenset({"agents_dir", "model_aliases", "default_model"})
-E_RESTART = "PARLEY-C019"  # parley.yaml changed beyond its agent parts: that applies at the next start
-E_KEPT = "PARLEY-C020"  # an agent file that does not validate: the version read before stays served
 
 # What a look at the files sees: per file, its size, time and inode (None: a folder is missing).
 Fingerprint = tuple[tuple[str, int, int, int] | tuple[str, None], ...]

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskStatus
 
-from parley.config_attachments import AttachmentsConfig
+from parley.config.attachments import AttachmentsConfig
 from parley.core.records import AttachmentBlob
 from parley.errors import InvalidArgument
 from parley.runtime.model import ChatMessage

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
-from parley.config_auth import LimitsConfig
+from parley.config.auth import LimitsConfig
 from parley.errors import RateLimited
 from parley.runtime.access import Principal
 from parley.storage.ports import OwnerQueries

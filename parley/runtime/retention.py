@@ -14,7 +14,7 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 
-from parley.config_retention import RetentionConfig
+from parley.config.retention import RetentionConfig
 from parley.core.records import SweepRule
 from parley.errors import StorageError
 from parley.runtime.signals import SessionSignals

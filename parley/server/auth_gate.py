@@ -39,7 +39,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.config import secret_from_env
-from parley.config_auth import AuthConfig, TokenEntry
+from parley.config.auth import AuthConfig, TokenEntry
 from parley.runtime.access import ADMIN, LOCAL_PRINCIPAL, METRICS, SCOPES, USE, Principal
 from parley.server.auth_tokens import BearerVerifier, Refusal, StaticTokenVerifier, principal_of
 from parley.server.http_limits import announces_body

@@ -29,7 +29,7 @@ import jwt
 from jwt import PyJWK, PyJWKSet
 from mcp.server.auth.provider import AccessToken
 
-from parley.config_auth import OAuthConfig
+from parley.config.auth import OAuthConfig
 from parley.server.auth_tokens import MAX_TOKEN_CHARS, Refusal, access_token
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from mcp.server.auth.provider import AccessToken
 
-from parley.config_auth import TokenEntry
+from parley.config.auth import TokenEntry
 from parley.redaction import REDACTED
 from parley.runtime.access import Principal
 

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from parley.config import HttpConfig
+from parley.config.codes import E_BIND
 from parley.errors import ConfigError, ListenError
 from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
 from parley.server.http_guard import HostGuard
@@ -63,7 +64,7 @@ def check_bind(host: str, insecure_bind: bool, authenticated: bool = False) -> N
     the port could drive every session."""
     if not is_loopback(host) and not insecure_bind and not authenticated:
         raise ConfigError(
-            "PARLEY-C010",
+            E_BIND,
             "(command line)",
             "--host",
             f"{host} is not a loopback address and parley authenticates nobody (auth: none); bind 127.0.0.1, "

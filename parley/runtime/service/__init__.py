@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from parley.config import RuntimeConfig
-from parley.config_attachments import AttachmentsConfig
-from parley.config_auth import LimitsConfig
+from parley.config.attachments import AttachmentsConfig
+from parley.config.auth import LimitsConfig
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decisions

@@ -13,7 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from parley.config import MEMORY_MODES, OVERRIDABLE_LIMITS, AgentConfig, RuntimeConfig
-from parley.config_attachments import AttachmentsConfig
+from parley.config.attachments import AttachmentsConfig
 from parley.core.ids import is_session_id
 from parley.core.records import AttachmentBlob
 from parley.errors import InvalidArgument, UnknownAgent

@@ -1,8 +1,8 @@
 """The configuration of serving many users: `auth:` (who a caller is), `limits:` (fair use per
 principal), `audit:` (how long the trail is kept), and the `users:` / `approvers:` of an agent.
 
-Models only; parley/config.py loads them, reads the environment variables they name and checks
-what the sections say together (`auth_problems`).
+Models only; loading.py loads them, reads the environment variables they name and checks what the
+sections say together (with `http:`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from parley.runtime.access import LOCAL, SCOPES, USE
+from parley.config.base import Strict
+from parley.core.scopes import LOCAL, SCOPES, USE
 
 # A token's name is the principal it stands for: what `users:`, `approvers:` and the audit show.
 TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
@@ -31,16 +32,12 @@ MULTI_USER_DEFAULTS: dict[str, int] = {"running_turns": 4, "sessions_per_minute"
 _HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::[0-9]{1,5})?")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
 def token_digest(token: str) -> str:
     """The SHA-256 of a token, as `auth.tokens[].sha256` holds it (lowercase hex)."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-class Members(_Strict):
+class Members(Strict):
     """Principals and scopes: an agent's `users:` or `approvers:`."""
 
     principals: list[str] = Field(
@@ -60,7 +57,7 @@ class Members(_Strict):
         return self
 
 
-class StaticToken(_Strict):
+class StaticToken(Strict):
     """A bearer token for self-hosting, mapped to a principal and its scopes. The file holds only
     its SHA-256, or names the environment variable that holds it."""
 
@@ -117,7 +114,7 @@ def _known_scopes(value: list[str]) -> list[str]:
     return value
 
 
-class Introspection(_Strict):
+class Introspection(Strict):
     """RFC 7662 introspection, for access tokens that are not JWTs (opaque tokens)."""
 
     url: str = Field(description="The authorization server's introspection endpoint.")
@@ -134,7 +131,7 @@ class Introspection(_Strict):
         return _http_url(value)
 
 
-class OAuthConfig(_Strict):
+class OAuthConfig(Strict):
     """JWT access tokens from the organisation's authorization server (MCP authorization)."""
 
     issuer: str = Field(description="The authorization server: the 'iss' every token must carry, exactly.")
@@ -195,7 +192,7 @@ class OAuthConfig(_Strict):
 AuthMode = Literal["none", "tokens", "oauth"]
 
 
-class AuthConfig(_Strict):
+class AuthConfig(Strict):
     mode: AuthMode = Field(
         "none",
         description=(
@@ -233,7 +230,7 @@ class AuthConfig(_Strict):
         return self.mode != "none"
 
 
-class PrincipalLimits(_Strict):
+class PrincipalLimits(Strict):
     running_turns: int | None = Field(
         None,
         ge=1,
@@ -289,7 +286,7 @@ class LimitsConfig(PrincipalLimits):
         return self.model_copy(update=unset) if unset else self
 
 
-class AuditConfig(_Strict):
+class AuditConfig(Strict):
     retention_days: float = Field(
         365.0, gt=0, le=36_500, description="How long audit entries are kept (they outlive their sessions)."
     )

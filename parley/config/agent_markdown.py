@@ -18,21 +18,9 @@ from typing import Any
 
 import yaml
 
+from parley.config.agent import BUILTIN_TOOLS
+from parley.config.codes import E_IGNORED_FIELD, E_NO_TOOLS, E_NOT_AGENT, E_UNSERVABLE_TOOL, E_YAML
 from parley.errors import ConfigError
-
-# Codes of notices: the file loads, but something in it is not served as written.
-E_UNSERVABLE_TOOL = "PARLEY-C014"  # a tool parley cannot serve (Claude Code's own Read, Bash...): skipped
-E_NO_TOOLS = "PARLEY-C015"  # a Markdown agent without `tools`: none in parley (Claude Code would give all)
-E_DEFAULT_MODEL = "PARLEY-C016"  # `model: inherit` or an alias model_aliases lacks: the server's default
-E_IGNORED_FIELD = "PARLEY-C017"  # a front-matter field parley does not use: ignored
-E_NOT_AGENT = "PARLEY-C018"  # a .md file without front matter in an agents folder (a README): skipped
-
-# Codes shared with config.py (defined here so both modules name one value).
-E_YAML = "PARLEY-C001"
-E_FIELD = "PARLEY-C002"
-
-BUILTIN_TOOLS = ("write_todos", "ask_user", "durable_wait")
-AGENT_SUFFIXES = (".yaml", ".yml", ".md")
 
 # Claude Code's own tools: named in the notice, so a reader knows why they are skipped.
 CLAUDE_CODE_TOOLS = frozenset(
@@ -71,11 +59,6 @@ _FRONT_MATTER = re.compile(
 _MCP_PREFIX = "mcp__"
 
 
-class ConfigNote(ConfigError):
-    """A notice that informs rather than warns (e.g. which model `model: inherit` runs on);
-    `parley check` prints it as a note."""
-
-
 def read_front_matter(path: Path, text: str) -> tuple[dict[str, Any], str] | None:
     """The front matter (a mapping) and the body of a Markdown agent file; None when the file has
     no front matter (a README beside the agents is no agent).
@@ -111,8 +94,30 @@ def markdown_agent_fields(
 ) -> tuple[dict[str, Any], list[ConfigError]]:
     """The AgentConfig fields of a Markdown agent (front matter already ${NAME}-expanded), and the
     notices about what parley does not serve as written. The model stays as written (an alias,
-    `inherit`, a mapping, or absent); config.py resolves it."""
+    `inherit`, a mapping, or absent); agent_files.py resolves it."""
     notices: list[ConfigError] = []
+    data = _plain_fields(front, body, file, notices)
+    refs = _tool_fields(front, file, servers, data, notices)
+    _add_named_servers(front, file, servers, refs, notices)
+    explicit = {_ref_server(r) for r in data.get("mcp_servers") or []}
+    mapped_refs: list[Any] = [
+        server if include is None else {"server": server, "include": list(dict.fromkeys(include))}
+        for server, include in refs.items()
+        if server not in explicit  # an explicit mcp_servers entry governs its server
+    ]
+    if mapped_refs:
+        data["mcp_servers"] = [*(data.get("mcp_servers") or []), *mapped_refs]
+    max_turns = front.get("maxTurns")
+    if max_turns is not None:
+        limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+        # Claude Code's agentic turns are model calls within one parley turn.
+        data["limits"] = {"max_model_calls_per_turn": max_turns, **(limits or {})}
+    return data, notices
+
+
+def _plain_fields(front: dict[str, Any], body: str, file: str, notices: list[ConfigError]) -> dict[str, Any]:
+    """The front matter's fields that go to AgentConfig as they are (Claude Code's own settings
+    left out, with a notice), and the body as the instructions."""
     data: dict[str, Any] = {}
     for key, value in front.items():
         if key in _MAPPED:
@@ -146,7 +151,18 @@ def markdown_agent_fields(
         )
         del data["instructions"]
     data["instructions"] = body
+    return data
 
+
+def _tool_fields(
+    front: dict[str, Any],
+    file: str,
+    servers: Collection[str],
+    data: dict[str, Any],
+    notices: list[ConfigError],
+) -> dict[str, list[str] | None]:
+    """Claude Code's `tools` (less `disallowedTools`) as parley's: the built-ins go to data["tools"];
+    returned, the MCP servers they name with their tools (None: every tool of the server)."""
     refs: dict[str, list[str] | None] = {}
     if "tools" not in front:
         notices.append(
@@ -177,6 +193,18 @@ def markdown_agent_fields(
                 # None: every tool of the server (named alone, or as Claude Code's mcp__server).
                 refs[server] = None if tool is None or current is None else [*current, tool]
         data["tools"] = list(dict.fromkeys(builtins))
+    return refs
+
+
+def _add_named_servers(
+    front: dict[str, Any],
+    file: str,
+    servers: Collection[str],
+    refs: dict[str, list[str] | None],
+    notices: list[ConfigError],
+) -> None:
+    """Claude Code's `mcpServers`: each one parley.yaml configures gives every tool of it (unless
+    `tools` already chose some); any other is a notice."""
     for server in _names(front.get("mcpServers"), file, "mcpServers", notices, allow_mappings=True) or ():
         if server in servers:
             refs.setdefault(server, None)
@@ -189,20 +217,6 @@ def markdown_agent_fields(
                     f"'{server}' is not an MCP server of parley.yaml; define it under mcp_servers there",
                 )
             )
-    explicit = {_ref_server(r) for r in data.get("mcp_servers") or []}
-    mapped_refs: list[Any] = [
-        server if include is None else {"server": server, "include": list(dict.fromkeys(include))}
-        for server, include in refs.items()
-        if server not in explicit  # an explicit mcp_servers entry governs its server
-    ]
-    if mapped_refs:
-        data["mcp_servers"] = [*(data.get("mcp_servers") or []), *mapped_refs]
-    max_turns = front.get("maxTurns")
-    if max_turns is not None:
-        limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
-        # Claude Code's agentic turns are model calls within one parley turn.
-        data["limits"] = {"max_model_calls_per_turn": max_turns, **(limits or {})}
-    return data, notices
 
 
 def _ref_server(ref: Any) -> Any:

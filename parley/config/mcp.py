@@ -1,0 +1,100 @@
+"""`mcp_servers:` in parley.yaml: the MCP servers whose tools agents may use, how parley talks to
+them, and the policies of their tools (an agent's own policies are in agent.py)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from parley.config.base import Strict
+
+Effect = Literal["read", "idempotent_write", "non_idempotent_write", "unclassified"]
+ApprovalPolicy = Literal["always", "never", "auto"]
+
+
+class ToolPolicy(Strict):
+    """Per-tool policy; an unset field falls through to the next source (DESIGN §4.2)."""
+
+    effect: Effect | None = Field(
+        None, description="read, idempotent_write, non_idempotent_write or unclassified."
+    )
+    approval: ApprovalPolicy | None = Field(
+        None, description="always, never, or auto (decided by the effect and destructiveness)."
+    )
+
+
+class McpServerConfig(Strict):
+    """An MCP server whose tools agents may use. Only server-side configuration names these."""
+
+    command: str | None = Field(None, description="stdio: the program to start.")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment variables.")
+    cwd: str | None = None
+    url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint.")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP: extra request headers.")
+    trust_annotations: bool = Field(
+        True, description="Use the server's tool annotations to classify effects."
+    )
+    scope: Literal["shared", "per_session"] = Field(
+        "shared", description="per_session: each agent session gets its own connection (stateful servers)."
+    )
+    connect_timeout_s: float = Field(20.0, gt=0, le=600)
+    list_timeout_s: float = Field(10.0, gt=0, le=600)
+    call_timeout_s: float = Field(60.0, gt=0, le=86_400)
+    list_ttl_s: float = Field(300.0, gt=0, le=86_400, description="How long a tool listing is reused.")
+    retry_backoff_s: float = Field(5.0, gt=0, le=3600, description="First pause after a failed listing.")
+    idle_timeout_s: float = Field(
+        300.0, gt=0, le=86_400, description="per_session: close after this idle time."
+    )
+    max_result_chars: int = Field(20_000, ge=100, le=10_000_000, description="Longer tool results are cut.")
+    tools: dict[str, ToolPolicy] = Field(
+        default_factory=dict, description="Policies by the server's tool name."
+    )
+    protocol: Literal["auto", "legacy"] = Field(
+        "auto",
+        description=(
+            "auto: the newest protocol both sides speak (2026-07-28 where offered); legacy: always the "
+            "initialize handshake (2025-11-25 and older)."
+        ),
+    )
+    call_as_task: Literal["when_required", "when_offered"] = Field(
+        "when_required",
+        description=(
+            "Call a tool as an MCP task when the server requires it (when_required), or whenever the "
+            "server offers it (when_offered)."
+        ),
+    )
+    task_ttl_s: float = Field(
+        86_400.0, gt=0, le=30 * 86_400, description="The TTL parley asks for a downstream task."
+    )
+    task_poll_min_s: float = Field(
+        0.5, gt=0, le=3600, description="The shortest pause between two polls of a downstream task."
+    )
+    task_poll_max_s: float = Field(
+        60.0, gt=0, le=86_400, description="Polls back off (x1.5 each time) up to this pause."
+    )
+    task_poll_failures: int = Field(
+        5, ge=1, le=1000, description="Failed polls in a row before a downstream task counts as lost."
+    )
+    input_wait_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description=(
+            "How long a question the server asks waits for the user before parley answers 'cancel' "
+            "for them (during the open call, or with the retried call)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                "give either 'command' (a stdio server) or 'url' (a streamable HTTP server), not both"
+            )
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise ValueError("'url' must start with http:// or https://")
+        if self.task_poll_min_s > self.task_poll_max_s:
+            raise ValueError("'task_poll_min_s' must not exceed 'task_poll_max_s'")
+        return self
