@@ -46,9 +46,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from parley.config.auth import OAuthConfig, TokenEntry
+from parley.sdk_compat import create_mcp_http_client
 from parley.server.auth_oauth import OAuthVerifier
 from parley.server.auth_tokens import StaticTokenVerifier
 

@@ -44,7 +44,8 @@ from _common import (
 )
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+
+from parley.sdk_compat import create_mcp_http_client
 
 INITIALIZE = {
     "jsonrpc": "2.0",

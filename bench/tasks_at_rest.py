@@ -76,6 +76,8 @@ from _common import (
 from mcp import Client
 from mcp.shared.inbound import MCP_NAME_HEADER, encode_header_value
 
+from parley.sdk_compat import send_raw_request
+
 AGENT = "bench"
 LEGACY = "2025-11-25"  # core tasks: `task` on tools/call
 MODERN = "2026-07-28"  # the io.modelcontextprotocol/tasks extension
@@ -148,24 +150,25 @@ async def raw_request(
 ) -> dict[str, Any]:
     """Send a request below the SDK's typed layer and return its result dict unvalidated.
 
-    The SDK (2.3) has no client side for tasks. Private API: `_stamp` adds what a typed request
-    would carry (the `MCP-Protocol-Version` header; on 2026-07-28 the `_meta` envelope and the
+    The SDK (2.3) has no client side for tasks. Private API, through
+    parley.sdk_compat.send_raw_request: the request carries what a typed request would (the
+    `MCP-Protocol-Version` header; on 2026-07-28 the `_meta` envelope and the
     `Mcp-Method`/`Mcp-Name` headers). On 2026-07-28 the tasks extension is added to this request's
     client capabilities, and a `tasks/*` request names its task in `Mcp-Name`, as the tests'
     task client does. A JSON-RPC error is raised as `MCPError`."""
     session = client.session
-    data: dict[str, Any] = {"method": method, "params": copy.deepcopy(params)}
-    opts: dict[str, Any] = {"timeout": timeout_s}
-    session._stamp(data, opts)  # type: ignore[arg-type]
-    if session.protocol_version == MODERN:
-        meta = data["params"]["_meta"]
+
+    def edit(stamped: dict[str, Any], headers: dict[str, str]) -> None:
+        if session.protocol_version != MODERN:
+            return
+        meta = stamped["_meta"]
         capabilities = copy.deepcopy(meta.get(CAPABILITIES_META) or {})
         capabilities["extensions"] = {**(capabilities.get("extensions") or {}), TASKS_EXTENSION: {}}
         meta[CAPABILITIES_META] = capabilities
         if method.startswith("tasks/"):
-            opts.setdefault("headers", {})[MCP_NAME_HEADER] = encode_header_value(params["taskId"])
-    result = await session._dispatcher.send_raw_request(method, data["params"], opts)  # type: ignore[arg-type]
-    return dict(result)
+            headers[MCP_NAME_HEADER] = encode_header_value(params["taskId"])
+
+    return await send_raw_request(session, method, params, {"timeout": timeout_s}, edit=edit)
 
 
 def task_of(generation: str, result: dict[str, Any]) -> dict[str, Any] | None:

@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
+from parley.sdk_compat import create_mcp_http_client
 from tests.support import INITIALIZE, MCP_HEADERS, TEST_DEADLINE_S
 
 

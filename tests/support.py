@@ -30,10 +30,10 @@ import yaml
 from anyio.abc import Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import Client
-from mcp.client._memory import InMemoryTransport  # the SDK's own in-memory pairing (tests only)
 from mcp.shared.message import SessionMessage
 
 from parley.runtime.model import ModelClient
+from parley.sdk_compat import InMemoryTransport  # the SDK's own in-memory pairing
 from parley.storage.ports import Store
 from parley.storage.sqlite import open_sqlite_store
 from parley.testing import CALL_DEADLINE_S as CALL_DEADLINE_S

@@ -63,12 +63,13 @@ from pydantic import (
     model_validator,
 )
 
+from parley.sdk_compat import send_raw_request
 from tests.support import TEST_DEADLINE_S, message_pump
 
 if TYPE_CHECKING:
-    from mcp.client._transport import Transport, TransportStreams
     from mcp.shared.dispatcher import CallOptions
 
+    from parley.sdk_compat import Transport, TransportStreams
     from tests.support import ServerProcess
 
 __all__ = [
@@ -476,17 +477,12 @@ async def _send_raw(
 ) -> dict[str, Any]:
     """Send `method` below the typed layer, for what `send_request` cannot express.
 
-    Private SDK API (2.3): `ClientSession._stamp` adds exactly what `send_request` would (the
-    `MCP-Protocol-Version` header, and on 2026-07-28 the `_meta` envelope), then
-    `_dispatcher.send_raw_request` sends it and returns the result dict without any validation.
+    Private SDK API, through parley.sdk_compat.send_raw_request: the request carries exactly
+    what `send_request` would add, and the result dict comes back without any validation.
     `edit(params, headers)` may change the stamped request before it goes out.
     """
-    data: dict[str, Any] = {"method": method, "params": copy.deepcopy(params)}
     opts: CallOptions = {"timeout": timeout_s or TEST_DEADLINE_S}
-    session._stamp(data, opts)
-    if edit is not None:
-        edit(data["params"], opts.setdefault("headers", {}))
-    return await session._dispatcher.send_raw_request(method, data["params"], opts)
+    return await send_raw_request(session, method, params, opts, edit=edit)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ import mcp.types as types
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from parley.config.auth import token_digest
+from parley.sdk_compat import create_mcp_http_client
 from tests.auth_support import bearer, initialize, token_client
 from tests.support import (
     FIXTURE_LOG,

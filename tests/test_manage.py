@@ -20,8 +20,8 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
+from parley.sdk_compat import create_mcp_http_client
 from tests.auth_support import bearer, token_client
 from tests.conftest import database_for
 from tests.sse_support import read_until

@@ -11,8 +11,8 @@ import anyio
 import pytest
 import uvicorn
 from mcp import MCPError
-from mcp.client._memory import InMemoryTransport  # the SDK's own in-memory pairing (tests only)
 
+from parley.sdk_compat import InMemoryTransport  # the SDK's own in-memory pairing
 from tests.support import eventually
 from tests.task_client import (
     LEGACY,

@@ -14,6 +14,7 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
+from parley.sdk_compat import has_prompt, registered_tool
 from parley.server.arguments import SHOWN_CHARS, argument_errors
 from parley.server.results import error
 
@@ -26,7 +27,7 @@ class ParleyMCPServer(MCPServer[Any]):
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
-        tool = self._tool_manager.get_tool(name)
+        tool = registered_tool(self, name)
         if tool is not None:
             known = set(tool.parameters.get("properties", {}))
             unknown = sorted(set(arguments) - known)
@@ -46,7 +47,7 @@ class ParleyMCPServer(MCPServer[Any]):
     ) -> GetPromptResult | InputRequiredResult:
         # The SDK answers an unknown prompt with error code 0 and logs a traceback; it is a bad
         # parameter (-32602), as the specification says.
-        if self._prompt_manager.get_prompt(name) is None:
+        if not has_prompt(self, name):
             raise MCPError(
                 code=INVALID_PARAMS, message=f"Unknown prompt: {name}. parley publishes no prompts."
             )

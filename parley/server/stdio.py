@@ -24,10 +24,10 @@ import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
-from mcp.shared._stream_protocols import WriteStream
 from mcp.shared.message import SessionMessage
 from mcp_types import JSONRPCError, JSONRPCMessage, JSONRPCRequest, JSONRPCResponse
 
+from parley.sdk_compat import WriteStream, lowlevel_server
 from parley.server.line_reader import Line, LineSplitter, OversizedLine
 from parley.server.unparsable import oversized_response, parse_line
 
@@ -198,7 +198,7 @@ async def run_stdio(
             try:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_read_messages, fd, max_line_bytes, to_server, replies, on_client_gone)
-                    lowlevel = server._lowlevel_server
+                    lowlevel = lowlevel_server(server)
                     async with from_client:
                         await lowlevel.run(from_client, replies, lowlevel.create_initialization_options())
                     tg.cancel_scope.cancel()

@@ -12,6 +12,7 @@ from mcp.types import SetLevelRequestParams
 
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
+from parley.sdk_compat import lowlevel_server
 from parley.server import session_tools as s
 from parley.server import turn_tools as t
 from parley.server.client_logs import ClientLogRelay
@@ -92,5 +93,5 @@ def build_mcp_server(
     )
     if logs is not None:
         # MCPServer has no setLevel of its own; registering one also advertises `logging`.
-        mcp._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
+        lowlevel_server(mcp).add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
     return mcp

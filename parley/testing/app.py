@@ -18,10 +18,6 @@ import httpx2
 import yaml
 from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client
-
-# The SDK's own pairing of a client and a server over in-memory JSON-RPC streams; its direct
-# in-process path (Client(server)) drops notifications such as progress.
-from mcp.client._memory import InMemoryTransport
 from mcp.server.mcpserver import MCPServer
 
 from parley.app import App, Seams, check_http, mcp_server, running_app, serve_app_http
@@ -29,6 +25,7 @@ from parley.config import ServerConfig, load_config
 from parley.log_format import library_log_levels
 from parley.runtime.faults import FaultPoints
 from parley.runtime.model import ModelClient
+from parley.sdk_compat import InMemoryTransport  # the SDK's in-memory pairing; Client(server) drops progress
 from parley.server.http import bind_listener
 from parley.testing.clock import ManualClock
 from parley.testing.waiting import DEADLINE_S

@@ -9,7 +9,6 @@ does not validate their results, so they come back as sent.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,6 +32,7 @@ from pydantic import ConfigDict, RootModel
 
 # A downstream task is an MCP task: its statuses are the ones parley serves its own tasks with.
 from parley.core.states import TERMINAL_TASK_STATUSES
+from parley.sdk_compat import send_raw_request
 
 CORE_TASKS_VERSION = "2025-11-25"
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
@@ -82,20 +82,10 @@ async def start_task(
     client: Client, tool: str, arguments: dict[str, Any], ttl_ms: int, meta: dict[str, Any], timeout_s: float
 ) -> RemoteTask:
     """`tools/call` with `task`; the server answers at once with the task it created."""
-    session = client.session
-    data: dict[str, Any] = {
-        "method": "tools/call",
-        "params": {
-            "name": tool,
-            "arguments": copy.deepcopy(arguments),
-            "task": {"ttl": ttl_ms},
-            "_meta": meta,
-        },
-    }
+    params = {"name": tool, "arguments": arguments, "task": {"ttl": ttl_ms}, "_meta": meta}
     opts: CallOptions = {"timeout": timeout_s}
-    # Private SDK API (2.3): what send_request would add (version headers), then the raw send.
-    session._stamp(data, opts)
-    raw = await session._dispatcher.send_raw_request("tools/call", data["params"], opts)
+    # Below the typed layer: the SDK has no client side for task-augmented calls.
+    raw = await send_raw_request(client.session, "tools/call", params, opts)
     task = raw.get("task") if isinstance(raw, dict) else None
     if not isinstance(task, dict) or not task.get("taskId"):
         raise ValueError(f"the server answered a task-augmented call without a task: {str(raw)[:300]}")

@@ -22,9 +22,10 @@ import anyio
 import mcp_types
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.client._transport import TransportStreams
 from mcp.client.stdio import StdioServerParameters, get_default_environment
 from mcp.shared.message import SessionMessage
+
+from parley.sdk_compat import TransportStreams
 
 logger = logging.getLogger(__name__)
 
