@@ -18,6 +18,7 @@ p50/p95 per mode, and the difference to `auth: none`.
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import secrets
@@ -59,7 +60,10 @@ class Keys:
     def __init__(self) -> None:
         ec_key = ec.generate_private_key(ec.SECP256R1())
         rsa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.private = {"ES256": ec_key, "RS256": rsa_key}
+        self.private: dict[str, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey] = {
+            "ES256": ec_key,
+            "RS256": rsa_key,
+        }
         self.jwks = {
             "keys": [
                 {
@@ -142,14 +146,16 @@ async def micro(keys: Keys, issuer: str, calls: int) -> dict[str, float]:
         )
         good = tokens[-1]
         figures[f"static_{entries}_entries_us"] = await per_call_us(
-            lambda v=verifier, g=good: v.check(g), calls
+            functools.partial(verifier.check, good), calls
         )
     async with httpx2.AsyncClient() as http:
         config = OAuthConfig(issuer=issuer, jwks_url=f"{issuer}/jwks.json")
         cached = OAuthVerifier(config, PUBLIC_URL, http)
         for alg in ("ES256", "RS256"):
             token = keys.token(issuer, alg)
-            figures[f"jwt_{alg}_cached_jwks_us"] = await per_call_us(lambda t=token: cached.check(t), calls)
+            figures[f"jwt_{alg}_cached_jwks_us"] = await per_call_us(
+                functools.partial(cached.check, token), calls
+            )
         cold = OAuthVerifier(config.model_copy(update={"jwks_cache_s": 1e-9}), PUBLIC_URL, http)
         token = keys.token(issuer, "ES256")
         figures["jwt_ES256_jwks_fetched_every_call_us"] = await per_call_us(

@@ -140,7 +140,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             base = url.removesuffix("/mcp")
             async with Client(url) as client:
                 started = await client.call_tool("start_session", {"agent": "demo", "message": "hello"})
-                session_id = started.structured_content["session_id"]  # type: ignore[index]
+                session_id = started.structured_content["session_id"]
                 last = _add_events(db, session_id, args.events)
                 async with httpx2.AsyncClient(timeout=120) as http:
                     t0 = time.perf_counter()

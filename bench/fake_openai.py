@@ -89,7 +89,7 @@ class FakeOpenAI:
         last = messages[-1]
         prompt_tokens = sum(len(str(m.get("content") or "")) for m in messages) // 4 + 1
         if last.get("role") == "tool":
-            results = []
+            results: list[str] = []
             for message in reversed(messages):
                 if message.get("role") != "tool":
                     break

@@ -224,8 +224,15 @@ def check_tool_turn(outcome: dict[str, Any], session_id: str, server: str, messa
         raise RuntimeError(f"{where}: {len(calls)} tool calls, expected 1: {calls!r}")
     c = calls[0]
     expected = (f"{server}__{TOOL}", ARGUMENTS, "succeeded", False, server, TOOL_TEXT, "read")
-    got = (c.get("tool"), c.get("arguments"), c.get("status"), c.get("is_error"), c.get("server"))
-    got += (c.get("result"), c.get("effect"))
+    got = (
+        c.get("tool"),
+        c.get("arguments"),
+        c.get("status"),
+        c.get("is_error"),
+        c.get("server"),
+        c.get("result"),
+        c.get("effect"),
+    )
     if got != expected:
         raise RuntimeError(f"{where}: tool call {c!r}, expected {expected!r}")
     if f"(ok): {TOOL_TEXT}" not in (outcome.get("answer") or ""):
@@ -276,7 +283,7 @@ async def measure_variant(
                 wall_started = time.perf_counter()
     wall_s = time.perf_counter() - wall_started
 
-    tool, text = latency_summary(samples["tool"]), latency_summary(samples["text"])
+    tool, text_only = latency_summary(samples["tool"]), latency_summary(samples["text"])
     paired = [a - b for a, b in zip(samples["tool"], samples["text"], strict=True)]
     window = min(WINDOW, turns)
 
@@ -292,9 +299,9 @@ async def measure_variant(
         "pairs": turns,
         "first_turn_ms": round(first_ms, 2),
         "tool_turn": tool,
-        "text_turn": text,
-        "overhead_p50_ms": round(tool["p50_ms"] - text["p50_ms"], 2),
-        "overhead_p95_ms": round(tool["p95_ms"] - text["p95_ms"], 2),
+        "text_turn": text_only,
+        "overhead_p50_ms": round(tool["p50_ms"] - text_only["p50_ms"], 2),
+        "overhead_p95_ms": round(tool["p95_ms"] - text_only["p95_ms"], 2),
         "paired_diff_p50_ms": round(percentile(paired, 50), 2),
         "paired_diff_p95_ms": round(percentile(paired, 95), 2),
         # The transcript grows by 6 messages a pair; each step reloads it (see bench/README.md).

@@ -395,7 +395,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         warm = await bench.warm_up(args.warmup)
         baseline = await bench.snapshot(idle_cpu=True)
 
-        levels = []
+        levels: list[dict[str, Any]] = []
         for level in args.levels:
             levels.append(await bench.park_level(level, baseline, levels[-1] if levels else baseline))
             print(f"  ... {level} parked ({levels[-1]['park_wall_s']:.1f} s)", file=sys.stderr, flush=True)

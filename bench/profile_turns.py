@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _common import connect_read_only, own_cpu_seconds, percentile
+from _common import REPO, connect_read_only, own_cpu_seconds, percentile
 from anyio.abc import Process
 from mcp import Client, StdioServerParameters
 from side_by_side import (
@@ -56,7 +56,6 @@ from side_by_side import (
     BENCH,
     KEY,
     KEY_ENV,
-    REPO,
     TOOL_MESSAGE,
     fake_model,
     read_pid,
@@ -273,7 +272,7 @@ def strace_figures(path: Path, db: Path, turns: int) -> dict[str, Any]:
     are never split so in practice (sqlite's worker thread makes them one at a time)."""
     calls: Counter[str] = Counter()
     fsyncs: Counter[str] = Counter()
-    fsync_s: Counter[str] = Counter()
+    fsync_s: defaultdict[str, float] = defaultdict(float)
     written: Counter[str] = Counter()
     wal_pages: Counter[int] = Counter()
     threads: dict[str, Counter[str]] = defaultdict(Counter)
@@ -315,7 +314,9 @@ def strace_figures(path: Path, db: Path, turns: int) -> dict[str, Any]:
             for tid, counter in sorted(threads.items(), key=lambda item: -sum(item[1].values()))
         },
         "fsyncs_per_turn": {k: round(v / turns, 2) for k, v in fsyncs.most_common()},
-        "fsync_ms_per_turn": {k: round(v * 1000 / turns, 2) for k, v in fsync_s.most_common()},
+        "fsync_ms_per_turn": {
+            k: round(v * 1000 / turns, 2) for k, v in sorted(fsync_s.items(), key=lambda kv: -kv[1])
+        },
         "bytes_written_per_turn": {k: round(v / turns) for k, v in written.most_common(12)},
         "wal_frames_per_turn": round(sum(wal_pages.values()) / turns, 2),
         "wal_frames_per_turn_by_owner": {k: round(v / turns, 2) for k, v in frames_by_owner.most_common()},
@@ -386,7 +387,7 @@ def inspect_database(db: Path, session_id: str, turns: int) -> dict[str, Any]:
             )
         }
         try:
-            stat = {
+            stat: dict[str, Any] = {
                 name: {"pages": pages, "bytes": size, "payload": payload}
                 for name, pages, size, payload in conn.execute(
                     "SELECT name, COUNT(*), SUM(pgsize), SUM(payload) FROM dbstat GROUP BY name ORDER BY 3 DESC"
@@ -444,8 +445,8 @@ def py_spy_figures(path: Path, top: int, thread_cpu: dict[int, float], turns: in
         if not stack or not count.isdigit():
             continue
         n = int(count)
-        frames = stack.split(";")
-        label, frames = frames[0], [parse_frame(f) for f in frames[1:]]
+        label, *names = stack.split(";")
+        frames = [parse_frame(f) for f in names]
         entry = threads.setdefault(label, {"samples": 0, "busy": 0, "own": Counter(), "inclusive": Counter()})
         entry["samples"] += n
         if not frames:

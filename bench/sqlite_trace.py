@@ -28,7 +28,7 @@ def main() -> int:
         trace.write(" ".join(statement.split()) + "\n")
 
     def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        connection = connect(*args, **kwargs)
+        connection: sqlite3.Connection = connect(*args, **kwargs)
         connection.set_trace_callback(write)
         return connection
 

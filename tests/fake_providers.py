@@ -171,7 +171,7 @@ class FakeProviders:
                 return _collapse_openai(_openai_tools(calls))
             return _collapse_openai(_openai_text(f"plain: {messages[-1]['content']}"))
         if messages[-1]["role"] == "tool":
-            tail = []
+            tail: list[str] = []
             for m in reversed(messages):
                 if m["role"] != "tool":
                     break
@@ -220,11 +220,11 @@ def _anthropic_shape_error(messages: list[dict[str, Any]]) -> str | None:
         results = {b["tool_use_id"] for b in content if b.get("type") == "tool_result"}
         if results:
             before = messages[index - 1]["content"] if index > 0 else []
-            uses = {b["id"] for b in before if isinstance(b, dict) and b.get("type") == "tool_use"}
-            if results - uses:
+            asked = {b["id"] for b in before if isinstance(b, dict) and b.get("type") == "tool_use"}
+            if results - asked:
                 return (
                     f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
-                    f"{sorted(results - uses)[0]}. Each `tool_result` block must have a corresponding "
+                    f"{sorted(results - asked)[0]}. Each `tool_result` block must have a corresponding "
                     "`tool_use` block in the previous message."
                 )
         uses = [b["id"] for b in content if b.get("type") == "tool_use"]
@@ -283,7 +283,9 @@ def _collapse_anthropic(events: Any) -> JSONResponse:
 
 
 def _collapse_openai(events: Any) -> JSONResponse:
-    text, calls, usage = "", {}, {}
+    text = ""
+    calls: dict[int, dict[str, Any]] = {}
+    usage: dict[str, Any] = {}
     for _name, data in events:
         usage = data.get("usage") or usage
         for choice in data.get("choices") or []:

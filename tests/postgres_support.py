@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ class PgSchema:
         self.label = database_label(url, schema)
         self._conn = psycopg.connect(url, autocommit=True)
 
-    def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def rows(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple[Any, ...]]:
         self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
         cur = self._conn.execute(query.encode(), params)
         return list(cur.fetchall()) if cur.description is not None else []

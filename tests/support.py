@@ -21,7 +21,7 @@ from contextlib import (
 )
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar, Unpack, overload
 
 import anyio
 import httpx2
@@ -527,7 +527,7 @@ class Served:
     """A `parley serve` that a test module starts once: the process, the directory of its
     parley.yaml (its database, its fixture server's log) and the module's client, if it keeps one."""
 
-    server: Any  # a ServerProcess, or an InProcessServer
+    server: ServerProcess | InProcessServer
     directory: Path
     connected: Client | None = None
 
@@ -548,22 +548,49 @@ class Served:
 ServedT = TypeVar("ServedT", bound=Served)
 
 
+class ServingOptions(TypedDict, total=False):
+    """serving()'s options but the world (see serving)."""
+
+    mode: str | None
+    name: str
+    http: bool
+    clean_log: bool
+    process: bool
+    model: ModelClient | None
+
+
+@overload
+def serving(config_path: Path, **options: Unpack[ServingOptions]) -> AbstractAsyncContextManager[Served]: ...
+
+
+@overload
+def serving(
+    config_path: Path, *, world: type[ServedT], **options: Unpack[ServingOptions]
+) -> AbstractAsyncContextManager[ServedT]: ...
+
+
+def serving(
+    config_path: Path, *, world: type[Served] = Served, **options: Unpack[ServingOptions]
+) -> AbstractAsyncContextManager[Served]:
+    """Start parley on `config_path` (in this process, unless the module needs a `process` of its
+    own) and connect one client in `mode` (None: no client, each test connects its own); yield
+    them as a `world` (a `Served`, or a module's subclass). `clean_log`: on a normal exit the
+    server's log must hold no traceback. `model`: in this process, the model every agent calls."""
+    return _serving(config_path, world, **options)
+
+
 @asynccontextmanager
-async def serving(
+async def _serving(
     config_path: Path,
+    world: type[Served],
     *,
     mode: str | None = "auto",
     name: str = "server",
     http: bool = False,
     clean_log: bool = False,
-    world: type[ServedT] = Served,  # type: ignore[assignment]  # the default is the bound itself
     process: bool = False,
     model: ModelClient | None = None,
-) -> AsyncIterator[ServedT]:
-    """Start parley on `config_path` (in this process, unless the module needs a `process` of its
-    own) and connect one client in `mode` (None: no client, each test connects its own); yield
-    them as a `world` (a `Served`, or a module's subclass). `clean_log`: on a normal exit the
-    server's log must hold no traceback. `model`: in this process, the model every agent calls."""
+) -> AsyncIterator[Served]:
     kind = ServerProcess if process else InProcessServer
     extra: dict[str, Any] = {} if model is None else {"model": model}
     async with kind(config_path, name=name, http=http, **extra) as server:

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from mcp.shared.dispatcher import CallOptions
 
     from parley.sdk_compat import Transport, TransportStreams
-    from tests.support import ServerProcess
+    from tests.support import InProcessServer, ServerProcess
 
 __all__ = [
     "IMMEDIATE_RESPONSE_META",
@@ -393,8 +393,8 @@ def tap(inner: Transport, recorder: TaskRecorder) -> Transport:
     return transport
 
 
-def server_target(server: ServerProcess) -> Any:
-    """What `task_client` takes for a `tests.support.ServerProcess`: its URL, or its stdio pipes."""
+def server_target(server: ServerProcess | InProcessServer) -> Any:
+    """What `task_client` takes for a server of tests/support.py: its URL, or its stdio pipes."""
     return server.url if server.http else server.transport()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -172,7 +173,7 @@ def test_multi_user_modes_limit_each_principal_unless_limits_says_otherwise() ->
     unset = LimitsConfig()
     assert unset.for_auth("none") == unset  # one local user: nothing changes
     for mode in ("tokens", "oauth"):
-        defaults = unset.for_auth(mode)  # type: ignore[arg-type]
+        defaults = unset.for_auth(mode)
         assert (defaults.running_turns, defaults.sessions_per_minute, defaults.messages_per_minute) == (
             4,
             30,
@@ -206,7 +207,7 @@ async def test_attempts_on_another_principals_session_are_refused_as_not_found_a
         )
         sid = started.session_id
         caplog.set_level(logging.INFO, logger="parley.runtime.audit")
-        attempts = [
+        attempts: list[tuple[str, Callable[[], Awaitable[object]]]] = [
             ("approve", lambda: parley.decisions.approve(BOB, sid, [Decision("int_1", True, None)], NO_WAIT)),
             (
                 "answer",

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from parley.config import load_config
 from parley.config.attachments import AttachmentsConfig
+from parley.core.ids import SessionId
 from parley.core.records import AttachmentBlob, MessageRecord, QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.errors import InvalidArgument
@@ -216,8 +217,8 @@ def test_parley_yaml_sets_the_limits_and_names_a_bad_media_type_with_its_field(t
 def _user_record(seq: int, text: str, refs: list[dict[str, Any]]) -> MessageRecord:
     content: dict[str, Any] = {"text": text, "attachments": refs} if refs else {"text": text}
     return MessageRecord(
-        session_id="ses_x", seq=seq, turn_id=None, role="user", content=content, created_at=1.0
-    )  # type: ignore[arg-type]
+        session_id=SessionId("ses_x"), seq=seq, turn_id=None, role="user", content=content, created_at=1.0
+    )
 
 
 @pytest.mark.anyio

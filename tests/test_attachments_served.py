@@ -85,7 +85,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     directory = tmp_path_factory.mktemp("attachments")
     tokens = {name: "parley_" + secrets.token_urlsafe(32) for name in ("alice", "bob")}
     async with serving_fake_providers() as fake:
-        model = {"api_key_env": "FAKE_PROVIDER_KEY", "options": {"max_tokens": 256}}
+        model: dict[str, Any] = {"api_key_env": "FAKE_PROVIDER_KEY", "options": {"max_tokens": 256}}
         config = write_config(
             directory,
             agents={
@@ -313,7 +313,7 @@ async def test_over_stdio_and_through_the_python_client(world: World) -> None:
         )
         assert not read.is_error
         [image] = [b for b in read.content if b.type == "image"]
-        assert (image.data, image.mime_type) == (PIXEL_B64, "image/png")  # type: ignore[union-attr]
+        assert (image.data, image.mime_type) == (PIXEL_B64, "image/png")
         other = await call(client, "start_session", agent="demo")
         absent = await call_error(client, "get_session", session_id=other["session_id"], attachment=PIXEL_SHA)
         assert f"No attachment '{PIXEL_SHA}' in session {other['session_id']}" in absent

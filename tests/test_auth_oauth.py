@@ -159,7 +159,7 @@ async def test_the_protected_resource_metadata_names_the_authorization_server(wo
 
 def _alg_none(world: World) -> str:
     return jwt.encode(
-        claims(world.auth.url, PUBLIC_URL, "mallory"), None, algorithm="none", headers={"kid": world.key.kid}
+        claims(world.auth.url, PUBLIC_URL, "mallory"), "", algorithm="none", headers={"kid": world.key.kid}
     )
 
 

@@ -133,7 +133,7 @@ def _forged(key: SigningKey) -> str:
 
 
 def _alg_none(key: SigningKey) -> str:
-    return jwt.encode(good(), None, algorithm="none", headers={"kid": key.kid})
+    return jwt.encode(good(), "", algorithm="none", headers={"kid": key.kid})
 
 
 def _hs256_with_the_public_key(key: SigningKey) -> str:

@@ -13,6 +13,7 @@ from parley import errors as server_errors
 from parley.client import errors as client_errors
 from parley.client import events
 from parley.client.models import TOOL_OUTPUTS
+from parley.core.ids import SessionId, TurnId
 from parley.core.records import EventRecord, TurnStatus
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.progress import describe_event
@@ -111,7 +112,9 @@ def test_a_client_error_keeps_the_facts_its_text_names() -> None:
 
 
 def _event(kind: str, **data: Any) -> EventRecord:
-    return EventRecord(session_id="ses_x", seq=1, turn_id="turn_x", kind=kind, data=data, created_at=0.0)
+    return EventRecord(
+        session_id=SessionId("ses_x"), seq=1, turn_id=TurnId("turn_x"), kind=kind, data=data, created_at=0.0
+    )
 
 
 PROGRESS_CASES: list[tuple[EventRecord, list[events.Event]]] = [

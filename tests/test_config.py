@@ -84,6 +84,7 @@ def test_relative_paths_resolve_next_to_the_config_file_not_the_working_director
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     config = load_config(Path("../proj/parley.yaml"), None)
+    assert config.db_path is not None
     assert config.db_path.resolve() == (tmp_path / "proj" / "data" / "p.db").resolve()
     assert set(config.agents) == {"demo", "helper"}
 

@@ -60,7 +60,7 @@ RUNTIME = {
     # One replica may have to take over every session while the other two restart.
     "max_driven_sessions": 200,
 }
-AGENTS = {
+AGENTS: dict[str, dict[str, Any]] = {
     # Writes without approval: a kill during one must never make it run twice.
     "worker": {
         "mcp_servers": [{"server": "fixture", "tools": {"append_note": {"approval": "never"}}}],

@@ -5,6 +5,7 @@ session; and plain text with both sides of the conversation when stdout is not a
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -44,12 +45,12 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def chat(config: Path) -> Iterator[pexpect.spawn]:
+def chat(config: Path) -> Iterator[pexpect.spawn[str]]:
     """`parley chat worker` on a terminal of 160 columns."""
     yield from _terminal_chat(config, "worker")
 
 
-def _terminal_chat(config: Path, agent: str) -> Iterator[pexpect.spawn]:
+def _terminal_chat(config: Path, agent: str) -> Iterator[pexpect.spawn[str]]:
     child = pexpect.spawn(
         sys.executable,
         ["-m", "parley", "chat", agent, "--config", str(config)],
@@ -66,12 +67,15 @@ def _terminal_chat(config: Path, agent: str) -> Iterator[pexpect.spawn]:
         child.close(force=True)
 
 
-def _session_id(child: pexpect.spawn) -> str:
+def _session_id(child: pexpect.spawn[str]) -> str:
     child.expect(r"session (ses_[0-9a-f]{32})")
+    assert isinstance(child.match, re.Match), child.match
     return str(child.match.group(1))
 
 
-def test_a_conversation_with_an_approval_answered_at_the_prompt(chat: pexpect.spawn, config: Path) -> None:
+def test_a_conversation_with_an_approval_answered_at_the_prompt(
+    chat: pexpect.spawn[str], config: Path
+) -> None:
     chat.sendline("hello")
     sid = _session_id(chat)
     chat.expect(r"You said: hello \(message 1 of this session\)")
@@ -107,7 +111,7 @@ def test_a_conversation_with_an_approval_answered_at_the_prompt(chat: pexpect.sp
     assert users == [(4,)]  # hello, and again, the tool call, the question
 
 
-def test_ctrl_c_cancels_a_long_turn_and_twice_quits(chat: pexpect.spawn, config: Path) -> None:
+def test_ctrl_c_cancels_a_long_turn_and_twice_quits(chat: pexpect.spawn[str], config: Path) -> None:
     chat.sendline("/sleep 600")
     sid = _session_id(chat)
     chat.expect("working")  # the turn has started on the server

@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx2
@@ -312,7 +313,7 @@ def test_a_port_in_use_is_one_line_with_the_fix(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ one caller cannot lock out others
 
 FAIR_MAX_CONNECTIONS = 10
-FAIR = {
+FAIR: dict[str, Any] = {
     "max_connections": FAIR_MAX_CONNECTIONS,
     "connection_reserve": 2,
     "max_connections_per_principal": 4,

@@ -14,10 +14,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import httpx2
 import pytest
 from mcp import MCPError
+from mcp.types import RequestParamsMeta
 
 from tests.fake_providers import serving_fake_providers
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
@@ -35,6 +37,12 @@ from tests.support import (
 pytestmark = pytest.mark.anyio
 
 SECRET_PROMPT = "the-secret-prompt-text"
+
+
+def _trace(traceparent: str) -> RequestParamsMeta:
+    """A request's `_meta` carrying W3C trace context (mypy does not read RequestParamsMeta's
+    open `extra_items`, so the one key is cast; parley/runtime/mcp/sources.py does the same)."""
+    return cast(RequestParamsMeta, {"traceparent": traceparent})
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +128,7 @@ async def test_one_trace_across_an_outer_client_two_parleys_and_a_tool_server(
         result = await client.call_tool(
             "start_session",
             {"agent": "boss", "message": _nested(SECRET_PROMPT), "wait_seconds": TEST_DEADLINE_S},
-            meta={"traceparent": traceparent},
+            meta=_trace(traceparent),
         )
     out = dict(result.structured_content or {})
     assert out.get("status") == "answered", out
@@ -231,7 +239,7 @@ async def test_a_turn_resumed_after_sigkill_joins_the_callers_trace_and_content_
     async with doomed as server, server.client() as client:
         with contextlib.suppress(MCPError):
             arguments = {"agent": "worker", "message": message, "wait_seconds": 0, "client_message_id": mark}
-            await client.call_tool("start_session", arguments, meta={"traceparent": traceparent})
+            await client.call_tool("start_session", arguments, meta=_trace(traceparent))
         assert await server.wait_exit() == -9, server.log()
     [(session_id,)] = db_rows(
         tmp_path / "parley.db", "SELECT id FROM sessions WHERE start_client_message_id = ?", (mark,)
@@ -325,7 +333,7 @@ async def test_json_logs_carry_ids_and_a_wait_for_approval_is_a_span_linked_to_t
             "message": '/tool fixture__bare {"text": "x"}',
             "wait_seconds": TEST_DEADLINE_S,
         }
-        result = await client.call_tool("start_session", arguments, meta={"traceparent": traceparent})
+        result = await client.call_tool("start_session", arguments, meta=_trace(traceparent))
         out = dict(result.structured_content or {})
         assert out.get("status") == "waiting_for_input", out
         [pending] = out["pending"]
@@ -333,7 +341,7 @@ async def test_json_logs_carry_ids_and_a_wait_for_approval_is_a_span_linked_to_t
         result = await client.call_tool(
             "approve",
             {"session_id": out["session_id"], "decisions": decisions, "wait_seconds": TEST_DEADLINE_S},
-            meta={"traceparent": deciding},
+            meta=_trace(deciding),
         )
         assert dict(result.structured_content or {}).get("status") == "answered", result
         spans = await _spans_until(
@@ -384,7 +392,7 @@ async def test_a_provider_call_carries_the_trace_and_its_span_the_providers_usag
         env = {**receiver.env("provider"), "FAKE_KEY": key}
         async with ServerProcess(config, name="provider", env=env) as server, server.client() as client:
             arguments = {"agent": "gpt", "message": "hello", "wait_seconds": TEST_DEADLINE_S}
-            result = await client.call_tool("start_session", arguments, meta={"traceparent": traceparent})
+            result = await client.call_tool("start_session", arguments, meta=_trace(traceparent))
             out = dict(result.structured_content or {})
             assert out.get("status") == "answered", out
             spans = await _spans_until(receiver, trace_id, ("provider", "chat gpt-test"))

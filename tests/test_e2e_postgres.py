@@ -189,7 +189,7 @@ async def _everything(store: Store, db: Path) -> dict[str, Any]:
             "summary": await store.latest_summary(sid),
             "first": await store.first_message(sid),
         }
-    seen["queued"] = [await store.get_queued(q) for q in queued]  # type: ignore[arg-type]
+    seen["queued"] = [await store.get_queued(q) for q in queued]
     seen["tasks"] = [await store.get_task(t, 0.0) for t in tasks]
     seen["page"] = (await store.list_sessions("local", None, None, None, 100)).sessions
     seen["audit"] = await store.list_audit(None, None, None, 100_000)

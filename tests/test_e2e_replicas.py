@@ -220,10 +220,10 @@ async def test_a_2026_client_needs_no_affinity_an_input_required_retry_lands_on_
 
 async def test_a_2025_client_with_its_sse_stream_works_through_a_sticky_balancer(replicas: Replicas) -> None:
     person = Person.accepting({"decision": "approve"})
-    progress: list[str] = []
+    notes: list[str] = []
 
-    async def on_progress(done: float, total: float | None, message: str | None) -> None:
-        progress.append(message or "")
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        notes.append(message or "")
 
     balancer = Balancer([s.base_url for s in replicas.servers if s.url], sticky=True)
     async with balancer.running(), Client(balancer.url, mode="legacy", elicitation_callback=person) as client:
@@ -234,6 +234,6 @@ async def test_a_2025_client_with_its_sse_stream_works_through_a_sticky_balancer
     assert not result.is_error and result.structured_content is not None
     assert result.structured_content["status"] == "answered", result.structured_content
     assert len(person.asked) == 1, "the approval was put to the person over the client's own stream"
-    assert progress, "progress notifications arrived over the stream"
+    assert notes, "progress notifications arrived over the stream"
     assert replicas.runs("append_note", note="sticky") == 1
     assert len({backend for backend, _ in balancer.routed}) == 1, "one MCP session, one replica"

@@ -5,7 +5,7 @@ stream whose client takes nothing being cut off."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -181,13 +181,13 @@ def test_a_discarded_attempt_resets_its_step_and_the_retry_streams_into_a_new_te
 
 
 async def test_a_client_that_takes_nothing_is_cut_off_with_a_final_event() -> None:
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
 
     async def frames() -> AsyncIterator[bytes]:
         for n in range(1000):
             yield frame({"n": n})
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
         if len([m for m in sent if m.get("more_body")]) >= 3:
             await anyio.sleep_forever()  # the client's buffers are full

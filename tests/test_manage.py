@@ -184,7 +184,7 @@ async def test_a_session_is_titled_from_its_first_message_and_renamed_and_tagged
         view = await call(alice, "get_session", session_id=sid)
         assert (view["title"], view["tags"]) == ("Lyon trip", ["travel", "family"])
 
-        refusals = {
+        refusals: dict[str, dict[str, Any]] = {
             "tags": {"tags": ["two words"]},
             "title": {"title": "line one\nline two"},
         }
@@ -245,7 +245,7 @@ async def _full_session(world: World, client: Client, who: str) -> str:
         agent="helper",
         message='/tool write_todos {"todos": [{"content": "pack"}]}',
     )
-    sid = started["session_id"]
+    sid: str = started["session_id"]
     asked = await call(client, "send_message", session_id=sid, message="/ask Train or car? | train | car")
     [question] = asked["pending"]
     await call(client, "answer_question", session_id=sid, interrupt_id=question["id"], answer="train")
@@ -256,7 +256,8 @@ async def _full_session(world: World, client: Client, who: str) -> str:
 
 
 async def _idle(client: Client, sid: str) -> bool:
-    return (await call(client, "get_session", session_id=sid))["status"] == "idle"
+    status: str = (await call(client, "get_session", session_id=sid))["status"]
+    return status == "idle"
 
 
 async def test_delete_session_leaves_no_row_of_the_session_keeps_the_audit_and_touches_no_other_owner(

@@ -39,7 +39,7 @@ def _model(fake: FakeProviders, provider: str) -> dict[str, Any]:
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("model_titles")
     async with serving_fake_providers() as fake:
-        agents = {
+        agents: dict[str, dict[str, Any]] = {
             "claude": {"model": _model(fake, "anthropic"), "title_from_model": True},
             "gpt": {"model": _model(fake, "openai"), "title_from_model": True},
             "plain": {"model": _model(fake, "openai")},

@@ -26,7 +26,7 @@ class Served(ServedBase):
     asked: list[str] = field(default_factory=list)
 
     def eliciting_client(self) -> Client:
-        async def on_elicit(ctx: Any, params: Any) -> types.ElicitResult:
+        async def on_elicit(context: Any, params: Any) -> types.ElicitResult:
             self.asked.append(params.message)
             answer = self.answers.pop(0) if self.answers else {"action": "cancel"}
             return types.ElicitResult(**answer)

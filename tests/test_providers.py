@@ -33,7 +33,7 @@ class World:
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("providers")
     async with serving_fake_providers() as fake:
-        model = {"api_key_env": "FAKE_PROVIDER_KEY", "options": {"max_tokens": 256}}
+        model: dict[str, Any] = {"api_key_env": "FAKE_PROVIDER_KEY", "options": {"max_tokens": 256}}
         agents = {
             "claude": {
                 "model": fake.anthropic_model(**model),

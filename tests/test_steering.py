@@ -15,6 +15,7 @@ from tests.support import (
     STATE_WINDOW_S,
     TEST_DEADLINE_S,
     Gate,
+    InProcessServer,
     Served,
     call,
     call_error,
@@ -41,8 +42,9 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
 
 def _hold(served: Served, word: str) -> Hold:
     """Hold the model calls for messages containing `word` until the test releases them."""
-    assert isinstance(served.server.model, HeldModel)
-    return served.server.model.hold(word)
+    server = served.server
+    assert isinstance(server, InProcessServer) and isinstance(server.model, HeldModel)
+    return server.model.hold(word)
 
 
 async def _steer_recorded(served: Served, sid: str) -> None:
@@ -168,7 +170,7 @@ async def test_a_cancel_naming_an_older_turn_changes_nothing(served: Served) -> 
 @pytest.fixture(scope="module")
 async def limited(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     directory = tmp_path_factory.mktemp("limits")
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "frugal": {"limits": {"max_session_tokens": 300}},
         "frugal_task": {"kinds": ["task"], "limits": {"max_session_tokens": 300}},
         "brief": {"limits": {"max_session_seconds": WALL_LIMIT_S}},

@@ -1219,7 +1219,7 @@ async def test_a_change_to_a_field_no_record_has_is_refused_and_writes_nothing(s
     sid = await new_session(store, "hello")
     before = await snapshot(store, sid)
     bad = Changes(
-        session={"no_such_field": 1},
+        session={"no_such_field": 1},  # type: ignore[typeddict-unknown-key]  # the point of the test
         new_queued=[queued(sid, "never stored")],
         messages=[NewMessage(None, "user", {"text": "never appended"})],
         events=[NewEvent(None, "progress", {})],

@@ -90,7 +90,8 @@ async def test_a_manual_clock_ends_a_durable_wait_without_waiting_it_out() -> No
         parley.advance(3601)
 
         async def answered() -> bool:
-            return (await call(client, "get_session", session_id=sid))["status"] == "idle"
+            status: str = (await call(client, "get_session", session_id=sid))["status"]
+            return status == "idle"
 
         await eventually(answered, "the timer to fire once the clock passed it")
 

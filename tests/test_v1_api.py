@@ -53,8 +53,9 @@ class World(Served):
     @property
     def model(self) -> HeldModel:
         """The model every agent calls: it holds calls a test steers or cancels around."""
-        assert isinstance(self.server.model, HeldModel)
-        return self.server.model
+        server = self.server
+        assert isinstance(server, InProcessServer) and isinstance(server.model, HeldModel)
+        return server.model
 
 
 @pytest.fixture(scope="module")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
+from typing import Unpack
 
 import anyio
 import psycopg
 import pytest
 from psycopg import sql
 
-from parley.core.changes import Changes
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id, new_turn_id
+from parley.core.changes import Changes, SessionPatch
+from parley.core.ids import SessionId, TurnId, new_queued_message_id, new_session_id, new_turn_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.runtime.session_steps import SessionSteps
@@ -103,8 +104,8 @@ def _session(**fields: object) -> SessionRecord:
     return replace(SessionRecord.new(SID, agent="demo", owner="local", kind="chat", now=T0), **fields)  # type: ignore[arg-type]
 
 
-def _changes(**session: object) -> Changes:
-    return Changes(session=dict(session))
+def _changes(**session: Unpack[SessionPatch]) -> Changes:
+    return Changes(session=session)
 
 
 @pytest.mark.parametrize(
@@ -122,14 +123,14 @@ def _changes(**session: object) -> Changes:
         # A cancel of a turn driven elsewhere: the driver should look, nobody should claim.
         (
             _session(status="running", current_turn_id="t", lease_owner="p#1", lease_expires_at=T0 + 10),
-            _changes(cancel_requested_turn="t", wake_at=None),
+            _changes(cancel_requested_turn=TurnId("t"), wake_at=None),
             False,
             True,
         ),
         # A cancel of a parked turn (no lease): it needs a driver to cancel it.
         (
             _session(status="waiting_for_input", current_turn_id="t"),
-            _changes(cancel_requested_turn="t", wake_at=None, status="running"),
+            _changes(cancel_requested_turn=TurnId("t"), wake_at=None, status="running"),
             True,
             True,
         ),

@@ -12,9 +12,8 @@ import argparse
 import base64
 import json
 import os
-import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NoReturn
 
 import anyio
 from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
@@ -61,7 +60,7 @@ def build(args: argparse.Namespace, log_path: Path | None = None, in_process: bo
     def _log(ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
         _write_log(log_file, ctx, tool, arguments)
 
-    def _exit(code: int) -> None:
+    def _exit(code: int) -> NoReturn:
         if in_process:
             raise RuntimeError("this fixture server runs in the test's process: use the stdio one to crash")
         os._exit(code)
@@ -213,4 +212,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

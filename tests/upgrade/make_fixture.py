@@ -96,7 +96,8 @@ async def make(config: Path, rows: Rows) -> dict[str, Any]:
         await eventually(at_rest, "every session to park")
 
         async def task_waits() -> bool:
-            return (await get_task(client, task["taskId"]))["status"] == "input_required"
+            status: str = (await get_task(client, task["taskId"]))["status"]
+            return status == "input_required"
 
         await eventually(task_waits, "the MCP task to wait for input")
         server.send_signal(signal.SIGTERM)
