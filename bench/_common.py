@@ -345,7 +345,7 @@ def stdio_server_parameters(
 
 def _with_pythonpath(env: Mapping[str, str]) -> dict[str, str]:
     """A PYTHONPATH of ours reaches the server too, so a snapshot of another revision put on it
-    (`PYTHONPATH=/tmp/snap bench/x.py`) is what runs, not the installed checkout."""
+    (`PYTHONPATH=/tmp/snap bench/<name>.py`) is what runs, not the installed checkout."""
     path = os.environ.get("PYTHONPATH")
     return {**env, "PYTHONPATH": path} if path else dict(env)
 

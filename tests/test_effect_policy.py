@@ -1,4 +1,4 @@
-"""The effect policy (DESIGN §4.2) as a table: every effect x mishap x attempt count."""
+"""The effect policy (core/effect_policy.py) as a table: every effect x mishap x attempt count."""
 
 from __future__ import annotations
 

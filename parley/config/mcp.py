@@ -14,7 +14,7 @@ ApprovalPolicy = Literal["always", "never", "auto"]
 
 
 class ToolPolicy(Strict):
-    """Per-tool policy; an unset field falls through to the next source (DESIGN §4.2)."""
+    """Per-tool policy; an unset field falls to the next source (docs/manual.md, "Effects and approval")."""
 
     effect: Effect | None = Field(
         None, description="read, idempotent_write, non_idempotent_write or unclassified."

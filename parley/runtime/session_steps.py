@@ -1,6 +1,6 @@
 """The rules of transitions.py applied to stored sessions: load the snapshot, decide, write the
 changes, all in one transaction of the step port (parley/core/changes.py). Each method is one
-event of DESIGN §4.8; `lease` names the process that must still hold the session's lease."""
+event of parley/core/transitions.py; `lease` names the process that must still hold the session's lease."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Tools: `echo(text)` (never a task) and `ask(question)` (a task that needs one form answer).
 
 - 2025-11-25: a `tools/call` carrying `params.task` is answered by a middleware with a
-  `CreateTaskResult` (the only way on SDK 2.3, see the protocol notes §4.6); `tasks/get`,
+  `CreateTaskResult` (the only way on SDK 2.3); `tasks/get`,
   `tasks/result` (sends `elicitation/create` with the related-task `_meta` on its own request),
   `tasks/cancel`, `tasks/list`; `notifications/tasks/status` on every change.
 - 2026-07-28: the `io.modelcontextprotocol/tasks` extension: `ask` from a declaring client

@@ -1,5 +1,6 @@
-"""Effect class and approval requirement of an MCP tool, DESIGN §4.2: agent policy, then server
-policy, then the tool's annotations (when trusted), then the default `unclassified`."""
+"""Effect class and approval requirement of an MCP tool (docs/manual.md, "Effects and approval"):
+agent policy, then server policy, then the tool's annotations (when trusted), then the default
+`unclassified`."""
 
 from __future__ import annotations
 
