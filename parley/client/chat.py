@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -442,12 +443,10 @@ async def run_chat(
 
 def main(args: argparse.Namespace) -> int:
     """`parley chat` (parley/cli.py declares its arguments)."""
-    from parley.config import secret_from_env
-
     terminal = Terminal()
     connect: AbstractAsyncContextManager[Parley]
     if args.url:
-        token = args.token or secret_from_env(args.token_env)
+        token = args.token or (os.environ.get(args.token_env) if args.token_env else None)
         connect = connect_http(args.url, token, options=AS_PERSON)
     else:
         # The server's own log would interleave with the conversation: errors only.
