@@ -201,9 +201,9 @@ class Target:
         return b"floor_server.py" if self.name == "floor" else b"parley"
 
 
-def write_parley_config(directory: Path, model_url: str) -> Path:
-    """A fresh database, default runtime settings, the fixture tool server (read_thing: a read, no
-    approval) and one agent on the fake model (streamed: parley's default)."""
+def bench_agent(directory: Path, model_url: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fixture tool server (read_thing: a read, no approval) and the `bench` agent that uses
+    it on the fake model: (server config, agent file fields)."""
     fixture = fixture_over_stdio(directory / "fixture.jsonl")
     fixture["tools"] = {"read_thing": {"effect": "read", "approval": "never"}}
     model = {"provider": "openai", "name": MODEL, "base_url": model_url, "api_key_env": KEY_ENV}
@@ -214,6 +214,14 @@ def write_parley_config(directory: Path, model_url: str) -> Path:
         "model": model,
         "mcp_servers": [{"server": "fixture", "include": ["read_thing"]}],
     }
+    return fixture, agent
+
+
+def write_parley_config(directory: Path, model_url: str) -> Path:
+    """A fresh database, default runtime settings, the fixture tool server and the `bench` agent
+    (bench_agent), and one agent without tools, on the fake model (streamed: parley's default)."""
+    fixture, agent = bench_agent(directory, model_url)
+    model = agent["model"]
     plain = {
         "name": PLAIN_AGENT,
         "description": "Benchmark agent without tools.",

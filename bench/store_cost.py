@@ -91,7 +91,6 @@ from _common import (
     HOST,
     add_limit_options,
     cpu_seconds,
-    fixture_over_stdio,
     latency_summary,
     loadavg_1m,
     log_excerpt,
@@ -107,12 +106,10 @@ from anyio.abc import Process, SocketAttribute, SocketStream
 from mcp import Client
 from psycopg import sql
 from side_by_side import (
-    AGENT,
-    INSTRUCTIONS,
     KEY,
     KEY_ENV,
-    MODEL,
     TOOL_MESSAGE,
+    bench_agent,
     fake_model,
     median_of,
     process_tree,
@@ -495,16 +492,7 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
 def write_config(directory: Path, model_url: str, storage: dict[str, Any]) -> Path:
     """`storage` as given, default runtime settings, the fixture tool server (read_thing: a read,
     no approval) and the `bench` agent of side_by_side.py on the fake model."""
-    fixture = fixture_over_stdio(directory / "fixture.jsonl")
-    fixture["tools"] = {"read_thing": {"effect": "read", "approval": "never"}}
-    model = {"provider": "openai", "name": MODEL, "base_url": model_url, "api_key_env": KEY_ENV}
-    agent = {
-        "name": AGENT,
-        "description": "Benchmark agent: the fake OpenAI-compatible model and the fixture tool server.",
-        "instructions": INSTRUCTIONS,
-        "model": model,
-        "mcp_servers": [{"server": "fixture", "include": ["read_thing"]}],
-    }
+    fixture, agent = bench_agent(directory, model_url)
     config = {"storage": storage, "runtime": {}, "mcp_servers": {"fixture": fixture}}
     return write_config_files(directory, config, [agent])
 
