@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from parley.core.ids import SessionId
 from parley.core.records import (
     AuditRecord,
     EventRecord,
@@ -234,6 +233,3 @@ class Codec:
     def audit(self, row: Row) -> AuditRecord:
         record: AuditRecord = self.record("audit", row)
         return record
-
-    def session_ids(self, rows: Sequence[Row]) -> list[SessionId]:
-        return [SessionId(row[0]) for row in rows]
