@@ -4,6 +4,7 @@ The runtime decides (parley/core/transitions.py); a backend only loads the snaps
 lock, calls the decision and writes the `Changes` it returned, in the same transaction. A decision made
 from an earlier snapshot is never written, which is what keeps first-decision-wins and every
 other race atomic. Storage adds nothing to a decision: no status, no text, no rule.
+See docs/design.md#the-step-port.
 """
 
 from __future__ import annotations

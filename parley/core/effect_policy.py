@@ -1,4 +1,4 @@
-"""What a mishap means for a tool call, by its effect (docs/manual.md, "Calls"): retry it, or end it as
+"""What a mishap means for a tool call, by its effect (docs/design.md#the-effect-policy): retry it, or end it as
 `failed` or `outcome_unknown`, and what the model reads then. One table; every caller asks it.
 
 | effect                            | not sent              | maybe sent / interrupted          | fate unknown     |
@@ -11,7 +11,8 @@ A call an ending turn leaves unfinished is `cancelled` if it never ran, and `out
 its downstream task was under way (unless it only reads).
 
 "failed" always tells the model the call is safe to make again; "outcome_unknown" tells it the
-write may have happened. An `isError` result is an answer, never a mishap.
+write may have happened. An `isError` result is an answer, never a mishap. What a crash leaves
+and what the next process does with it: docs/design.md#crashes-and-lost-calls.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 No I/O here: the driver loads the state, asks `next_action`, performs the action and
 commits it. Because the decision depends only on what is committed, the same function
 resumes a turn after a crash: a model call whose result was never committed is simply
-made again, a tool call that never started is started.
+made again, a tool call that never started is started. The rules in order:
+docs/design.md#the-machine.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Every write that belongs to a session's running turn names the lease owner; the store
 commits it only while that process still holds the session's lease, otherwise it raises
 `LeaseLost` and writes nothing. That is what keeps two processes from committing the
-same step.
+same step (docs/design.md#leases-and-the-work-scan).
 """
 
 from __future__ import annotations

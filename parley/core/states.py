@@ -2,7 +2,8 @@
 
 The runtime, the server, the storage queries and the client's mirror import these (or are
 checked against them, tests/test_states.py). Storage never restates a set in SQL: it renders
-the SQL from these (parley/storage/sql/conditions.py).
+the SQL from these (parley/storage/sql/conditions.py). The statuses and what each set means:
+docs/design.md#states.
 """
 
 from __future__ import annotations

@@ -7,7 +7,9 @@ The text the model reads about a decision is built here too, never in storage.
 
 Every write to a session's state is decided here or in parley/core/turn_steps.py (a turn's
 steps, the interrupts and downstream calls they raise, timers): messages and the queue, cancel
-and close, decisions on interrupts, parking, ending a turn and resting.
+and close, decisions on interrupts, parking, ending a turn and resting. What each event does:
+docs/design.md#transitions; parking and waking, docs/design.md#parking-and-waking; a turn's end,
+docs/design.md#ending-a-turn.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The engine's rules for a turn's steps: starting a turn, a model step and its answer, a tool's
 start and result, interrupts raised by a call, a downstream server's questions and tasks, and
 durable timers. Pure functions of (snapshot, event, now) that return the changes to write, as in
-parley/core/transitions.py (which holds the rest: messages, decisions, parking, ends).
+parley/core/transitions.py (which holds the rest: messages, decisions, parking, ends). What each
+step writes: docs/design.md#transitions.
 """
 
 from __future__ import annotations

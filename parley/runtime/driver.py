@@ -3,7 +3,9 @@
 The driver holds the session's lease for as long as it works. A keeper task renews the
 lease and watches the stored cancel request, so a `cancel_turn` written by any process
 stops the turn here. Shutdown is different from cancelling: it leaves the turn as
-committed so the next process to take the lease resumes it.
+committed so the next process to take the lease resumes it. The loop, step by step:
+docs/design.md#the-driver; what a crash leaves and the next holder does:
+docs/design.md#crashes-and-lost-calls.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ derived from its turn whenever somebody looks (working while it runs, input_requ
 it waits for a person, completed when it rests) and stored when it changes. Once a task has
 ended, its stored result is final. So a task outlives the connection that made it and the
 process that served it, and ten thousand open tasks cost ten thousand rows.
+See docs/design.md#tasks-as-handles-on-turns.
 """
 
 from __future__ import annotations

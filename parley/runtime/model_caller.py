@@ -2,7 +2,7 @@
 compacted when it would overflow the context window, a window of the latest messages, or the
 turn alone), its call is retried on transient failures with a capped back-off, its
 streamed text goes out as events, and its answer and the calls it asks for are committed as one
-step."""
+step (docs/design.md#the-model-step)."""
 
 from __future__ import annotations
 

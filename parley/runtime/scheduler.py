@@ -1,4 +1,5 @@
-"""One scheduler per process: finds sessions with work whose lease is free and drives them."""
+"""One scheduler per process: finds sessions with work whose lease is free and drives them
+(docs/design.md#the-scheduler)."""
 
 from __future__ import annotations
 

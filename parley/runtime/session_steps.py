@@ -1,6 +1,7 @@
 """The rules of transitions.py applied to stored sessions: load the snapshot, decide, write the
 changes, all in one transaction of the step port (parley/core/changes.py). Each method is one
-event of parley/core/transitions.py; `lease` names the process that must still hold the session's lease."""
+event of parley/core/transitions.py; `lease` names the process that must still hold the session's lease.
+See docs/design.md#the-step-port."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The tool step of a turn: what can run now runs (concurrently, bounded per process), calls
 that need a person, a timer or a downstream task park, and the turn parks when nothing else is
-left, so a waiting session holds no task and no lease."""
+left, so a waiting session holds no task and no lease (docs/design.md#the-tool-step)."""
 
 from __future__ import annotations
 

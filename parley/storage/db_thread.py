@@ -9,6 +9,7 @@ Here a hand-off is one queue put and one wake-up of the event loop.
 Cancellation: a caller cancelled while its function still waits in the queue takes it out (it
 never runs); a function that has started runs to its end, and its caller waits for that end
 before the cancellation goes on, so no transaction outlives the call that made it.
+Where it is used: docs/design.md#sqlite.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The storage ports: small protocols split by role, and `Store`, all of them at once (what a
 backend implements and the composition root holds). The runtime names the narrowest port it
-needs. Every port is safe to call from many tasks at once."""
+needs. Every port is safe to call from many tasks at once. The ports and what each holds:
+docs/design.md#ports."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Wake-ups between replicas on PostgreSQL: LISTEN/NOTIFY (the ChangeFeed port of
-storage/wakeups.py).
+storage/wakeups.py; docs/design.md#wake-ups-between-processes).
 
 Every write that changes a session queues `pg_notify(channel, payload)` with its other statements,
 so PostgreSQL delivers it at COMMIT (and never for a transaction rolled back), with no extra round

@@ -1,5 +1,5 @@
 """parley's schema: one numbered history of migrations for SQLite and PostgreSQL, and the runner
-that brings a database of each to the newest version.
+that brings a database of each to the newest version (docs/design.md#migrations).
 
 The versions, as each database's schema_version table records them (one row per step applied):
 

@@ -4,6 +4,7 @@ Several parley processes may open the same file (every desktop client window sta
 own server). WAL lets readers run beside the one writer, `BEGIN IMMEDIATE` takes the
 write lock up front so a transaction never fails half way on a lock upgrade, and
 `busy_timeout` makes a process wait for another's short transaction instead of failing.
+See docs/design.md#sqlite.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ and each transaction a plain function of it that runs whole, inline or on the st
 (`_read`, `_write`): loading a snapshot, deciding and writing a step is one call, not one
 hand-off per statement. A function that has started always runs to its end, commit or rollback
 included, even when its caller is cancelled meanwhile, so a transaction never stays open.
+See docs/design.md#sqlite.
 """
 
 from __future__ import annotations

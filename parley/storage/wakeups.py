@@ -10,6 +10,7 @@ a feed says when it is live, and while it is not, nothing may be assumed deliver
 
 What a wake says is read off the committed session row, not decided: `work` is the work scan's
 own condition (a running session no live lease holds), `cancel` is a cancel request written.
+See docs/design.md#wake-ups-between-processes.
 """
 
 from __future__ import annotations

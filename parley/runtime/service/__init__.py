@@ -12,7 +12,7 @@
 Every mutating command commits first and then waits, bounded, for the turn that consumes the
 caller's message. The wait is only the caller's: cancelling it (a client timeout, a dropped
 connection) never touches the turn. What a command carries comes in small requests
-(requests.py)."""
+(requests.py). See docs/design.md#the-session-service."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The engine's conditions as SQL, rendered from parley/core/states.py: which sessions need a
 driver, which a lease may be taken on, which are busy (not to be deleted), which retention sweeps,
 and which count as running a turn. Written here once for both databases; a status never appears
-as a literal in a query."""
+as a literal in a query. Leases and the work scan: docs/design.md#leases-and-the-work-scan."""
 
 from __future__ import annotations
 

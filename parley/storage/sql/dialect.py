@@ -1,6 +1,7 @@
 """What really differs between SQLite and PostgreSQL for the shared store: placeholders, how JSON
 and outside text travel, list parameters, row locks, and a few expressions. Everything else
-(every query, every write, every rule) is written once in parley/storage/sql/.
+(every query, every write, every rule) is written once in parley/storage/sql/
+(docs/design.md#one-sql-store).
 
 Statements are written with `?` placeholders. SQLite takes them as they are; PostgreSQL's
 driver wants `%s` (and a literal `%` doubled), which `render` produces once per statement text.

@@ -10,7 +10,7 @@ statements and receives their results. A backend runs a program in one transacti
 
 So a program that can say everything in one batch is one round trip on PostgreSQL, and a
 decision (read the snapshot, decide, write) is two. Statements use `?` placeholders; the dialect
-renders them (parley/storage/sql/dialect.py).
+renders them (parley/storage/sql/dialect.py). See docs/design.md#one-sql-store.
 """
 
 from __future__ import annotations

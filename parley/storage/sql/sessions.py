@@ -1,5 +1,6 @@
 """Sessions written once for both databases: starting them, leases and the work scan, events and
-summaries, and the reads of sessions, turns, calls, the queue and the transcript."""
+summaries, and the reads of sessions, turns, calls, the queue and the transcript. Leases and the
+work scan: docs/design.md#leases-and-the-work-scan."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ its `Changes` written in the same transaction (see parley/core/changes.py).
 Two batches: the session row (locked on PostgreSQL; SQLite's `BEGIN IMMEDIATE` holds the whole
 database) with the rest of the snapshot, then every write. The session's sequence numbers
 (transcript, events, queue) are read with the locked row, counted here and written back with the
-session's own changes in one UPDATE. Plain row mapping: no rule.
+session's own changes in one UPDATE. Plain row mapping: no rule. See
+docs/design.md#a-decision-in-sql.
 """
 
 from __future__ import annotations
