@@ -1,4 +1,5 @@
-"""The Store port: what the runtime persists, shaped by its steps, and the records it reads back.
+"""The records the Store port (storage/ports.py) writes and reads back: sessions, turns,
+messages, tool calls, steps, interrupts, events, tasks, the audit trail.
 
 Every write that belongs to a session's running turn names the lease owner; the store
 commits it only while that process still holds the session's lease, otherwise it raises

@@ -2,8 +2,9 @@
 
 Several parley processes may open the same file (every desktop client window starts its
 own server). WAL lets readers run beside the one writer, `BEGIN IMMEDIATE` takes the
-write lock up front so a transaction never fails half way on a lock upgrade, and
-`busy_timeout` makes a process wait for another's short transaction instead of failing.
+write lock up front so a transaction never fails half way on a lock upgrade, and a lock
+another process holds is never waited for inside SQLite (`busy_timeout` is 0 once the file is
+open): the store pauses and tries again itself (sqlite_plumbing.py), so no thread blocks.
 See docs/design.md#sqlite.
 """
 
