@@ -32,7 +32,9 @@ class AgentLimits(Strict):
         description="Model tokens (input + output) a session may use; then it closes (task: fails).",
     )
     max_session_seconds: float | None = Field(
-        None, gt=0, description="Wall time a session may last from its start; then it closes (task: fails)."
+        None,
+        gt=0,
+        description="Wall time in seconds a session may last from its start; then it closes (task: fails).",
     )
 
 
@@ -90,9 +92,17 @@ class CompactionConfig(Strict):
     context_window: int | None = Field(
         None, ge=100, description="The model's context window in tokens (default: known models' table)."
     )
-    trigger_ratio: float = Field(0.85, gt=0, le=1, description="Compact when the prompt exceeds this share.")
+    trigger_ratio: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="Compact when the prompt exceeds this share of the context window (0-1).",
+    )
     retained_ratio: float = Field(
-        0.3, gt=0, lt=1, description="Keep roughly this share of recent messages verbatim."
+        0.3,
+        gt=0,
+        lt=1,
+        description="Keep roughly this share of the context window as recent messages, verbatim (0-1).",
     )
 
 
@@ -135,8 +145,14 @@ class Memory:
 
 
 class AgentConfig(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    description: str = ""
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description=(
+            "What callers pass as start_session's agent: 1-64 letters, digits, _ . or -, starting with a "
+            "letter or digit; unique across the agent files (an agent named demo replaces the built-in one)."
+        ),
+    )
+    description: str = Field("", description="What the agent is for, as list_agents shows it to callers.")
     version: str | None = Field(
         None,
         max_length=64,
@@ -145,16 +161,41 @@ class AgentConfig(Strict):
             "whole definition, this label included."
         ),
     )
-    instructions: str = ""
-    model: ModelSpec = Field(default_factory=lambda: ModelSpec())
-    tools: list[str] = Field(default_factory=list, description="Built-in tools this agent may call.")
-    limits: AgentLimits = Field(default_factory=lambda: AgentLimits())
-    kinds: list[SessionKind] = Field(default_factory=lambda: list[SessionKind](["chat"]), min_length=1)
+    instructions: str = Field(
+        "", description="The system prompt of every model call (a Markdown agent file: its body)."
+    )
+    model: ModelSpec = Field(
+        default_factory=lambda: ModelSpec(),
+        description=(
+            "The model its turns run on; or a string, an alias of model_aliases in parley.yaml. Absent, "
+            "inherit or an unmapped alias: default_model."
+        ),
+    )
+    tools: list[str] = Field(
+        default_factory=list,
+        description=f"Built-in tools this agent may call: {', '.join(BUILTIN_TOOLS)} (task sessions also get set_result).",
+    )
+    limits: AgentLimits = Field(
+        default_factory=lambda: AgentLimits(),
+        description="Caps of a turn and of a session; a session's settings may lower them, never raise them.",
+    )
+    kinds: list[SessionKind] = Field(
+        default_factory=lambda: list[SessionKind](["chat"]),
+        min_length=1,
+        description=(
+            "The session kinds it runs: chat (a conversation) and task (ends when the agent hands in a "
+            "result that matches result:)."
+        ),
+    )
     default_kind: SessionKind | None = Field(None, description="Kind of a session started without one.")
     input_schema: dict[str, Any] | None = Field(None, description="JSON Schema of start_session's inputs.")
     result: dict[str, Any] | None = Field(None, description="JSON Schema of a task session's result.")
     mcp_servers: list[AgentServerRef] = Field(
-        default_factory=list, description="MCP servers whose tools it uses."
+        default_factory=list,
+        description=(
+            "MCP servers whose tools it uses: each the name of one under mcp_servers in parley.yaml (all "
+            "its tools), or a mapping that picks its tools and sets their policies."
+        ),
     )
     mcp_resources: bool = Field(False, description="Offer tools to list/read resources and get prompts.")
     title_from_model: bool = Field(
@@ -180,18 +221,25 @@ class AgentConfig(Strict):
             "owns the session, and nobody else does (besides parley:admin and the CLI)."
         ),
     )
-    compaction: CompactionConfig = Field(default_factory=lambda: CompactionConfig())
+    compaction: CompactionConfig = Field(
+        default_factory=lambda: CompactionConfig(),
+        description=(
+            "How the compaction memory mode summarizes older messages (enabled: true selects that mode)."
+        ),
+    )
     memory: MemoryConfig = Field(
         default_factory=lambda: MemoryConfig(),
         description="What of the conversation the model sees; a session may choose to remember less.",
     )
     approval_deadline_s: float | None = Field(
-        None, gt=0, description="An approval not decided within this time is rejected (default: no deadline)."
+        None,
+        gt=0,
+        description="An approval not decided within this many seconds is rejected (default: no deadline).",
     )
     question_deadline_s: float | None = Field(
         None,
         gt=0,
-        description="A question not answered within this time is unanswered (default: no deadline).",
+        description="A question not answered within this many seconds is unanswered (default: no deadline).",
     )
 
     @property

@@ -47,15 +47,17 @@ class AttachmentsConfig(BaseModel):
         3600.0,
         gt=0,
         le=86_400,
-        description="How often the bytes no session refers to any more (deleted sessions') are deleted.",
+        description=(
+            "Seconds between two deletions of the bytes no session refers to any more (deleted sessions')."
+        ),
     )
     collect_grace_s: float = Field(
         3600.0,
         ge=0.05,
         le=30 * 86_400,
         description=(
-            "Bytes stored more recently than this are kept even when nothing refers to them yet (a message "
-            "being stored may be about to)."
+            "Bytes stored less than this many seconds ago are kept even when nothing refers to them yet (a "
+            "message being stored may be about to)."
         ),
     )
 

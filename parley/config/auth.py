@@ -121,9 +121,12 @@ class Introspection(Strict):
     client_id: str | None = Field(None, description="parley's client id at the authorization server.")
     client_secret_env: str | None = Field(None, description="The environment variable holding its secret.")
     cache_s: float = Field(
-        60.0, ge=0, le=3600, description="How long an answer is reused (never beyond the token's expiry)."
+        60.0,
+        ge=0,
+        le=3600,
+        description="Seconds an answer is reused (never beyond the token's expiry); 0: never.",
     )
-    timeout_s: float = Field(5.0, gt=0, le=60, description="How long parley waits for an answer.")
+    timeout_s: float = Field(5.0, gt=0, le=60, description="Seconds parley waits for an answer.")
 
     @field_validator("url")
     @classmethod
@@ -145,17 +148,19 @@ class OAuthConfig(Strict):
         default_factory=lambda: ["RS256", "PS256", "ES256", "EdDSA"],
         description="Signature algorithms accepted (asymmetric only).",
     )
-    leeway_s: float = Field(30.0, ge=0, le=300, description="Clock skew allowed on exp and nbf.")
+    leeway_s: float = Field(30.0, ge=0, le=300, description="Clock skew allowed on exp and nbf, in seconds.")
     jwks_cache_s: float = Field(
-        600.0, gt=0, le=86_400, description="How long fetched keys are used before a refresh."
+        600.0, gt=0, le=86_400, description="Seconds fetched keys are used before a refresh."
     )
     jwks_refresh_min_s: float = Field(
         10.0,
         ge=0,
         le=3600,
-        description="A token signed with an unknown key refetches the keys at most this often.",
+        description=(
+            "A token signed with an unknown key refetches the keys at most once in this many seconds."
+        ),
     )
-    jwks_timeout_s: float = Field(5.0, gt=0, le=60, description="How long parley waits for the keys.")
+    jwks_timeout_s: float = Field(5.0, gt=0, le=60, description="Seconds parley waits for the keys.")
     introspection: Introspection | None = Field(None, description="RFC 7662, for opaque (non-JWT) tokens.")
 
     @field_validator("issuer")
@@ -288,9 +293,14 @@ class LimitsConfig(PrincipalLimits):
 
 class AuditConfig(Strict):
     retention_days: float = Field(
-        365.0, gt=0, le=36_500, description="How long audit entries are kept (they outlive their sessions)."
+        365.0,
+        gt=0,
+        le=36_500,
+        description="Days audit entries are kept (they outlive their sessions); fractions allowed.",
     )
-    purge_interval_s: float = Field(3600.0, gt=0, le=86_400, description="How often old entries are deleted.")
+    purge_interval_s: float = Field(
+        3600.0, gt=0, le=86_400, description="Seconds between two deletions of old entries."
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,13 +66,18 @@ class HttpConfig(Strict):
         300.0,
         gt=0,
         le=86_400,
-        description="An MCP transport session with no request in flight for this long is closed and forgotten.",
+        description=(
+            "Seconds after which an MCP transport session with no request in flight is closed and forgotten."
+        ),
     )
     max_connections: int = Field(
         200,
         ge=1,
         le=100_000,
-        description="Open HTTP connections (and requests in flight); over it a request gets 503, retry later.",
+        description=(
+            "Open HTTP connections (and requests in flight); over it a request gets 503, retry later. More "
+            "than connection_reserve."
+        ),
     )
     connection_reserve: int | None = Field(
         None,
@@ -119,23 +124,26 @@ class HttpConfig(Strict):
         10.0,
         gt=0,
         le=3600,
-        description="Time a connection has to send a request's headers, then it is closed.",
+        description="Seconds a connection has to send a request's headers, then it is closed.",
     )
     body_read_timeout_s: float = Field(
-        30.0, gt=0, le=3600, description="Time a request has to send its whole body, then it gets 408."
+        30.0, gt=0, le=3600, description="Seconds a request has to send its whole body, then it gets 408."
     )
     keep_alive_timeout_s: float = Field(
-        5.0, gt=0, le=3600, description="An idle keep-alive connection is closed after this long."
+        5.0, gt=0, le=3600, description="Seconds after which an idle keep-alive connection is closed."
     )
     max_header_bytes: int = Field(
-        16 * 1024, ge=1024, le=1024 * 1024, description="Largest request line plus headers; larger gets 400."
+        16 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="Largest request line plus headers, in bytes; larger gets 400.",
     )
     stream_heartbeat_s: float = Field(
         15.0,
         ge=0.05,
         le=3600,
         description=(
-            "An event stream (/v1/.../events, /v1/chat) that has nothing to send for this long sends a "
+            "Seconds after which an event stream (/v1/.../events, /v1/chat) with nothing to send sends a "
             "heartbeat comment, so proxies and clients keep the connection."
         ),
     )
@@ -154,8 +162,8 @@ class HttpConfig(Strict):
         ge=0.05,
         le=3600,
         description=(
-            "An event stream whose client takes nothing for this long is cut off with a final event "
-            "(it resumes with Last-Event-ID), instead of holding events for it."
+            "Seconds after which an event stream whose client takes nothing is cut off with a final "
+            "event (it resumes with Last-Event-ID), instead of holding events for it."
         ),
     )
 

@@ -28,9 +28,11 @@ class McpServerConfig(Strict):
     """An MCP server whose tools agents may use. Only server-side configuration names these."""
 
     command: str | None = Field(None, description="stdio: the program to start.")
-    args: list[str] = Field(default_factory=list)
+    args: list[str] = Field(default_factory=list, description="stdio: the program's arguments.")
     env: dict[str, str] = Field(default_factory=dict, description="stdio: extra environment variables.")
-    cwd: str | None = None
+    cwd: str | None = Field(
+        None, description="stdio: the program's working directory (default: parley's own)."
+    )
     url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint.")
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP: extra request headers.")
     trust_annotations: bool = Field(
@@ -39,15 +41,52 @@ class McpServerConfig(Strict):
     scope: Literal["shared", "per_session"] = Field(
         "shared", description="per_session: each agent session gets its own connection (stateful servers)."
     )
-    connect_timeout_s: float = Field(20.0, gt=0, le=600)
-    list_timeout_s: float = Field(10.0, gt=0, le=600)
-    call_timeout_s: float = Field(60.0, gt=0, le=86_400)
-    list_ttl_s: float = Field(300.0, gt=0, le=86_400, description="How long a tool listing is reused.")
-    retry_backoff_s: float = Field(5.0, gt=0, le=3600, description="First pause after a failed listing.")
-    idle_timeout_s: float = Field(
-        300.0, gt=0, le=86_400, description="per_session: close after this idle time."
+    connect_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        le=600,
+        description="Seconds to connect (start the program, or open HTTP) and complete the handshake.",
     )
-    max_result_chars: int = Field(20_000, ge=100, le=10_000_000, description="Longer tool results are cut.")
+    list_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Seconds the server may take to list its tools."
+    )
+    call_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description=(
+            "Seconds one request may take (a tool call, a task's poll, a resource read). A tool call "
+            "unanswered by then is retried only if its effect allows (read, idempotent_write); else its "
+            "outcome is unknown."
+        ),
+    )
+    list_ttl_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="Seconds a tool listing is reused before the server is asked again.",
+    )
+    retry_backoff_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description=(
+            "After a failed listing, seconds before the server is asked again; doubles with each failure in "
+            "a row, up to 300."
+        ),
+    )
+    idle_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        le=86_400,
+        description="per_session: a connection unused for this many seconds is closed.",
+    )
+    max_result_chars: int = Field(
+        20_000,
+        ge=100,
+        le=10_000_000,
+        description="Longest tool result passed to the model, in characters; longer ones are cut.",
+    )
     tools: dict[str, ToolPolicy] = Field(
         default_factory=dict, description="Policies by the server's tool name."
     )
@@ -66,13 +105,19 @@ class McpServerConfig(Strict):
         ),
     )
     task_ttl_s: float = Field(
-        86_400.0, gt=0, le=30 * 86_400, description="The TTL parley asks for a downstream task."
+        86_400.0, gt=0, le=30 * 86_400, description="The TTL parley asks for a downstream task, in seconds."
     )
     task_poll_min_s: float = Field(
-        0.5, gt=0, le=3600, description="The shortest pause between two polls of a downstream task."
+        0.5,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds of the first (shortest) pause between two polls of a downstream task; at most "
+            "task_poll_max_s."
+        ),
     )
     task_poll_max_s: float = Field(
-        60.0, gt=0, le=86_400, description="Polls back off (x1.5 each time) up to this pause."
+        60.0, gt=0, le=86_400, description="Polls back off (x1.5 each time) up to this pause, in seconds."
     )
     task_poll_failures: int = Field(
         5, ge=1, le=1000, description="Failed polls in a row before a downstream task counts as lost."
@@ -82,7 +127,7 @@ class McpServerConfig(Strict):
         gt=0,
         le=86_400,
         description=(
-            "How long a question the server asks waits for the user before parley answers 'cancel' "
+            "Seconds a question the server asks waits for the user before parley answers 'cancel' "
             "for them (during the open call, or with the retried call)."
         ),
     )

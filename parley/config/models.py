@@ -23,6 +23,8 @@ class ModelSpec(Strict):
     )
     api_key_env: str | None = Field(
         None,
-        description="Name of the environment variable that holds the API key (the key itself is never stored).",
+        description=(
+            "Name of the environment variable that holds the API key (the key itself is never stored)."
+        ),
     )
     base_url: str | None = Field(None, description="The provider's API address (OpenAI-compatible servers).")

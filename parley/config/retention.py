@@ -16,23 +16,25 @@ class RetentionConfig(BaseModel):
         None,
         gt=0,
         le=_DAYS_MAX,
-        description="Delete closed, completed and failed sessions this long after their last change "
+        description="Delete closed, completed and failed sessions this many days after their last change "
         "(with their transcript, events and tasks; the audit keeps the fact).",
     )
     idle_sessions_after_days: float | None = Field(
         None,
         gt=0,
         le=_DAYS_MAX,
-        description="Delete idle sessions (no turn running or waiting) this long after their last change.",
+        description=(
+            "Delete idle sessions (no turn running or waiting) this many days after their last change."
+        ),
     )
     events_after_days: float | None = Field(
         None,
         gt=0,
         le=_DAYS_MAX,
-        description="Delete events (the /v1 streams' history) older than this, of sessions not running a "
+        description="Delete events (the /v1 streams' history) older than this many days, of sessions not running a "
         "turn; transcripts stay. A stream resumed from before the cut starts with a reset.",
     )
-    interval_s: float = Field(600.0, ge=0.1, le=86_400, description="How often the sweep runs.")
+    interval_s: float = Field(600.0, ge=0.1, le=86_400, description="Seconds between two sweeps.")
     batch_size: int = Field(
         100, ge=1, le=10_000, description="Rows of one kind removed per transaction (each batch is short)."
     )

@@ -24,7 +24,10 @@ from parley.redaction import mask_url
 
 
 class ServerConfigFile(Strict):
-    storage: StorageConfig = Field(default_factory=lambda: StorageConfig())
+    storage: StorageConfig = Field(
+        default_factory=lambda: StorageConfig(),
+        description="The database: a SQLite file (the default, in the data folder) or PostgreSQL.",
+    )
     agents_dir: str | list[str] = Field(
         "configs/agents",
         description=(
@@ -43,10 +46,25 @@ class ServerConfigFile(Strict):
         None,
         description="The model of agents that name none, inherit, or an unmapped alias (default: demo).",
     )
-    runtime: RuntimeConfig = Field(default_factory=lambda: RuntimeConfig())
-    http: HttpConfig = Field(default_factory=lambda: HttpConfig())
-    tasks: TasksConfig = Field(default_factory=lambda: TasksConfig())
-    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    runtime: RuntimeConfig = Field(
+        default_factory=lambda: RuntimeConfig(),
+        description="Timings and caps of each serving process: polling, leases, waits, retries, concurrency.",
+    )
+    http: HttpConfig = Field(
+        default_factory=lambda: HttpConfig(),
+        description="The streamable HTTP server of parley serve --http: address, caps, timeouts, /v1.",
+    )
+    tasks: TasksConfig = Field(
+        default_factory=lambda: TasksConfig(),
+        description="MCP tasks: how long they are kept, paging, status notifications.",
+    )
+    mcp_servers: dict[str, McpServerConfig] = Field(
+        default_factory=dict,
+        description=(
+            "MCP servers whose tools agents may use, by a name of yours (letters, digits, _ or -, at "
+            "most 32); an agent's mcp_servers lists the ones it uses."
+        ),
+    )
     models: dict[str, ModelSpec] = Field(
         default_factory=dict, description="Models a caller may choose by name in session settings."
     )

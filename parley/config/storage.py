@@ -16,8 +16,8 @@ class StorageConfig(Strict):
         None,
         gt=0,
         description=(
-            "Largest size the database file may grow to; beyond it writes fail as 'full' (nothing is lost) "
-            "until space is freed. Default: no limit but the disk. SQLite only."
+            "Largest size the database file may grow to, in MiB; beyond it writes fail as 'full' (nothing "
+            "is lost) until space is freed. Default: no limit but the disk. SQLite only."
         ),
     )
     synchronous: Literal["normal", "full"] = Field(
@@ -48,15 +48,21 @@ class StorageConfig(Strict):
         10, ge=1, le=1000, description="PostgreSQL: connections one process keeps open at most."
     )
     statement_timeout_s: float = Field(
-        30.0, gt=0, le=86_400, description="PostgreSQL: a statement running longer is stopped (busy)."
+        30.0,
+        gt=0,
+        le=86_400,
+        description=(
+            "PostgreSQL: seconds after which a statement (or a wait for a row lock) is stopped, failing as "
+            "busy."
+        ),
     )
     connect_retry_s: float = Field(
         10.0,
         ge=0,
         le=3600,
         description=(
-            "PostgreSQL: how long parley keeps trying to reach the database at start, and how long a "
-            "call waits for a connection before it fails as unreachable."
+            "PostgreSQL: seconds parley keeps trying to reach the database at start, and that a call "
+            "waits for a connection before it fails as unreachable."
         ),
     )
     listen: bool = Field(
@@ -79,8 +85,8 @@ class StorageConfig(Strict):
         gt=0,
         le=3600,
         description=(
-            "PostgreSQL, while LISTEN works: how often a waiting call or a driven session still looks "
-            "at the database by itself (a safety net), and how long the listening connection may be "
-            "silent before it is checked. The work scan keeps runtime.poll_interval_s."
+            "PostgreSQL, while LISTEN works: seconds between two looks of a waiting call or a driven "
+            "session at the database by itself (a safety net), and how long the listening connection may "
+            "be silent before it is checked. The work scan keeps runtime.poll_interval_s."
         ),
     )
