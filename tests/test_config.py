@@ -250,3 +250,15 @@ def test_env_references_are_expanded_and_a_missing_variable_names_the_field(
     errors = collect_config_errors(config)
     assert [(e.code, e.field) for e in errors] == [("PARLEY-C011", "instructions")]
     assert "PARLEY_TEST_AGENT_TEXT" in str(errors[0]) and "env.yaml" in str(errors[0])
+
+
+def test_storage_synchronous_applies_to_postgresql_too_and_max_size_to_sqlite_only(tmp_path: Path) -> None:
+    url = "postgresql://parley@db.internal:5432/parley"
+    durable = project(tmp_path / "a", {"storage": {"url": url, "synchronous": "full"}})
+    assert collect_config_errors(durable) == []
+    capped = project(tmp_path / "b", {"storage": {"url": url, "max_size_mb": 100}})
+    error = only_error(capped)
+    assert (error.field, error.problem) == (
+        "storage.max_size_mb",
+        "applies to SQLite only; remove it (storage.url is set)",
+    )

@@ -29,7 +29,7 @@ _POSTGRES_ONLY = (
 )
 # Fields whose URL may carry a password reference (${NAME}), expanded by expand_database_url.
 URL_FIELDS = ("url", "listen_url")
-_SQLITE_ONLY = ("max_size_mb", "synchronous")
+_SQLITE_ONLY = ("max_size_mb",)
 _PLAIN_SCHEMA = re.compile(r"(?!pg_)[a-z_][a-z0-9_]{0,62}")
 # A URL's parts: the user information (user[:password]) and the rest.
 _URL_PARTS = re.compile(
