@@ -47,12 +47,12 @@ CITING = (ROOTED, IN_PACKAGE, TEST_FILE, MISSING_DOCUMENT)
 PATTERN_NEXT = ("*", "<", "{", "[")
 # A path followed by ` at `<commit>`` names the file as it was then (bench/README.md's records).
 AT_COMMIT = re.compile(r"(?::\d+)?`? at `([0-9a-f]{7,40})`")
-# Paths that are not the repository's: files a reader writes in their own project (the manual's
+# Paths that are not the repository's: files a reader writes in their own project (the docs'
 # examples), a benchmark writes in its own folder, or a test run leaves (not committed).
 NOT_OURS = {
-    "configs/agents/assistant.yaml",  # docs/manual.md: an agent file of the reader's
-    "configs/agents/deployer.yaml",  # docs/manual.md: an agent file of the reader's
-    "configs/agents/x.yaml",  # docs/manual.md: the path in an example error message
+    "configs/agents/assistant.yaml",  # docs/models.md, docs/mcp-servers.md: an agent file of the reader's
+    "configs/agents/deployer.yaml",  # docs/auth.md: an agent file of the reader's
+    "configs/agents/x.yaml",  # docs/configuration.md: the path in an example error message
     "configs/agents/bench.yaml",  # bench/README.md: written by the benchmarks in their folder
     "tests/screenshots/",  # written by tests/test_e2e_ui.py, not committed
 }

@@ -1,4 +1,4 @@
-"""What a mishap means for a tool call, by its effect (docs/manual.md, "Calls"): retry it, or end it as
+"""What a mishap means for a tool call, by its effect (docs/mcp-servers.md#calls): retry it, or end it as
 `failed` or `outcome_unknown`, and what the model reads then. One table; every caller asks it.
 
 | effect                            | not sent              | maybe sent / interrupted          | fate unknown     |

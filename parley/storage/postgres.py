@@ -1,5 +1,5 @@
 """PostgreSQL backend of the Store port: a psycopg connection pool per process, for several parley
-replicas sharing one database (docs/manual.md, "Several processes, one database").
+replicas sharing one database (docs/postgres.md#several-processes-one-database).
 
 The store itself is the shared one (parley/storage/sql/); this module runs its programs. Each
 batch is one pipeline, one round trip: a decision's snapshot under `SELECT ... FOR UPDATE` on the

@@ -1,4 +1,4 @@
-"""Effect class and approval requirement of an MCP tool (docs/manual.md, "Effects and approval"):
+"""Effect class and approval requirement of an MCP tool (docs/mcp-servers.md#effects-and-approval):
 agent policy, then server policy, then the tool's annotations (when trusted), then the default
 `unclassified`."""
 
