@@ -62,12 +62,12 @@ AT_COMMIT = re.compile(r"(?::\d+)?`? at `([0-9a-f]{7,40})`")
 # The site's pages that the docs hook (mkdocs.yml, `hooks:`) writes at build time: never committed.
 # Their anchors are the build's to check (`mkdocs build --strict`).
 GENERATED = {"docs/reference/tools.md", "docs/reference/configuration.md"}
-# Paths that are not the repository's: files a reader writes in their own project (the guides'
+# Paths that are not the repository's: files a reader writes in their own project (the docs'
 # examples), a benchmark writes in its own folder, or a test run leaves (not committed).
 NOT_OURS = {
-    "configs/agents/assistant.yaml",  # the guides: an agent file of the reader's
-    "configs/agents/deployer.yaml",  # the guides: an agent file of the reader's
-    "configs/agents/x.yaml",  # the guides: the path in an example error message
+    "configs/agents/assistant.yaml",  # docs/models.md, docs/mcp-servers.md: an agent file of the reader's
+    "configs/agents/deployer.yaml",  # docs/auth.md: an agent file of the reader's
+    "configs/agents/x.yaml",  # docs/configuration.md: the path in an example error message
     "configs/agents/bench.yaml",  # bench/README.md: written by the benchmarks in their folder
     "tests/screenshots/",  # written by tests/test_e2e_ui.py, not committed
     *GENERATED,

@@ -14,7 +14,7 @@ ApprovalPolicy = Literal["always", "never", "auto"]
 
 
 class ToolPolicy(Strict):
-    """Per-tool policy; an unset field falls to the next source (docs/design.md#the-effect-policy)."""
+    """Per-tool policy; an unset field falls to the next source (docs/mcp-servers.md#effects-and-approval)."""
 
     effect: Effect | None = Field(
         None, description="read, idempotent_write, non_idempotent_write or unclassified."
