@@ -34,7 +34,8 @@ from parley.config.env import ENV_REF
 REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = "<!-- runnable -->"
 SERVER_FILE = "# parley.yaml"
-AGENT_FILE = re.compile(r"# (configs/agents/([A-Za-z0-9][A-Za-z0-9_.-]*)\.ya?ml)")
+# An agent file in an agents folder: configs/agents/NAME.yaml, or the examples' own folders.
+AGENT_FILE = re.compile(r"# ((?:[\w.-]+/)*agents/([A-Za-z0-9][A-Za-z0-9_.-]*)\.ya?ml)")
 SHELLS = ("sh", "bash")
 # A fence at any indentation (inside a list item too), closed by one at the same indentation.
 FENCE = re.compile(
@@ -145,14 +146,14 @@ def write_example(block: Block, folder: Path) -> tuple[Path, str | None]:
     if agent_file is None:
         raise NotAConfiguration(
             f"{block}: a yaml block's first line says which file it is: '{SERVER_FILE}' or "
-            f"'# configs/agents/NAME.yaml' (got {first!r})"
+            f"'# configs/agents/NAME.yaml' (or another agents/ folder; got {first!r})"
         )
     name = mapping.get("name", agent_file.group(2))
     text = block.text if "name" in mapping else f"{block.text.rstrip()}\nname: {name}\n"
     (folder / agent_file.group(1)).parent.mkdir(parents=True, exist_ok=True)
     (folder / agent_file.group(1)).write_text(text, encoding="utf-8")
     base: dict[str, Any] = {
-        "agents_dir": "configs/agents",
+        "agents_dir": str(Path(agent_file.group(1)).parent),
         "mcp_servers": {server: {"command": "not-started-offline"} for server in _server_names(mapping)},
     }
     alias = mapping.get("model")
