@@ -27,7 +27,7 @@ from parley.config import (
 )
 from parley.config.codes import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
-from parley.log_format import library_log_levels
+from parley.runtime.log_format import library_log_levels
 
 if TYPE_CHECKING:
     from parley.app import Seams
@@ -53,7 +53,7 @@ Waiting for MCP messages on stdin (Ctrl-C to stop)...
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = load_from_args(args)
     from parley.app import serve_stdio
-    from parley.telemetry import setup_tracing
+    from parley.runtime.telemetry import setup_tracing
 
     tracing = setup_tracing(os.environ)
 
@@ -531,7 +531,7 @@ def main(argv: list[str] | None = None, *, seams: Seams | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.setLevel(level)
         if getattr(args, "log_format", "text") == "json":
-            from parley.log_format import JsonLogFormatter
+            from parley.runtime.log_format import JsonLogFormatter
 
             handler.setFormatter(JsonLogFormatter())
     library_log_levels(logging.getLevelName(level))
