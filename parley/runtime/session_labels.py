@@ -4,10 +4,11 @@ words), and the narrowing list_sessions takes (title text, tag, a creation time 
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from parley.core.records import SessionFilter
 from parley.errors import InvalidArgument
@@ -25,6 +26,7 @@ TAG_RULE = (
 # A proposed title: the first words of the first message, at most this many of each.
 PROPOSED_WORDS = 8
 PROPOSED_CHARS = 60
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _has_control(text: str) -> bool:
@@ -73,6 +75,21 @@ def proposed_title(message: str | None) -> str | None:
     elif len(words) > PROPOSED_WORDS:
         title += " …"
     return title
+
+
+def format_time(ts: float) -> str:
+    """`ts` (seconds since the epoch) in ISO 8601, UTC, to the millisecond it falls in, never a
+    later one: `parse_time` of it is at most `ts`. So a time shown is a bound that holds:
+    created_after=<a session's created_at> lists that session and created_before=<it> does not.
+    (datetime.fromtimestamp rounds to the microsecond before isoformat cuts to the millisecond,
+    which shows a time up to half a microsecond before a millisecond as that millisecond.)"""
+    ms = math.floor(ts * 1000)
+    # The product is rounded too: step to the last millisecond that parse_time reads as <= ts.
+    if ms / 1000 > ts:
+        ms -= 1
+    elif (ms + 1) / 1000 <= ts:
+        ms += 1
+    return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def parse_time(field: str, value: str) -> float:
