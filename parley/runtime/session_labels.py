@@ -1,14 +1,16 @@
 """Titles and tags: what people name sessions and find them by. The rules for a title or a tag
 given by a caller, the title proposed from a session's first message (no model call: its first
-words), and the narrowing list_sessions takes (title text, tag, a creation time range)."""
+words), the narrowing list_sessions takes (title text, tag, a creation time range), and times
+as shown to callers and read back from them."""
 
 from __future__ import annotations
 
 import math
 import re
+import time
 import unicodedata
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from parley.core.records import SessionFilter
 from parley.errors import InvalidArgument
@@ -26,7 +28,6 @@ TAG_RULE = (
 # A proposed title: the first words of the first message, at most this many of each.
 PROPOSED_WORDS = 8
 PROPOSED_CHARS = 60
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _has_control(text: str) -> bool:
@@ -89,7 +90,8 @@ def format_time(ts: float) -> str:
         ms -= 1
     elif (ms + 1) / 1000 <= ts:
         ms += 1
-    return (_EPOCH + timedelta(milliseconds=ms)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    seconds, millis = divmod(ms, 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
 
 
 def parse_time(field: str, value: str) -> float:
