@@ -61,7 +61,7 @@ from parley.server.tools import build_mcp_server
 from parley.server.v1_common import StreamSettings, V1Context
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
-from parley.stores import open_store
+from parley.stores import OpenedStore, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -214,6 +214,124 @@ def _agent_reloader(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Wired:
+    """The app and what `running_app` starts besides it: the live views' watch of other
+    processes' commits, the titles by a model and the agent catalog (for the reloader)."""
+
+    app: App
+    watch: EventWatch
+    titles: ModelTitles
+    agents: AgentCatalog
+
+
+def _log_agent_notices(config: ServerConfig) -> None:
+    """What the agent files ask that parley serves differently, said once at start."""
+    for notice in config.agent_notices:
+        level = logging.INFO if isinstance(notice, ConfigNote) else logging.WARNING
+        logger.log(level, "%s", notice)
+
+
+def _session_service(
+    config: ServerConfig,
+    store: Store,
+    agents: AgentCatalog,
+    signals: SessionSignals,
+    toolbox: Toolbox,
+    titles: ModelTitles,
+    clock: Callable[[], float],
+) -> SessionService:
+    return SessionService.build(
+        store=store,
+        agents=agents,
+        signals=signals,
+        clock=clock,
+        toolbox=toolbox,
+        options=ServiceOptions(
+            runtime=config.runtime,
+            model_names=sorted(config.models),
+            limits=config.limits.for_auth(config.auth.mode),
+            attachments=config.attachments,
+            titles=titles,
+        ),
+    )
+
+
+def _wire(
+    config: ServerConfig,
+    opened: OpenedStore,
+    models: ModelClients,
+    process_id: str,
+    tracing: Tracing | None,
+    seams: Seams,
+) -> _Wired:
+    """The runtime and the services on the open store, nothing started yet."""
+    store, clock = opened.store, seams.clock
+    signals = SessionSignals(config.runtime.poll_interval_s, config.storage.listen_poll_interval_s)
+    timings = _drive_settings(config)
+    sources = McpToolSources(config.mcp_servers, __version__)
+    toolbox = Toolbox(sources)
+    agents = AgentCatalog(config.agents, store)
+    metrics = RuntimeMetrics()
+    driver = SessionDriver(
+        store=store,
+        agents=agents,
+        models=models,
+        toolbox=toolbox,
+        signals=signals,
+        faults=seams.faults,
+        catalog=config.models,
+        process_id=process_id,
+        timings=timings,
+        clock=clock,
+        tracing=tracing,
+        metrics=metrics,
+    )
+    scheduler = Scheduler(
+        store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
+    )
+    titles = ModelTitles(store, models, clock)
+    service = _session_service(config, store, agents, signals, toolbox, titles, clock)
+    tasks = McpTaskService(
+        store=store,
+        service=service,
+        signals=signals,
+        clock=clock,
+        settings=config.tasks,
+        render=lambda outcome: as_wire(outcome_result(outcome)),
+    )
+    # Live views' wake-ups for what other processes commit (one query per interval for all).
+    watch = EventWatch(store, signals, config.runtime.poll_interval_s)
+    app = App(
+        service=service,
+        scheduler=scheduler,
+        store=store,
+        storage_status=opened.status,
+        process_id=process_id,
+        sources=sources,
+        tasks=tasks,
+        events=SessionEvents(store, signals, watch),
+        metrics=metrics,
+        shutdown=ShutdownPlan(config.runtime.shutdown_grace_s),
+        signals=signals,
+        clock=clock,
+    )
+    return _Wired(app, watch, titles, agents)
+
+
+async def _start(tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired: _Wired) -> None:
+    """Start the background work in `tg`: the change feed, the tool sources, the watch, the
+    scheduler, then the housekeeping."""
+    app = wired.app
+    # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
+    await tg.start(opened.feed.run, app.signals)
+    await tg.start(app.sources.run)
+    await tg.start(wired.watch.run)
+    app.sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
+    await tg.start(app.scheduler.run)
+    await _start_housekeeping(tg, app, config, wired.titles, wired.agents)
+
+
 @asynccontextmanager
 async def running_app(
     config: ServerConfig, tracing: Tracing | None = None, seams: Seams | None = None
@@ -225,93 +343,21 @@ async def running_app(
     the unfinished turns at once.
     """
     seams = seams or Seams()
-    clock = seams.clock
-    for notice in config.agent_notices:
-        level = logging.INFO if isinstance(notice, ConfigNote) else logging.WARNING
-        logger.log(level, "%s", notice)
+    _log_agent_notices(config)
     async with AsyncExitStack() as stack:
         process_id = new_process_id()
         opened = await stack.enter_async_context(open_store(config, origin=process_id))
-        store = opened.store
-        runtime = config.runtime
-        signals = SessionSignals(runtime.poll_interval_s, config.storage.listen_poll_interval_s)
-        timings = _drive_settings(config)
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
-        models = build_models(config, http, seams.model)
-        sources = McpToolSources(config.mcp_servers, __version__)
-        toolbox = Toolbox(sources)
-        agents = AgentCatalog(config.agents, store)
-        metrics = RuntimeMetrics()
-        driver = SessionDriver(
-            store=store,
-            agents=agents,
-            models=models,
-            toolbox=toolbox,
-            signals=signals,
-            faults=seams.faults,
-            catalog=config.models,
-            process_id=process_id,
-            timings=timings,
-            clock=clock,
-            tracing=tracing,
-            metrics=metrics,
-        )
-        scheduler = Scheduler(
-            store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
-        )
-        titles = ModelTitles(store, models, clock)
-        service = SessionService.build(
-            store=store,
-            agents=agents,
-            signals=signals,
-            clock=clock,
-            toolbox=toolbox,
-            options=ServiceOptions(
-                runtime=config.runtime,
-                model_names=sorted(config.models),
-                limits=config.limits.for_auth(config.auth.mode),
-                attachments=config.attachments,
-                titles=titles,
-            ),
-        )
-        tasks = McpTaskService(
-            store=store,
-            service=service,
-            signals=signals,
-            clock=clock,
-            settings=config.tasks,
-            render=lambda outcome: as_wire(outcome_result(outcome)),
-        )
-        # Live views' wake-ups for what other processes commit (one query per interval for all).
-        watch = EventWatch(store, signals, runtime.poll_interval_s)
-        app = App(
-            service=service,
-            scheduler=scheduler,
-            store=store,
-            storage_status=opened.status,
-            process_id=process_id,
-            sources=sources,
-            tasks=tasks,
-            events=SessionEvents(store, signals, watch),
-            metrics=metrics,
-            shutdown=ShutdownPlan(config.runtime.shutdown_grace_s),
-            signals=signals,
-            clock=clock,
-        )
+        wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
+        app = wired.app
         async with anyio.create_task_group() as tg:
-            # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
-            await tg.start(opened.feed.run, signals)
-            await tg.start(sources.run)
-            await tg.start(watch.run)
-            sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
-            await tg.start(scheduler.run)
-            await _start_housekeeping(tg, app, config, titles, agents)
+            await _start(tg, config, opened, wired)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             try:
                 yield app
             finally:
                 with anyio.CancelScope(shield=True):
-                    await scheduler.drain(app.shutdown.grace_s)
+                    await app.scheduler.drain(app.shutdown.grace_s)
                 # Drivers release their leases as they stop, and each downstream stdio server
                 # is sent SIGTERM by its own connection's task, all at once.
                 tg.cancel_scope.cancel()

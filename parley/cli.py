@@ -27,10 +27,13 @@ from parley.config import (
 )
 from parley.config.codes import ConfigNote
 from parley.errors import ConfigError, ConfigErrors, ListenError, StorageError
-from parley.log_format import library_log_levels
+from parley.runtime.log_format import library_log_levels
 
 if TYPE_CHECKING:
     from parley.app import Seams
+
+    # What add_subparsers returns, subscriptable only for the type checker.
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 # Static tokens start with this, so secret scanners and people recognise one.
 TOKEN_PREFIX = "parley_"
@@ -50,7 +53,7 @@ Waiting for MCP messages on stdin (Ctrl-C to stop)...
 def _cmd_serve(args: argparse.Namespace) -> int:
     config = load_from_args(args)
     from parley.app import serve_stdio
-    from parley.telemetry import setup_tracing
+    from parley.runtime.telemetry import setup_tracing
 
     tracing = setup_tracing(os.environ)
 
@@ -354,21 +357,19 @@ def _cmd_chat(args: argparse.Namespace) -> int:
     return chat(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
-    parser.add_argument("--version", action="version", version=f"parley {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _store_options(p: argparse.ArgumentParser) -> None:
+    """--config and --db: the commands that open the configured store."""
+    p.add_argument("--config", help="server config file (parley.yaml); also PARLEY_CONFIG")
+    p.add_argument(
+        "--db",
+        help="SQLite database file, or postgresql://user@host/dbname (password from PGPASSWORD); "
+        "also PARLEY_DB",
+    )
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", help="server config file (parley.yaml); also PARLEY_CONFIG")
-        p.add_argument(
-            "--db",
-            help="SQLite database file, or postgresql://user@host/dbname (password from PGPASSWORD); "
-            "also PARLEY_DB",
-        )
 
+def _add_serve(sub: Subcommands) -> None:
     serve = sub.add_parser("serve", help="serve MCP over stdio (default) or streamable HTTP")
-    common(serve)
+    _store_options(serve)
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp instead of stdio")
     serve.add_argument("--host", help="HTTP address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="HTTP port (default 8765; 0 picks a free port)")
@@ -386,10 +387,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=_cmd_serve)
 
+
+def _add_chat_and_check(sub: Subcommands) -> None:
     chat = sub.add_parser(
         "chat", help="talk to an agent in the terminal (a local store, or a server at --url)"
     )
-    common(chat)
+    _store_options(chat)
     chat.add_argument("agent", nargs="?", help="the agent (default: the only one there is)")
     chat.add_argument("--session", help="resume this session instead of starting one")
     chat.add_argument(
@@ -414,14 +417,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(func=_cmd_check)
 
+
+def _add_decisions(sub: Subcommands) -> None:
+    """pending, approve and answer: what sessions wait on, and an operator's decision."""
     pending = sub.add_parser("pending", help="list approvals and questions waiting for a decision")
-    common(pending)
+    _store_options(pending)
     pending.add_argument("--session", help="only this session")
     pending.add_argument("--limit", type=int, default=100)
     pending.set_defaults(func=_cmd_pending)
 
     approve = sub.add_parser("approve", help="approve (or --reject) a tool call a session waits on")
-    common(approve)
+    _store_options(approve)
     approve.add_argument("session_id")
     approve.add_argument("interrupt_id")
     approve.add_argument("--reject", action="store_true", help="reject instead of approving")
@@ -429,15 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
     approve.set_defaults(func=_cmd_decide)
 
     answer = sub.add_parser("answer", help="answer (or --decline) a question a session waits on")
-    common(answer)
+    _store_options(answer)
     answer.add_argument("session_id")
     answer.add_argument("interrupt_id")
     answer.add_argument("answer", nargs="?", help="the answer text")
     answer.add_argument("--decline", action="store_true", help="decline to answer")
     answer.set_defaults(func=_cmd_decide)
 
+
+def _add_sessions(sub: Subcommands) -> None:
     sessions = sub.add_parser("sessions", help="find, read, name and delete sessions in the database")
-    common(sessions)
+    _store_options(sessions)
     sessions.add_argument("--owner", default="local", help="whose sessions to list (default: local)")
     ssub = sessions.add_subparsers(dest="action", required=True)
     lst = ssub.add_parser("list", help="list sessions, newest first")
@@ -447,6 +455,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_commands(ssub)
     sessions.set_defaults(func=_cmd_sessions)
 
+
+def _add_token_and_audit(sub: Subcommands) -> None:
+    """token new (static tokens for auth.mode tokens) and audit (the trail, newest first)."""
     token = sub.add_parser("token", help="static bearer tokens for auth.mode tokens")
     tsub = token.add_subparsers(dest="action", required=True)
     new = tsub.add_parser(
@@ -462,18 +473,20 @@ def build_parser() -> argparse.ArgumentParser:
     new.set_defaults(func=_cmd_token_new)
 
     trail = sub.add_parser("audit", help="who sent, decided, cancelled, closed, deleted what (newest first)")
-    common(trail)
+    _store_options(trail)
     trail.add_argument("--session", help="only this session (also after it was deleted)")
     trail.add_argument("--principal", help="only this principal (a token's name, or <issuer>#<subject>)")
     trail.add_argument("--limit", type=int, default=100)
     trail.set_defaults(func=_cmd_audit)
 
+
+def _add_db(sub: Subcommands) -> None:
     db = sub.add_parser(
         "db", help="database upkeep: migrate the schema, copy SQLite into PostgreSQL, vacuum a SQLite file"
     )
     dsub = db.add_subparsers(dest="action", required=True)
     migrate = dsub.add_parser("migrate", help="create or upgrade the database schema, without serving")
-    common(migrate)
+    _store_options(migrate)
     migrate.set_defaults(func=_cmd_db_migrate)
     copy = dsub.add_parser(
         "copy",
@@ -487,7 +500,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--to", dest="target", help="postgresql://user@host/dbname (default: storage.url of parley.yaml)"
     )
     copy.set_defaults(func=_cmd_db_copy)
-    add_vacuum_command(dsub, common)
+    add_vacuum_command(dsub, _store_options)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="parley", description="Durable AI agent sessions over MCP.")
+    parser.add_argument("--version", action="version", version=f"parley {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    # In this order in `parley --help`.
+    _add_serve(sub)
+    _add_chat_and_check(sub)
+    _add_decisions(sub)
+    _add_sessions(sub)
+    _add_token_and_audit(sub)
+    _add_db(sub)
     return parser
 
 
@@ -505,7 +531,7 @@ def main(argv: list[str] | None = None, *, seams: Seams | None = None) -> int:
     for handler in logging.getLogger().handlers:
         handler.setLevel(level)
         if getattr(args, "log_format", "text") == "json":
-            from parley.log_format import JsonLogFormatter
+            from parley.runtime.log_format import JsonLogFormatter
 
             handler.setFormatter(JsonLogFormatter())
     library_log_levels(logging.getLevelName(level))

@@ -81,6 +81,9 @@ async def test_list_sessions_narrows_by_title_text_tag_agent_status_and_creation
         )
 
         ids = [sid for sid, _ in made]
+        # The window below takes shown times as bounds: each session a millisecond of its own.
+        shown = [created for _, created in made]
+        assert shown == sorted(set(shown)), shown
         newest_first = list(reversed(ids))
         tag = f"m{marker}"
         assert await _pages(alice, tag=tag) == newest_first

@@ -1,4 +1,4 @@
-"""The switches of parley/telemetry.py and the JSON log line (no SDK is installed here: the
+"""The switches of parley/runtime/telemetry.py and the JSON log line (no SDK is installed here: the
 process-wide tracer provider is left alone)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from parley.log_format import JsonLogFormatter
+from parley.runtime.log_format import JsonLogFormatter
 from parley.runtime.session_log import about
+from parley.runtime.telemetry import setup_tracing, wants_traces
 from parley.runtime.tracing import Tracing, current_trace_context, resolution_name
-from parley.telemetry import setup_tracing, wants_traces
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,13 @@
 """Titles and tags: what people name sessions and find them by. The rules for a title or a tag
 given by a caller, the title proposed from a session's first message (no model call: its first
-words), and the narrowing list_sessions takes (title text, tag, a creation time range)."""
+words), the narrowing list_sessions takes (title text, tag, a creation time range), and times
+as shown to callers and read back from them."""
 
 from __future__ import annotations
 
+import math
 import re
+import time
 import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -73,6 +76,22 @@ def proposed_title(message: str | None) -> str | None:
     elif len(words) > PROPOSED_WORDS:
         title += " …"
     return title
+
+
+def format_time(ts: float) -> str:
+    """`ts` (seconds since the epoch) in ISO 8601, UTC, to the millisecond it falls in, never a
+    later one: `parse_time` of it is at most `ts`. So a time shown is a bound that holds:
+    created_after=<a session's created_at> lists that session and created_before=<it> does not.
+    (datetime.fromtimestamp rounds to the microsecond before isoformat cuts to the millisecond,
+    which shows a time up to half a microsecond before a millisecond as that millisecond.)"""
+    ms = math.floor(ts * 1000)
+    # The product is rounded too: step to the last millisecond that parse_time reads as <= ts.
+    if ms / 1000 > ts:
+        ms -= 1
+    elif (ms + 1) / 1000 <= ts:
+        ms += 1
+    seconds, millis = divmod(ms, 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
 
 
 def parse_time(field: str, value: str) -> float:

@@ -3,7 +3,7 @@ published with opentelemetry-semantic-conventions 0.66b2): `invoke_agent {agent}
 drive of it in a process), `chat {model}` per model call, `execute_tool {tool}` per tool call, and
 parley's own spans for compaction and for a person's answer to an interrupt.
 
-Only the OpenTelemetry API is used here: with no SDK installed and configured (parley/telemetry.py),
+Only the OpenTelemetry API is used here: with no SDK installed and configured (runtime/telemetry.py),
 the tracer is a no-op and every helper returns at once, building no attributes.
 
 Over MCP the mcp SDK makes a span of each request, a child of the caller's `_meta.traceparent`;
@@ -54,7 +54,7 @@ def current_trace_context() -> dict[str, str] | None:
 
 
 def is_installed() -> bool:
-    """Whether an SDK tracer provider is installed (parley/telemetry.py), so spans are recorded."""
+    """Whether an SDK tracer provider is installed (runtime/telemetry.py), so spans are recorded."""
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 

@@ -4,7 +4,6 @@ know the wire shape."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, WithJsonSchema
@@ -23,6 +22,7 @@ from parley.core.records import (
 from parley.core.states import OutcomeStatus
 from parley.runtime.service import SessionDetails, TurnOutcome
 from parley.runtime.session_access import Decider
+from parley.runtime.session_labels import format_time
 from parley.runtime.toolbox import Offer
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
@@ -40,9 +40,7 @@ JsonValue = Annotated[
 
 
 def iso(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return None if ts is None else format_time(ts)
 
 
 class ToolCallView(BaseModel):

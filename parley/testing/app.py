@@ -22,8 +22,8 @@ from mcp.server.mcpserver import MCPServer
 
 from parley.app import App, Seams, check_http, mcp_server, running_app, serve_app_http
 from parley.config import ServerConfig, load_config
-from parley.log_format import library_log_levels
 from parley.runtime.faults import FaultPoints
+from parley.runtime.log_format import library_log_levels
 from parley.runtime.model import ModelClient
 from parley.sdk_compat import InMemoryTransport  # the SDK's in-memory pairing; Client(server) drops progress
 from parley.server.http import bind_listener

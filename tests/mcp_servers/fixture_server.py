@@ -201,7 +201,7 @@ def main() -> None:
         with Path(started).open("a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):  # tests/test_e2e_otel.py: spans of this hop too
-        from parley.telemetry import setup_tracing
+        from parley.runtime.telemetry import setup_tracing
 
         setup_tracing(os.environ)
     server = build(args)
