@@ -34,7 +34,7 @@ from parley.config.env import ENV_REF
 REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = "<!-- runnable -->"
 SERVER_FILE = "# parley.yaml"
-# An agent file in an agents folder: configs/agents/NAME.yaml, or the examples' own folders.
+# An agent file in an agents folder (configs/agents/, or the examples' own folders).
 AGENT_FILE = re.compile(r"# ((?:[\w.-]+/)*agents/([A-Za-z0-9][A-Za-z0-9_.-]*)\.ya?ml)")
 SHELLS = ("sh", "bash")
 # A fence at any indentation (inside a list item too), closed by one at the same indentation.
