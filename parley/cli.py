@@ -378,7 +378,12 @@ def _add_serve(sub: Subcommands) -> None:
         action="store_true",
         help="allow a non-loopback --host without authentication (unsafe: anyone reaching the port drives sessions)",
     )
-    serve.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe stderr lines shown (default INFO)",
+    )
     serve.add_argument(
         "--log-format",
         default="text",
@@ -423,21 +428,21 @@ def _add_decisions(sub: Subcommands) -> None:
     pending = sub.add_parser("pending", help="list approvals and questions waiting for a decision")
     _store_options(pending)
     pending.add_argument("--session", help="only this session")
-    pending.add_argument("--limit", type=int, default=100)
+    pending.add_argument("--limit", type=int, default=100, help="show at most this many (default 100)")
     pending.set_defaults(func=_cmd_pending)
 
     approve = sub.add_parser("approve", help="approve (or --reject) a tool call a session waits on")
     _store_options(approve)
-    approve.add_argument("session_id")
-    approve.add_argument("interrupt_id")
+    approve.add_argument("session_id", help="the session waiting on the decision")
+    approve.add_argument("interrupt_id", help="the approval or question (parley pending lists them)")
     approve.add_argument("--reject", action="store_true", help="reject instead of approving")
     approve.add_argument("--reason", help="why; the agent reads it")
     approve.set_defaults(func=_cmd_decide)
 
     answer = sub.add_parser("answer", help="answer (or --decline) a question a session waits on")
     _store_options(answer)
-    answer.add_argument("session_id")
-    answer.add_argument("interrupt_id")
+    answer.add_argument("session_id", help="the session waiting on the decision")
+    answer.add_argument("interrupt_id", help="the approval or question (parley pending lists them)")
     answer.add_argument("answer", nargs="?", help="the answer text")
     answer.add_argument("--decline", action="store_true", help="decline to answer")
     answer.set_defaults(func=_cmd_decide)
@@ -449,9 +454,9 @@ def _add_sessions(sub: Subcommands) -> None:
     sessions.add_argument("--owner", default="local", help="whose sessions to list (default: local)")
     ssub = sessions.add_subparsers(dest="action", required=True)
     lst = ssub.add_parser("list", help="list sessions, newest first")
-    lst.add_argument("--limit", type=int, default=50)
+    lst.add_argument("--limit", type=int, default=50, help="show at most this many (default 50)")
     show = ssub.add_parser("show", help="show one session and its transcript")
-    show.add_argument("session_id")
+    show.add_argument("session_id", help="the session (parley sessions list shows them)")
     add_session_commands(ssub)
     sessions.set_defaults(func=_cmd_sessions)
 
@@ -476,7 +481,7 @@ def _add_token_and_audit(sub: Subcommands) -> None:
     _store_options(trail)
     trail.add_argument("--session", help="only this session (also after it was deleted)")
     trail.add_argument("--principal", help="only this principal (a token's name, or <issuer>#<subject>)")
-    trail.add_argument("--limit", type=int, default=100)
+    trail.add_argument("--limit", type=int, default=100, help="show at most this many (default 100)")
     trail.set_defaults(func=_cmd_audit)
 
 
@@ -550,6 +555,11 @@ def main(argv: list[str] | None = None, *, seams: Seams | None = None) -> int:
         return 4
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`parley sessions list | head`): stop quietly, as shell tools do,
+        # and keep Python from reporting the same broken pipe again when it flushes at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -149,6 +149,24 @@ async def test_sessions_list_and_show_read_the_store(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "no session" in missing.stderr
 
 
+def test_a_reader_that_goes_away_ends_the_listing_quietly(tmp_path: Path) -> None:
+    # `parley sessions list | head`: the pipe is closed before parley writes to it.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        listed = subprocess.run(
+            [sys.executable, "-m", "parley", "sessions", "--db", str(tmp_path / "p.db"), "list"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=TEST_DEADLINE_S,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        os.close(write_end)
+    assert (listed.returncode, listed.stderr) == (141, "")
+
+
 async def test_tools_publish_flat_input_schemas_output_schemas_and_annotations(tmp_path: Path) -> None:
     async with running_server(write_config(tmp_path)) as (_, client):
         tools = {t.name: t for t in (await client.list_tools()).tools}
