@@ -308,7 +308,7 @@ async def test_without_the_sdk_parley_serves_and_says_nothing_unless_traces_were
     assert "blocked by the test" not in log  # nothing imported the SDK by accident...
     warnings = [line for line in log.splitlines() if " WARNING " in line or "Traceback" in line]
     if configured:
-        assert any("parley[otel]" in line for line in warnings), log
+        assert any("parley-sessions[otel]" in line for line in warnings), log
     else:
         assert warnings == [], log
         assert "opentelemetry" not in log.lower(), log

@@ -3,8 +3,8 @@ environment variables ask for traces, and the content-capture switch.
 
 Nothing configured: nothing is imported beyond the OpenTelemetry API (a dependency of the mcp SDK
 too), no exporter runs, nothing is logged, and spans cost a no-op call. The SDK and the exporter
-are the `otel` extra (`pip install "parley[otel]"`); asking for traces without them is reported
-once at start. The exporter reads its own settings (`OTEL_EXPORTER_OTLP_ENDPOINT`,
+are the `otel` extra (`pip install "parley-sessions[otel]"`); asking for traces without them is
+reported once at start. The exporter reads its own settings (`OTEL_EXPORTER_OTLP_ENDPOINT`,
 `OTEL_EXPORTER_OTLP_HEADERS`, ...); the provider reads the resource (`OTEL_SERVICE_NAME`,
 `OTEL_RESOURCE_ATTRIBUTES`) and the sampler (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`).
 """
@@ -72,7 +72,7 @@ def setup_tracing(environ: Mapping[str, str]) -> Tracing:
     except ImportError:
         logger.warning(
             "OpenTelemetry is configured (OTEL_*) but its SDK is not installed; no traces are "
-            "exported. Install it with: pip install 'parley[otel]'"
+            "exported. Install it with: pip install 'parley-sessions[otel]'"
         )
         return Tracing(enabled=False, capture_content=capture)
     exporter: SpanExporter
@@ -84,7 +84,7 @@ def setup_tracing(environ: Mapping[str, str]) -> Tracing:
         except ImportError:
             logger.warning(
                 "OTLP export is configured but opentelemetry-exporter-otlp-proto-http is not "
-                "installed; no traces are exported. Install it with: pip install 'parley[otel]'"
+                "installed; no traces are exported. Install it with: pip install 'parley-sessions[otel]'"
             )
             return Tracing(enabled=False, capture_content=capture)
         exporter = OTLPSpanExporter()
