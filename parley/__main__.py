@@ -1,5 +1,3 @@
-import sys
+from parley.cli import run
 
-from parley.cli import main
-
-sys.exit(main())
+run()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import getpass
 import json
 import logging
 import os
 import secrets
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 
@@ -562,5 +565,28 @@ def main(argv: list[str] | None = None, *, seams: Seams | None = None) -> int:
         return 141
 
 
+def exit_now(code: int) -> NoReturn:
+    """End the process with `code` once parley's work is done, without tearing the interpreter
+    down module by module: that teardown costs about 0.3 s of CPU, and an MCP client that closed
+    stdin kills a server still alive 2 s later. Everything a normal exit does for others still
+    happens first: other threads are waited for, exit handlers run (an OpenTelemetry exporter
+    sends its last spans, logging flushes), and stdout and stderr are flushed."""
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        # A closed or broken stream: nothing more can reach it.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
+def run() -> NoReturn:
+    """The `parley` command: `main` with the process's arguments, then a quick exit."""
+    exit_now(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -10,9 +10,9 @@ compacting (see parley/runtime/faults.py).
 from __future__ import annotations
 
 import argparse
-import sys
 
 from parley.app import Seams
+from parley.cli import exit_now
 from parley.cli import main as parley_main
 from parley.runtime.faults import POINTS, FaultPoints
 
@@ -32,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
