@@ -111,7 +111,7 @@ def test_the_registry_entry_installs_this_distribution_and_serves_over_stdio() -
     assert package["transport"] == {"type": "stdio"}
     assert [argument["value"] for argument in package["packageArguments"]] == ["serve"]
     scripts = project["scripts"]
-    assert scripts[package["identifier"]] == scripts["parley"] == "parley.cli:main"
+    assert scripts[package["identifier"]] == scripts["parley"] == "parley.cli:run"
 
 
 @pytest.mark.parametrize(
