@@ -64,4 +64,4 @@ async def open_store(config: ServerConfig, origin: str = "") -> AsyncIterator[Op
             # How the latest write ended: "ok", "full", "read_only", "busy" or "error: ...".
             return StorageStatus(sqlite.health.status)
 
-        yield OpenedStore(sqlite, config.db_label, status)
+        yield OpenedStore(sqlite, config.db_label, status, sqlite.migrated)

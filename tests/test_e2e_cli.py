@@ -209,3 +209,12 @@ async def test_on_postgresql_even_debug_logging_has_no_pool_chatter_and_no_drive
     chatter = re.findall(r"^.* (?:DEBUG|INFO) psycopg\.pool: .*$", log, re.MULTILINE)
     driver_debug = re.findall(r"^.* DEBUG psycopg[.:].*$", log, re.MULTILINE)
     assert chatter == [] and driver_debug == [], (chatter + driver_debug)[:5]
+
+
+def test_db_migrate_on_sqlite_says_what_it_did_then_that_nothing_is_left(tmp_path: Path) -> None:
+    from parley.storage.schema import LATEST
+
+    path = tmp_path / "fresh.db"
+    first, again = (_parley("db", "migrate", "--db", str(path)) for _ in range(2))
+    assert first.stdout.strip() == f"{path}: migrated from schema version 0 to {LATEST}", first.stderr
+    assert again.stdout.strip() == f"{path}: schema version {LATEST}, nothing to migrate", again.stderr

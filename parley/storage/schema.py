@@ -128,10 +128,11 @@ def _refuse_unknown(dialect: Dialect, current: int, subject: str, elsewhere: str
         )
 
 
-def migrate_sqlite(db: sqlite3.Connection, path: Path) -> None:
+def migrate_sqlite(db: sqlite3.Connection, path: Path) -> tuple[int, int]:
     """Bring the SQLite database `db` (the file at `path`, opened in autocommit mode) to LATEST, in
     one transaction that takes the write lock first (BEGIN IMMEDIATE): a process opening the same
-    file at the same moment waits, then finds nothing left to do.
+    file at the same moment waits, then finds nothing left to do. Returns the versions (before,
+    after); before is 0 for a new file.
 
     Raises:
         StorageError: the file's schema is newer than this parley knows, or at a version no
@@ -149,6 +150,7 @@ def migrate_sqlite(db: sqlite3.Connection, path: Path) -> None:
                     db.execute(statement)
             db.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
         db.execute("COMMIT")
+        return current, LATEST
     except BaseException:
         # SQLite may have rolled back by itself (a full disk); a second ROLLBACK would hide why.
         if db.in_transaction:

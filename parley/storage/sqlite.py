@@ -37,6 +37,8 @@ class SqliteStore(SqlStore, SqliteBase):
 
     dialect = SQLITE
     codec = Codec(SQLITE)
+    # The schema versions before and after opening (`parley db migrate` reports them).
+    migrated: tuple[int, int] = (0, 0)
 
     async def _execute(self, program: Program[T], *, write: bool, inline: bool = True) -> T:
         if not write:
@@ -114,7 +116,9 @@ def _cap_size(db: Connection, max_size_mb: float) -> None:
     db.execute(f"PRAGMA max_page_count = {pages}")
 
 
-def _open(path: Path, max_size_mb: float | None, synchronous: Synchronous) -> Connection:
+def _open(
+    path: Path, max_size_mb: float | None, synchronous: Synchronous
+) -> tuple[Connection, tuple[int, int]]:
     try:
         # The connection is used from worker threads, one at a time (SqliteBase's limiter).
         db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
@@ -130,7 +134,7 @@ def _open(path: Path, max_size_mb: float | None, synchronous: Synchronous) -> Co
         db.execute("PRAGMA foreign_keys = ON")
         if max_size_mb is not None:
             _cap_size(db, max_size_mb)
-        migrate_sqlite(db, path)
+        migrated = migrate_sqlite(db, path)
         db.execute("PRAGMA busy_timeout = 0")  # then SqliteBase pauses and tries again, see there
         if synchronous == "normal":
             db.execute("PRAGMA wal_autocheckpoint = 0")  # the store checkpoints off the event loop
@@ -140,7 +144,7 @@ def _open(path: Path, max_size_mb: float | None, synchronous: Synchronous) -> Co
     except BaseException:
         db.close()
         raise
-    return db
+    return db, migrated
 
 
 @asynccontextmanager
@@ -157,8 +161,9 @@ async def open_sqlite_store(
             the message names the file and the fix.
     """
     prepare_database_file(path)
-    db = await anyio.to_thread.run_sync(_open, path, max_size_mb, synchronous)
+    db, migrated = await anyio.to_thread.run_sync(_open, path, max_size_mb, synchronous)
     store = SqliteStore(db, path, synchronous)
+    store.migrated = migrated
     try:
         yield store
     finally:
