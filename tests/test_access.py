@@ -111,7 +111,9 @@ def _used(**counts: tuple[int, float]) -> Usage:
 def test_messages_over_the_minute_budget_are_refused_saying_when_to_retry() -> None:
     fair = FairUse(LimitsConfig(messages_per_minute=2))
     claim = fair.claim(ALICE, new_session=False, message=True, now=30)
-    assert claim is not None and claim.scope == UsageScope(owner="alice", since=-30, running=False)
+    assert claim is not None and claim.scope == UsageScope(
+        owner="alice", since=-30, admissions=True, running=False
+    )
     assert claim.admit(_used(messages=(1, 0)), starts_turn=True) == [Admission("alice", "messages", -30)]
     with pytest.raises(RateLimited) as refused:
         claim.admit(_used(messages=(2, 0)), starts_turn=True)
@@ -125,7 +127,10 @@ def test_messages_over_the_minute_budget_are_refused_saying_when_to_retry() -> N
 def test_running_turns_are_counted_only_for_a_message_that_starts_one() -> None:
     fair = FairUse(LimitsConfig(running_turns=2, principals={"ops": {"running_turns": 5}}))
     claim = fair.claim(ALICE, new_session=False, message=True, now=0)
-    assert claim is not None and claim.scope.running
+    # No minute's budget is set: only the running sessions are read.
+    assert claim is not None and claim.scope == UsageScope(
+        owner="alice", since=-60, admissions=False, running=True
+    )
     busy = Usage(counts={}, oldest={}, running=2)
     assert claim.admit(busy, starts_turn=False) == []  # queues behind a running turn
     with pytest.raises(RateLimited, match=r"limits\.running_turns = 2"):

@@ -85,13 +85,15 @@ CURRENT_TURN = SnapshotScope()
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageScope:
-    """What a decision reads of one principal's fair use: its admissions (sessions started,
-    messages sent) after `since`, and with `running`, how many of its sessions run a turn. The
+    """What a decision reads of one principal's fair use: with `admissions`, what it was admitted
+    (sessions started, messages sent) after `since`; with `running`, how many of its sessions run
+    a turn. The
     backend reads them under a lock of that principal held until the commit, so two decisions of
     one principal, in any processes, count one after the other."""
 
     owner: str
     since: float
+    admissions: bool = True
     running: bool = False
 
 

@@ -81,5 +81,7 @@ class FairUse:
         running = limits.running_turns if message else None
         if not rates and running is None:
             return None
-        scope = UsageScope(owner=who.id, since=now - WINDOW_S, running=running is not None)
+        scope = UsageScope(
+            owner=who.id, since=now - WINDOW_S, admissions=bool(rates), running=running is not None
+        )
         return Claim(who.id, scope, tuple(rates), running, now)

@@ -24,12 +24,13 @@ _FORGET = "DELETE FROM admissions WHERE owner = ? AND counted = ? AND at <= ?"
 
 def usage_reads(dialect: Dialect, scope: UsageScope, *, lock: bool = True) -> list[Stmt]:
     """The statements that read `scope`, in the order load_usage takes their results: the
-    principal's lock (with `lock`, where the database needs one), its admissions, its running
-    sessions (when asked)."""
+    principal's lock (with `lock`, where the database needs one), its admissions and its running
+    sessions (each when asked)."""
     statements = []
     if lock and dialect.lock_principal is not None:
         statements.append(Stmt(dialect.lock_principal, (scope.owner,)))
-    statements.append(Stmt(_ADMITTED, (scope.owner, scope.since)))
+    if scope.admissions:
+        statements.append(Stmt(_ADMITTED, (scope.owner, scope.since)))
     if scope.running:
         statements.append(Stmt(_RUNNING, (scope.owner,)))
     return statements
@@ -39,7 +40,7 @@ def load_usage(dialect: Dialect, scope: UsageScope, results: Iterator[Result], *
     """The usage the statements of usage_reads read (taken from `results` in order)."""
     if lock and dialect.lock_principal is not None:
         next(results)
-    rows = next(results).rows
+    rows = next(results).rows if scope.admissions else []
     running = int(next(results).rows[0][0]) if scope.running else 0
     return Usage(
         counts={str(r[0]): int(r[1]) for r in rows},
