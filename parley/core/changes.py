@@ -111,7 +111,8 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class Admission:
     """One admitted act of a principal (`counted`: 'sessions' or 'messages'), stored at the
-    decision's `now`; its admissions at or before `forget_before` are deleted with it."""
+    decision's `now`; that principal's admissions at or before `forget_before`, of any kind, are
+    deleted with it."""
 
     owner: str
     counted: str

@@ -19,7 +19,7 @@ from parley.storage.sql.program import Result, Stmt
 _ADMITTED = "SELECT counted, count(*), min(at) FROM admissions WHERE owner = ? AND at > ? GROUP BY counted"
 _RUNNING = f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}"
 _INSERT = "INSERT INTO admissions (owner, counted, at) VALUES (?, ?, ?)"
-_FORGET = "DELETE FROM admissions WHERE owner = ? AND counted = ? AND at <= ?"
+_FORGET = "DELETE FROM admissions WHERE owner = ? AND at <= ?"
 
 
 def usage_reads(dialect: Dialect, scope: UsageScope, *, lock: bool = True) -> list[Stmt]:
@@ -52,7 +52,8 @@ def load_usage(dialect: Dialect, scope: UsageScope, results: Iterator[Result], *
 def admission_writes(
     admitted: Sequence[Admission], now: float, *, only_if: str = "", params: Sequence[object] = ()
 ) -> list[Stmt]:
-    """The statements that store `admitted` at `now` and forget the principal's expired ones.
+    """The statements that store `admitted` at `now` and forget the principal's expired ones
+    (of every kind).
     `only_if`: a condition (with `params`) the inserts are made under."""
     if not admitted:
         return []
@@ -63,5 +64,5 @@ def admission_writes(
     )
     return [
         Stmt(insert, many=[(a.owner, a.counted, now, *params) for a in admitted]),
-        Stmt(_FORGET, many=[(a.owner, a.counted, a.forget_before) for a in admitted]),
+        Stmt(_FORGET, many=sorted({(a.owner, a.forget_before) for a in admitted})),
     ]
