@@ -15,6 +15,7 @@ import yaml
 
 from parley.config import AgentConfig, AgentLimits, collect_config_errors, load_config
 from parley.config.auth import LimitsConfig, Members, token_digest
+from parley.core.changes import Admission, Usage, UsageScope
 from parley.errors import RateLimited, SessionLimitReached, SessionNotFound
 from parley.runtime.access import (
     ADMIN,
@@ -102,51 +103,40 @@ def test_who_may_decide_an_interrupt(
 # ---------------------------------------------------------------------------- fair use
 
 
-class Counts:
-    def __init__(self, running: int) -> None:
-        self.running = running
-        self.asked: list[str] = []
-
-    async def count_running(self, owner: str) -> int:
-        self.asked.append(owner)
-        return self.running
+def _used(**counts: tuple[int, float]) -> Usage:
+    """A principal's usage: by what is counted, (how many, when the oldest was)."""
+    return Usage(counts={k: n for k, (n, _) in counts.items()}, oldest={k: t for k, (_, t) in counts.items()})
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def test_messages_over_the_minute_budget_are_refused_saying_when_to_retry() -> None:
-    clock = Clock()
-    fair = FairUse(LimitsConfig(messages_per_minute=2), Counts(0), clock)  # type: ignore[arg-type]
-    fair.check_message(ALICE)
-    clock.now = 20
-    fair.check_message(ALICE)
-    clock.now = 30
+def test_messages_over_the_minute_budget_are_refused_saying_when_to_retry() -> None:
+    fair = FairUse(LimitsConfig(messages_per_minute=2))
+    claim = fair.claim(ALICE, new_session=False, message=True, now=30)
+    assert claim is not None and claim.scope == UsageScope(
+        owner="alice", since=-30, admissions=True, running=False
+    )
+    assert claim.admit(_used(messages=(1, 0)), starts_turn=True) == [Admission("alice", "messages", -30)]
     with pytest.raises(RateLimited) as refused:
-        fair.check_message(ALICE)
+        claim.admit(_used(messages=(2, 0)), starts_turn=True)
     assert refused.value.retry_after_s == 30
     assert "Try again in 30 s" in str(refused.value) and "limits.messages_per_minute = 2" in str(
         refused.value
     )
-    fair.check_message(BOB)  # others are not affected
-    clock.now = 60.5
-    fair.check_message(ALICE)
+    assert fair.claim(ALICE, new_session=True, message=False, now=30) is None  # nothing else is limited
 
 
-async def test_running_turns_are_counted_only_for_a_message_that_starts_one() -> None:
-    counts = Counts(running=2)
-    fair = FairUse(LimitsConfig(running_turns=2, principals={"ops": {"running_turns": 5}}), counts)  # type: ignore[arg-type]
-    await fair.check_turn(ALICE, starts_turn=False)
-    assert counts.asked == []
+def test_running_turns_are_counted_only_for_a_message_that_starts_one() -> None:
+    fair = FairUse(LimitsConfig(running_turns=2, principals={"ops": {"running_turns": 5}}))
+    claim = fair.claim(ALICE, new_session=False, message=True, now=0)
+    # No minute's budget is set: only the running sessions are read.
+    assert claim is not None and claim.scope == UsageScope(
+        owner="alice", since=-60, admissions=False, running=True
+    )
+    busy = Usage(counts={}, oldest={}, running=2)
+    assert claim.admit(busy, starts_turn=False) == []  # queues behind a running turn
     with pytest.raises(RateLimited, match=r"limits\.running_turns = 2"):
-        await fair.check_turn(ALICE, starts_turn=True)
-    await fair.check_turn(OPS, starts_turn=True)
-    assert counts.asked == ["alice", "ops"]
+        claim.admit(busy, starts_turn=True)
+    ops = fair.claim(OPS, new_session=False, message=True, now=0)
+    assert ops is not None and ops.admit(busy, starts_turn=True) == []
 
 
 def test_per_principal_limits_fall_back_to_the_defaults_field_by_field() -> None:
@@ -157,16 +147,15 @@ def test_per_principal_limits_fall_back_to_the_defaults_field_by_field() -> None
     assert limits.of("alice") == limits
 
 
-async def test_new_sessions_over_the_minute_budget_are_refused_and_a_refused_call_counts_nothing() -> None:
-    clock = Clock()
-    fair = FairUse(LimitsConfig(sessions_per_minute=1, messages_per_minute=1), Counts(0), clock)  # type: ignore[arg-type]
-    await fair.admit(ALICE, new_session=True, message=False, starts_turn=False)
+def test_new_sessions_over_the_minute_budget_are_refused_saying_when_to_retry() -> None:
+    fair = FairUse(LimitsConfig(sessions_per_minute=1, messages_per_minute=1))
+    claim = fair.claim(ALICE, new_session=True, message=True, now=100)
+    assert claim is not None
     with pytest.raises(RateLimited, match=r"limits\.sessions_per_minute = 1") as refused:
-        await fair.admit(ALICE, new_session=True, message=True, starts_turn=True)
+        claim.admit(_used(sessions=(1, 100)), starts_turn=True)
     assert refused.value.retry_after_s == 60 and "Try again in 60 s" in str(refused.value)
-    # The refused start counted no message: the minute's one message is still there to send.
-    await fair.admit(ALICE, new_session=False, message=True, starts_turn=True)
-    await fair.admit(BOB, new_session=True, message=True, starts_turn=True)
+    admitted = claim.admit(_used(), starts_turn=True)
+    assert admitted == [Admission("alice", "sessions", 40), Admission("alice", "messages", 40)]
 
 
 def test_multi_user_modes_limit_each_principal_unless_limits_says_otherwise() -> None:

@@ -7,8 +7,14 @@ from __future__ import annotations
 
 import pytest
 
+from parley.config.auth import LimitsConfig
+from parley.core.changes import Admit, SnapshotScope, UsageScope
 from parley.core.ids import SessionId, new_task_id, new_turn_id
 from parley.core.records import AuditRecord, InterruptRecord, PendingInterrupt, TaskRecord, TurnRecord
+from parley.core.transitions import starting
+from parley.errors import RateLimited
+from parley.runtime.access import Principal
+from parley.runtime.fair_use import FairUse
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.ports import Store
 from tests.test_storage_contract import (
@@ -19,6 +25,7 @@ from tests.test_storage_contract import (
     new_session,
     queued,
     running_turn,
+    session_record,
 )
 
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
@@ -27,6 +34,8 @@ from tests.test_storage_contract import backend, other_store, store  # noqa: F40
 from tests.store_support import list_steps, try_acquire_lease
 
 pytestmark = pytest.mark.anyio
+
+ALICE = Principal(id="alice", scopes=frozenset({"parley:use"}), authenticated=True)
 
 
 def _entry(
@@ -203,3 +212,37 @@ async def test_sessions_of_every_owner_are_listed_without_an_owner(store: Store)
     theirs = await new_session(store, owner="bob")
     assert {s.id for s in (await store.list_sessions(None, None, None, None, 10)).sessions} == {mine, theirs}
     assert [s.id for s in (await store.list_sessions("bob", None, None, None, 10)).sessions] == [theirs]
+
+
+async def test_fair_use_is_counted_with_the_write_a_refusal_writes_nothing_and_old_counts_go(
+    store: Store,
+) -> None:
+    fair = FairUse(LimitsConfig(sessions_per_minute=1, messages_per_minute=1))
+    steps = SessionSteps(store)
+
+    async def start(now: float) -> bool:
+        record = session_record(owner="alice")
+        claim = fair.claim(ALICE, new_session=True, message=False, now=now)
+        assert claim is not None
+        admit = Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=False))
+        return await store.create_session(starting(record, None), None, now, admit)
+
+    assert await start(T0)
+    with pytest.raises(RateLimited, match=r"limits\.sessions_per_minute = 1.*Try again in 50 s"):
+        await start(T0 + 10)
+    assert len((await store.list_sessions("alice", None, None, None, 10)).sessions) == 1
+
+    sid = await new_session(store, owner="alice")
+
+    async def send(text: str, now: float) -> str:
+        claim = fair.claim(ALICE, new_session=False, message=True, now=now)
+        return await steps.enqueue_message(sid, "alice", queued(sid, text, now), 100, now, None, claim)
+
+    assert await send("one", T0 + 1) == "queued"
+    with pytest.raises(RateLimited, match=r"limits\.messages_per_minute = 1.*Try again in 30 s"):
+        await send("two", T0 + 31)
+    assert await send("three", T0 + 61.5) == "queued"  # the first one is out of the minute
+    seen = await store.snapshot(sid, SnapshotScope(turn=False, usage=UsageScope(owner="alice", since=0)))
+    assert seen is not None and [m.text for m in seen.queued] == ["one", "three"]
+    # Only what a limit still counts is kept: the message of T0 + 1 and the session of T0 are gone.
+    assert seen.usage is not None and dict(seen.usage.counts) == {"messages": 1}

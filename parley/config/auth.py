@@ -251,15 +251,15 @@ class PrincipalLimits(Strict):
         ge=1,
         le=1_000_000,
         description=(
-            "New sessions one principal may start per minute (counted per parley process). With auth "
-            f"tokens or oauth {MULTI_USER_DEFAULTS['sessions_per_minute']} unless set (null: no limit)."
+            "New sessions one principal may start per minute, counted in the database (so across "
+            f"replicas). With auth tokens or oauth {MULTI_USER_DEFAULTS['sessions_per_minute']} unless set (null: no limit)."
         ),
     )
     messages_per_minute: int | None = Field(
         None,
         ge=1,
         le=1_000_000,
-        description="Messages one principal may send per minute (counted per parley process).",
+        description="Messages one principal may send per minute, counted in the database (so across replicas).",
     )
 
 

@@ -9,6 +9,7 @@ See docs/design.md#the-step-port.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -44,6 +45,8 @@ class SessionSnapshot:
     # with a client_message_id (whatever their status).
     message: QueuedMessageRecord | None = None
     sent: QueuedMessageRecord | None = None
+    # Asked for by the scope's `usage`: what its principal has used, read under its lock.
+    usage: Usage | None = None
 
     def call(self, call_id: ToolCallId | None) -> ToolCallRecord | None:
         return next((c for c in self.calls if c.id == call_id), None)
@@ -70,9 +73,59 @@ class SnapshotScope:
     calls: bool = True
     interrupts: bool = True
     queue: bool = True
+    # The fair use of a principal, read with the session (parley/runtime/fair_use.py).
+    usage: UsageScope | None = None
 
 
 CURRENT_TURN = SnapshotScope()
+
+
+# ---------------------------------------------------------------------- fair use in the database
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageScope:
+    """What a decision reads of one principal's fair use: with `admissions`, what it was admitted
+    (sessions started, messages sent) after `since`; with `running`, how many of its sessions run
+    a turn. The
+    backend reads them under a lock of that principal held until the commit, so two decisions of
+    one principal, in any processes, count one after the other."""
+
+    owner: str
+    since: float
+    admissions: bool = True
+    running: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """One principal's fair use as committed: by what is counted, how many admissions since the
+    scope's `since` and when the oldest of them was; and its sessions running a turn (0 unless
+    the scope asked)."""
+
+    counts: Mapping[str, int]
+    oldest: Mapping[str, float]
+    running: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One admitted act of a principal (`counted`: 'sessions' or 'messages'), stored at the
+    decision's `now`; that principal's admissions at or before `forget_before`, of any kind, are
+    deleted with it."""
+
+    owner: str
+    counted: str
+    forget_before: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """A fair-use check written with a write that is not a decision (a new session): the usage
+    to read, and the rule that returns what to admit or raises (and then nothing is written)."""
+
+    scope: UsageScope
+    decide: Callable[[Usage], list[Admission]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +264,8 @@ class Changes:
     new_agent_version: AgentVersionRecord | None = None
     # Audit entries of the act this decision is (parley/runtime/audit.py), committed with it.
     audit: list[AuditRecord] = field(default_factory=list)
+    # Fair-use admissions of the act, committed with it (see Usage).
+    admitted: list[Admission] = field(default_factory=list)
     # The commit must reach the disk before the decision takes effect (whatever the backend's
     # usual durability): set for the start of a call that must never run twice.
     durable: bool = False
@@ -231,4 +286,5 @@ class Changes:
             or self.new_queued
             or self.new_agent_version
             or self.audit
+            or self.admitted
         )

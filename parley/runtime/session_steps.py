@@ -25,6 +25,7 @@ from parley.core.records import (
 )
 from parley.core.transitions import TurnEnd
 from parley.errors import StorageError
+from parley.runtime.fair_use import Claim
 from parley.storage.ports import StepStore
 
 T = TypeVar("T")
@@ -91,11 +92,17 @@ class SessionSteps:
         max_turns: int,
         now: float,
         audit: AuditRecord | None = None,
+        claim: Claim | None = None,
     ) -> EnqueueOutcome:
-        """Queue `message`; `audit`, the entry of the act, is committed with it when it is queued."""
+        """Queue `message`; `audit`, the entry of the act, is committed with it when it is queued.
+        With `claim`, the sender's fair use is read and counted in the same transaction: over a
+        limit, RateLimited and nothing written."""
 
         def queue(snapshot: SessionSnapshot) -> tuple[EnqueueOutcome, Changes]:
             outcome, changes = transitions.queue_message(snapshot, owner, message, max_turns)
+            if outcome == "queued" and claim is not None and snapshot.usage is not None:
+                idle = snapshot.session.status == "idle"
+                changes.admitted.extend(claim.admit(snapshot.usage, starts_turn=idle))
             if outcome == "queued" and audit is not None:
                 changes.audit.append(audit)
             return outcome, changes
@@ -107,6 +114,7 @@ class SessionSteps:
             now,
             client_message_id=message.client_message_id,
             turn=False,
+            usage=claim.scope if claim is not None else None,
         )
 
     async def promote_to_steer(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
     AgentVersionRecord,
@@ -62,11 +62,17 @@ class SessionStarts(Protocol):
     """Creating sessions, and finding what a retry with the same client_message_id started."""
 
     async def create_session(
-        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+        self,
+        session: SessionRecord,
+        first_message: QueuedMessageRecord | None,
+        now: float,
+        admit: Admit | None = None,
     ) -> bool:
         """Store the session and its first queued message as given (see transitions.starting),
         with the events that record them. False (and nothing written) when the owner already used
-        session.start_client_message_id."""
+        session.start_client_message_id. With `admit`, in the same transaction: the owner's usage
+        is read under its lock and `admit.decide` either returns the admissions stored with the
+        session or raises (and nothing is written)."""
         ...
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:

@@ -73,6 +73,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         "6: the same tables and columns); nothing changes, the two share one history from here",
         both="",
     ),
+    Migration(
+        "19: fair use counted in the database, so a limit per minute holds across replicas: one "
+        "row per session started or message sent by a principal (limits.sessions_per_minute, "
+        "limits.messages_per_minute), written with the act, deleted once out of the window",
+        sqlite=(
+            "CREATE TABLE admissions (owner TEXT NOT NULL, counted TEXT NOT NULL, at REAL NOT NULL);"
+            "CREATE INDEX admissions_owner ON admissions(owner, counted, at)"
+        ),
+        postgres=(
+            'CREATE TABLE admissions (owner text COLLATE "C" NOT NULL, counted text COLLATE "C" NOT NULL, '
+            "at double precision NOT NULL);"
+            "CREATE INDEX admissions_owner ON admissions(owner, counted, at)"
+        ),
+    ),
 )
 
 # The newest version this parley knows.
@@ -101,6 +115,7 @@ DATA_TABLES = (
     "agent_versions",
     "attachments",
     "attachment_refs",
+    "admissions",
 )
 
 

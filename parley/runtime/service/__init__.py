@@ -110,7 +110,7 @@ class SessionService:
         )
         persons = PersonAnswers(parts)
         waits = Waits(parts, persons)
-        fair_use = FairUse(options.limits or LimitsConfig(), store)
+        fair_use = FairUse(options.limits or LimitsConfig())
         return cls(
             messages=MessageCommands(parts, checks, waits, fair_use, options.titles),
             decisions=DecisionCommands(parts, checks, waits, Decisions(store, agents, clock), persons),

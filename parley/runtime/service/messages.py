@@ -11,6 +11,7 @@ from typing import Any
 
 from parley.config import AgentConfig, effective_limits
 from parley.core import transitions
+from parley.core.changes import Admit
 from parley.core.ids import (
     QueuedMessageId,
     SessionId,
@@ -93,12 +94,6 @@ class MessageCommands:
             existing = await p.store.find_started(caller.id, request.client_message_id)
             if existing is not None:
                 return await self._retry_of_start(existing, start, waiting.on_progress)
-        try:
-            await self._fair_use.admit(caller, new_session=True, message=text is not None, starts_turn=True)
-        except RateLimited as exc:
-            action = audit.MESSAGE if text else audit.START
-            await p.audit.refused(caller, action, None, None, str(exc), reason="limit")
-            raise
         now = p.clock()
         session_id = new_session_id()
         record = SessionRecord.new(
@@ -113,7 +108,17 @@ class MessageCommands:
             title=None if self._model_titled(agent, request.message) else proposed_title(request.message),
         )
         queued = _first_queued(session_id, start, request.client_message_id, now)
-        if not await p.store.create_session(transitions.starting(record, queued), queued, now):
+        claim = self._fair_use.claim(caller, new_session=True, message=text is not None, now=now)
+        admit = (
+            None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))
+        )
+        try:
+            created = await p.store.create_session(transitions.starting(record, queued), queued, now, admit)
+        except RateLimited as exc:
+            action = audit.MESSAGE if text else audit.START
+            await p.audit.refused(caller, action, None, None, str(exc), reason="limit")
+            raise
+        if not created:
             # A concurrent retry with the same client_message_id won the race.
             existing = await p.store.find_started(caller.id, request.client_message_id or "")
             if existing is None:
@@ -223,14 +228,6 @@ class MessageCommands:
         p = self._parts
         session, agent, message = send.session, send.agent, request.message or ""
         act = audit.STEER if request.steer else audit.MESSAGE
-        # A message to a busy session queues behind (or steers) its turn: no turn more runs at once.
-        try:
-            await self._fair_use.admit(
-                caller, new_session=False, message=True, starts_turn=session.status == "idle"
-            )
-        except RateLimited as exc:
-            await p.audit.refused(caller, act, session.id, None, str(exc), reason="limit")
-            raise
         overrides = {**session.settings, **(send.settings or {})}
         limits = effective_limits(agent.limits, overrides) if agent else None
         max_turns = limits.max_turns if limits is not None else session.turn_count
@@ -251,7 +248,16 @@ class MessageCommands:
             trace_context=current_trace_context(),
         )
         entry = p.audit.entry(caller, act, session_id=session.id, target=queued.id)
-        outcome = await p.steps.enqueue_message(session.id, session.owner, queued, max_turns, now, entry)
+        # Counted with the message; one to a busy session queues behind (or steers) its turn, so
+        # it starts no turn more.
+        claim = self._fair_use.claim(caller, new_session=False, message=True, now=now)
+        try:
+            outcome = await p.steps.enqueue_message(
+                session.id, session.owner, queued, max_turns, now, entry, claim
+            )
+        except RateLimited as exc:
+            await p.audit.refused(caller, act, session.id, None, str(exc), reason="limit")
+            raise
         if outcome == "duplicate":
             sent = await p.store.find_sent(session.id, request.client_message_id or "")
             if sent is None:

@@ -69,6 +69,12 @@ class Dialect:
     # transaction holds instead of waiting for them.
     for_update: str
     skip_locked: str
+    # A statement with one placeholder (a principal) that takes a lock of that principal held
+    # until the transaction ends, so its fair-use counts are read and written by one transaction
+    # at a time (None: SQLite's one writer already holds the whole database). PostgreSQL's
+    # advisory locks are the database's: the key names the schema, so deployments in other
+    # schemas of one database do not wait for each other.
+    lock_principal: str | None
     # Conditions with one placeholder: the title contains the text (any case, `%` and `_` taken
     # as they are), the tags hold the tag.
     title_contains: str
@@ -112,6 +118,7 @@ SQLITE = Dialect(
     outside_text=_text,
     for_update="",
     skip_locked="",
+    lock_principal=None,
     title_contains="instr(lower(title), lower(?)) > 0",
     has_tag="EXISTS (SELECT 1 FROM json_each(sessions.tags) WHERE value = ?)",
     due="(wake_at IS NULL OR wake_at <= ?)",
@@ -128,6 +135,9 @@ POSTGRES = Dialect(
     outside_text=_postgres_json,
     for_update=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
+    lock_principal=(
+        "SELECT pg_advisory_xact_lock(hashtextextended('parley fair use ' || current_schema() || ' ' || ?, 0))"
+    ),
     title_contains="strpos(lower(title #>> '{}'), lower(?)) > 0",
     has_tag="jsonb_exists(tags::jsonb, ?)",
     due="coalesce(wake_at, '-Infinity'::double precision) <= ?",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
+from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
     AgentVersionRecord,
@@ -27,7 +27,7 @@ from parley.core.states import RUNNING_SESSION
 from parley.errors import LeaseLost, StorageError
 from parley.storage.sql.base import SqlBase, page
 from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, PENDING, QUEUED, process_range, work_scan
-from parley.storage.sql.program import Announce, Stmt, reads
+from parley.storage.sql.program import Announce, Batch, Program, Stmt, reads
 from parley.storage.sql.rows import (
     CALL_COLUMNS,
     FIELDS,
@@ -38,6 +38,7 @@ from parley.storage.sql.rows import (
     listing,
 )
 from parley.storage.sql.steps import decide_program, queued_params, snapshot_program
+from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.wakeups import Wake
 
 T = TypeVar("T")
@@ -78,7 +79,11 @@ class SqlSessions(SqlBase):
     # ------------------------------------------------------------------ starting sessions
 
     async def create_session(
-        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+        self,
+        session: SessionRecord,
+        first_message: QueuedMessageRecord | None,
+        now: float,
+        admit: Admit | None = None,
     ) -> bool:
         # One batch. The session is inserted unless its id or the owner's client_message_id is
         # taken, with its numbers at 0; its first events, message and bytes go in only while its
@@ -141,9 +146,23 @@ class SqlSessions(SqlBase):
         )
         # A session started with a message needs a driver: other processes hear of it.
         wake = Wake(sid, work=first_message is not None)
-        results = await self._change(
-            *statements, announce=[Announce(wake, where=_SESSION_EXISTS, params=(sid,))]
-        )
+        announce = [Announce(wake, where=_SESSION_EXISTS, params=(sid,))]
+        if admit is not None:
+            return await self._execute(
+                self._admitted_start(statements, admit, announce, sid, now), write=True
+            )
+        results = await self._change(*statements, announce=announce)
+        return results[0].count > 0
+
+    def _admitted_start(
+        self, statements: list[Stmt], admit: Admit, announce: list[Announce], sid: SessionId, now: float
+    ) -> Program[bool]:
+        """create_session's batch after the owner's fair use is read under its lock and admits
+        it (or refuses, and nothing is written); the admissions go in only with the session."""
+        results = yield Batch(usage_reads(self.dialect, admit.scope), writes=False)
+        admitted = admit.decide(load_usage(self.dialect, admit.scope, iter(results)))
+        counted = admission_writes(admitted, now, only_if=_FRESH, params=(sid,))
+        results = yield Batch([*statements[:-1], *counted, statements[-1]], last=True, announce=announce)
         return results[0].count > 0
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:

@@ -31,6 +31,7 @@ from parley.storage.sql.rows import (
     Codec,
     columns,
 )
+from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.wakeups import wake_after
 
 T = TypeVar("T")
@@ -172,6 +173,9 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
                     turn_params,
                 )
             )
+    if scope.usage is not None:
+        # After the session's lock: every decision that takes both takes them in this order.
+        reads.extend(usage_reads(dialect, scope.usage, lock=lock))
     return reads
 
 
@@ -186,7 +190,7 @@ class Counters:
 
 
 def load_snapshot(
-    codec: Codec, scope: SnapshotScope, results: list[Result]
+    codec: Codec, scope: SnapshotScope, results: list[Result], *, lock: bool = True
 ) -> tuple[SessionSnapshot, Counters] | None:
     """The snapshot the statements of snapshot_reads read, or None when there is no session."""
     found = iter(results)
@@ -201,6 +205,7 @@ def load_snapshot(
     turn = next(found).rows if scope.turn else []
     calls = next(found).rows if scope.turn and scope.calls else []
     interrupts = next(found).rows if scope.turn and scope.interrupts else []
+    usage = load_usage(codec.dialect, scope.usage, found, lock=lock) if scope.usage is not None else None
     snapshot = SessionSnapshot(
         session=codec.session(session_rows[0][:width]),
         turn=codec.turn(turn[0]) if turn else None,
@@ -209,6 +214,7 @@ def load_snapshot(
         queued=tuple(codec.queued(r) for r in queued),
         message=codec.queued(message[0]) if message else None,
         sent=codec.queued(sent[0]) if sent else None,
+        usage=usage,
     )
     return snapshot, Counters(message=int(message_seq), event=int(event_seq), queue=int(queue_seq))
 
@@ -264,6 +270,7 @@ class ChangeWriter:
         self._appended(changes)
         if changes.audit:
             self._many(INSERT_AUDIT, [audit_params(self._codec, e) for e in changes.audit])
+        self.statements.extend(admission_writes(changes.admitted, self._now))
         return self.statements
 
     def _many(self, sql: str, rows: list[Any]) -> None:
@@ -406,5 +413,5 @@ def snapshot_program(
     codec: Codec, session_id: SessionId, scope: SnapshotScope
 ) -> Program[SessionSnapshot | None]:
     results = yield Batch(snapshot_reads(codec, session_id, scope, lock=False), last=True, writes=False)
-    loaded = load_snapshot(codec, scope, results)
+    loaded = load_snapshot(codec, scope, results, lock=False)
     return loaded[0] if loaded is not None else None
