@@ -12,22 +12,26 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 import anyio
 
+from parley.core.ids import SessionId
 from parley.errors import LeaseLost, StorageError
 from parley.storage.schema import migrate_sqlite
 from parley.storage.sql.dialect import SQLITE
-from parley.storage.sql.program import Batch, Program, Result, Stmt, finish
+from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import BUSY_WAIT_S, Connection, SqliteBase, unavailable
+from parley.storage.sqlite_wakeups import SqliteChangeFeed, WakeFolder, wake_folder
 from parley.storage.status import Synchronous
+from parley.storage.wakeups import Wake
 
 T = TypeVar("T")
 
@@ -38,6 +42,16 @@ class SqliteStore(SqlStore, SqliteBase):
     dialect = SQLITE
     codec = Codec(SQLITE)
 
+    def __init__(self, db: Connection, path: Path, synchronous: Synchronous = "full") -> None:
+        super().__init__(db, path, synchronous)
+        # Other processes on this file: told of each commit, heard by `feed` (sqlite_wakeups.py).
+        self.wakes = WakeFolder(wake_folder(path))
+        self.feed = SqliteChangeFeed(self.wakes)
+
+    async def close(self) -> None:
+        await super().close()
+        self.wakes.close()
+
     async def _execute(self, program: Program[T], *, write: bool, inline: bool = True) -> T:
         if not write:
             # A read is one batch, made again if another process's lock was in the way: so the
@@ -46,6 +60,7 @@ class SqliteStore(SqlStore, SqliteBase):
             results = await self._read(lambda db: self._batch(db, batch), inline=inline)
             return finish(program, results)
         durable = False
+        wakes: list[Wake] = []
 
         def run(db: Connection) -> T:
             # The whole program in one transaction: `BEGIN IMMEDIATE` holds the write lock.
@@ -54,16 +69,30 @@ class SqliteStore(SqlStore, SqliteBase):
             while True:
                 results = self._batch(db, batch)
                 durable = durable or batch.durable
+                if batch.announce and self.wakes.listening():
+                    wakes.extend(self._announced(db, batch.announce))
                 try:
                     batch = program.send(results)
                 except StopIteration as stop:
                     value: T = stop.value
                     return value
 
-        value = await self._write(run)
+        # Other processes hear of the commit at once (sqlite_wakeups.py); their polls stay the net.
+        value = await self._write(run, after=lambda: self.wakes.send(wakes))
         if durable:
             await self._sync()
         return value
+
+    def _announced(self, db: Connection, announce: Sequence[Announce]) -> list[Wake]:
+        """The wakes a batch announces, as its writes leave the database (see Announce)."""
+        wakes = []
+        for each in announce:
+            if each.session_from is not None:
+                rows = db.execute(f"SELECT session_id {each.session_from}", each.params).fetchall()
+                wakes += [replace(each.wake, session_id=SessionId(row[0])) for row in rows]
+            elif each.where is None or db.execute(f"SELECT 1 WHERE {each.where}", each.params).fetchone():
+                wakes.append(each.wake)
+        return wakes
 
     def _batch(self, db: Connection, batch: Batch) -> list[Result]:
         return [self._statement(db, statement, batch) for statement in batch.statements]
