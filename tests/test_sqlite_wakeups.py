@@ -95,6 +95,9 @@ async def test_a_process_that_died_without_a_word_is_forgotten_and_slows_nobody(
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
         assert stat.S_IMODE(_fifos(folder)[0].stat().st_mode) == 0o600
         tg.cancel_scope.cancel()
+    # b stops; a still holds b's FIFO open for writing: the next commit finds nobody reading.
+    later = await _first_message(a)
+    assert later and _fifos(folder) == []
 
 
 async def test_a_reader_far_behind_looks_at_everything_once(

@@ -196,6 +196,8 @@ class SqliteChangeFeed:
 def _make_fifo(folder: Path) -> tuple[str, int, int]:
     """A new FIFO of this process in `folder`: its name, its read end and a write end kept open (so
     the reader never sees an end of file when writers come and go)."""
+    if not hasattr(os, "mkfifo"):
+        raise OSError("this system has no FIFOs")
     with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=FOLDER_MODE)
     info = folder.stat()

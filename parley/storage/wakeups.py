@@ -6,8 +6,9 @@ A backend publishes a `Wake` with the transaction that makes the change (Postgre
 delivered at COMMIT; SQLite: a line written to the other processes' FIFOs once committed,
 sqlite_wakeups.py), and its `ChangeFeed` delivers other processes' wakes to a `WakeSink` (the
 runtime's SessionSignals). `NoChangeFeed` is for a store that hears nothing (PostgreSQL with
-`storage.listen` off): other processes' changes are found by polling alone. Polling stays the safety net either way:
-a feed says when it is live, and while it is not, nothing may be assumed delivered.
+`storage.listen` off): other processes' changes are found by polling alone. Polling stays the
+safety net either way: a feed says when it is live, and while it is not, nothing may be assumed
+delivered.
 
 What a wake says is read off the committed session row, not decided: `work` is the work scan's
 own condition (a running session no live lease holds), `cancel` is a cancel request written.
