@@ -16,7 +16,8 @@ subprocesses in a temporary directory, with default settings except `http.stream
   written in the transaction, same machine clock) to the moment the client read it. Through B
   the event reaches A's stream by the storage's wake-up between processes (SQLite: the FIFOs of
   the file's wake folder; PostgreSQL: LISTEN/NOTIFY), or else by A's EventWatch (one query per
-  runtime.poll_interval_s, 0.5 s by default, for every followed session).
+  runtime.poll_interval_s, 0.5 s by default, for every followed session). Beside it, the CPU
+  (utime + stime) each server spent per turn over the turns sent through B.
 
     .venv/bin/python bench/event_stream.py [--events 20000] [--streams 200] [--turns 20]
     .venv/bin/python bench/event_stream.py --latency-only [--postgres URL] [--turns 20]
@@ -44,6 +45,7 @@ import httpx2
 import psycopg
 from _common import (
     base_config,
+    cpu_seconds,
     http_server,
     latency_summary,
     machine,
@@ -184,10 +186,22 @@ async def _run(args: argparse.Namespace, schema: str | None) -> dict[str, Any]:
             async with http_server(directory, config, directory / "b.log") as b:
                 url_b = await wait_for_url(b, directory / "b.log")
                 async with Client(url_b) as other:
+                    cpu_before = cpu_seconds(a.pid), cpu_seconds(b.pid)
                     cross = await _latencies(where, base, session_id, other, args.turns)
+                    cpu_a, cpu_b = (
+                        cpu_seconds(p) - s for p, s in zip((a.pid, b.pid), cpu_before, strict=True)
+                    )
                 print(f"latency, another process: {latency_summary(cross)}")
+                cpu = {
+                    "a_ms": round(cpu_a * 1000 / args.turns, 2),
+                    "b_ms": round(cpu_b * 1000 / args.turns, 2),
+                }
+                print(
+                    f"CPU per turn through B: A (the stream) {cpu['a_ms']} ms, B (the turn) {cpu['b_ms']} ms"
+                )
     figures["latency_same_process"] = latency_summary(same)
     figures["latency_other_process"] = latency_summary(cross)
+    figures["cpu_per_turn_other_process"] = cpu
     return figures
 
 
