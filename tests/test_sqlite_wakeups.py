@@ -5,12 +5,13 @@ and slows nobody; a reader far behind looks at everything; the folder and its FI
 Two stores opened on one path are two processes' view of the file: separate connections, and
 nothing shared in this process between them, so what one hears of the other came through its
 FIFO, as between processes. Every feed here waits with no poll at all. A real second process
-reaching the first one's event stream with its poll set to an hour is
+reaching the first one's event stream with its poll set to a minute is
 tests/test_e2e_event_stream.py."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,8 +23,9 @@ from parley.core.ids import new_turn_id
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.sqlite import SqliteStore
 from parley.storage.sqlite_wakeups import BACKLOG_BYTES, wake_folder
+from parley.testing import HeldModel, call, parley_app
 from tests.store_support import try_acquire_lease
-from tests.support import eventually, open_test_store
+from tests.support import TEST_DEADLINE_S, eventually, open_test_store
 from tests.test_wakeups import T0, Heard, _first_message, _message, _true
 
 pytestmark = pytest.mark.anyio
@@ -130,3 +132,32 @@ async def test_a_folder_other_accounts_can_enter_is_not_used(tmp_path: Path) -> 
         assert _fifos(folder) == [] and heard.live == [False]
         await _first_message(store)  # commits as before, polling alone
         tg.cancel_scope.cancel()
+
+
+async def test_a_cancel_through_one_process_stops_the_turn_the_other_drives_and_is_answered_at_once(
+    tmp_path: Path,
+) -> None:
+    """Two apps on one file, over MCP. Nothing looks at the database by itself within the test's
+    deadline (the poll once a minute, lease renewals every 100 s), so the cancel reaches the
+    driving process, and the end of the turn the cancelling caller, only through the wake-ups."""
+    model = HeldModel()
+    hold = model.hold("slow")
+    config = {"runtime": {"poll_interval_s": 60, "lease_ttl_s": 300}}
+    db = tmp_path / "p.db"
+    async with (
+        parley_app(config, db=db, model=model) as one,
+        parley_app(config, db=db, model=model) as two,
+        one.mcp() as client_one,
+        two.mcp() as client_two,
+    ):
+        sid = (await call(client_one, "start_session", agent="demo"))["session_id"]
+        await call(client_one, "send_message", session_id=sid, message="slow", wait_seconds=0)
+        await hold.wait_held(TEST_DEADLINE_S)
+        with sqlite3.connect(db) as spy:
+            (lease,) = spy.execute("SELECT lease_owner FROM sessions WHERE id = ?", (sid,)).fetchone()
+        driver = one if lease.startswith(f"{one.app.process_id}#") else two
+        assert lease.startswith(f"{driver.app.process_id}#")
+        other = client_two if driver is one else client_one
+        with anyio.fail_after(TEST_DEADLINE_S):
+            outcome = await call(other, "cancel_turn", session_id=sid, wait_seconds=TEST_DEADLINE_S)
+        assert outcome["status"] == "cancelled", outcome
