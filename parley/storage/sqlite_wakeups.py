@@ -70,14 +70,25 @@ class WakeFolder:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self._path = str(folder)
         # This process's own FIFO, while its feed runs (never written to).
         self.own: str | None = None
         self._peers: dict[str, int | None] = {}  # FIFO name -> write end, None until opened
         self._listed: tuple[int, float] | None = None  # (the folder's mtime, when listed)
 
     def listening(self) -> bool:
-        """Whether another process listens (so the wakes of a commit are worth working out)."""
-        self._refresh()
+        """Whether another process listens (so the wakes of a commit are worth working out). One
+        `stat` of the folder when nothing changed: this runs for every commit."""
+        try:
+            info = os.stat(self._path)
+        except OSError:
+            if self._peers:
+                self.close()
+            self._listed = None
+            return False
+        listed = self._listed
+        if listed is None or listed[0] != info.st_mtime_ns or time.monotonic() - listed[1] >= RELIST_S:
+            self._list(info)
         return any(name != self.own for name in self._peers)
 
     def send(self, wakes: Sequence[Wake]) -> None:
@@ -120,28 +131,12 @@ class WakeFolder:
         if fd is not None:
             os.close(fd)
 
-    def _refresh(self) -> None:
-        try:
-            info = self.folder.stat()
-        except OSError:
-            info = None
-        if info is None or not _private(info):
-            if self._peers:
-                self.close()
-            self._listed = None
-            return
-        now = time.monotonic()
-        if (
-            self._listed is not None
-            and self._listed[0] == info.st_mtime_ns
-            and now - self._listed[1] < RELIST_S
-        ):
-            return
-        self._listed = (info.st_mtime_ns, now)
-        try:
-            names = {entry.name for entry in os.scandir(self.folder) if _FIFO_NAME.fullmatch(entry.name)}
-        except OSError:
-            names = set()
+    def _list(self, info: os.stat_result) -> None:
+        self._listed = (info.st_mtime_ns, time.monotonic())
+        names: set[str] = set()
+        if _private(info):
+            with contextlib.suppress(OSError):
+                names = {entry.name for entry in os.scandir(self._path) if _FIFO_NAME.fullmatch(entry.name)}
         for gone in set(self._peers) - names:
             self._forget(gone)
         for name in names:
