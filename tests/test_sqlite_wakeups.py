@@ -22,7 +22,7 @@ import pytest
 from parley.core.ids import new_turn_id
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.sqlite import SqliteStore
-from parley.storage.sqlite_wakeups import BACKLOG_BYTES, wake_folder
+from parley.storage.sqlite_wakeups import wake_folder
 from parley.testing import HeldModel, call, parley_app
 from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, eventually, open_test_store
@@ -84,9 +84,14 @@ async def test_a_process_that_died_without_a_word_is_forgotten_and_slows_nobody(
 ) -> None:
     a, b = processes
     heard = Heard()
+    folder = wake_folder(a.path)
+    folder.mkdir(mode=0o700)
+    # A process killed between making its FIFO and renaming it into place (no such pid) leaves it
+    # hidden: the next process to start removes it.
+    os.mkfifo(folder / ".4194305-0123456789ab.fifo", 0o600)
     async with anyio.create_task_group() as tg:
         await tg.start(b.feed.run, heard)
-        folder = wake_folder(a.path)
+        assert not (folder / ".4194305-0123456789ab.fifo").exists()
         # What a SIGKILLed process leaves: its FIFO, which nobody reads.
         os.mkfifo(folder / "4242-0123456789ab.fifo", 0o600)
         assert len(_fifos(folder)) == 2
@@ -114,7 +119,7 @@ async def test_a_reader_far_behind_looks_at_everything_once(
         line = b"w//ses_" + b"0" * 32 + b"\n"
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
         try:
-            os.write(fd, line * (BACKLOG_BYTES // len(line) + 1))
+            os.write(fd, line * (b.feed.backlog_bytes // len(line) + 1))
         finally:
             os.close(fd)
         await eventually(lambda: _true(heard.everything > 0), "b to look at everything")

@@ -45,7 +45,9 @@ class SqliteStore(SqlStore, SqliteBase):
     def __init__(self, db: Connection, path: Path, synchronous: Synchronous = "full") -> None:
         super().__init__(db, path, synchronous)
         # Other processes on this file: told of each commit, heard by `feed` (sqlite_wakeups.py).
-        self.wakes = WakeFolder(wake_folder(path))
+        # The folder beside the file itself, so processes that name it by different paths (a
+        # symbolic link, a relative path) meet there.
+        self.wakes = WakeFolder(wake_folder(path.resolve()))
         self.feed = SqliteChangeFeed(self.wakes)
 
     async def close(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import logging
 import os
 import re
@@ -47,8 +48,11 @@ FOLDER_MODE = 0o700
 FIFO_MODE = 0o600
 # A write this long or shorter is whole or not at all (POSIX's least PIPE_BUF; Linux's is 4096).
 ATOMIC_BYTES = 512
-# A read of this much or more may follow writes refused for a full FIFO: look at everything.
-BACKLOG_BYTES = 8192
+# A write is refused only when the FIFO holds nearly its capacity (all but less than a write), so
+# a read of half the capacity or more may follow refused writes: look at everything then. The
+# capacity is asked for where the system says it (Linux: 64 KiB, or 4 KiB for an account over its
+# pipe quota); elsewhere 4 KiB is assumed, the least a pipe holds.
+ASSUMED_CAPACITY = 4096
 READ_BYTES = 65536
 # The folder is listed again when it changed, and at least this often (a coarse mtime).
 RELIST_S = 1.0
@@ -163,6 +167,8 @@ class SqliteChangeFeed:
 
     def __init__(self, folder: WakeFolder) -> None:
         self._folder = folder
+        # How much a read must bring to mean that writes may have been refused (see above).
+        self.backlog_bytes = ASSUMED_CAPACITY // 2
 
     async def run(self, sink: WakeSink, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sink.feed_live(False)  # the plain poll stays the safety net (see the module docstring)
@@ -177,9 +183,10 @@ class SqliteChangeFeed:
             task_status.started()
             return
         self._folder.own = name
+        self.backlog_bytes = _capacity(read_fd) // 2
         try:
             task_status.started()
-            await _read(read_fd, sink)
+            await _read(read_fd, sink, self.backlog_bytes)
         finally:
             self._folder.own = None
             with contextlib.suppress(OSError):
@@ -200,6 +207,7 @@ def _make_fifo(folder: Path) -> tuple[str, int, int]:
         raise PermissionError(
             f"the folder must be this account's alone (mode {stat.S_IMODE(info.st_mode):o})"
         )
+    _sweep_hidden(folder)
     name = f"{os.getpid()}-{secrets.token_hex(6)}.fifo"
     hidden = folder / f".{name}"
     os.mkfifo(hidden, FIFO_MODE)
@@ -213,7 +221,38 @@ def _make_fifo(folder: Path) -> tuple[str, int, int]:
     return name, read_fd, keep_fd
 
 
-async def _read(fd: int, sink: WakeSink) -> None:
+def _capacity(fd: int) -> int:
+    get_size = getattr(fcntl, "F_GETPIPE_SZ", None)
+    if get_size is None:
+        return ASSUMED_CAPACITY
+    try:
+        return min(int(fcntl.fcntl(fd, get_size)), READ_BYTES)
+    except OSError:
+        return ASSUMED_CAPACITY
+
+
+def _sweep_hidden(folder: Path) -> None:
+    """Remove the hidden FIFOs of processes that died between making one and renaming it."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name.startswith(".") and _FIFO_NAME.fullmatch(entry.name[1:]):
+                pid = int(entry.name[1:].partition("-")[0])
+                if pid != os.getpid() and not _alive(pid):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, as another account's
+    return True
+
+
+async def _read(fd: int, sink: WakeSink, backlog_bytes: int) -> None:
     rest = b""
     while True:
         await anyio.wait_readable(fd)
@@ -221,7 +260,7 @@ async def _read(fd: int, sink: WakeSink) -> None:
             data = os.read(fd, READ_BYTES)
         except BlockingIOError:
             continue
-        if len(data) >= BACKLOG_BYTES:
+        if len(data) >= backlog_bytes:
             rest = b""
             sink.everything_changed()  # writes may have been refused meanwhile
             continue
