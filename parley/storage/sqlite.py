@@ -21,8 +21,10 @@ from typing import TypeVar
 import anyio
 
 from parley.core.ids import SessionId
+from parley.core.records import lease_token
 from parley.errors import LeaseLost, StorageError
 from parley.storage.schema import migrate_sqlite
+from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, process_range
 from parley.storage.sql.dialect import SQLITE
 from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
@@ -53,6 +55,26 @@ class SqliteStore(SqlStore, SqliteBase):
     async def close(self) -> None:
         await super().close()
         self.wakes.close()
+
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        if session_ids and self.wakes.listening():
+            # Other processes share the file, and each of them tries to claim a session another
+            # one's wake-up names, which that one has nearly always claimed already. A claim is a
+            # write transaction, holding the file's one write lock against the driver's steps; a
+            # read finds the lease without it (a session freed meanwhile: the next wake or scan).
+            session_ids = await self._claimable(session_ids, owner, now)
+        return await super().try_acquire_leases(session_ids, owner, now, ttl_s)
+
+    async def _claimable(self, session_ids: Sequence[SessionId], owner: str, now: float) -> list[SessionId]:
+        among, params = self.dialect.in_list("id", session_ids)
+        rows = await self._rows(
+            f"SELECT id FROM sessions WHERE {among} AND {DRIVEN} "
+            f"AND (lease_owner IS NULL OR lease_expires_at < ? OR {LEASE_OF_PROCESS})",
+            (*params, now, *process_range(lease_token(owner, 0)[:-1])),
+        )
+        return [SessionId(row[0]) for row in rows]
 
     async def _execute(self, program: Program[T], *, write: bool, inline: bool = True) -> T:
         if not write:

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
 from parley.core.ids import SessionId
 from parley.storage.wakeups import Wake, WakeSink, parse_payload, wake_payload
@@ -56,6 +56,10 @@ ASSUMED_CAPACITY = 4096
 READ_BYTES = 65536
 # The folder is listed again when it changed, and at least this often (a coarse mtime).
 RELIST_S = 1.0
+# A session another process says needs a driver is claimed here only this much later: that
+# process signalled its own scheduler first and nearly always claims it within a millisecond or
+# two, where its caller waits; taken here instead, the turn would run away from its caller.
+WORK_GRACE_S = 0.05
 _FIFO_NAME = re.compile(r"[0-9]+-[0-9a-f]{12}\.fifo")
 _GONE = (errno.ENXIO, errno.EPIPE, errno.ENOENT, errno.ECONNREFUSED)
 
@@ -186,7 +190,8 @@ class SqliteChangeFeed:
         self.backlog_bytes = _capacity(read_fd) // 2
         try:
             task_status.started()
-            await _read(read_fd, sink, self.backlog_bytes)
+            async with anyio.create_task_group() as later:
+                await _read(read_fd, sink, self.backlog_bytes, later)
         finally:
             self._folder.own = None
             with contextlib.suppress(OSError):
@@ -252,7 +257,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def _read(fd: int, sink: WakeSink, backlog_bytes: int) -> None:
+async def _read(fd: int, sink: WakeSink, backlog_bytes: int, later: TaskGroup) -> None:
     rest = b""
     while True:
         await anyio.wait_readable(fd)
@@ -265,10 +270,10 @@ async def _read(fd: int, sink: WakeSink, backlog_bytes: int) -> None:
             sink.everything_changed()  # writes may have been refused meanwhile
             continue
         *lines, rest = (rest + data).split(b"\n")
-        _deliver(lines, sink)
+        _deliver(lines, sink, later)
 
 
-def _deliver(lines: list[bytes], sink: WakeSink) -> None:
+def _deliver(lines: list[bytes], sink: WakeSink, later: TaskGroup) -> None:
     """Each session once, however many lines name it (a burst of commits read together)."""
     wakes: dict[SessionId, tuple[bool, bool]] = {}
     for line in lines:
@@ -283,4 +288,9 @@ def _deliver(lines: list[bytes], sink: WakeSink) -> None:
         if cancel:
             sink.request_cancel(session_id)
         if work:
-            sink.work_available(session_id)
+            later.start_soon(_work_later, sink, session_id)
+
+
+async def _work_later(sink: WakeSink, session_id: SessionId) -> None:
+    await anyio.sleep(WORK_GRACE_S)
+    sink.work_available(session_id)
