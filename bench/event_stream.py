@@ -17,7 +17,9 @@ subprocesses in a temporary directory, with default settings except `http.stream
   the event reaches A's stream by the storage's wake-up between processes (SQLite: the FIFOs of
   the file's wake folder; PostgreSQL: LISTEN/NOTIFY), or else by A's EventWatch (one query per
   runtime.poll_interval_s, 0.5 s by default, for every followed session). Beside it, the CPU
-  (utime + stime) each server spent per turn over the turns sent through B.
+  (utime + stime) each server spent per turn over the turns sent through B, and each
+  send_message's time through B. `--peers N` starts N more servers on the database before B,
+  which follow nothing (they hear every wake-up, and could claim B's sessions).
 
     .venv/bin/python bench/event_stream.py [--events 20000] [--streams 200] [--turns 20]
     .venv/bin/python bench/event_stream.py --latency-only [--postgres URL] [--turns 20]
@@ -36,6 +38,7 @@ import secrets
 import sqlite3
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -91,9 +94,12 @@ def _add_events(db: Path, session_id: str, n: int) -> int:
     return int(latest + n)
 
 
-async def _latencies(db: str, base: str, session_id: str, sender: Client, turns: int) -> list[float]:
+async def _latencies(
+    db: str, base: str, session_id: str, sender: Client, turns: int, calls: list[float] | None = None
+) -> list[float]:
     """Send `turns` messages through `sender` while a stream of `base` follows the session; the
-    delay of every event from its commit to its arrival, in ms."""
+    delay of every event from its commit to its arrival, in ms (and each send_message's own time,
+    from request to answer, into `calls`)."""
     delays: list[float] = []
     async with httpx2.AsyncClient(timeout=60) as http:
         latest = 0
@@ -122,7 +128,10 @@ async def _latencies(db: str, base: str, session_id: str, sender: Client, turns:
             tg.start_soon(follow)
             await anyio.sleep(0.3)  # the stream is open before the first message
             for n in range(turns):
+                sent = time.perf_counter()
                 await sender.call_tool("send_message", {"session_id": session_id, "message": f"m{n}"})
+                if calls is not None:
+                    calls.append((time.perf_counter() - sent) * 1000)
             with anyio.fail_after(60):
                 await done.wait()
             tg.cancel_scope.cancel()
@@ -183,25 +192,34 @@ async def _run(args: argparse.Namespace, schema: str | None) -> dict[str, Any]:
                     figures.update(await _throughput_and_memory(args, db, base, a.pid, session_id))
                 same = await _latencies(where, base, session_id, client, args.turns)
                 print(f"latency, same process: {latency_summary(same)}")
-            async with http_server(directory, config, directory / "b.log") as b:
+            async with AsyncExitStack() as peers:
+                # Servers that only share the database (they hear every wake-up, follow nothing).
+                pids = []
+                for n in range(args.peers):
+                    log = directory / f"p{n}.log"
+                    peer = await peers.enter_async_context(http_server(directory, config, log))
+                    await wait_for_url(peer, log)
+                    pids.append(peer.pid)
+                b = await peers.enter_async_context(http_server(directory, config, directory / "b.log"))
                 url_b = await wait_for_url(b, directory / "b.log")
+                calls: list[float] = []
                 async with Client(url_b) as other:
-                    cpu_before = cpu_seconds(a.pid), cpu_seconds(b.pid)
-                    cross = await _latencies(where, base, session_id, other, args.turns)
-                    cpu_a, cpu_b = (
-                        cpu_seconds(p) - s for p, s in zip((a.pid, b.pid), cpu_before, strict=True)
-                    )
+                    watched = (a.pid, b.pid, *pids)
+                    cpu_before = [cpu_seconds(pid) for pid in watched]
+                    cross = await _latencies(where, base, session_id, other, args.turns, calls)
+                    spent = [cpu_seconds(pid) - s for pid, s in zip(watched, cpu_before, strict=True)]
                 print(f"latency, another process: {latency_summary(cross)}")
-                cpu = {
-                    "a_ms": round(cpu_a * 1000 / args.turns, 2),
-                    "b_ms": round(cpu_b * 1000 / args.turns, 2),
-                }
+                print(f"send_message through B, request to answer: {latency_summary(calls)}")
+                per_turn = [round(s * 1000 / args.turns, 2) for s in spent]
+                cpu = {"a_ms": per_turn[0], "b_ms": per_turn[1], "peers_ms": per_turn[2:]}
                 print(
-                    f"CPU per turn through B: A (the stream) {cpu['a_ms']} ms, B (the turn) {cpu['b_ms']} ms"
+                    f"CPU per turn through B: A {cpu['a_ms']} ms, B {cpu['b_ms']} ms, peers {cpu['peers_ms']}"
                 )
     figures["latency_same_process"] = latency_summary(same)
     figures["latency_other_process"] = latency_summary(cross)
     figures["cpu_per_turn_other_process"] = cpu
+    figures["send_message_through_b"] = latency_summary(calls)
+    figures["peers"] = args.peers
     return figures
 
 
@@ -261,5 +279,6 @@ if __name__ == "__main__":
     parser.add_argument("--streams", type=int, default=200)
     parser.add_argument("--turns", type=int, default=20)
     parser.add_argument("--latency-only", action="store_true", help="skip throughput and memory")
+    parser.add_argument("--peers", type=int, default=0, help="more servers on the database during the B run")
     parser.add_argument("--postgres", metavar="URL", help="PostgreSQL instead of SQLite (latency only)")
     print(json.dumps(anyio.run(main, parser.parse_args())))
