@@ -22,7 +22,8 @@ class OpenedStore:
     status: Callable[[], Awaitable[StorageStatus]]
     # (before, after): the schema versions when it was opened (after is the newest known).
     migrated: tuple[int, int] | None = None
-    # Other processes' changes, as far as the backend can tell them (PostgreSQL: LISTEN/NOTIFY).
+    # Other processes' changes, as far as the backend can tell them (PostgreSQL: LISTEN/NOTIFY;
+    # SQLite: a FIFO per process in a folder beside the file).
     feed: ChangeFeed = field(default_factory=NoChangeFeed)
 
 
@@ -64,4 +65,4 @@ async def open_store(config: ServerConfig, origin: str = "") -> AsyncIterator[Op
             # How the latest write ended: "ok", "full", "read_only", "busy" or "error: ...".
             return StorageStatus(sqlite.health.status)
 
-        yield OpenedStore(sqlite, config.db_label, status, sqlite.migrated)
+        yield OpenedStore(sqlite, config.db_label, status, sqlite.migrated, feed=sqlite.feed)

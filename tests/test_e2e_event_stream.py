@@ -1,6 +1,9 @@
 """GET /v1/sessions/{id}/events with a second `parley serve --http` process on the same database:
-the events it writes reach a stream opened on the first parley (here in the test's process). The
-rest of the event stream's behaviour is tests/test_event_stream.py, in-process."""
+the events it writes reach a stream opened on the first parley (here in the test's process), woken
+through the file's wake folder: both poll only once a minute (the longest poll_interval_s), and the
+stream's heartbeat (after which it looks again) is a minute too, so nothing else brings them
+within the test's deadline. The rest of the event stream's behaviour is
+tests/test_event_stream.py, in-process."""
 
 from __future__ import annotations
 
@@ -32,7 +35,9 @@ def _ended(frame: Frame) -> bool:
 @pytest.fixture
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("event_stream")
-    config = write_config(directory, agents={"worker": {}}, http={"stream_heartbeat_s": 0.2})
+    config = write_config(
+        directory, agents={"worker": {}}, runtime={"poll_interval_s": 60}, http={"stream_heartbeat_s": 60}
+    )
     async with InProcessServer(config, http=True) as server:
         yield World(server, directory)
         assert "Traceback" not in server.log(), server.log()
@@ -55,7 +60,7 @@ async def test_events_written_by_a_second_process_reach_the_first_ones_stream(wo
         async with anyio.create_task_group() as tg:
 
             def stop(frame: Frame) -> bool:
-                if frame.comment == "heartbeat" and not seen:
+                if not seen:  # the stream is open (its first frame, the session's first event)
                     seen.append(frame)
                     tg.start_soon(send_when_streaming)
                 return _ended(frame)

@@ -21,9 +21,10 @@ from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
+from parley.storage.ports import Store
 from parley.storage.postgres import PostgresStore, open_postgres_store
-from parley.storage.postgres_feed import channel_name, parse_payload, wake_payload
-from parley.storage.wakeups import NoChangeFeed, Wake, wake_after
+from parley.storage.postgres_feed import channel_name
+from parley.storage.wakeups import NoChangeFeed, Wake, parse_payload, wake_after, wake_payload
 from tests.postgres_support import DatabaseProxy, PgSchema
 from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, eventually
@@ -179,6 +180,7 @@ class Heard:
     cancels: list[SessionId] = field(default_factory=list)
     work: list[SessionId | None] = field(default_factory=list)
     live: list[bool] = field(default_factory=list)
+    everything: int = 0
 
     def notify(self, session_id: SessionId) -> None:
         self.notified.append(session_id)
@@ -189,11 +191,14 @@ class Heard:
     def work_available(self, session_id: SessionId | None = None) -> None:
         self.work.append(session_id)
 
+    def everything_changed(self) -> None:
+        self.everything += 1
+
     def feed_live(self, live: bool) -> None:
         self.live.append(live)
 
 
-async def _first_message(store: PostgresStore, text: str = "hello") -> SessionId:
+async def _first_message(store: Store, text: str = "hello") -> SessionId:
     sid = new_session_id()
     first = QueuedMessageRecord(
         id=new_queued_message_id(),

@@ -62,9 +62,9 @@ FollowItem = EventPage | Reset | Idle
 
 class EventWatch:
     """Other processes' commits to followed sessions, found by one query per interval for all of
-    them (each session row keeps its latest event number) and turned into wake-ups. A backend with
-    a live change feed (PostgreSQL's LISTEN/NOTIFY) wakes followers without it; this is what SQLite
-    shared by several processes has instead of a poll per stream."""
+    them (each session row keeps its latest event number) and turned into wake-ups: the safety net
+    behind the storage's change feed (PostgreSQL's LISTEN/NOTIFY, SQLite's wake folder), which
+    wakes followers at once, and instead of a poll per stream."""
 
     def __init__(self, store: Store, signals: SessionSignals, interval_s: float) -> None:
         self._store = store

@@ -1,7 +1,8 @@
 """Wake-ups: what this process commits, and what other processes commit as far as the storage's
-change feed delivers it (PostgreSQL's LISTEN/NOTIFY), wake whoever waits on it at once. Polling
-the database is the safety net beside them: at `poll_interval_s`, or, while the feed is live (every
-change of another process arrives), at the slower `notified_poll_interval_s`."""
+change feed delivers it (PostgreSQL's LISTEN/NOTIFY, SQLite's wake folder), wake whoever waits on
+it at once. Polling the database is the safety net beside them: at `poll_interval_s`, or, while
+the feed is live (every change of another process arrives), at the slower
+`notified_poll_interval_s`."""
 
 from __future__ import annotations
 

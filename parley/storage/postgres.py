@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 from parley.errors import StorageError
 from parley.redaction import mask_url
 from parley.storage.postgres_copy import PostgresCopy
-from parley.storage.postgres_feed import PostgresChangeFeed, channel_name, wake_payload
+from parley.storage.postgres_feed import PostgresChangeFeed, channel_name
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, condition_of, detail_of
 from parley.storage.schema import SCHEMA_NAME, migrate_postgres
 from parley.storage.sql.dialect import POSTGRES
@@ -33,7 +33,7 @@ from parley.storage.sql.program import Announce, Batch, Program, Result, Row, St
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.status import StorageStatus, Synchronous
-from parley.storage.wakeups import ChangeFeed, NoChangeFeed
+from parley.storage.wakeups import ChangeFeed, NoChangeFeed, wake_payload
 
 logger = logging.getLogger(__name__)
 

@@ -28,9 +28,8 @@ import psycopg
 from anyio.abc import TaskStatus
 from psycopg import AsyncConnection, sql
 
-from parley.core.ids import SessionId
 from parley.redaction import redact
-from parley.storage.wakeups import Wake, WakeSink
+from parley.storage.wakeups import WakeSink, parse_payload
 
 logger = logging.getLogger(__name__)
 
@@ -47,20 +46,6 @@ def channel_name(schema: str) -> str:
     if len(name) <= _MAX_CHANNEL:
         return name
     return "parley:" + hashlib.sha256(schema.encode()).hexdigest()[:32]
-
-
-def wake_payload(wake: Wake, origin: str) -> str:
-    flags = ("w" if wake.work else "") + ("c" if wake.cancel else "")
-    return f"{flags or '-'}/{origin}/{wake.session_id}"
-
-
-def parse_payload(payload: str) -> tuple[Wake, str] | None:
-    """(the wake, its origin), or None for a payload parley did not write."""
-    flags, sep, rest = payload.partition("/")
-    origin, sep2, session_id = rest.partition("/")
-    if not (sep and sep2 and session_id) or not set(flags) <= {"w", "c", "-"}:
-        return None
-    return Wake(SessionId(session_id), work="w" in flags, cancel="c" in flags), origin
 
 
 class PostgresChangeFeed:

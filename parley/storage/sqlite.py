@@ -12,22 +12,28 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 import anyio
 
+from parley.core.ids import SessionId
+from parley.core.records import lease_token
 from parley.errors import LeaseLost, StorageError
 from parley.storage.schema import migrate_sqlite
+from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, process_range
 from parley.storage.sql.dialect import SQLITE
-from parley.storage.sql.program import Batch, Program, Result, Stmt, finish
+from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.sqlite_file import prepare_database_file
 from parley.storage.sqlite_plumbing import BUSY_WAIT_S, Connection, SqliteBase, unavailable
+from parley.storage.sqlite_wakeups import SqliteChangeFeed, WakeFolder, wake_folder
 from parley.storage.status import Synchronous
+from parley.storage.wakeups import Wake
 
 T = TypeVar("T")
 
@@ -40,6 +46,38 @@ class SqliteStore(SqlStore, SqliteBase):
     # The schema versions before and after opening (`parley db migrate` reports them).
     migrated: tuple[int, int] = (0, 0)
 
+    def __init__(self, db: Connection, path: Path, synchronous: Synchronous = "full") -> None:
+        super().__init__(db, path, synchronous)
+        # Other processes on this file: told of each commit, heard by `feed` (sqlite_wakeups.py).
+        # The folder beside the file itself, so processes that name it by different paths (a
+        # symbolic link, a relative path) meet there.
+        self.wakes = WakeFolder(wake_folder(path.resolve()))
+        self.feed = SqliteChangeFeed(self.wakes)
+
+    async def close(self) -> None:
+        await super().close()
+        self.wakes.close()
+
+    async def try_acquire_leases(
+        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
+    ) -> dict[SessionId, str]:
+        if session_ids and self.wakes.listening():
+            # Other processes share the file, and each of them tries to claim a session another
+            # one's wake-up names, which that one has nearly always claimed already. A claim is a
+            # write transaction, holding the file's one write lock against the driver's steps; a
+            # read finds the lease without it (a session freed meanwhile: the next wake or scan).
+            session_ids = await self._claimable(session_ids, owner, now)
+        return await super().try_acquire_leases(session_ids, owner, now, ttl_s)
+
+    async def _claimable(self, session_ids: Sequence[SessionId], owner: str, now: float) -> list[SessionId]:
+        among, params = self.dialect.in_list("id", session_ids)
+        rows = await self._rows(
+            f"SELECT id FROM sessions WHERE {among} AND {DRIVEN} "
+            f"AND (lease_owner IS NULL OR lease_expires_at < ? OR {LEASE_OF_PROCESS})",
+            (*params, now, *process_range(lease_token(owner, 0)[:-1])),
+        )
+        return [SessionId(row[0]) for row in rows]
+
     async def _execute(self, program: Program[T], *, write: bool, inline: bool = True) -> T:
         if not write:
             # A read is one batch, made again if another process's lock was in the way: so the
@@ -48,6 +86,7 @@ class SqliteStore(SqlStore, SqliteBase):
             results = await self._read(lambda db: self._batch(db, batch), inline=inline)
             return finish(program, results)
         durable = False
+        wakes: list[Wake] = []
 
         def run(db: Connection) -> T:
             # The whole program in one transaction: `BEGIN IMMEDIATE` holds the write lock.
@@ -56,16 +95,30 @@ class SqliteStore(SqlStore, SqliteBase):
             while True:
                 results = self._batch(db, batch)
                 durable = durable or batch.durable
+                if batch.announce and self.wakes.listening():
+                    wakes.extend(self._announced(db, batch.announce))
                 try:
                     batch = program.send(results)
                 except StopIteration as stop:
                     value: T = stop.value
                     return value
 
-        value = await self._write(run)
+        # Other processes hear of the commit at once (sqlite_wakeups.py); their polls stay the net.
+        value = await self._write(run, after=lambda: self.wakes.send(wakes))
         if durable:
             await self._sync()
         return value
+
+    def _announced(self, db: Connection, announce: Sequence[Announce]) -> list[Wake]:
+        """The wakes a batch announces, as its writes leave the database (see Announce)."""
+        wakes = []
+        for each in announce:
+            if each.session_from is not None:
+                rows = db.execute(f"SELECT session_id {each.session_from}", each.params).fetchall()
+                wakes += [replace(each.wake, session_id=SessionId(row[0])) for row in rows]
+            elif each.where is None or db.execute(f"SELECT 1 WHERE {each.where}", each.params).fetchone():
+                wakes.append(each.wake)
+        return wakes
 
     def _batch(self, db: Connection, batch: Batch) -> list[Result]:
         return [self._statement(db, statement, batch) for statement in batch.statements]

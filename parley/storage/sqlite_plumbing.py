@@ -148,9 +148,10 @@ class SqliteBase:
         """`fn`'s reads, in one read transaction (so several statements see one state)."""
         return await self._run(lambda: self._reading(fn), inline=inline)
 
-    async def _write(self, fn: Callable[[Connection], T]) -> T:
-        """`fn`'s writes, in one `BEGIN IMMEDIATE` transaction: all committed or none."""
-        return await self._run(lambda: self._writing(fn))
+    async def _write(self, fn: Callable[[Connection], T], after: Callable[[], None] | None = None) -> T:
+        """`fn`'s writes, in one `BEGIN IMMEDIATE` transaction: all committed or none. `after`
+        runs once it is committed, still holding the connection (whatever the caller does)."""
+        return await self._run(lambda: self._writing(fn, after))
 
     async def _sync(self) -> None:
         """Put every commit so far on disk (see _make_durable), off the event loop."""
@@ -180,7 +181,7 @@ class SqliteBase:
                 raise
             raise failure from exc
 
-    def _writing(self, fn: Callable[[Connection], T]) -> T:
+    def _writing(self, fn: Callable[[Connection], T], after: Callable[[], None] | None = None) -> T:
         db = self._db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -206,6 +207,8 @@ class SqliteBase:
             self._end_failed_tx()
             raise self._write_failed(exc, "cannot commit") from exc
         self.health.record(None)
+        if after is not None:
+            after()
         self._commits += 1
         if self._inline and self._commits % CHECKPOINT_EVERY_COMMITS == 0:
             self._thread.post(lambda: self._holding(self._checkpoint))

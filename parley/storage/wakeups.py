@@ -2,11 +2,13 @@
 processes committed, so the process that must act (and the callers waiting on a session) need not
 wait for the next poll.
 
-A backend that can (PostgreSQL: LISTEN/NOTIFY) publishes a `Wake` with the transaction that
-makes the change, and its `ChangeFeed` delivers other processes' wakes to a `WakeSink` (the
-runtime's SessionSignals). A backend that cannot (SQLite) has `NoChangeFeed`: other
-processes' changes are found by polling alone, as before. Polling stays the safety net either way:
-a feed says when it is live, and while it is not, nothing may be assumed delivered.
+A backend publishes a `Wake` with the transaction that makes the change (PostgreSQL: a NOTIFY
+delivered at COMMIT; SQLite: a line written to the other processes' FIFOs once committed,
+sqlite_wakeups.py), and its `ChangeFeed` delivers other processes' wakes to a `WakeSink` (the
+runtime's SessionSignals). `NoChangeFeed` is for a store that hears nothing (PostgreSQL with
+`storage.listen` off): other processes' changes are found by polling alone. Polling stays the
+safety net either way: a feed says when it is live, and while it is not, nothing may be assumed
+delivered.
 
 What a wake says is read off the committed session row, not decided: `work` is the work scan's
 own condition (a running session no live lease holds), `cancel` is a cancel request written.
@@ -52,6 +54,20 @@ def wake_after(before: SessionRecord, changes: Changes, now: float) -> Wake:
     )
 
 
+def wake_payload(wake: Wake, origin: str) -> str:
+    flags = ("w" if wake.work else "") + ("c" if wake.cancel else "")
+    return f"{flags or '-'}/{origin}/{wake.session_id}"
+
+
+def parse_payload(payload: str) -> tuple[Wake, str] | None:
+    """(the wake, its origin), or None for a payload parley did not write."""
+    flags, sep, rest = payload.partition("/")
+    origin, sep2, session_id = rest.partition("/")
+    if not (sep and sep2 and session_id) or not set(flags) <= {"w", "c", "-"}:
+        return None
+    return Wake(SessionId(session_id), work="w" in flags, cancel="c" in flags), origin
+
+
 class WakeSink(Protocol):
     """Where a feed delivers wakes (the runtime's SessionSignals)."""
 
@@ -65,6 +81,10 @@ class WakeSink(Protocol):
 
     def work_available(self, session_id: SessionId | None = None) -> None:
         """A session (None: any) may need a driver: the scheduler should try to claim it."""
+        ...
+
+    def everything_changed(self) -> None:
+        """Wakes may have been missed: whoever waits should look, and the scheduler scan."""
         ...
 
     def feed_live(self, live: bool) -> None:
@@ -83,8 +103,8 @@ class ChangeFeed(Protocol):
 
 
 class NoChangeFeed:
-    """A backend without cross-process wake-ups (SQLite): polling finds other processes'
-    changes, so there is nothing to run."""
+    """No cross-process wake-ups: polling finds other processes' changes, so there is nothing to
+    run."""
 
     async def run(self, sink: WakeSink, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         sink.feed_live(False)
