@@ -1,8 +1,9 @@
 """The first turn of a new session, parley against the floor (bench/floor_server.py) in one run.
 
 A new session is what a client pays before its first answer: over streamable HTTP a fresh MCP
-client session (`initialize`, then `start_session` with a message, then the answer, then the
-client's DELETE of its transport session), over stdio a new session on a connection already
+client session (`initialize`, then `tools/list`, which the SDK's client sends to check results
+against the output schemas, then `start_session` with a message and its answer; then the
+client's DELETE of its transport session; `--mode auto` uses the SDK's `server/discover` instead), over stdio a new session on a connection already
 open (`start_session` with a message and its answer; a stdio connection is one process, so a
 fresh MCP session there is a new process, which `side_by_side.py` times as its start-up).
 
@@ -42,6 +43,7 @@ from typing import Any
 import anyio
 from _common import (
     add_limit_options,
+    base_config,
     call,
     latency_summary,
     loadavg_1m,
@@ -50,11 +52,15 @@ from _common import (
     run_and_report,
     run_figures,
     stop_process,
+    write_config_files,
 )
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from side_by_side import (
+    INSTRUCTIONS,
+    KEY_ENV,
+    MODEL,
     PLAIN_AGENT,
     SERVERS,
     Target,
@@ -140,7 +146,8 @@ async def measure_http(target: Target, args: argparse.Namespace, level: int) -> 
         async def new_session(message: str, answered: list[float]) -> None:
             # initialize ... DELETE of the transport session, on one shared HTTP client (a new
             # httpx client a session costs the client ~20 ms of CPU: its TLS context)
-            async with Client(streamable_http_client(url, http_client=http)) as client:
+            transport = streamable_http_client(url, http_client=http)
+            async with Client(transport, mode=args.mode) as client:
                 await first_turn(client, target, args, message)
                 answered.append(time.perf_counter())
 
@@ -169,6 +176,22 @@ async def measure_stdio(target: Target, args: argparse.Namespace, level: int) ->
     return result
 
 
+def prepare(target: Target) -> Target:
+    """parley's configuration without the fixture tool server side_by_side.py configures (its
+    start would land in the measured rounds): the `plain` agent on the fake model, and `demo`."""
+    target.workdir.mkdir(parents=True, exist_ok=True)
+    if target.name == "parley":
+        model = {"provider": "openai", "name": MODEL, "base_url": target.model_url, "api_key_env": KEY_ENV}
+        plain = {
+            "name": PLAIN_AGENT,
+            "description": "No tools.",
+            "instructions": INSTRUCTIONS,
+            "model": model,
+        }
+        write_config_files(target.workdir, base_config(), [plain])
+    return target
+
+
 async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     load_before = loadavg_1m()
     started = time.perf_counter()
@@ -194,6 +217,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "sessions": args.sessions,
             "transports": args.transports,
             "parley_agent": args.parley_agent,
+            "mode": args.mode,
             "repeat": args.repeat,
         },
         "servers": median_of(runs),
@@ -246,6 +270,13 @@ def main() -> int:
         type=lambda text: [t for t in text.split(",") if t],
         default=["stdio", "http"],
         help="stdio,http (default both)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["legacy", "auto"],
+        default="legacy",
+        help="the HTTP client's handshake: legacy (initialize and a transport session, as most clients "
+        "do today; the default) or auto (the SDK's default: server/discover, no transport session)",
     )
     parser.add_argument("--parley-agent", default="demo", help="parley's agent: demo (default) or plain")
     parser.add_argument("--repeat", type=int, default=1, help="alternated runs; each figure is their median")
