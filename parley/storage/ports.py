@@ -62,11 +62,15 @@ class SessionStarts(Protocol):
     """Creating sessions, and finding what a retry with the same client_message_id started."""
 
     async def create_session(
-        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+        self,
+        session: SessionRecord,
+        first_message: QueuedMessageRecord | None,
+        now: float,
+        audit: AuditRecord | None = None,
     ) -> bool:
         """Store the session and its first queued message as given (see transitions.starting),
-        with the events that record them. False (and nothing written) when the owner already used
-        session.start_client_message_id."""
+        with the events that record them and `audit`, the entry of the act, in one transaction.
+        False (and nothing written) when the owner already used session.start_client_message_id."""
         ...
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:

@@ -113,7 +113,9 @@ class MessageCommands:
             title=None if self._model_titled(agent, request.message) else proposed_title(request.message),
         )
         queued = _first_queued(session_id, start, request.client_message_id, now)
-        if not await p.store.create_session(transitions.starting(record, queued), queued, now):
+        act = audit.MESSAGE if queued else audit.START
+        entry = p.audit.entry(caller, act, session_id=session_id, target=queued.id if queued else None)
+        if not await p.store.create_session(transitions.starting(record, queued), queued, now, entry):
             # A concurrent retry with the same client_message_id won the race.
             existing = await p.store.find_started(caller.id, request.client_message_id or "")
             if existing is None:
@@ -121,12 +123,6 @@ class MessageCommands:
             return await self._retry_of_start(existing, start, waiting.on_progress)
         logger.info(
             "session %s started with agent %s (%s)", session_id, agent.name, start.kind, extra=about(record)
-        )
-        await p.audit.record(
-            caller,
-            audit.MESSAGE if queued else audit.START,
-            session_id=session_id,
-            target=queued.id if queued else None,
         )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")

@@ -11,6 +11,7 @@ from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
     AgentVersionRecord,
+    AuditRecord,
     DatabaseCounts,
     EventRecord,
     InterruptRecord,
@@ -37,7 +38,7 @@ from parley.storage.sql.rows import (
     TURN_COLUMNS,
     listing,
 )
-from parley.storage.sql.steps import decide_program, queued_params, snapshot_program
+from parley.storage.sql.steps import audit_params, decide_program, queued_params, snapshot_program
 from parley.storage.wakeups import Wake
 
 T = TypeVar("T")
@@ -78,7 +79,11 @@ class SqlSessions(SqlBase):
     # ------------------------------------------------------------------ starting sessions
 
     async def create_session(
-        self, session: SessionRecord, first_message: QueuedMessageRecord | None, now: float
+        self,
+        session: SessionRecord,
+        first_message: QueuedMessageRecord | None,
+        now: float,
+        audit: AuditRecord | None = None,
     ) -> bool:
         # One batch. The session is inserted unless its id or the owner's client_message_id is
         # taken, with its numbers at 0; its first events, message and bytes go in only while its
@@ -133,6 +138,16 @@ class SqlSessions(SqlBase):
                     Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
                 )
         statements.insert(1, Stmt(_INSERT_EVENT_IF_FRESH, many=events))
+        if audit is not None:
+            # The act's audit entry, in the same transaction (one commit fewer a new session).
+            columns = FIELDS["audit"][1:]  # the id is the database's
+            values = codec.typed_placeholders("audit").split(", ")[1:]
+            statements.append(
+                Stmt(
+                    f"INSERT INTO audit ({', '.join(columns)}) SELECT {', '.join(values)} WHERE {_FRESH}",
+                    (*audit_params(codec, audit), sid),
+                )
+            )
         statements.append(
             Stmt(
                 "UPDATE sessions SET event_seq = ?, queue_seq = ? WHERE id = ? AND event_seq = 0",
