@@ -138,16 +138,8 @@ class SqlSessions(SqlBase):
                     Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
                 )
         statements.insert(1, Stmt(_INSERT_EVENT_IF_FRESH, many=events))
-        if audit is not None:
-            # The act's audit entry, in the same transaction (one commit fewer a new session).
-            columns = FIELDS["audit"][1:]  # the id is the database's
-            values = codec.typed_placeholders("audit").split(", ")[1:]
-            statements.append(
-                Stmt(
-                    f"INSERT INTO audit ({', '.join(columns)}) SELECT {', '.join(values)} WHERE {_FRESH}",
-                    (*audit_params(codec, audit), sid),
-                )
-            )
+        if audit is not None:  # the act's audit entry, in the same transaction
+            statements.append(self._audit_if_fresh(audit, sid))
         statements.append(
             Stmt(
                 "UPDATE sessions SET event_seq = ?, queue_seq = ? WHERE id = ? AND event_seq = 0",
@@ -160,6 +152,15 @@ class SqlSessions(SqlBase):
             *statements, announce=[Announce(wake, where=_SESSION_EXISTS, params=(sid,))]
         )
         return results[0].count > 0
+
+    def _audit_if_fresh(self, entry: AuditRecord, sid: SessionId) -> Stmt:
+        """The audit entry of a session's start, written only with the session it starts."""
+        columns = FIELDS["audit"][1:]  # the id is the database's
+        values = self.codec.typed_placeholders("audit").split(", ")[1:]
+        return Stmt(
+            f"INSERT INTO audit ({', '.join(columns)}) SELECT {', '.join(values)} WHERE {_FRESH}",
+            (*audit_params(self.codec, entry), sid),
+        )
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
         row = await self._row(
