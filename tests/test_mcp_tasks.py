@@ -248,6 +248,24 @@ async def test_legacy_client_sees_task_support_and_gets_the_turn_outcome_through
 # ------------------------------------------------------------------ 2. 2025-11-25: input through tasks/result
 
 
+async def test_each_era_keeps_its_own_tool_listing_on_one_server(http_served: Served) -> None:
+    """The listing is kept once per protocol version: clients of the two eras on one HTTP
+    server, in turn, each get their era's listing every time (task support only for 2025-11-25)."""
+    listings: dict[str, list[dict[str, Any]]] = {"legacy": [], "modern": []}
+    for _ in range(2):
+        for era in ("legacy", "modern"):
+            connect = http_served.legacy() if era == "legacy" else http_served.modern()
+            async with connect as (client, recorder):
+                await client.list_tools()
+                listings[era].append(wire_result(recorder, "tools/list"))
+    for era, (first, second) in listings.items():
+        assert first == second, era
+    legacy_tools, modern_tools = listings["legacy"][0]["tools"], listings["modern"][0]["tools"]
+    assert all("execution" in tool for tool in legacy_tools)
+    assert not any("execution" in tool for tool in modern_tools)
+    assert [t["name"] for t in legacy_tools] == [t["name"] for t in modern_tools]
+
+
 async def test_legacy_task_parks_on_an_approval_answered_through_tasks_result(legacy_served: Served) -> None:
     served = legacy_served
     text = f"task ok {served.server.http}"

@@ -5,6 +5,8 @@ trail. The backends and fixtures are the storage contract's (tests/test_storage_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from parley.config.auth import LimitsConfig
@@ -103,6 +105,21 @@ async def test_a_queued_message_commits_its_audit_entry_with_it_and_a_refused_on
     assert await steps.enqueue_message(sid, "alice", queued(sid, "y"), 0, T0 + 3, sent) == "turn_limit"
     assert [e.principal for e in await store.list_audit(sid, None, None, 10)] == ["alice"]
     assert [q.id for q in await store.list_queued(sid)] == [message.id]
+
+
+async def test_a_new_session_commits_its_audit_entry_with_it_and_a_refused_start_none(store: Store) -> None:
+    first = replace(session_record(owner="alice"), start_client_message_id="start-1")
+    message = queued(first.id, "hello")
+    started = _entry("alice", "message", session_id=first.id)
+    assert await store.create_session(starting(first, message), message, T0, started)
+    [entry] = await store.list_audit(first.id, None, None, 10)
+    assert (entry.principal, entry.action, entry.session_id) == ("alice", "message", first.id)
+    # A second start with the same client_message_id writes neither the session nor an entry.
+    again = replace(session_record(owner="alice"), start_client_message_id="start-1")
+    refused = _entry("alice", "message", session_id=again.id)
+    assert not await store.create_session(starting(again, None), None, T0 + 1, refused)
+    assert await store.list_audit(again.id, None, None, 10) == []
+    assert [e.session_id for e in await store.list_audit(None, "alice", None, 10)] == [first.id]
 
 
 async def test_purging_the_audit_deletes_only_older_entries_and_ids_never_come_back(store: Store) -> None:

@@ -22,6 +22,7 @@ from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
 from parley.server.session_labels import LABELS, UpdateSessionArguments, update_session
 from parley.server.tool_args import DECIDES, DELETES, READ_ONLY, SENDS, STOPS
+from parley.server.tool_listing import ToolListingCache
 from parley.server.tool_table import Entry, NoArguments, ToolEntry, TurnEntry, sdk_tools
 from parley.server.turn_calls import CallerOf, ToolCalls
 from parley.server.wire import (
@@ -90,7 +91,12 @@ def build_mcp_server(
         tools=sdk_tools(TOOLS, service, ToolCalls(service, caller_of)),
         request_state_security=security,
         extensions=[gateway],
-        middleware=[mcp_session_on_span, *([logs.middleware] if logs else []), gateway.middleware],
+        middleware=[
+            mcp_session_on_span,
+            *([logs.middleware] if logs else []),
+            ToolListingCache().middleware,  # outside the gateway, which adds task support to a listing
+            gateway.middleware,
+        ],
     )
     if logs is not None:
         # MCPServer has no setLevel of its own; registering one also advertises `logging`.

@@ -67,12 +67,14 @@ class SessionStarts(Protocol):
         first_message: QueuedMessageRecord | None,
         now: float,
         admit: Admit | None = None,
+        audit: AuditRecord | None = None,
     ) -> bool:
         """Store the session and its first queued message as given (see transitions.starting),
-        with the events that record them. False (and nothing written) when the owner already used
-        session.start_client_message_id. With `admit`, in the same transaction: the owner's usage
-        is read under its lock and `admit.decide` either returns the admissions stored with the
-        session or raises (and nothing is written)."""
+        with the events that record them and `audit`, the entry of the act, in one transaction.
+        False (and nothing written) when the owner already used session.start_client_message_id.
+        With `admit`, in the same transaction: the owner's usage is read under its lock and
+        `admit.decide` either returns the admissions stored with the session or raises (and
+        nothing is written)."""
         ...
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:

@@ -112,8 +112,12 @@ class MessageCommands:
         admit = (
             None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))
         )
+        act = audit.MESSAGE if queued else audit.START
+        entry = p.audit.entry(caller, act, session_id=session_id, target=queued.id if queued else None)
         try:
-            created = await p.store.create_session(transitions.starting(record, queued), queued, now, admit)
+            created = await p.store.create_session(
+                transitions.starting(record, queued), queued, now, admit=admit, audit=entry
+            )
         except RateLimited as exc:
             action = audit.MESSAGE if text else audit.START
             await p.audit.refused(caller, action, None, None, str(exc), reason="limit")
@@ -126,12 +130,6 @@ class MessageCommands:
             return await self._retry_of_start(existing, start, waiting.on_progress)
         logger.info(
             "session %s started with agent %s (%s)", session_id, agent.name, start.kind, extra=about(record)
-        )
-        await p.audit.record(
-            caller,
-            audit.MESSAGE if queued else audit.START,
-            session_id=session_id,
-            target=queued.id if queued else None,
         )
         if queued is None:
             return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")

@@ -11,6 +11,7 @@ from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
     AgentVersionRecord,
+    AuditRecord,
     DatabaseCounts,
     EventRecord,
     InterruptRecord,
@@ -37,7 +38,7 @@ from parley.storage.sql.rows import (
     TURN_COLUMNS,
     listing,
 )
-from parley.storage.sql.steps import decide_program, queued_params, snapshot_program
+from parley.storage.sql.steps import audit_params, decide_program, queued_params, snapshot_program
 from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.wakeups import Wake
 
@@ -84,6 +85,7 @@ class SqlSessions(SqlBase):
         first_message: QueuedMessageRecord | None,
         now: float,
         admit: Admit | None = None,
+        audit: AuditRecord | None = None,
     ) -> bool:
         # One batch. The session is inserted unless its id or the owner's client_message_id is
         # taken, with its numbers at 0; its first events, message and bytes go in only while its
@@ -138,6 +140,8 @@ class SqlSessions(SqlBase):
                     Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
                 )
         statements.insert(1, Stmt(_INSERT_EVENT_IF_FRESH, many=events))
+        if audit is not None:  # the act's audit entry, in the same transaction
+            statements.append(self._audit_if_fresh(audit, sid))
         statements.append(
             Stmt(
                 "UPDATE sessions SET event_seq = ?, queue_seq = ? WHERE id = ? AND event_seq = 0",
@@ -164,6 +168,15 @@ class SqlSessions(SqlBase):
         counted = admission_writes(admitted, now, only_if=_FRESH, params=(sid,))
         results = yield Batch([*statements[:-1], *counted, statements[-1]], last=True, announce=announce)
         return results[0].count > 0
+
+    def _audit_if_fresh(self, entry: AuditRecord, sid: SessionId) -> Stmt:
+        """The audit entry of a session's start, written only with the session it starts."""
+        columns = FIELDS["audit"][1:]  # the id is the database's
+        values = self.codec.typed_placeholders("audit").split(", ")[1:]
+        return Stmt(
+            f"INSERT INTO audit ({', '.join(columns)}) SELECT {', '.join(values)} WHERE {_FRESH}",
+            (*audit_params(self.codec, entry), sid),
+        )
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
         row = await self._row(
