@@ -56,7 +56,6 @@ from _common import (
 )
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from side_by_side import (
     INSTRUCTIONS,
     KEY_ENV,
@@ -76,6 +75,8 @@ from side_by_side import (
     tree_cpu_seconds,
     tree_memory,
 )
+
+from parley.sdk_compat import create_mcp_http_client
 
 MAX_LEVEL = 128
 

@@ -111,13 +111,13 @@ async def test_a_new_session_commits_its_audit_entry_with_it_and_a_refused_start
     first = replace(session_record(owner="alice"), start_client_message_id="start-1")
     message = queued(first.id, "hello")
     started = _entry("alice", "message", session_id=first.id)
-    assert await store.create_session(starting(first, message), message, T0, started)
+    assert await store.create_session(starting(first, message), message, T0, audit=started)
     [entry] = await store.list_audit(first.id, None, None, 10)
     assert (entry.principal, entry.action, entry.session_id) == ("alice", "message", first.id)
     # A second start with the same client_message_id writes neither the session nor an entry.
     again = replace(session_record(owner="alice"), start_client_message_id="start-1")
     refused = _entry("alice", "message", session_id=again.id)
-    assert not await store.create_session(starting(again, None), None, T0 + 1, refused)
+    assert not await store.create_session(starting(again, None), None, T0 + 1, audit=refused)
     assert await store.list_audit(again.id, None, None, 10) == []
     assert [e.session_id for e in await store.list_audit(None, "alice", None, 10)] == [first.id]
 
