@@ -441,6 +441,79 @@ def database_xacts(url: str) -> int:
     return int(row[0]) if row else 0
 
 
+# One query, so that the filter on "pg_stat_statements" keeps the reading out of what it reads.
+DB_WORK_QUERY = """
+SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS wal,
+       (SELECT tup_inserted + tup_updated + tup_deleted FROM pg_stat_database
+         WHERE datname = current_database()) AS written,
+       (SELECT tup_returned FROM pg_stat_database WHERE datname = current_database()) AS returned,
+       (SELECT tup_fetched FROM pg_stat_database WHERE datname = current_database()) AS fetched,
+       to_regclass('pg_stat_statements') IS NOT NULL AS has_pss
+"""
+PSS_QUERY = """
+SELECT queryid, left(regexp_replace(query, '\\s+', ' ', 'g'), 90), calls, rows, wal_bytes,
+       total_exec_time, shared_blks_hit + shared_blks_read
+  FROM pg_stat_statements
+ WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND query NOT ILIKE '%%pg_stat_statements%%' AND query NOT ILIKE '%%pg_stat_database%%'
+"""
+TOP_STATEMENTS = 10
+
+
+def db_work(url: str) -> dict[str, Any]:
+    """The server's WAL position and the database's tuple counters (pg_stat_database: they lag
+    until the backends report, so read after STATS_SETTLE_S), and pg_stat_statements' figures per
+    statement when the extension is installed in the database. WAL is the whole server's: only a
+    server that nothing else uses (a private one) gives parley's WAL alone."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(DB_WORK_QUERY).fetchone()
+        assert row is not None
+        found: dict[str, Any] = {"wal": int(row[0]), "written": int(row[1] or 0)}
+        found.update(returned=int(row[2] or 0), fetched=int(row[3] or 0), statements=None)
+        if row[4]:
+            found["statements"] = {
+                int(r[0]): (str(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]))
+                for r in conn.execute(PSS_QUERY).fetchall()
+            }
+    return found
+
+
+def db_work_window(before: dict[str, Any], after: dict[str, Any], turns: int) -> dict[str, Any]:
+    """Per turn: WAL bytes and rows written (pg_stat_database), and from pg_stat_statements the
+    statements the server executed, the rows they returned or touched, their WAL, execution time,
+    buffers, and the heaviest of them."""
+    out: dict[str, Any] = {
+        "wal_bytes_per_turn": round((after["wal"] - before["wal"]) / turns),
+        "rows_written_per_turn": round((after["written"] - before["written"]) / turns, 2),
+        "tuples_returned_per_turn": round((after["returned"] - before["returned"]) / turns, 1),
+        "tuples_fetched_per_turn": round((after["fetched"] - before["fetched"]) / turns, 1),
+    }
+    if after["statements"] is None or before["statements"] is None:
+        return out
+    deltas: list[tuple[str, int, int, int, float, int]] = []
+    for queryid, (text, *figures) in after["statements"].items():
+        base = before["statements"].get(queryid, (text, 0, 0, 0, 0.0, 0))[1:]
+        d = [a - b for a, b in zip(figures, base, strict=True)]
+        if d[0]:
+            deltas.append((text, int(d[0]), int(d[1]), int(d[2]), float(d[3]), int(d[4])))
+    out["pss_statements_per_turn"] = round(sum(d[1] for d in deltas) / turns, 2)
+    out["pss_rows_per_turn"] = round(sum(d[2] for d in deltas) / turns, 2)
+    out["pss_wal_bytes_per_turn"] = round(sum(d[3] for d in deltas) / turns)
+    out["pss_exec_ms_per_turn"] = round(sum(d[4] for d in deltas) / turns, 3)
+    out["pss_buffers_per_turn"] = round(sum(d[5] for d in deltas) / turns, 1)
+    out["pss_top"] = [
+        {
+            "query": d[0],
+            "calls": round(d[1] / turns, 2),
+            "rows": round(d[2] / turns, 2),
+            "wal_bytes": round(d[3] / turns),
+            "exec_ms": round(d[4] / turns, 4),
+        }
+        for d in sorted(deltas, key=lambda d: -d[4])[:TOP_STATEMENTS]
+    ]
+    return out
+
+
 def local_ports_to(pids: Iterable[int], remote_port: int) -> set[int]:
     """The local ports of the TCP connections to `remote_port` that the processes `pids` hold,
     from their /proc/<pid>/fd links (socket inodes) and /proc/net/tcp{,6}."""
@@ -575,6 +648,7 @@ async def count_run(
     async with contextlib.AsyncExitStack() as stack:
         counts: WireCounts | None = None
         xacts0 = xacts1 = 0
+        work0 = work1 = work3 = {}
         if database == "sqlite":
             config = write_config(workdir, model_url, {"path": "parley.db"})
             served = parley_http(workdir, config, trace)
@@ -595,16 +669,20 @@ async def count_run(
             tool_session, _ = await turn(client, timeout, None, "tools open", "counted tools")
             if counts is not None:
                 await anyio.sleep(STATS_SETTLE_S)
-                xacts0 = database_xacts(args.postgres)
+                xacts0, work0 = database_xacts(args.postgres), db_work(args.postgres)
             m0 = mark()
             await more_turns(client, timeout, session_id, args.turns, "counted text", tool=False)
             m1 = mark()
             if counts is not None:
                 await anyio.sleep(STATS_SETTLE_S)
-                xacts1 = database_xacts(args.postgres)
+                xacts1, work1 = database_xacts(args.postgres), db_work(args.postgres)
             m2 = mark()
             await more_turns(client, timeout, tool_session, args.tool_turns, "counted tool", tool=True)
-            m3 = mark()
+            m3 = idle_from = mark()
+            if counts is not None:
+                await anyio.sleep(STATS_SETTLE_S)
+                work3 = db_work(args.postgres)
+                idle_from = mark()  # the idle window starts after the settle and the reading
             t_idle = time.perf_counter()
             await anyio.sleep(args.idle_s)
             m4 = mark()
@@ -621,9 +699,9 @@ async def count_run(
             )
         extra: dict[str, Any] = {}
     else:
-        text = wire_window(m0, m1, args.turns)
-        tool = wire_window(m2, m3, args.tool_turns)
-        idle = wire_window(m3, m4, 1)
+        text = wire_window(m0, m1, args.turns) | db_work_window(work0, work1, args.turns)
+        tool = wire_window(m2, m3, args.tool_turns) | db_work_window(work1, work3, args.tool_turns)
+        idle = wire_window(idle_from, m4, 1)
         if m4.get("opaque_connections"):
             raise RuntimeError("the connections to PostgreSQL are encrypted: the proxy cannot count them")
         if not text["statements_per_turn"]:
@@ -660,6 +738,16 @@ async def timing_run(
                 client, timeout, session_id, args.turns, "timed text", tool=False
             )
             cpu1, db1 = tree_cpu_seconds(pid), db_cpu(pid)
+            tool_session, _ = await turn(client, timeout, None, "timed tools open", "timed tools")
+            cpu2, db2 = tree_cpu_seconds(pid), db_cpu(pid)
+            await more_turns(client, timeout, tool_session, args.tool_turns, "timed tool", tool=True)
+            cpu3, db3 = tree_cpu_seconds(pid), db_cpu(pid)
+        tool = {
+            "turns": args.tool_turns,
+            "parley_cpu_ms_per_turn": round((cpu3 - cpu2) / args.tool_turns * 1000, 2),
+        }
+        if database == "postgresql":
+            tool["database_cpu_ms_per_turn"] = round(cpu_delta(db2, db3) / args.tool_turns * 1000, 2)
         text = {
             "turns": args.turns,
             **latency_summary(latencies),
@@ -670,7 +758,7 @@ async def timing_run(
             text["database_cpu_ms_per_turn"] = round(cpu_delta(db0, db1) / args.turns * 1000, 2)
         concurrent = await concurrent_turns(url, pid, args, db_cpu)
         stopped = await stop(process)
-    return {"text": text, "concurrent": concurrent, **stopped}
+    return {"text": text, "tool": tool, "concurrent": concurrent, **stopped}
 
 
 async def concurrent_turns(
@@ -835,6 +923,25 @@ def rows(args: argparse.Namespace) -> list[tuple[str, Getter]]:
                 get("time", "text", "parley_cpu_ms_per_turn"), get("time", "text", "database_cpu_ms_per_turn")
             ),
         ),
+        ("parley CPU per one-tool turn (ms)", get("time", "tool", "parley_cpu_ms_per_turn")),
+        ("database CPU per one-tool turn (ms)", get("time", "tool", "database_cpu_ms_per_turn")),
+        ("PG WAL bytes per text turn", get("count", "text", "wal_bytes_per_turn")),
+        ("PG WAL bytes per one-tool turn", get("count", "tool", "wal_bytes_per_turn")),
+        ("PG rows written per text turn", get("count", "text", "rows_written_per_turn")),
+        ("PG rows written per one-tool turn", get("count", "tool", "rows_written_per_turn")),
+        (
+            "PG tuples returned+fetched, text turn",
+            both(
+                get("count", "text", "tuples_returned_per_turn"),
+                get("count", "text", "tuples_fetched_per_turn"),
+            ),
+        ),
+        ("pg_stat_statements: statements, text turn", get("count", "text", "pss_statements_per_turn")),
+        ("pg_stat_statements: statements, tool turn", get("count", "tool", "pss_statements_per_turn")),
+        ("pg_stat_statements: rows, text turn", get("count", "text", "pss_rows_per_turn")),
+        ("pg_stat_statements: rows, tool turn", get("count", "tool", "pss_rows_per_turn")),
+        ("pg_stat_statements: exec ms, text turn", get("count", "text", "pss_exec_ms_per_turn")),
+        ("pg_stat_statements: exec ms, tool turn", get("count", "tool", "pss_exec_ms_per_turn")),
         ("text turn p50 (ms)", get("time", "text", "p50_ms")),
         ("text turn p95 (ms)", get("time", "text", "p95_ms")),
         (f"turns/s, {n} HTTP sessions", get("time", "concurrent", "turns_per_s")),
