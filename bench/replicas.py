@@ -5,8 +5,9 @@ Three parts (`--parts`, default all):
 
 - `throughput`: C concurrent HTTP callers (default levels 32 and 128), each with its own mcp SDK
   `Client` and session, send plain-text turns back to back to the demo agent (`--turns` each,
-  every answer checked) against: one `parley serve --http` on SQLite, one on PostgreSQL, and three
-  on PostgreSQL (caller i talks to replica i mod 3). Reports turns/s, client-side p50/p95, the
+  every answer checked) against: one `parley serve --http` on SQLite, and N on PostgreSQL for each
+  N of `--replicas` (default 1 and 3; caller i talks to replica i mod N). Reports turns/s,
+  client-side p50/p95, the
   replicas' CPU per turn and, on PostgreSQL, committed transactions per turn (pg_stat_database) and
   the CPU of the database's server processes that served the benchmark's database.
 - `wakeup`: two replicas on PostgreSQL; replica A may drive one session only and drives a turn
@@ -231,14 +232,11 @@ async def level_run(
 
 
 async def throughput(
-    workdir: Path, postgres: str, levels: list[int], turns: int, timeout_s: float
+    workdir: Path, postgres: str, levels: list[int], turns: int, timeout_s: float, counts: list[int]
 ) -> list[Any]:
     results = []
-    for name, backend, count in (
-        ("sqlite x1", "sqlite", 1),
-        ("postgres x1", "pg", 1),
-        ("postgres x3", "pg", 3),
-    ):
+    setups = [("sqlite x1", "sqlite", 1)] + [(f"postgres x{n}", "pg", n) for n in counts]
+    for name, backend, count in setups:
         async with AsyncExitStack() as stack:
             db_url = await stack.enter_async_context(bench_database(postgres)) if backend == "pg" else None
             directory = workdir / name.replace(" ", "")
@@ -404,7 +402,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     if "throughput" in args.parts:
         print("throughput (plain-text turns over HTTP, every answer checked):", flush=True)
         result["throughput"] = await throughput(
-            workdir, args.postgres, args.levels, args.turns, args.call_timeout
+            workdir, args.postgres, args.levels, args.turns, args.call_timeout, args.replicas
         )
     if "wakeup" in args.parts:
         print("wake-up latency (two replicas on PostgreSQL, default poll_interval_s 0.5):", flush=True)
@@ -424,6 +422,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
     parser.add_argument("--levels", type=lambda t: parse_level_list(t, 256, "32,128"), default=[32, 128])
+    parser.add_argument(
+        "--replicas",
+        type=lambda t: parse_level_list(t, 8, "1,3"),
+        default=[1, 3],
+        help="replica counts on PostgreSQL in the throughput part (1,3)",
+    )
     parser.add_argument("--turns", type=int, default=10, help="turns per session in the throughput part")
     parser.add_argument("--samples", type=int, default=30, help="messages measured in the wake-up part")
     parser.add_argument("--parked", type=int, default=10_000, help="parked sessions in the at-rest part")
