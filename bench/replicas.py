@@ -7,9 +7,8 @@ Three parts (`--parts`, default all):
   `Client` and session, send plain-text turns back to back to the demo agent (`--turns` each,
   every answer checked) against: one `parley serve --http` on SQLite, and N on PostgreSQL for each
   N of `--replicas` (default 1 and 3; caller i talks to replica i mod N). Reports turns/s,
-  client-side p50/p95, the
-  replicas' CPU per turn and, on PostgreSQL, committed transactions per turn (pg_stat_database) and
-  the CPU of the database's server processes that served the benchmark's database.
+  client-side p50/p95, the replicas' CPU per turn and, on PostgreSQL, committed transactions per
+  turn (pg_stat_database) and the CPU of the database's server processes that served the benchmark's database.
 - `wakeup`: two replicas on PostgreSQL; replica A may drive one session only and drives a turn
   that sleeps, so a message sent through A must be taken by replica B. For `--samples` messages
   (one new session each, sent one after another) it reports the time from the message being
