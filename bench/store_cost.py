@@ -448,7 +448,9 @@ SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS wal,
          WHERE datname = current_database()) AS written,
        (SELECT tup_returned FROM pg_stat_database WHERE datname = current_database()) AS returned,
        (SELECT tup_fetched FROM pg_stat_database WHERE datname = current_database()) AS fetched,
-       to_regclass('pg_stat_statements') IS NOT NULL AS has_pss
+       to_regclass('pg_stat_statements') IS NOT NULL AS has_pss,
+       (SELECT wal_records FROM pg_stat_wal) AS records,
+       (SELECT wal_sync FROM pg_stat_wal) AS syncs
 """
 PSS_QUERY = """
 SELECT queryid, left(regexp_replace(query, '\\s+', ' ', 'g'), 90), calls, rows, wal_bytes,
@@ -461,7 +463,7 @@ TOP_STATEMENTS = 10
 
 
 def db_work(url: str) -> dict[str, Any]:
-    """The server's WAL position and the database's tuple counters (pg_stat_database: they lag
+    """The server's WAL position, records and flushes (pg_stat_wal), the database's tuple counters (pg_stat_database: they lag
     until the backends report, so read after STATS_SETTLE_S), and pg_stat_statements' figures per
     statement when the extension is installed in the database. WAL is the whole server's: only a
     server that nothing else uses (a private one) gives parley's WAL alone."""
@@ -470,6 +472,7 @@ def db_work(url: str) -> dict[str, Any]:
         assert row is not None
         found: dict[str, Any] = {"wal": int(row[0]), "written": int(row[1] or 0)}
         found.update(returned=int(row[2] or 0), fetched=int(row[3] or 0), statements=None)
+        found.update(records=int(row[5] or 0), syncs=int(row[6] or 0))
         if row[4]:
             found["statements"] = {
                 int(r[0]): (str(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]))
@@ -487,6 +490,8 @@ def db_work_window(before: dict[str, Any], after: dict[str, Any], turns: int) ->
         "rows_written_per_turn": round((after["written"] - before["written"]) / turns, 2),
         "tuples_returned_per_turn": round((after["returned"] - before["returned"]) / turns, 1),
         "tuples_fetched_per_turn": round((after["fetched"] - before["fetched"]) / turns, 1),
+        "wal_records_per_turn": round((after["records"] - before["records"]) / turns, 1),
+        "wal_syncs_per_turn": round((after["syncs"] - before["syncs"]) / turns, 2),
     }
     if after["statements"] is None or before["statements"] is None:
         return out
@@ -927,6 +932,8 @@ def rows(args: argparse.Namespace) -> list[tuple[str, Getter]]:
         ("database CPU per one-tool turn (ms)", get("time", "tool", "database_cpu_ms_per_turn")),
         ("PG WAL bytes per text turn", get("count", "text", "wal_bytes_per_turn")),
         ("PG WAL bytes per one-tool turn", get("count", "tool", "wal_bytes_per_turn")),
+        ("PG WAL flushes (fsync) per text turn", get("count", "text", "wal_syncs_per_turn")),
+        ("PG WAL flushes (fsync) per one-tool turn", get("count", "tool", "wal_syncs_per_turn")),
         ("PG rows written per text turn", get("count", "text", "rows_written_per_turn")),
         ("PG rows written per one-tool turn", get("count", "tool", "rows_written_per_turn")),
         (
