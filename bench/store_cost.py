@@ -38,7 +38,11 @@ in the working directory; the JSON's `parley_module` and `parley_commit` say whi
      the text window. That figure is higher by the transactions no statement causes: the
      listening backend runs about one for each notification it delivers (NotificationResponse, counted
      too), and it includes anything else that uses the same database meanwhile (other test runs:
-     on a shared database only the proxy's figures hold).
+     on a shared database only the proxy's figures hold). Around the text and the tool window it
+     also reads WAL bytes (pg_current_wal_lsn), WAL records and flushes (pg_stat_wal), rows
+     written and read (pg_stat_database) and, when the database has the pg_stat_statements
+     extension, the statements the server ran (nested ones included), their rows, WAL, execution
+     time and the heaviest of them. WAL is the whole server's: use a server nothing else uses.
 2. **Timing run** (nothing watches the store; parley connects to the database directly). After the
    same warm-up, one new session takes `--turns` text turns back to back: p50/p95 of a turn as the
    client sees it, and the CPU per turn of parley's processes (utime+stime of the server and its
@@ -46,7 +50,8 @@ in the working directory; the JSON's `parley_module` and `parley_commit` say whi
    (found by matching pg_stat_activity.client_port to parley's TCP sockets). Then
    `--http-sessions` (32) clients, each with its own MCP `Client` and session (opened with a first
    message before the clock starts), all start together and send `--http-turns` turns each:
-   turns/s is all those turns over the wall time to the last answer.
+   turns/s is all those turns over the wall time to the last answer. `--tool-turns` one-tool turns
+   are timed too (CPU only).
 
 Every answer is checked. The fake model, the clients and the database share the machine's cores
 with parley: on a small machine turns/s is bounded by all of them. Prints a table (SQLite,
