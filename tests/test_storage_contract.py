@@ -21,6 +21,7 @@ import pytest
 
 from parley.core.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
 from parley.core.ids import (
+    QueuedMessageId,
     SessionId,
     TurnId,
     new_interrupt_id,
@@ -504,6 +505,22 @@ async def test_a_record_read_from_the_store_is_the_callers_own_copy(store: Store
     assert (call.result, call.arguments) == ({"text": "saved"}, {"i": 0})
     [message] = [m for m in await store.list_messages(sid, None, None) if m.role == "assistant"]
     assert message.content == step.assistant
+
+
+async def test_a_queued_message_is_read_with_its_session_as_one_read_saw_them(store: Store) -> None:
+    sid = await new_session(store, "one")
+    first_id = (await store.list_queued(sid))[0].id
+    assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
+    waiting, session = await store.get_queued_with_session(first_id, sid)
+    assert waiting is not None and (waiting.status, waiting.turn_id) == ("queued", None)
+    assert session is not None and (session.status, session.current_turn_id) == ("running", None)
+    turn = await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 1)
+    assert turn is not None
+    taken, session = await store.get_queued_with_session(first_id, sid)
+    assert taken is not None and (taken.status, taken.turn_id) == ("consumed", turn.id)
+    assert session is not None and (session.status, session.current_turn_id) == ("running", turn.id)
+    unknown = await store.get_queued_with_session(QueuedMessageId("qm_unknown"), SessionId("ses_unknown"))
+    assert unknown == (None, None)
 
 
 # ---------------------------------------------------------------------------- turns

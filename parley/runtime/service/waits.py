@@ -5,6 +5,7 @@ a message, for a turn to rest, for a session to rest. A wait is only the caller'
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -19,6 +20,7 @@ from parley.runtime.service.outcomes import TurnOutcome, outcome, turn_view, wai
 from parley.runtime.service.parts import Parts
 from parley.runtime.service.persons import PersonAnswers
 from parley.runtime.session_access import Person
+from parley.runtime.signals import Watch
 
 T = TypeVar("T")
 
@@ -62,15 +64,21 @@ class Waits:
         return self._parts.signals.poll_interval_s
 
     async def until(
-        self, session_id: SessionId, wait_s: float, look: Look[T], progress: ProgressFeed | None = None
+        self,
+        session_id: SessionId,
+        wait_s: float,
+        look: Look[T],
+        progress: ProgressFeed | None = None,
+        watch: Watch | None = None,
     ) -> T:
         """The one bounded wait: look at the session until `look` has an answer, waking on each
         change of the session (or every poll interval, for changes made by other processes).
-        `look(last)` is told when the wait is over and must answer then; AGAIN looks at once."""
+        `look(last)` is told when the wait is over and must answer then; AGAIN looks at once.
+        `watch`: the session's watch the caller already holds (its wake-ups carry over)."""
         signals = self._parts.signals
         deadline = anyio.current_time() + wait_s
         # Watched from before the first look: a change committed while a look reads wakes the next wait.
-        with signals.watching(session_id) as changes:
+        with nullcontext(watch) if watch is not None else signals.watching(session_id) as changes:
             while True:
                 remaining = deadline - anyio.current_time()
                 found = await look(remaining <= 0 or self._waits_ended)
@@ -95,10 +103,20 @@ class Waits:
         deadline = anyio.current_time() + wait_s
         progress = await self._progress(session_id, on_progress)
 
+        first = True
+
         async def taken(last: bool) -> TurnOutcome | None:
-            queued = await store.get_queued(message_id)
+            nonlocal first
+            if first:
+                # Just queued: most often not taken yet, and then its session is not needed.
+                first, session = False, None
+                queued = await store.get_queued(message_id)
+            else:
+                # After a wake-up, the message and its session in one read: a turn seen running
+                # there is not read again before its next change (see _wait_turn's `running`).
+                queued, session = await store.get_queued_with_session(message_id, session_id)
             if queued is not None and queued.status == "dropped":
-                latest = await store.get_session(session_id)
+                latest = session or await store.get_session(session_id)
                 return TurnOutcome(
                     session_id=session_id,
                     turn_id=None,
@@ -110,10 +128,13 @@ class Waits:
             if queued is not None and queued.turn_id is not None:
                 remaining = max(0.0, deadline - anyio.current_time())
                 follow = _Follow(progress, person)
-                return await self._wait_turn(session_id, queued.turn_id, remaining, message_id, follow)
+                running = _runs(session, queued.turn_id)
+                return await self._wait_turn(
+                    session_id, queued.turn_id, remaining, message_id, follow, (changes, running)
+                )
             if not last:
                 return None
-            session = await store.get_session(session_id)
+            session = session or await store.get_session(session_id)
             return TurnOutcome(
                 session_id=session_id,
                 turn_id=None,
@@ -122,7 +143,10 @@ class Waits:
                 session_status=session.status if session else None,
             )
 
-        return await self.until(session_id, wait_s, taken, progress)
+        # One watch for the message and then its turn: a change committed between the read that
+        # found the turn and the turn's wait still wakes it.
+        with self._parts.signals.watching(session_id) as changes:
+            return await self.until(session_id, wait_s, taken, progress, changes)
 
     async def wait_for_turn(
         self,
@@ -134,7 +158,7 @@ class Waits:
     ) -> TurnOutcome:
         """Wait for the turn to rest (or to wait for input), at most `wait_s` seconds."""
         progress = await self._progress(session_id, on_progress)
-        return await self._wait_turn(session_id, turn_id, wait_s, None, _Follow(progress, person))
+        return await self._wait_turn(session_id, turn_id, wait_s, None, _Follow(progress, person), None)
 
     async def wait_until_rest(
         self, session_id: SessionId, wait_s: float, on_progress: ProgressFn | None = None
@@ -158,18 +182,25 @@ class Waits:
         wait_s: float,
         message_id: QueuedMessageId | None,
         follow: _Follow,
+        seen: tuple[Watch, bool] | None,
     ) -> TurnOutcome:
+        """`seen`: the watch the caller held while it read, and whether that read saw the turn
+        running (then the first look reads nothing: any change since has fired the watch)."""
         store, steps = self._parts.store, self._parts.steps
         progress, person = follow.progress, follow.person
         deadline = anyio.current_time() + wait_s
         asked: set[str] = set()
+        watch, running = seen if seen is not None else (None, False)
 
         async def rested(last: bool) -> TurnOutcome | _Again | None:
+            nonlocal running
             if not last:
+                if running:
+                    running = False
+                    return None
                 # Most wake-ups come from a step of the turn still running: the session row says
                 # so (a turn that rests leaves it in the same write), so that is all read then.
-                session = await store.get_session(session_id)
-                if session is not None and session.current_turn_id == turn_id and session.status == "running":
+                if _runs(await store.get_session(session_id), turn_id):
                     return None
             # One read: the session with this turn, its calls and its interrupts.
             snapshot = await steps.look(session_id, turn_view(turn_id))
@@ -191,7 +222,7 @@ class Waits:
                 await self._persons.put_to_person(person, interrupt, deadline)
             return AGAIN
 
-        return await self.until(session_id, wait_s, rested, progress)
+        return await self.until(session_id, wait_s, rested, progress, watch)
 
     async def _progress(self, session_id: SessionId, on_progress: ProgressFn | None) -> ProgressFeed:
         feed = ProgressFeed(
@@ -199,3 +230,8 @@ class Waits:
         )
         await feed.start()
         return feed
+
+
+def _runs(session: SessionRecord | None, turn_id: TurnId) -> bool:
+    """Whether `session` (as read) is running the turn `turn_id` still."""
+    return session is not None and session.current_turn_id == turn_id and session.status == "running"

@@ -458,6 +458,21 @@ class SqlSessions(SqlBase):
         row = await self._row(f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id = ?", (message_id,))
         return self.codec.queued(row) if row is not None else None
 
+    async def get_queued_with_session(
+        self, message_id: QueuedMessageId, session_id: SessionId
+    ) -> tuple[QueuedMessageRecord | None, SessionRecord | None]:
+        queued, session = await self._execute(
+            reads(
+                Stmt(f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE id = ?", (message_id,)),
+                Stmt(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)),
+            ),
+            write=False,
+        )
+        return (
+            self.codec.queued(queued.rows[0]) if queued.rows else None,
+            self.codec.session(session.rows[0]) if session.rows else None,
+        )
+
     async def list_interrupts(self, session_id: SessionId, pending_only: bool) -> list[InterruptRecord]:
         sql = f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE session_id = ?"
         if pending_only:
