@@ -19,14 +19,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from parley.core.ids import new_turn_id
-from parley.runtime.session_steps import SessionSteps
 from parley.storage.sqlite import SqliteStore
 from parley.storage.sqlite_wakeups import wake_folder
 from parley.testing import HeldModel, call, parley_app
-from tests.store_support import try_acquire_lease
 from tests.support import TEST_DEADLINE_S, eventually, open_test_store
-from tests.test_wakeups import T0, Heard, _first_message, _message, _true
+from tests.test_wakeups import Heard, _first_message, _true, hear_each_other
 
 pytestmark = pytest.mark.anyio
 
@@ -54,26 +51,7 @@ async def test_a_process_hears_what_another_commits_on_the_file_and_not_its_own_
         # The plain poll stays the safety net: the feed never says every change arrives.
         assert heard_by_a.live == [False] and heard_by_b.live == [False]
 
-        sid = await _first_message(a)  # a new session with a message
-        await eventually(lambda: _true(sid in heard_by_b.work), "b to hear of a's new session")
-        assert heard_by_b.notified == [sid]
-
-        steps = SessionSteps(a)
-        lease = await try_acquire_lease(a, sid, "proc_a", T0, 30)
-        assert lease is not None
-        turn = await steps.start_turn(sid, lease, new_turn_id(), T0)
-        assert turn is not None
-        await eventually(lambda: _true(heard_by_b.notified.count(sid) == 2), "b to hear of the turn's start")
-        assert heard_by_b.work == [sid], "a step under a live lease asks nobody to drive it"
-
-        assert await SessionSteps(b).request_cancel(sid, "local", T0, new_turn_id()) == turn.id
-        await eventually(lambda: _true(heard_by_a.cancels == [sid]), "a to hear of b's cancel")
-        assert heard_by_a.work == []
-
-        # a lets the session go with work left: b may take it over.
-        assert await steps.enqueue_message(sid, "local", _message(sid, "more"), 100, T0) == "queued"
-        await a.release_lease(sid, lease)
-        await eventually(lambda: _true(heard_by_b.work == [sid, sid]), "b to hear the session was let go")
+        sid = await hear_each_other(a, b, heard_by_a, heard_by_b)
         tg.cancel_scope.cancel()
     assert heard_by_a.notified == [sid], "a heard only b's cancel, never its own writes"
     assert _fifos(wake_folder(a.path)) == [], "each process removes its FIFO as it stops"

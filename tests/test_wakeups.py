@@ -251,27 +251,7 @@ async def test_a_replica_hears_what_another_commits_and_not_its_own_writes(
         await tg.start(b.feed.run, heard_by_b)
         assert heard_by_a.live == [True] and heard_by_b.live == [True]
 
-        sid = await _first_message(a)  # a new session with a message: somebody should drive it
-        await eventually(lambda: _true(sid in heard_by_b.work), "b to hear of a's new session")
-        assert heard_by_b.notified == [sid]
-
-        steps = SessionSteps(a)
-        lease = await try_acquire_lease(a, sid, "proc_a", T0, 30)
-        assert lease is not None
-        turn = await steps.start_turn(sid, lease, new_turn_id(), T0)
-        assert turn is not None
-        await eventually(lambda: _true(heard_by_b.notified.count(sid) == 2), "b to hear of the turn's start")
-        assert heard_by_b.work == [sid], "a step under a live lease asks nobody to drive it"
-
-        # b asks for a cancel of the turn a drives: a's driver is told, nobody else claims it.
-        assert await SessionSteps(b).request_cancel(sid, "local", T0, new_turn_id()) == turn.id
-        await eventually(lambda: _true(heard_by_a.cancels == [sid]), "a to hear of the cancel")
-        assert heard_by_a.work == []
-
-        # a lets the session go with work left (a message came meanwhile): b may take it over.
-        assert await steps.enqueue_message(sid, "local", _message(sid, "more"), 100, T0) == "queued"
-        await a.release_lease(sid, lease)
-        await eventually(lambda: _true(heard_by_b.work == [sid, sid]), "b to hear the session was let go")
+        sid = await hear_each_other(a, b, heard_by_a, heard_by_b)
         tg.cancel_scope.cancel()
     assert heard_by_a.notified == [sid], "a heard only b's cancel, never its own writes"
 
@@ -319,6 +299,34 @@ async def test_with_listen_off_nothing_is_announced(pg_schema: PgSchema) -> None
             sid = await _first_message(loud)
         heard = [n.payload for n in spy.notifies(timeout=TEST_DEADLINE_S / 10, stop_after=2)]
     assert heard == [f"w//{sid}"]
+
+
+async def hear_each_other(a: Store, b: Store, heard_by_a: Heard, heard_by_b: Heard) -> SessionId:
+    """The exchange both change feeds must carry between two processes (a and b, each feed
+    running): a new session, a turn's start under a live lease, a cancel asked for by the other
+    process, and a session let go with work left. Returns the session's id."""
+    sid = await _first_message(a)  # a new session with a message: somebody should drive it
+    await eventually(lambda: _true(sid in heard_by_b.work), "b to hear of a's new session")
+    assert heard_by_b.notified == [sid]
+
+    steps = SessionSteps(a)
+    lease = await try_acquire_lease(a, sid, "proc_a", T0, 30)
+    assert lease is not None
+    turn = await steps.start_turn(sid, lease, new_turn_id(), T0)
+    assert turn is not None
+    await eventually(lambda: _true(heard_by_b.notified.count(sid) == 2), "b to hear of the turn's start")
+    assert heard_by_b.work == [sid], "a step under a live lease asks nobody to drive it"
+
+    # b asks for a cancel of the turn a drives: a's driver is told, nobody else claims it.
+    assert await SessionSteps(b).request_cancel(sid, "local", T0, new_turn_id()) == turn.id
+    await eventually(lambda: _true(heard_by_a.cancels == [sid]), "a to hear of the cancel")
+    assert heard_by_a.work == []
+
+    # a lets the session go with work left (a message came meanwhile): b may take it over.
+    assert await steps.enqueue_message(sid, "local", _message(sid, "more"), 100, T0) == "queued"
+    await a.release_lease(sid, lease)
+    await eventually(lambda: _true(heard_by_b.work == [sid, sid]), "b to hear the session was let go")
+    return sid
 
 
 async def _true(value: bool) -> bool:
