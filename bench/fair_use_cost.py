@@ -53,6 +53,11 @@ ON = {"running_turns": 1000, "sessions_per_minute": 1_000_000, "messages_per_min
 WARM_UP = 20
 
 
+def _drop_schema(postgres: str, schema: str) -> None:
+    with psycopg.connect(postgres, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
 async def _timed(client: Client, n: int, tool: str, **arguments: Any) -> tuple[list[float], float]:
     """`n` calls of `tool`, each answered: their wall times in ms, and CPU ms per call."""
     walls: list[float] = []
@@ -86,8 +91,7 @@ async def run_once(database: str, limits: bool, messages: int, starts: int, post
                 )
         finally:
             if database == "postgresql":
-                with psycopg.connect(postgres, autocommit=True) as conn:
-                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                _drop_schema(postgres, schema)
     return {
         "database": database,
         "message": {
@@ -179,8 +183,7 @@ async def store_once(database: str, messages: int, starts: int, postgres: str) -
                     await measure(lite)
         finally:
             if database == "postgresql":
-                with psycopg.connect(postgres, autocommit=True) as conn:
-                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                _drop_schema(postgres, schema)
     return {
         "database": database,
         **{k: {**latency_summary(v), "mean_ms": round(statistics.mean(v), 3)} for k, v in times.items()},
