@@ -109,6 +109,15 @@ class DecisionConflict(RequestError):
         )
 
 
+class PlanRefused(RequestError):
+    """execute_plan or discard_plan refused (a stale revision, a busy session, no draft): nothing
+    was changed. `reason` is the outcome's name (stale, busy, no_plan, no_draft, turn_limit)."""
+
+    def __init__(self, session_id: str, reason: str, why: str) -> None:
+        self.reason = reason
+        super().__init__(f"Session {session_id}: {why} Nothing was changed.")
+
+
 class HumanApprovalOnly(RequestError):
     def __init__(self, agent: str, session_id: str) -> None:
         super().__init__(

@@ -29,7 +29,16 @@ from parley.core.records import (
 # created with). A new field of a record goes in its patch or here.
 NEVER_PATCHED: dict[type, set[str]] = {
     SessionRecord: {"id", "agent", "owner", "kind", "created_at", "inputs", "start_client_message_id"},
-    TurnRecord: {"id", "session_id", "seq", "queued_message_id", "started_at", "settings", "agent_version"},
+    TurnRecord: {
+        "id",
+        "session_id",
+        "seq",
+        "queued_message_id",
+        "started_at",
+        "settings",
+        "agent_version",
+        "mode",
+    },
     ToolCallRecord: {
         "id",
         "session_id",
@@ -65,6 +74,7 @@ NEVER_PATCHED: dict[type, set[str]] = {
         "client_message_id",
         "settings",
         "attachments",
+        "mode",
         "blobs",
         "trace_context",
     },

@@ -67,6 +67,7 @@ GENERATED = {"docs/reference/tools.md", "docs/reference/configuration.md"}
 NOT_OURS = {
     "configs/agents/assistant.yaml",  # docs/models.md, docs/mcp-servers.md: an agent file of the reader's
     "configs/agents/deployer.yaml",  # docs/auth.md: an agent file of the reader's
+    "configs/agents/migrator.yaml",  # docs/plan-mode.md: an agent file of the reader's
     "configs/agents/x.yaml",  # docs/configuration.md: the path in an example error message
     "configs/agents/bench.yaml",  # bench/README.md: written by the benchmarks in their folder
     "tests/screenshots/",  # written by tests/test_e2e_ui.py, not committed

@@ -101,6 +101,7 @@ async def test_every_position_of_a_finished_turn_resumes_with_exactly_the_events
         "model_step",
         "tool_started",
         "tool_finished",
+        "plan_updated",
         "model_step",
         "turn_ended",
     ], kinds

@@ -64,7 +64,7 @@ from tests.task_client import (
 
 pytestmark = pytest.mark.anyio
 
-TASK_TOOLS = {"start_session", "send_message", "approve", "answer_question"}
+TASK_TOOLS = {"start_session", "send_message", "approve", "answer_question", "execute_plan"}
 TASKS_SETTINGS = {"poll_interval_s": 0.1, "status_poll_s": 0.2, "list_page_size": 3}
 INTERRUPT_ID = re.compile(r"int_[0-9a-f]{32}")
 UNKNOWN_TASK = "task_" + "0" * 32

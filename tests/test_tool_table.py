@@ -36,7 +36,7 @@ async def test_tools_list_gives_the_tables_tools_in_its_order() -> None:
 
 def test_the_tools_that_run_as_tasks_are_the_turn_entries_of_the_table() -> None:
     assert {entry.name for entry in TOOLS if isinstance(entry, TurnEntry)} == TASK_TOOLS
-    assert {"start_session", "send_message", "approve", "answer_question"} == TASK_TOOLS
+    assert {"start_session", "send_message", "approve", "answer_question", "execute_plan"} == TASK_TOOLS
 
 
 async def test_every_tool_asks_for_what_it_published_before() -> None:

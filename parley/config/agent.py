@@ -231,6 +231,22 @@ class AgentConfig(Strict):
         default_factory=lambda: MemoryConfig(),
         description="What of the conversation the model sees; a session may choose to remember less.",
     )
+    plan_mode: bool = Field(
+        False,
+        description=(
+            "Let callers ask for a planning turn (start_session or send_message with plan: true): "
+            "read-only tools and write_todos only, and a draft a person approves with execute_plan "
+            "before the agent acts. Needs write_todos in tools. A new session plans its first "
+            "message unless start_session says plan: false."
+        ),
+    )
+    plan_tool_choice: Literal["auto", "required"] = Field(
+        "auto",
+        description=(
+            "required: the first model call of a planning turn must call write_todos (where the "
+            "model's provider allows a forced tool choice); auto: the model chooses."
+        ),
+    )
     approval_deadline_s: float | None = Field(
         None,
         gt=0,

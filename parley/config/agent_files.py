@@ -21,6 +21,7 @@ from parley.config.codes import (
     E_INPUT_SCHEMA,
     E_KIND,
     E_MISSING,
+    E_PLAN,
     E_PROVIDER,
     E_RESULT_SCHEMA,
     E_SERVER,
@@ -30,7 +31,7 @@ from parley.config.codes import (
 from parley.config.env import expand_env
 from parley.config.files import field_errors, read_text, read_yaml
 from parley.config.mcp import McpServerConfig
-from parley.config.models import KNOWN_PROVIDERS, ModelSpec
+from parley.config.models import KNOWN_PROVIDERS, ModelSpec, forced_choice_refusal
 from parley.config.server import ServerConfigFile
 from parley.errors import ConfigError
 
@@ -78,6 +79,7 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
                 "add it to kinds or change default_kind",
             )
         )
+    problems += _plan_problems(agent, file)
     for i, tool in enumerate(agent.tools):
         if tool not in BUILTIN_TOOLS:
             problems.append(
@@ -88,6 +90,33 @@ def validate_agent(agent: AgentConfig, file: str) -> list[ConfigError]:
                     f"unknown built-in tool '{tool}'; known: {', '.join(BUILTIN_TOOLS)}",
                 )
             )
+    return problems
+
+
+def _plan_problems(agent: AgentConfig, file: str) -> list[ConfigError]:
+    """Plan mode writes its plan with write_todos; a forced plan tool needs a model that takes one."""
+    problems = []
+    if agent.plan_mode and "write_todos" not in agent.tools:
+        problems.append(
+            ConfigError(
+                E_PLAN,
+                file,
+                "plan_mode",
+                "needs write_todos among tools: a planning turn writes its plan with it",
+            )
+        )
+    refusal = forced_choice_refusal(agent.model)
+    if agent.plan_mode and agent.plan_tool_choice == "required" and refusal is not None:
+        model = f"{agent.model.provider}:{agent.model.name}"
+        problems.append(
+            ConfigError(
+                E_PLAN,
+                file,
+                "plan_tool_choice",
+                f"is required, but model {model} cannot be made to call a tool ({refusal}); "
+                "use plan_tool_choice: auto or another model",
+            )
+        )
     return problems
 
 

@@ -49,10 +49,10 @@ CLAUDE_CODE_TOOLS = frozenset(
 )
 # Claude Code front-matter fields with no meaning in parley (a permission mode, hooks, a colour...).
 CLAUDE_CODE_ONLY_FIELDS = frozenset(
-    {"color", "permissionMode", "skills", "hooks", "background", "effort", "isolation", "initialPrompt"}
+    {"color", "skills", "hooks", "background", "effort", "isolation", "initialPrompt"}
 )
 # Claude Code fields parley maps itself (the rest of the front matter goes to AgentConfig as is).
-_MAPPED = frozenset({"tools", "disallowedTools", "maxTurns", "mcpServers"})
+_MAPPED = frozenset({"tools", "disallowedTools", "maxTurns", "mcpServers", "permissionMode"})
 _FRONT_MATTER = re.compile(
     r"\A\ufeff?---[ \t]*\r?\n(?P<yaml>.*?)(?:\r?\n)?^---[ \t]*$(?P<body>.*)\Z", re.S | re.M
 )
@@ -112,7 +112,33 @@ def markdown_agent_fields(
         limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
         # Claude Code's agentic turns are model calls within one parley turn.
         data["limits"] = {"max_model_calls_per_turn": max_turns, **(limits or {})}
+    _permission_mode(front, file, data, notices)
     return data, notices
+
+
+def _permission_mode(
+    front: dict[str, Any], file: str, data: dict[str, Any], notices: list[ConfigError]
+) -> None:
+    """Claude Code's `permissionMode: plan` is parley's plan mode, which plans with write_todos
+    (added when the file does not list it). parley has no other permission modes."""
+    mode = front.get("permissionMode")
+    if mode is None:
+        return
+    if mode != "plan":
+        notices.append(
+            ConfigError(
+                E_IGNORED_FIELD,
+                file,
+                "permissionMode",
+                f"'{mode}' is a Claude Code permission mode parley does not use; ignored (parley's "
+                "tool policies decide what needs approval; permissionMode: plan is plan mode)",
+            )
+        )
+        return
+    data.setdefault("plan_mode", True)
+    tools = data.get("tools")
+    if isinstance(tools, list) and "write_todos" not in tools:
+        data["tools"] = [*tools, "write_todos"]
 
 
 def _plain_fields(front: dict[str, Any], body: str, file: str, notices: list[ConfigError]) -> dict[str, Any]:

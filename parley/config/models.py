@@ -28,3 +28,12 @@ class ModelSpec(Strict):
         ),
     )
     base_url: str | None = Field(None, description="The provider's API address (OpenAI-compatible servers).")
+
+
+def forced_choice_refusal(spec: ModelSpec) -> str | None:
+    """Why the provider would refuse a forced tool choice on this model (None: it accepts one).
+    Anthropic accepts only `auto` or `none` while extended thinking is on."""
+    thinking = spec.options.get("thinking")
+    if spec.provider == "anthropic" and isinstance(thinking, dict) and thinking.get("type") != "disabled":
+        return "Anthropic refuses a forced tool choice while extended thinking (options.thinking) is on"
+    return None

@@ -19,6 +19,7 @@ from parley.core.records import (
     AuditRecord,
     InterruptRecord,
     InterruptStatus,
+    PlanStatus,
     QueuedMessageRecord,
     QueuedStatus,
     Role,
@@ -194,6 +195,8 @@ class SessionPatch(TypedDict, total=False):
     lease_epoch: int
     title: str | None
     tags: list[str]
+    plan_status: PlanStatus
+    plan_revision: int
 
 
 class TurnPatch(TypedDict, total=False):

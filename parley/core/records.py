@@ -20,10 +20,12 @@ from parley.core.states import ENDED_SESSION
 from parley.core.states import FINAL_TOOL_STATUSES as FINAL_TOOL_STATUSES
 from parley.core.states import TERMINAL_TASK_STATUSES as TERMINAL_TASK_STATUSES
 from parley.core.states import InterruptStatus as InterruptStatus
+from parley.core.states import PlanStatus as PlanStatus
 from parley.core.states import QueuedStatus as QueuedStatus
 from parley.core.states import SessionStatus as SessionStatus
 from parley.core.states import TaskStatus as TaskStatus
 from parley.core.states import ToolCallStatus as ToolCallStatus
+from parley.core.states import TurnMode as TurnMode
 from parley.core.states import TurnStatus as TurnStatus
 
 InterruptKind = Literal["approval", "question"]
@@ -66,6 +68,9 @@ class SessionRecord:
     # the first message when none is set). Never written by a turn's steps.
     title: str | None = None
     tags: list[str] = field(default_factory=list)
+    # The plan's status and how many times write_todos wrote it (the revision execute_plan names).
+    plan_status: PlanStatus = "cleared"
+    plan_revision: int = 0
 
     @classmethod
     def new(
@@ -131,6 +136,8 @@ class TurnRecord:
     # The agent definition the turn runs on (AgentVersionRecord.version); None: a turn stored
     # before versions were kept, which runs on the agent as configured now.
     agent_version: str | None = None
+    # Planning (read-only tools and write_todos) or executing an approved plan; None: ordinary.
+    mode: TurnMode | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -243,6 +250,8 @@ class QueuedMessageRecord:
     blobs: tuple[AttachmentBlob, ...] = field(default=(), compare=False, repr=False)
     # The caller's W3C trace context (traceparent, tracestate, baggage), for the turn's spans.
     trace_context: dict[str, str] | None = None
+    # The turn it starts plans (plan: true) or executes an approved plan (execute_plan).
+    mode: TurnMode | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,6 +297,9 @@ class NewToolCall:
     server: str | None = None
     tool: str | None = None
     requires_approval: bool = False
+    # Why the call may not run in this turn (a planning turn's write tool): it is stored failed
+    # with this text as its result, and never run.
+    refusal: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -28,6 +28,12 @@ ToolCallStatus = Literal[
 InterruptStatus = Literal["pending", "approved", "rejected", "answered", "declined", "expired", "cancelled"]
 QueuedStatus = Literal["queued", "consumed", "dropped"]
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+# A session's plan (its todos): none, a draft a person has not approved, approved and being
+# carried out, or every todo completed (docs/plan-mode.md).
+PlanStatus = Literal["cleared", "draft", "active", "completed"]
+# What a turn may do with its plan: plan it (read-only tools and write_todos) or carry out an
+# approved one (every tool). None: an ordinary turn of a session with no plan to follow.
+TurnMode = Literal["planning", "executing"]
 # A turn's status as a caller sees it (a tool's outcome): how it ended, or that it waits, still
 # runs, or (a session started without a message) that nothing ran yet. The order is the one the
 # tools' output schemas publish.
@@ -39,6 +45,7 @@ SESSION_STATUSES: frozenset[str] = frozenset(get_args(SessionStatus))
 TURN_STATUSES: frozenset[str] = frozenset(get_args(TurnStatus))
 TOOL_CALL_STATUSES: frozenset[str] = frozenset(get_args(ToolCallStatus))
 TASK_STATUSES: frozenset[str] = frozenset(get_args(TaskStatus))
+PLAN_STATUSES: frozenset[str] = frozenset(get_args(PlanStatus))
 
 # --------------------------------------------------------------------------- sessions
 

@@ -14,6 +14,7 @@ from typing import Any
 from parley.core.changes import Changes, NewEvent, NewMessage, NewStep, SessionSnapshot
 from parley.core.effect_policy import start_must_be_durable
 from parley.core.ids import ToolCallId, TurnId
+from parley.core.plans import plan_written, turn_mode
 from parley.core.records import (
     AgentVersionRecord,
     InterruptRecord,
@@ -66,6 +67,7 @@ def start_turn(
         output_tokens=0,
         settings=settings,
         agent_version=agent_version.version if agent_version is not None else None,
+        mode=turn_mode(session, taken),
     )
     changes.new_turn = turn
     if store_version:
@@ -83,7 +85,10 @@ def start_turn(
             "settings": settings,
         }
     )
-    changes.events.append(NewEvent(turn_id, "turn_started", {"queued_message_id": taken[0].id}))
+    started: dict[str, Any] = {"queued_message_id": taken[0].id}
+    if turn.mode is not None:
+        started["mode"] = turn.mode
+    changes.events.append(NewEvent(turn_id, "turn_started", started))
     return turn, changes
 
 
@@ -102,7 +107,9 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
         cached_tokens=step.cached_tokens,
     )
     changes.messages.append(NewMessage(step.turn_id, "assistant", step.assistant))
+    refusals: list[NewEvent] = []
     for new in step.tool_calls:
+        refused = {"text": new.refusal, "is_error": True} if new.refusal is not None else None
         changes.new_calls.append(
             ToolCallRecord(
                 id=new.id,
@@ -112,9 +119,9 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
                 call_index=new.call_index,
                 name=new.name,
                 arguments=new.arguments,
-                status="pending",
+                status="pending" if refused is None else "failed",
                 effect=new.effect,
-                result=None,
+                result=refused,
                 attempts=0,
                 idempotency_key=f"{session.id}/{step.turn_id}/{new.id}",
                 created_at=now,
@@ -122,9 +129,15 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
                 source=new.source,
                 server=new.server,
                 tool=new.tool,
-                requires_approval=new.requires_approval,
+                requires_approval=new.requires_approval and refused is None,
             )
         )
+        if refused is not None:
+            # Refused here, never run: the model reads why with the other calls' results.
+            content = {"tool_call_id": new.id, "name": new.name, "status": "failed", **refused}
+            changes.messages.append(NewMessage(step.turn_id, "tool", content))
+            data = {"call_id": new.id, "tool": new.name, "status": "failed", "refused": True}
+            refusals.append(NewEvent(step.turn_id, "tool_finished", data))
     changes.turn.update(
         {
             "model_calls": turn.model_calls + 1,
@@ -156,6 +169,7 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
             },
         )
     )
+    changes.events.extend(refusals)
     return changes
 
 
@@ -242,11 +256,12 @@ def tool_result(
             call.turn_id, "tool", {"tool_call_id": call.id, "name": call.name, "status": status, **result}
         )
     )
-    if todos is not None:
-        changes.session["todos"] = todos
     changes.events.append(
         NewEvent(call.turn_id, "tool_finished", {"call_id": call.id, "tool": call.name, "status": status})
     )
+    if todos is not None:
+        mode = snapshot.turn.mode if snapshot.turn is not None else None
+        plan_written(snapshot.session, call.turn_id, mode, todos, changes)
     return changes
 
 

@@ -39,9 +39,11 @@ DELETE = "delete_session"
 UPDATE = "update_session"  # a title or tags set
 RETENTION = "retention"  # a session removed by the retention policy (principal "retention")
 DELETE_QUEUED = "delete_queued_message"
+EXECUTE_PLAN = "execute_plan"  # a plan's revision approved
+DISCARD_PLAN = "discard_plan"
 TASK = "task"  # an MCP task created
 TASK_CANCEL = "task_cancel"
-DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE})
+DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})
 
 
 # Refused attempts the trail records of one principal a minute at most.

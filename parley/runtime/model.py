@@ -47,6 +47,12 @@ class ModelRequest:
     messages: tuple[ChatMessage, ...]
     tools: tuple[ToolSpec, ...]
     options: dict[str, Any] = field(default_factory=dict)
+    # A tool the model must call (a planning turn's first call with plan_tool_choice: required).
+    tool_choice: str | None = None
+    # The turn's plan mode and the session's plan; the instructions already say both, these are
+    # for models that act on them directly (the demo model carries out an approved plan).
+    mode: str | None = None
+    todos: tuple[dict[str, Any], ...] = ()
     # Streamed text as it arrives (for progress); not part of the request's identity.
     on_text: Callable[[str], Awaitable[None]] | None = field(default=None, compare=False, repr=False)
     # Streamed reasoning (thinking) as it arrives, for live views; providers that stream none skip it.

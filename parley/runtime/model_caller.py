@@ -16,11 +16,13 @@ from opentelemetry.trace import Span
 from parley.config import AgentConfig, ModelSpec, effective_memory
 from parley.core.ids import SessionId, TurnId, new_tool_call_id
 from parley.core.machine import SET_RESULT_NAME, CallModel, FinishTurn
+from parley.core.plans import plan_context, planning_refusal
 from parley.core.records import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
 from parley.core.transitions import TurnEnd
 from parley.errors import ModelError
 from parley.runtime import compaction
 from parley.runtime.attachments import AttachmentBytes, with_attachment_data
+from parley.runtime.builtin_tools import WRITE_TODOS
 from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
@@ -296,19 +298,24 @@ class ModelCaller:
         chosen = turn.settings.get("model")
         model_spec = self._catalog.get(chosen, agent.model) if chosen else agent.model
         model = self._models(model_spec)
-        offer = await self._offer(session, agent, turn)
+        full = await self._offer(session, agent, turn)
+        # A planning turn is offered only what may run in it; a call of anything else is refused.
+        offer = full.for_planning() if turn.mode == "planning" else full
         tools = tuple(offer.tools)
         if not action.offer_tools:
             # The last call a turn may make must answer; a task session may still hand in its result.
             tools = tuple(t for t in tools if t.name == SET_RESULT_NAME)
         stream = _TextStream(self._ctx, session.id, turn_id)
         view = _ModelView(self, session, agent, turn, model, model_spec, tools, lease, transcript)
+        choice = _forced_choice(agent, turn, action, tools)
         try:
-            response = await self._respond(view, transcript, model, model_spec, tools, session, stream)
+            response = await self._respond(
+                view, transcript, model, model_spec, tools, session, stream, choice
+            )
         except ModelError as exc:
             logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
             return FinishTurn("failed", None, f"The model call failed: {exc}")
-        new_calls = _new_calls(response, offer)
+        new_calls = _new_calls(response, full, offer if turn.mode == "planning" else None)
         # Reasoning still held goes out before the step (the step's event carries only the text).
         await stream.flush_reasoning()
         step = ModelStep(
@@ -349,16 +356,25 @@ class ModelCaller:
         tools: tuple[ToolSpec, ...],
         session: SessionRecord,
         stream: _TextStream,
+        tool_choice: str | None,
     ) -> ModelResponse:
         """The model's response to the transcript; when the provider says the prompt is too long,
         the transcript is compacted and asked once more."""
         messages = transcript.records
         chat = await with_attachment_data(await view.messages(messages), self.attachment_bytes)
+        mode = view.turn.mode
+        context = plan_context(session, mode)
+        instructions = view.agent.instructions
         request = ModelRequest(
             model=model_spec.name,
-            instructions=view.agent.instructions,
+            instructions=f"{instructions}\n\n{context}"
+            if instructions and context
+            else instructions or context,
             messages=chat,
             tools=tools,
+            tool_choice=tool_choice,
+            mode=mode,
+            todos=tuple(session.todos),
             options=dict(model_spec.options),
             on_text=stream.add,
             on_reasoning=stream.add_reasoning,
@@ -487,9 +503,20 @@ class ModelCaller:
         raise AssertionError("unreachable")
 
 
-def _new_calls(response: ModelResponse, offer: Offer) -> list[NewToolCall]:
+def _forced_choice(
+    agent: AgentConfig, turn: TurnRecord, action: CallModel, tools: tuple[ToolSpec, ...]
+) -> str | None:
+    """write_todos, on the first model call of a planning turn of an agent with
+    plan_tool_choice: required (and only when it is offered)."""
+    if turn.mode != "planning" or agent.plan_tool_choice != "required" or action.step_no > 1:
+        return None
+    return WRITE_TODOS.name if any(t.name == WRITE_TODOS.name for t in tools) else None
+
+
+def _new_calls(response: ModelResponse, offer: Offer, planning: Offer | None) -> list[NewToolCall]:
     """The calls the response asks for, each naming its server and the server's own tool name, so
-    any process can run it later without listing the tools again."""
+    any process can run it later without listing the tools again. In a planning turn (`planning`,
+    what it may call), any other call is refused and never runs."""
     return [
         NewToolCall(
             id=new_tool_call_id(),
@@ -501,6 +528,9 @@ def _new_calls(response: ModelResponse, offer: Offer) -> list[NewToolCall]:
             server=binding.server,
             tool=binding.tool,
             requires_approval=binding.requires_approval,
+            refusal=planning_refusal(call.name)
+            if planning is not None and call.name not in planning.bindings
+            else None,
         )
         for i, call in enumerate(response.tool_calls)
     ]

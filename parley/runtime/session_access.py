@@ -166,6 +166,18 @@ class SessionAccess:
             if p.owner == caller.id or self._verdict_for(caller, p.agent, p.owner) == "allowed"
         ]
 
+    async def list_drafts(self, caller: Principal, limit: int) -> list[SessionRecord]:
+        """The draft plans `caller` may approve, as list_pending finds interrupts."""
+        if caller.is_admin:
+            return await self._store.list_drafts_for(None, None, limit)
+        approves = [a.name for a in self._agents.values() if is_approver(caller, a)]
+        found = await self._store.list_drafts_for(caller.id, approves, limit)
+        return [
+            s
+            for s in found
+            if s.owner == caller.id or self._verdict_for(caller, s.agent, s.owner) == "allowed"
+        ]
+
     def decider(self, caller: Principal, agent_name: str, owner: str) -> Decider:
         """Whether `caller` may decide the interrupts of `owner`'s session of agent `agent_name` by
         the tools or /v1, else who does."""

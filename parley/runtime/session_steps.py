@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from parley.core import transitions, turn_steps
+from parley.core import plans, transitions, turn_steps
 from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
 from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
 from parley.core.records import (
@@ -116,6 +116,39 @@ class SessionSteps:
             turn=False,
             usage=claim.scope if claim is not None else None,
         )
+
+    async def approve_plan(
+        self,
+        session_id: SessionId,
+        owner: str,
+        revision: int,
+        message: QueuedMessageRecord,
+        max_turns: int,
+        by: str,
+        now: float,
+        audit: AuditRecord | None = None,
+    ) -> plans.ApproveOutcome:
+        """Approve `revision` and queue the executing turn's `message`, with `audit`, in one
+        transaction: of two concurrent approvals exactly one is applied."""
+
+        def approve(snapshot: SessionSnapshot) -> tuple[plans.ApproveOutcome, Changes]:
+            outcome, changes = plans.approve_plan(snapshot, owner, revision, message, max_turns, by)
+            if outcome == "approved" and audit is not None:
+                changes.audit.append(audit)
+            return outcome, changes
+
+        return await self._decide(session_id, approve, "not_found", now, turn=False)
+
+    async def discard_plan(
+        self, session_id: SessionId, owner: str, now: float, audit: AuditRecord | None = None
+    ) -> plans.DiscardOutcome:
+        def discard(snapshot: SessionSnapshot) -> tuple[plans.DiscardOutcome, Changes]:
+            outcome, changes = plans.discard_plan(snapshot, owner)
+            if outcome == "discarded" and audit is not None:
+                changes.audit.append(audit)
+            return outcome, changes
+
+        return await self._decide(session_id, discard, "not_found", now, turn=False, calls=False)
 
     async def promote_to_steer(
         self, session_id: SessionId, owner: str, message_id: QueuedMessageId, now: float

@@ -18,6 +18,7 @@ from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResul
 from parley.config import AgentConfig
 from parley.core.effect_policy import Mishap, judge
 from parley.core.machine import SET_RESULT_NAME
+from parley.core.plans import PLANNING_BUILTINS
 from parley.core.records import SessionRecord, ToolCallRecord
 from parley.runtime.builtin_tools import (
     BUILTIN_EFFECTS,
@@ -61,6 +62,9 @@ class Binding:
     requires_approval: bool = False
     server: str | None = None
     tool: str | None = None
+    # May run in a planning turn: write_todos, ask_user, resource reads, and MCP tools that
+    # parley's configuration classifies as read (never on a server's own annotations).
+    plans: bool = False
 
 
 @dataclass(slots=True)
@@ -83,6 +87,15 @@ class Offer:
             unavailable={
                 s: why for s, why in self.unavailable.items() if any(n.startswith(f"{s}__") for n in keep)
             },
+        )
+
+    def for_planning(self) -> Offer:
+        """Only what a planning turn may call."""
+        return Offer(
+            tools=[t for t in self.tools if (b := self.bindings.get(t.name)) is not None and b.plans],
+            bindings={name: b for name, b in self.bindings.items() if b.plans},
+            warnings=self.warnings,
+            unavailable=self.unavailable,
         )
 
     def binding(self, name: str) -> Binding:
@@ -160,7 +173,10 @@ class Toolbox:
         for spec in context.specs():
             offer.tools.append(spec)
             offer.bindings[spec.name] = Binding(
-                name=spec.name, source="builtin", effect=BUILTIN_EFFECTS.get(spec.name, "idempotent_write")
+                name=spec.name,
+                source="builtin",
+                effect=BUILTIN_EFFECTS.get(spec.name, "idempotent_write"),
+                plans=spec.name in PLANNING_BUILTINS,
             )
         if self._sources is None or not agent.mcp_servers:
             return offer
@@ -208,6 +224,7 @@ class Toolbox:
                 requires_approval=classified.requires_approval,
                 server=server,
                 tool=tool.name,
+                plans=classified.configured_read,
             )
         if agent.mcp_resources:
             self._offer_resource_tools(agent, offer)
@@ -251,7 +268,7 @@ class Toolbox:
         ]
         for spec in specs:
             offer.tools.append(spec)
-            offer.bindings[spec.name] = Binding(name=spec.name, source="resources", effect="read")
+            offer.bindings[spec.name] = Binding(name=spec.name, source="resources", effect="read", plans=True)
 
     # ------------------------------------------------------------------ running
 

@@ -11,6 +11,7 @@ from parley.server.wire import (
     CloseResult,
     PendingList,
     PendingView,
+    PlanView,
     SessionList,
     SessionView,
     TurnOutcomeView,
@@ -22,6 +23,16 @@ def _next_steps_after_rest(session_id: str) -> str:
         f'Next: send_message(session_id="{session_id}", message=...) to continue, '
         f'or get_session(session_id="{session_id}") to read the whole session.'
     )
+
+
+def render_draft(session_id: str, plan: PlanView) -> list[str]:
+    """A draft plan and how to approve it, discard it or ask for changes."""
+    return [
+        f"The plan (revision {plan.revision}) is a draft, waiting for review:",
+        *[f"  [{t.get('status', 'pending')}] {t.get('content', '')}" for t in plan.todos],
+        f'Next: execute_plan(session_id="{session_id}", revision={plan.revision}) to approve it and let the '
+        f'agent act, send_message with feedback to revise it, or discard_plan(session_id="{session_id}").',
+    ]
 
 
 def render_outcome(o: TurnOutcomeView) -> str:
@@ -71,6 +82,8 @@ def render_outcome(o: TurnOutcomeView) -> str:
         lines += [f"{head}: {o.status}."]
     if o.notes:
         lines += ["", *o.notes]
+    if o.plan is not None and o.plan.status == "draft" and o.status in ("answered", "failed", "cancelled"):
+        lines += ["", *render_draft(sid, o.plan)]
     if o.tool_calls:
         lines += ["", "Tool calls:"]
         lines += [f"- {c.tool} [{c.status}]: {c.result or ''}".rstrip() for c in o.tool_calls]
@@ -136,8 +149,11 @@ def render_session(v: SessionView) -> str:
             + (" (refused)" if d.outcome == "refused" else "")
             for d in v.decisions[:10]
         ]
-    if v.todos:
-        lines.append("Plan:")
+    if v.plan is not None and v.plan.status == "draft":
+        lines += render_draft(v.session_id, v.plan)
+    elif v.todos:
+        status = f" (revision {v.plan.revision}, {v.plan.status})" if v.plan is not None else ""
+        lines.append(f"Plan{status}:")
         lines += [f"  [{t.get('status', 'pending')}] {t.get('content', '')}" for t in v.todos]
     if v.messages:
         first = v.messages[0].seq
@@ -195,10 +211,15 @@ def render_close(c: CloseResult) -> str:
 
 
 def render_pending_list(v: PendingList) -> str:
-    if not v.pending:
+    if not v.pending and not v.drafts:
         return "Nothing is waiting for a decision of yours."
-    lines = [f"{len(v.pending)} interrupt(s) wait for a decision:"]
+    lines = [f"{len(v.pending)} interrupt(s) wait for a decision:"] if v.pending else []
     for item in v.pending:
         lines.append(f"Session {item.session_id} (agent {item.agent}, of {item.owner}):")
         lines += render_pending(item.session_id, [item.interrupt])
+    if v.drafts:
+        lines.append(f"{len(v.drafts)} draft plan(s) wait for review:")
+    for draft in v.drafts:
+        lines.append(f"Session {draft.session_id} (agent {draft.agent}, of {draft.owner}):")
+        lines += render_draft(draft.session_id, draft.plan)
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from parley.server.wire import (
     PendingList,
     SessionList,
     agent_view,
+    draft_item,
     pending_item,
     session_summary,
     session_view,
@@ -67,6 +68,20 @@ async def delete_queued_message(
     status = await service.messages.delete_queued_message(caller.who, session_id, queued_message_id)
     view = DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status)
     return ok(view, f"Message {queued_message_id} of session {session_id}: {status}.")
+
+
+class DiscardPlanArguments(ToolArguments):
+    session_id: SessionIdArg
+
+
+async def discard_plan(service: SessionService, caller: Caller, args: DiscardPlanArguments) -> CallToolResult:
+    """Drop a session's draft plan without acting on it; the next message is an ordinary turn.
+    Refused, and nothing changes, when the session has no draft or a turn is running."""
+    session = await service.plans.discard_plan(caller.who, args.session_id)
+    view = session_summary(session)
+    return ok(
+        view, f"Session {session.id}: the draft plan was discarded; the next message is an ordinary turn."
+    )
 
 
 class GetSessionArguments(ToolArguments):
@@ -128,10 +143,15 @@ class ListPendingArguments(ToolArguments):
 
 
 async def list_pending(service: SessionService, caller: Caller, args: ListPendingArguments) -> CallToolResult:
-    """List the approvals and questions waiting for your decision, oldest first: those of your own
-    sessions, and those of the agents you approve for (whoever owns the session)."""
-    found = await service.reads.list_pending(caller.who, args.limit)
-    view = PendingList(pending=[pending_item(p, service.reads.decider(caller.who, p)) for p in found])
+    """List the approvals, questions and draft plans waiting for your decision, oldest first: those
+    of your own sessions, and those of the agents you approve for (whoever owns the session)."""
+    reads = service.reads
+    found = await reads.list_pending(caller.who, args.limit)
+    drafts = await reads.list_drafts(caller.who, args.limit)
+    view = PendingList(
+        pending=[pending_item(p, reads.decider(caller.who, p)) for p in found],
+        drafts=[draft_item(d, reads.decider(caller.who, d)) for d in drafts],
+    )
     return ok(view, render_pending_list(view))
 
 

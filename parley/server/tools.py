@@ -53,6 +53,8 @@ TOOLS: tuple[Entry, ...] = (
               s.DeleteQueuedMessageArguments, s.DeleteResult),
     TurnEntry("approve", "Approve", DECIDES, t.approve, t.ApproveArguments),
     TurnEntry("answer_question", "Answer question", DECIDES, t.answer_question, t.AnswerQuestionArguments),
+    TurnEntry("execute_plan", "Execute plan", DECIDES, t.execute_plan, t.ExecutePlanArguments),
+    ToolEntry("discard_plan", "Discard plan", STOPS, s.discard_plan, s.DiscardPlanArguments, SessionSummary),
     ToolEntry("get_session", "Get session", READ_ONLY, s.get_session, s.GetSessionArguments, SessionView),
     ToolEntry("list_pending", "List pending", READ_ONLY, s.list_pending, s.ListPendingArguments, PendingList),
     ToolEntry("list_sessions", "List sessions", READ_ONLY, s.list_sessions, s.ListSessionsArguments,

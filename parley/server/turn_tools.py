@@ -43,6 +43,16 @@ class StartSessionArguments(TurnArguments):
     client_message_id: ClientMessageIdArg = None
     settings: SettingsArg = None
     attachments: AttachmentsArg = None
+    plan: Annotated[
+        bool | None,
+        Field(
+            strict=True,
+            description=(
+                "Agents with plan mode: true makes the first turn a planning turn (read-only; it "
+                "writes a plan you approve with execute_plan); default: the agent's plan_mode."
+            ),
+        ),
+    ] = None
     wait_seconds: WaitArg = None
 
 
@@ -62,6 +72,7 @@ async def start_session(service: SessionService, caller: Caller, args: StartSess
             client_message_id=args.client_message_id,
             settings=args.settings,
             attachments=args.attachments,
+            plan=args.plan,
         ),
         caller.waiting(args.wait_seconds),
     )
@@ -90,6 +101,16 @@ class SendMessageArguments(TurnArguments):
     client_message_id: ClientMessageIdArg = None
     settings: SettingsArg = None
     attachments: AttachmentsArg = None
+    plan: Annotated[
+        bool,
+        Field(
+            strict=True,
+            description=(
+                "Agents with plan mode: true makes this a planning turn (read-only; it writes a plan "
+                "you approve with execute_plan). While a draft waits, every message plans."
+            ),
+        ),
+    ] = False
     wait_seconds: WaitArg = None
 
 
@@ -108,8 +129,34 @@ async def send_message(service: SessionService, caller: Caller, args: SendMessag
             queued_message_id=args.queued_message_id,
             settings=args.settings,
             attachments=args.attachments,
+            plan=args.plan,
         ),
         caller.waiting(args.wait_seconds),
+    )
+
+
+class ExecutePlanArguments(TurnArguments):
+    session_id: SessionIdArg
+    revision: Annotated[
+        int,
+        Field(
+            strict=True,
+            ge=1,
+            description="The revision of the plan you reviewed (get_session's plan.revision).",
+        ),
+    ]
+    wait_seconds: WaitArg = None
+
+
+async def execute_plan(service: SessionService, caller: Caller, args: ExecutePlanArguments) -> TurnOutcome:
+    """Approve a session's draft plan at exactly this revision, and wait for the turn that carries
+    it out with every tool of the agent.
+
+    Refused, and nothing changes, when the plan has moved on to another revision, when the session
+    is not waiting for a message, or when another approval came first. Approving the plan grants
+    nothing else: a tool call that needs approval still asks."""
+    return await service.plans.execute_plan(
+        caller.who, args.session_id, args.revision, caller.waiting(args.wait_seconds)
     )
 
 

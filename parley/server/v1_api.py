@@ -32,6 +32,7 @@ from parley.server.wire import (
     PendingList,
     SessionList,
     agent_view,
+    draft_item,
     outcome_view,
     pending_item,
     session_summary,
@@ -51,6 +52,7 @@ class StartBody(_Body):
     settings: dict[str, Any] | None = None
     attachments: list[dict[str, Any]] | None = None
     client_message_id: str | None = None
+    plan: bool | None = None
     wait_seconds: float | None = None
 
 
@@ -61,6 +63,7 @@ class MessageBody(_Body):
     settings: dict[str, Any] | None = None
     attachments: list[dict[str, Any]] | None = None
     client_message_id: str | None = None
+    plan: bool = False
     wait_seconds: float | None = None
 
 
@@ -95,6 +98,11 @@ class AnswerBody(_Body):
 
 
 class CloseBody(_Body):
+    wait_seconds: float | None = None
+
+
+class ExecutePlanBody(_Body):
+    revision: int = Field(ge=1)
     wait_seconds: float | None = None
 
 
@@ -159,6 +167,8 @@ class JsonEndpoints:
             ("/v1/sessions/{session_id}/approve", self._approve, "POST"),
             ("/v1/sessions/{session_id}/answer", self._answer, "POST"),
             ("/v1/sessions/{session_id}/close", self._close, "POST"),
+            ("/v1/sessions/{session_id}/plan/execute", self._execute_plan, "POST"),
+            ("/v1/sessions/{session_id}/plan/discard", self._discard_plan, "POST"),
             ("/v1/sessions/{session_id}/attachments/{sha256}", self._attachment, "GET"),
             ("/v1/pending", self._pending, "GET"),
             ("/v1/agents", self._agents, "GET"),
@@ -208,6 +218,7 @@ class JsonEndpoints:
                 client_message_id=body.client_message_id,
                 settings=body.settings,
                 attachments=body.attachments,
+                plan=body.plan,
             ),
             Waiting(seconds=body.wait_seconds),
         )
@@ -225,6 +236,7 @@ class JsonEndpoints:
                 queued_message_id=body.queued_message_id,
                 settings=body.settings,
                 attachments=body.attachments,
+                plan=body.plan,
             ),
             Waiting(seconds=body.wait_seconds),
         )
@@ -275,6 +287,22 @@ class JsonEndpoints:
         )
         return _json(outcome_view(outcome))
 
+    async def _execute_plan(self, request: Request) -> Response:
+        body = await _read(request, ExecutePlanBody, "POST /v1/sessions/{id}/plan/execute")
+        outcome = await self._service.plans.execute_plan(
+            caller(request),
+            request.path_params["session_id"],
+            body.revision,
+            Waiting(seconds=body.wait_seconds),
+            via="v1",
+        )
+        return _json(outcome_view(outcome))
+
+    async def _discard_plan(self, request: Request) -> Response:
+        await _read(request, CloseBody, "POST /v1/sessions/{id}/plan/discard")
+        session = await self._service.plans.discard_plan(caller(request), request.path_params["session_id"])
+        return _json(session_summary(session))
+
     async def _close(self, request: Request) -> Response:
         body = await _read(request, CloseBody, "POST /v1/sessions/{id}/close")
         session = await self._service.lifecycle.close_session(
@@ -315,8 +343,15 @@ class JsonEndpoints:
     async def _pending(self, request: Request) -> Response:
         who = caller(request)
         reads = self._service.reads
-        found = await reads.list_pending(who, _int_param(request, "limit", 1, 200) or 50)
-        return _json(PendingList(pending=[pending_item(p, reads.decider(who, p)) for p in found]))
+        limit = _int_param(request, "limit", 1, 200) or 50
+        found = await reads.list_pending(who, limit)
+        drafts = await reads.list_drafts(who, limit)
+        return _json(
+            PendingList(
+                pending=[pending_item(p, reads.decider(who, p)) for p in found],
+                drafts=[draft_item(d, reads.decider(who, d)) for d in drafts],
+            )
+        )
 
     async def _agents(self, request: Request) -> Response:
         described = await self._service.reads.describe_agents(caller(request))

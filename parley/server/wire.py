@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, WithJsonSchema
 
 from parley.config import AgentConfig, Memory
+from parley.core.plans import PlanState, plan_of
 from parley.core.records import (
     AuditRecord,
     InterruptRecord,
@@ -78,6 +79,23 @@ class Usage(BaseModel):
     model_calls: int = 0
 
 
+class PlanView(BaseModel):
+    status: Literal["cleared", "draft", "active", "completed"] = Field(
+        description=(
+            "cleared (no todos), draft (waiting for a person's review: execute_plan approves it), "
+            "active (approved, being carried out) or completed (every todo completed)."
+        )
+    )
+    revision: int = Field(description="How many times write_todos wrote the plan; execute_plan names it.")
+    todos: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def plan_view(plan: PlanState | None) -> PlanView | None:
+    if plan is None:
+        return None
+    return PlanView(status=plan.status, revision=plan.revision, todos=plan.todos)
+
+
 class TurnOutcomeView(BaseModel):
     session_id: str
     turn_id: str | None = Field(None, description="Null while the message still waits behind another turn.")
@@ -96,6 +114,11 @@ class TurnOutcomeView(BaseModel):
     agent_version: str | None = Field(
         None, description="The version of the agent's definition the turn runs on (see list_agents)."
     )
+    mode: Literal["planning", "executing"] | None = Field(
+        None,
+        description="planning: read-only, it writes a plan to review; executing: it carries out an approved one.",
+    )
+    plan: PlanView | None = Field(None, description="The session's plan after the turn (null: it has none).")
 
 
 class MemoryView(BaseModel):
@@ -228,6 +251,7 @@ class SessionView(BaseModel):
     messages: list[MessageView] = Field(default_factory=list)
     total_messages: int = 0
     todos: list[dict[str, Any]] = Field(default_factory=list)
+    plan: PlanView | None = Field(None, description="The plan: its status, revision and todos (null: none).")
     usage: Usage = Field(default_factory=Usage)
     last_error: str | None = None
     closed_reason: str | None = None
@@ -262,6 +286,10 @@ class SessionSummary(BaseModel):
     created_at: str | None
     updated_at: str | None
     closed_reason: str | None = None
+    plan_status: Literal["cleared", "draft", "active", "completed"] = Field(
+        "cleared", description="A draft waits for a person's review (execute_plan)."
+    )
+    plan_revision: int = 0
 
 
 class SessionList(BaseModel):
@@ -286,8 +314,24 @@ class PendingItem(BaseModel):
     decided_by: str | None = Field(None, description="Who decides it, when you may not.")
 
 
+class DraftItem(BaseModel):
+    session_id: str
+    agent: str
+    owner: str = Field(description="Whose session it is.")
+    title: str | None = None
+    plan: PlanView
+    updated_at: str | None = None
+    may_decide: bool | None = Field(
+        None, description="Whether you may approve it with execute_plan: false when only someone else may."
+    )
+    decided_by: str | None = Field(None, description="Who approves it, when you may not.")
+
+
 class PendingList(BaseModel):
     pending: list[PendingItem]
+    drafts: list[DraftItem] = Field(
+        default_factory=list, description="Draft plans waiting for review (execute_plan approves one)."
+    )
 
 
 class DeleteSessionResult(BaseModel):
@@ -339,6 +383,8 @@ def outcome_view(outcome: TurnOutcome) -> TurnOutcomeView:
         pending=[pending_view(i) for i in outcome.pending],
         notes=list(outcome.notes),
         agent_version=outcome.agent_version,
+        mode=outcome.mode,
+        plan=plan_view(outcome.plan),
     )
 
 
@@ -415,6 +461,8 @@ def session_summary(session: SessionRecord) -> SessionSummary:
         created_at=iso(session.created_at),
         updated_at=iso(session.updated_at),
         closed_reason=session.closed_reason if session.status == "closed" else None,
+        plan_status=session.plan_status,
+        plan_revision=session.plan_revision,
     )
 
 
@@ -439,6 +487,7 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         messages=[message_view(m) for m in snapshot.messages],
         total_messages=snapshot.total_messages,
         todos=s.todos,
+        plan=plan_view(plan_of(s)),
         usage=Usage(
             input_tokens=s.input_tokens,
             output_tokens=s.output_tokens,
@@ -466,6 +515,19 @@ def decision_view(entry: AuditRecord) -> DecisionView:
         client=entry.client,
         outcome=entry.outcome,
         via=entry.detail.get("via") or entry.detail.get("error"),
+    )
+
+
+def draft_item(session: SessionRecord, decider: Decider | None = None) -> DraftItem:
+    return DraftItem(
+        session_id=session.id,
+        agent=session.agent,
+        owner=session.owner,
+        title=session.title,
+        plan=PlanView(status=session.plan_status, revision=session.plan_revision, todos=session.todos),
+        updated_at=iso(session.updated_at),
+        may_decide=decider.may_decide if decider is not None else None,
+        decided_by=decider.decided_by if decider is not None else None,
     )
 
 

@@ -244,6 +244,13 @@ class OwnerQueries(Protocol):
         None: of every session."""
         ...
 
+    async def list_drafts_for(
+        self, owner: str | None, agents: Sequence[str] | None, limit: int
+    ) -> list[SessionRecord]:
+        """Idle sessions whose plan is a draft waiting for review, oldest change first, of
+        `owner` or of the `agents`, as list_pending_for."""
+        ...
+
     async def delete_session(self, session_id: SessionId, now: float) -> DeleteOutcome:
         """Remove the session and everything of it (turns, calls, interrupts, queue, transcript,
         summaries, steps, events, its MCP tasks), unless it runs or a live lease holds it

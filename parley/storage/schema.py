@@ -87,6 +87,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX admissions_owner ON admissions(owner, counted, at)"
         ),
     ),
+    Migration(
+        "20: plan mode: a session's plan status and revision, and the mode of a turn and of the "
+        "queued message that starts it (planning or executing an approved plan)",
+        both=(
+            "ALTER TABLE sessions ADD COLUMN plan_status TEXT NOT NULL DEFAULT 'cleared';"
+            "ALTER TABLE sessions ADD COLUMN plan_revision INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE turns ADD COLUMN mode TEXT;"
+            "ALTER TABLE queued_messages ADD COLUMN mode TEXT;"
+            "CREATE INDEX sessions_drafts ON sessions(owner, updated_at) WHERE plan_status = 'draft'"
+        ),
+    ),
 )
 
 # The newest version this parley knows.

@@ -23,6 +23,9 @@ class Classification:
     effect: str
     requires_approval: bool
     destructive: bool
+    # Whether parley's own configuration (a policy, not the server's annotations) says `read`:
+    # only such tools run in a planning turn.
+    configured_read: bool = False
 
 
 def classify(
@@ -35,6 +38,7 @@ def classify(
     hints = annotations if trust_annotations else None
     policies = [p for p in (agent_policy, server_policy) if p is not None]
     effect: str | None = next((p.effect for p in policies if p.effect is not None), None)
+    configured_read = effect == "read"
     if effect is None and hints is not None:
         effect = _effect_from_hints(hints)
     effect = effect or "unclassified"
@@ -55,7 +59,9 @@ def classify(
         requires = False
     else:
         requires = NEEDS_APPROVAL_BY_EFFECT[effect] or (effect == "idempotent_write" and destructive)
-    return Classification(effect=effect, requires_approval=requires, destructive=destructive)
+    return Classification(
+        effect=effect, requires_approval=requires, destructive=destructive, configured_read=configured_read
+    )
 
 
 def _effect_from_hints(hints: ToolAnnotations) -> str | None:

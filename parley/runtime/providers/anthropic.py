@@ -136,6 +136,8 @@ class AnthropicModelClient:
                 {"name": t.name, "description": t.description, "input_schema": object_schema(t.input_schema)}
                 for t in request.tools
             ]
+        if request.tool_choice is not None:
+            body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
         headers = {"anthropic-version": API_VERSION, "content-type": "application/json"}
         inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:

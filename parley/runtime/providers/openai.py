@@ -143,6 +143,8 @@ class OpenAIModelClient:
                 }
                 for t in request.tools
             ]
+        if request.tool_choice is not None:
+            body["tool_choice"] = {"type": "function", "function": {"name": request.tool_choice}}
         system = [dumps({"role": "system", "content": request.instructions})] if request.instructions else []
         content = body_with_messages(body, [*system, *map(self._encoded.encode, request.messages)])
         headers = {"content-type": "application/json"}

@@ -34,6 +34,7 @@ from parley.runtime.service.messages import MessageCommands
 from parley.runtime.service.outcomes import SessionDetails, TurnOutcome
 from parley.runtime.service.parts import Parts
 from parley.runtime.service.persons import PersonAnswers
+from parley.runtime.service.plans import PlanCommands
 from parley.runtime.service.reads import Reads
 from parley.runtime.service.requests import (
     MessagesPage,
@@ -85,6 +86,7 @@ class SessionService:
     messages: MessageCommands
     decisions: DecisionCommands
     lifecycle: LifecycleCommands
+    plans: PlanCommands
     waits: Waits
     reads: Reads
     persons: PersonAnswers
@@ -115,6 +117,7 @@ class SessionService:
             messages=MessageCommands(parts, checks, waits, fair_use, options.titles),
             decisions=DecisionCommands(parts, checks, waits, Decisions(store, agents, clock), persons),
             lifecycle=LifecycleCommands(parts, checks, waits),
+            plans=PlanCommands(parts, checks, waits),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

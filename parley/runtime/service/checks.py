@@ -164,6 +164,20 @@ class Checks:
         return session_kind
 
     @staticmethod
+    def plan(agent: AgentConfig, plan: bool | None) -> bool:
+        """Whether the message starts a planning turn: as asked (None: the agent's plan_mode), if
+        the agent has plan mode."""
+        if plan is None:
+            return agent.plan_mode
+        if plan and not agent.plan_mode:
+            raise InvalidArgument(
+                "plan",
+                f"agent '{agent.name}' has no plan mode (plan_mode: true in its file turns it on); "
+                "leave plan out or false",
+            )
+        return plan
+
+    @staticmethod
     def inputs(agent: AgentConfig, inputs: dict[str, Any] | None) -> None:
         if agent.input_schema is None:
             if inputs is not None:

@@ -19,7 +19,7 @@ from parley.core.ids import (
     new_queued_message_id,
     new_session_id,
 )
-from parley.core.records import AttachmentBlob, QueuedMessageRecord, SessionRecord
+from parley.core.records import AttachmentBlob, QueuedMessageRecord, SessionRecord, TurnMode
 from parley.core.states import ENDED_SESSION
 from parley.errors import (
     AgentRemoved,
@@ -62,6 +62,7 @@ class _Start:
     refs: list[dict[str, Any]]
     blobs: tuple[AttachmentBlob, ...]
     wait_s: float
+    mode: TurnMode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,8 @@ class MessageCommands:
         await checks.enabled_tools(settings, agent, kind)
         text = render_first_message(request.message, request.inputs)
         checks.first_message(text, refs)
-        return _Start(agent, kind, settings, text, refs, blobs, wait_s)
+        plans = checks.plan(agent, request.plan)
+        return _Start(agent, kind, settings, text, refs, blobs, wait_s, "planning" if plans else None)
 
     async def _retry_of_start(
         self, existing: SessionRecord, start: _Start, on_progress: ProgressFn | None
@@ -190,6 +192,8 @@ class MessageCommands:
         message = checks.message(request.message)
         wait_s = checks.wait_s(waiting.seconds)
         checks.client_message_id(request.client_message_id)
+        if request.plan and send.agent is not None:
+            checks.plan(send.agent, True)
         if request.client_message_id is not None:
             sent = await self._parts.store.find_sent(send.session.id, request.client_message_id)
             if sent is not None:
@@ -244,6 +248,7 @@ class MessageCommands:
             attachments=send.refs or None,
             blobs=send.blobs,
             trace_context=current_trace_context(),
+            mode="planning" if request.plan else None,
         )
         entry = p.audit.entry(caller, act, session_id=session.id, target=queued.id)
         # Counted with the message; one to a busy session queues behind (or steers) its turn, so
@@ -392,6 +397,7 @@ def _first_queued(
         attachments=start.refs or None,
         blobs=start.blobs,
         trace_context=current_trace_context(),
+        mode=start.mode,
     )
 
 

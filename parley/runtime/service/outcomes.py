@@ -9,6 +9,7 @@ from typing import Any
 from parley.config import Memory
 from parley.core.changes import SessionSnapshot, SnapshotScope
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.plans import PlanState, plan_of
 from parley.core.records import (
     AuditRecord,
     InterruptRecord,
@@ -17,6 +18,7 @@ from parley.core.records import (
     SessionRecord,
     SessionStatus,
     ToolCallRecord,
+    TurnMode,
     TurnRecord,
 )
 from parley.core.states import OutcomeStatus
@@ -42,6 +44,9 @@ class TurnOutcome:
     notes: list[str] = field(default_factory=list)
     # The version of the agent definition the turn runs on (None: stored before versions were kept).
     agent_version: str | None = None
+    # The turn's plan mode, and the session's plan after it (None: the session has none).
+    mode: TurnMode | None = None
+    plan: PlanState | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,6 +105,8 @@ def outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMessa
         session_status=session.status,
         result=turn.result,
         agent_version=turn.agent_version,
+        mode=turn.mode,
+        plan=plan_of(session),
     )
 
 

@@ -140,6 +140,10 @@ class Reads:
         session = await self._parts.access.decidable(caller, session_id)
         return await self._parts.store.list_interrupts(session.id, pending_only=True)
 
+    async def list_drafts(self, caller: Principal, limit: int) -> list[SessionRecord]:
+        """The draft plans waiting for `caller`'s review (session_access.SessionAccess.list_drafts)."""
+        return await self._parts.access.list_drafts(caller, limit)
+
     async def list_pending(self, caller: Principal, limit: int) -> list[PendingInterrupt]:
         """The interrupts waiting for `caller`'s decision (session_access.SessionAccess.list_pending)."""
         return await self._parts.access.list_pending(caller, limit)

@@ -34,6 +34,8 @@ class StartRequest:
     client_message_id: str | None = None
     settings: dict[str, Any] | None = None
     attachments: list[Any] | None = None
+    # A planning turn for the first message (None: the agent's plan_mode decides).
+    plan: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +49,8 @@ class SendRequest:
     queued_message_id: str | None = None
     settings: dict[str, Any] | None = None
     attachments: list[Any] | None = None
+    # A planning turn (a message while a draft waits plans anyway).
+    plan: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,6 +84,28 @@ class SqlOwners(SqlBase):
             for r in rows
         ]
 
+    async def list_drafts_for(
+        self, owner: str | None, agents: Sequence[str] | None, limit: int
+    ) -> list[SessionRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        if owner is None and agents is not None and not agents:
+            return []
+        if owner is not None:
+            where.append("owner = ?")
+            params.append(owner)
+        if agents:
+            among, among_params = self.dialect.in_list("agent", agents)
+            where.append(among)
+            params.extend(among_params)
+        scope = f"AND ({' OR '.join(where)})" if where else ""
+        rows = await self._rows(
+            f"SELECT {SESSION_COLUMNS} FROM sessions WHERE plan_status = 'draft' AND status = 'idle' "
+            f"{scope} ORDER BY updated_at, id LIMIT ?",
+            (*params, self.dialect.limit(limit)),
+        )
+        return [self.codec.session(r) for r in rows]
+
     async def delete_session(self, session_id: SessionId, now: float) -> DeleteOutcome:
         return await self._execute(self._deleting(session_id, now), write=True)
 

@@ -38,15 +38,16 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "id, agent, owner, kind, status, phase, created_at, updated_at, turn_count, current_turn_id, "
         "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
         "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, "
-        "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch, title, tags"
+        "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch, title, tags, "
+        "plan_status, plan_revision"
     ),
     "turns": columns(
         "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
-        "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version"
+        "model_calls, input_tokens, output_tokens, result, settings, cached_tokens, agent_version, mode"
     ),
     "queued_messages": columns(
         "id, session_id, seq, text, status, turn_id, created_at, client_message_id, steer, settings, "
-        "attachments, trace_context"
+        "attachments, trace_context, mode"
     ),
     "tool_calls": columns(
         "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, result, "

@@ -39,11 +39,11 @@ T = TypeVar("T")
 
 # The columns a new record is inserted with (the others start from their defaults).
 _NEW_TURN = columns(
-    "id, session_id, seq, status, queued_message_id, started_at, ended_at, settings, agent_version"
+    "id, session_id, seq, status, queued_message_id, started_at, ended_at, settings, agent_version, mode"
 )
 _NEW_CALL = columns(
     "id, session_id, turn_id, step_no, call_index, name, arguments, status, effect, idempotency_key, "
-    "created_at, updated_at, source, server, tool, requires_approval"
+    "created_at, updated_at, source, server, tool, requires_approval, result"
 )
 _NEW_INTERRUPT = columns("id, session_id, turn_id, tool_call_id, kind, status, payload, created_at, deadline")
 # Tables whose rows carry the time of their last change.

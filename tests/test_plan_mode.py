@@ -1,0 +1,180 @@
+"""Plan mode through the MCP tools, in-process on the composition root of `parley serve`: a
+planning turn runs only write_todos, ask_user and tools configured as read; a person approves
+one revision with execute_plan; the executing turn has every tool and keeps the statuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from parley.testing import ToolServer, call, call_error, parley_app
+
+pytestmark = pytest.mark.anyio
+
+
+def ops_tools() -> ToolServer:
+    """A server with one tool the configuration calls read, one whose own annotation says so
+    (untrusted for planning), and one that writes."""
+    ops = ToolServer("ops")
+
+    @ops.tool()
+    async def inspect(target: str) -> str:
+        """Look at a target."""
+        return f"{target}: 3 tables"
+
+    @ops.tool(read_only=True)
+    async def peek(target: str) -> str:
+        """Look at a target (its annotation says read-only)."""
+        return f"{target}: peeked"
+
+    @ops.tool(destructive=False, idempotent=True)
+    async def migrate(target: str) -> str:
+        """Change a target."""
+        return f"{target}: migrated"
+
+    return ops
+
+
+def planner(**extra: Any) -> dict[str, Any]:
+    return {
+        "tools": ["write_todos", "ask_user"],
+        "plan_mode": True,
+        "mcp_servers": ["ops"],
+        **extra,
+    }
+
+
+def config(ops: ToolServer) -> dict[str, Any]:
+    return {"mcp_servers": {"ops": {**ops.entry, "tools": {"inspect": {"effect": "read"}}}}}
+
+
+def todos_line(*items: str) -> str:
+    return "/tool write_todos " + json.dumps({"todos": [{"content": item} for item in items]})
+
+
+async def test_a_planning_turn_runs_configured_reads_and_refuses_everything_else(tmp_path: Path) -> None:
+    ops = ops_tools()
+    message = "\n".join(
+        [
+            '/tool ops__inspect {"target": "db"}',
+            '/tool ops__peek {"target": "db"}',
+            '/tool ops__migrate {"target": "db"}',
+            todos_line("back up db", '/tool ops__migrate {"target": "db"}'),
+        ]
+    )
+    async with (
+        ops.serve(),
+        parley_app(config(ops), agents={"planner": planner()}, directory=tmp_path) as parley,
+    ):
+        async with parley.mcp() as client:
+            planned = await call(client, "start_session", agent="planner", message=message)
+            session = await call(client, "get_session", session_id=planned["session_id"])
+
+    assert planned["status"] == "answered", planned
+    assert planned["mode"] == "planning"
+    statuses = {c["tool"]: c["status"] for c in planned["tool_calls"]}
+    assert statuses == {
+        "ops__inspect": "succeeded",
+        "ops__peek": "failed",
+        "ops__migrate": "failed",
+        "write_todos": "succeeded",
+    }
+    assert [c.tool for c in ops.calls] == ["inspect"], "only the tool configured as read ran"
+    refused = next(m for m in session["messages"] if m["role"] == "tool" and "planning turn" in m["text"])
+    assert refused["is_error"]
+    assert planned["plan"] == {
+        "status": "draft",
+        "revision": 1,
+        "todos": [
+            {"content": "back up db", "status": "pending"},
+            {"content": '/tool ops__migrate {"target": "db"}', "status": "pending"},
+        ],
+    }
+    assert session["plan"]["status"] == "draft"
+
+
+async def test_an_approved_plan_runs_with_every_tool_and_completes(tmp_path: Path) -> None:
+    ops = ops_tools()
+    plan = todos_line("back up db", '/tool ops__migrate {"target": "db"}')
+    async with (
+        ops.serve(),
+        parley_app(config(ops), agents={"planner": planner()}, directory=tmp_path) as parley,
+    ):
+        async with parley.mcp() as client:
+            planned = await call(client, "start_session", agent="planner", message=plan)
+            sid = planned["session_id"]
+            assert ops.ran("migrate") == []
+            done = await call(client, "execute_plan", session_id=sid, revision=1)
+            listed = await call(client, "list_sessions")
+            again = await call_error(client, "execute_plan", session_id=sid, revision=2)
+
+    assert done["status"] == "answered", done
+    assert done["mode"] == "executing"
+    assert [c.arguments for c in ops.ran("migrate")] == [{"target": "db"}]
+    assert done["plan"]["status"] == "completed" and done["plan"]["revision"] == 2
+    assert all(t["status"] == "completed" for t in done["plan"]["todos"])
+    [summary] = listed["sessions"]
+    assert summary["plan_status"] == "completed" and summary["plan_revision"] == 2
+    assert "no plan to approve" in again
+
+
+async def test_a_stale_revision_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    async with parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley:
+        async with parley.mcp() as client:
+            first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+            sid = first["session_id"]
+            # Feedback on a draft plans again: revision 2.
+            second = await call(client, "send_message", session_id=sid, message=todos_line("one", "two"))
+            stale = await call_error(client, "execute_plan", session_id=sid, revision=1)
+            after = await call(client, "get_session", session_id=sid)
+
+    assert second["mode"] == "planning" and second["plan"]["revision"] == 2
+    assert "revision 2, not 1" in stale and "Nothing was changed" in stale
+    assert after["plan"]["status"] == "draft" and after["turn_count"] == 2
+
+
+async def test_of_two_concurrent_approvals_exactly_one_wins(tmp_path: Path) -> None:
+    async with parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley:
+        async with parley.mcp() as client:
+            first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+            sid = first["session_id"]
+            results: list[str] = []
+
+            async def approve() -> None:
+                try:
+                    outcome = await call(client, "execute_plan", session_id=sid, revision=1)
+                    results.append(outcome["status"])
+                except AssertionError as exc:
+                    results.append(f"refused: {exc}")
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(approve)
+                tg.start_soon(approve)
+            after = await call(client, "get_session", session_id=sid)
+
+    assert sorted(r.split(":")[0] for r in results) == ["answered", "refused"], results
+    assert after["turn_count"] == 2, "one executing turn ran"
+
+
+async def test_discard_drops_the_draft_and_the_next_message_is_ordinary(tmp_path: Path) -> None:
+    async with parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley:
+        async with parley.mcp() as client:
+            first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+            sid = first["session_id"]
+            discarded = await call(client, "discard_plan", session_id=sid)
+            again = await call_error(client, "discard_plan", session_id=sid)
+            ordinary = await call(client, "send_message", session_id=sid, message="hello")
+
+    assert discarded["plan_status"] == "cleared"
+    assert "no draft to discard" in again
+    assert ordinary["mode"] is None and ordinary["status"] == "answered"
+
+
+async def test_plan_needs_an_agent_with_plan_mode(tmp_path: Path) -> None:
+    async with parley_app(directory=tmp_path) as parley, parley.mcp() as client:
+        refused = await call_error(client, "start_session", agent="demo", message="hi", plan=True)
+    assert "plan_mode: true" in refused and "plan" in refused
