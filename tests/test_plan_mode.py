@@ -69,10 +69,10 @@ async def test_a_planning_turn_runs_configured_reads_and_refuses_everything_else
     async with (
         ops.serve(),
         parley_app(config(ops), agents={"planner": planner()}, directory=tmp_path) as parley,
+        parley.mcp() as client,
     ):
-        async with parley.mcp() as client:
-            planned = await call(client, "start_session", agent="planner", message=message)
-            session = await call(client, "get_session", session_id=planned["session_id"])
+        planned = await call(client, "start_session", agent="planner", message=message)
+        session = await call(client, "get_session", session_id=planned["session_id"])
 
     assert planned["status"] == "answered", planned
     assert planned["mode"] == "planning"
@@ -103,14 +103,14 @@ async def test_an_approved_plan_runs_with_every_tool_and_completes(tmp_path: Pat
     async with (
         ops.serve(),
         parley_app(config(ops), agents={"planner": planner()}, directory=tmp_path) as parley,
+        parley.mcp() as client,
     ):
-        async with parley.mcp() as client:
-            planned = await call(client, "start_session", agent="planner", message=plan)
-            sid = planned["session_id"]
-            assert ops.ran("migrate") == []
-            done = await call(client, "execute_plan", session_id=sid, revision=1)
-            listed = await call(client, "list_sessions")
-            again = await call_error(client, "execute_plan", session_id=sid, revision=2)
+        planned = await call(client, "start_session", agent="planner", message=plan)
+        sid = planned["session_id"]
+        assert ops.ran("migrate") == []
+        done = await call(client, "execute_plan", session_id=sid, revision=1)
+        listed = await call(client, "list_sessions")
+        again = await call_error(client, "execute_plan", session_id=sid, revision=2)
 
     assert done["status"] == "answered", done
     assert done["mode"] == "executing"
@@ -123,14 +123,16 @@ async def test_an_approved_plan_runs_with_every_tool_and_completes(tmp_path: Pat
 
 
 async def test_a_stale_revision_is_refused_and_changes_nothing(tmp_path: Path) -> None:
-    async with parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley:
-        async with parley.mcp() as client:
-            first = await call(client, "start_session", agent="planner", message=todos_line("one"))
-            sid = first["session_id"]
-            # Feedback on a draft plans again: revision 2.
-            second = await call(client, "send_message", session_id=sid, message=todos_line("one", "two"))
-            stale = await call_error(client, "execute_plan", session_id=sid, revision=1)
-            after = await call(client, "get_session", session_id=sid)
+    async with (
+        parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley,
+        parley.mcp() as client,
+    ):
+        first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        sid = first["session_id"]
+        # Feedback on a draft plans again: revision 2.
+        second = await call(client, "send_message", session_id=sid, message=todos_line("one", "two"))
+        stale = await call_error(client, "execute_plan", session_id=sid, revision=1)
+        after = await call(client, "get_session", session_id=sid)
 
     assert second["mode"] == "planning" and second["plan"]["revision"] == 2
     assert "revision 2, not 1" in stale and "Nothing was changed" in stale
@@ -138,36 +140,40 @@ async def test_a_stale_revision_is_refused_and_changes_nothing(tmp_path: Path) -
 
 
 async def test_of_two_concurrent_approvals_exactly_one_wins(tmp_path: Path) -> None:
-    async with parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley:
-        async with parley.mcp() as client:
-            first = await call(client, "start_session", agent="planner", message=todos_line("one"))
-            sid = first["session_id"]
-            results: list[str] = []
+    async with (
+        parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley,
+        parley.mcp() as client,
+    ):
+        first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        sid = first["session_id"]
+        results: list[str] = []
 
-            async def approve() -> None:
-                try:
-                    outcome = await call(client, "execute_plan", session_id=sid, revision=1)
-                    results.append(outcome["status"])
-                except AssertionError as exc:
-                    results.append(f"refused: {exc}")
+        async def approve() -> None:
+            try:
+                outcome = await call(client, "execute_plan", session_id=sid, revision=1)
+                results.append(outcome["status"])
+            except AssertionError as exc:
+                results.append(f"refused: {exc}")
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(approve)
-                tg.start_soon(approve)
-            after = await call(client, "get_session", session_id=sid)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(approve)
+            tg.start_soon(approve)
+        after = await call(client, "get_session", session_id=sid)
 
     assert sorted(r.split(":")[0] for r in results) == ["answered", "refused"], results
     assert after["turn_count"] == 2, "one executing turn ran"
 
 
 async def test_discard_drops_the_draft_and_the_next_message_is_ordinary(tmp_path: Path) -> None:
-    async with parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley:
-        async with parley.mcp() as client:
-            first = await call(client, "start_session", agent="planner", message=todos_line("one"))
-            sid = first["session_id"]
-            discarded = await call(client, "discard_plan", session_id=sid)
-            again = await call_error(client, "discard_plan", session_id=sid)
-            ordinary = await call(client, "send_message", session_id=sid, message="hello")
+    async with (
+        parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley,
+        parley.mcp() as client,
+    ):
+        first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        sid = first["session_id"]
+        discarded = await call(client, "discard_plan", session_id=sid)
+        again = await call_error(client, "discard_plan", session_id=sid)
+        ordinary = await call(client, "send_message", session_id=sid, message="hello")
 
     assert discarded["plan_status"] == "cleared"
     assert "no draft to discard" in again
