@@ -3,11 +3,15 @@ formats over real HTTP (server-sent events), served by uvicorn on 127.0.0.1 insi
 
 The fake decides from the newest user text, by keyword:
   "two tools"  -> two parallel write_todos calls     "chunky" -> one call, arguments in many pieces
+  "call NAME {json}" lines -> those tool calls, as are pending todos of the plan the instructions
+  show ("- [pending] call NAME {json}")
   "think"      -> a thinking block, then text          "429" / "500" / "cut" -> that failure once, then text
   "401"        -> always refused                       anything else -> "echo: <text>" in three pieces
   "stall"      -> (Anthropic) text streamed slowly, then a broken stream, once; then "echo: <text>"
   "leak 401" / "leak 500" / "leak stream" -> always that failure, its message repeating the key it was sent
-After tool results it answers "done: <the results>". Every request is recorded.
+After tool results it answers "done: <the results>". A request that forces a tool (tool_choice) gets
+a call of that tool, as the real APIs do: write_todos with one todo per line of the text. Every
+request is recorded.
 """
 
 from __future__ import annotations
@@ -124,6 +128,11 @@ class FakeProviders:
         if results:
             answer = "done: " + "; ".join(r["content"][0]["text"] for r in results)
             return _sse(_anthropic_text(answer))
+        forced = (body.get("tool_choice") or {}).get("name")
+        if forced:
+            return _sse(_anthropic_tools([(forced, _forced_arguments(forced, text))]))
+        if asked := _asked_calls(text) or _planned_calls(str(body.get("system", ""))):
+            return _sse(_anthropic_tools(asked))
         if "stall" in text and text not in self.failed_once:
             # Text that goes out piece by piece (slower than the driver publishes it), then the
             # stream breaks: the retry's text replaces it.
@@ -178,6 +187,12 @@ class FakeProviders:
                 tail.insert(0, m["content"])
             return _sse(_openai_text("done: " + "; ".join(tail)), done=True)
         text = _openai_text_of(messages[-1]["content"])
+        forced = ((body.get("tool_choice") or {}).get("function") or {}).get("name")
+        if forced:
+            return _sse(_openai_tools([(forced, _forced_arguments(forced, text))]), done=True)
+        system = str(messages[0]["content"]) if messages[0]["role"] == "system" else ""
+        if asked := _asked_calls(text) or _planned_calls(system):
+            return _sse(_openai_tools(asked), done=True)
         compacted = any(str(m.get("content") or "").startswith("[Summary") for m in messages)
         if "too long" in text and not compacted:
             error = {
@@ -207,6 +222,31 @@ class FakeProviders:
                 done=True,
             )
         return _sse(_openai_text(f"echo: {text}"), done=True)
+
+
+def _asked_calls(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The calls of "call NAME {json}" lines."""
+    calls = []
+    for line in text.splitlines():
+        if line.startswith("call "):
+            name, _, arguments = line[5:].partition(" ")
+            calls.append((name, json.loads(arguments or "{}")))
+    return calls
+
+
+def _planned_calls(instructions: str) -> list[tuple[str, dict[str, Any]]]:
+    """The calls of the plan's pending todos that the instructions show."""
+    pending = "- [pending] "
+    return _asked_calls(
+        "\n".join(line[len(pending) :] for line in instructions.splitlines() if line.startswith(pending))
+    )
+
+
+def _forced_arguments(tool: str, text: str) -> dict[str, Any]:
+    """What the fake model calls a forced tool with: a plan of the text's lines for write_todos."""
+    if tool == "write_todos":
+        return {"todos": [{"content": line} for line in text.splitlines() if line.strip()]}
+    return {}
 
 
 def _anthropic_shape_error(messages: list[dict[str, Any]]) -> str | None:

@@ -184,3 +184,21 @@ async def test_plan_needs_an_agent_with_plan_mode(tmp_path: Path) -> None:
     async with parley_app(directory=tmp_path) as parley, parley.mcp() as client:
         refused = await call_error(client, "start_session", agent="demo", message="hi", plan=True)
     assert "plan_mode: true" in refused and "plan" in refused
+
+
+async def test_plan_mode_lasts_until_a_plan_is_approved_or_discarded(tmp_path: Path) -> None:
+    agents = {"planner": planner(mcp_servers=[])}
+    async with parley_app(agents=agents, directory=tmp_path) as parley, parley.mcp() as client:
+        asked = await call(client, "start_session", agent="planner", message="Which database?")
+        sid = asked["session_id"]
+        # A clarifying exchange leaves no draft, and the answer to it plans again.
+        answered = await call(client, "send_message", session_id=sid, message="postgres")
+        left = await call(client, "discard_plan", session_id=sid)
+        ordinary = await call(client, "send_message", session_id=sid, message="thanks")
+        asked_again = await call(client, "send_message", session_id=sid, message="plan it", plan=True)
+
+    assert (asked["mode"], asked["plan"]) == ("planning", None)
+    assert (answered["mode"], answered["plan"]) == ("planning", None)
+    assert left["plan_status"] == "cleared"
+    assert ordinary["mode"] is None
+    assert asked_again["mode"] == "planning"

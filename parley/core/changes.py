@@ -197,6 +197,7 @@ class SessionPatch(TypedDict, total=False):
     tags: list[str]
     plan_status: PlanStatus
     plan_revision: int
+    planning: bool
 
 
 class TurnPatch(TypedDict, total=False):

@@ -46,15 +46,14 @@ def plan_of(session: SessionRecord) -> PlanState | None:
 
 
 def turn_mode(session: SessionRecord, taken: Sequence[QueuedMessageRecord]) -> TurnMode | None:
-    """The mode of the turn that takes these messages: executing when it carries out an approval
-    (or the plan is active), planning when a message asks for it or a draft waits for review."""
+    """The mode of the turn that takes these messages: executing when it carries out an approval;
+    planning when a message asks for it, or the session is in plan mode (a planning turn ran and
+    no plan was approved or discarded since), or a draft waits for review."""
     modes = {message.mode for message in taken}
     if "executing" in modes:
         return "executing"
-    if "planning" in modes or session.plan_status == "draft":
+    if "planning" in modes or session.planning or session.plan_status == "draft":
         return "planning"
-    if session.plan_status == "active":
-        return "executing"
     return None
 
 
@@ -111,7 +110,7 @@ def approve_plan(
     outcome, changes = queue_message(snapshot, owner, replace(message, mode="executing"), max_turns)
     if outcome != "queued":
         return ("turn_limit" if outcome == "turn_limit" else "closed"), Changes()
-    changes.session["plan_status"] = "active"
+    changes.session.update({"plan_status": "active", "planning": False})
     changes.events.append(
         NewEvent(
             None, "plan_execution_started", {"revision": revision, "by": by, "queued_message_id": message.id}
@@ -124,17 +123,20 @@ def approve_plan(
 
 
 def discard_plan(snapshot: SessionSnapshot, owner: str) -> tuple[DiscardOutcome, Changes]:
-    """Drop the draft of a session at rest: the next message is an ordinary turn."""
+    """Drop the draft of a session at rest and leave plan mode: the next message is an ordinary turn."""
     session = snapshot.session
     changes = Changes()
     if session.owner != owner:
         return "not_found", changes
     if session.status in ENDED_SESSION or session.close_requested:
         return "closed", changes
-    if session.plan_status != "draft":
+    if session.plan_status != "draft" and not session.planning:
         return "no_draft", changes
     if session.status != "idle" or session.current_turn_id is not None or snapshot.queued:
         return "busy", changes
+    changes.session["planning"] = False
+    if session.plan_status != "draft":
+        return "discarded", changes  # in plan mode with no draft yet: only plan mode ends
     changes.session.update({"todos": [], "plan_status": "cleared"})
     changes.events.append(
         NewEvent(None, "plan_updated", {"revision": session.plan_revision, "status": "cleared", "todos": []})

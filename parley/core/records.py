@@ -71,6 +71,9 @@ class SessionRecord:
     # The plan's status and how many times write_todos wrote it (the revision execute_plan names).
     plan_status: PlanStatus = "cleared"
     plan_revision: int = 0
+    # In plan mode: from its first planning turn until a plan is approved or discarded, every
+    # turn plans (a clarifying question's answer too).
+    planning: bool = False
 
     @classmethod
     def new(

@@ -85,6 +85,8 @@ def start_turn(
             "settings": settings,
         }
     )
+    if turn.mode == "planning" and not session.planning:
+        changes.session["planning"] = True
     started: dict[str, Any] = {"queued_message_id": taken[0].id}
     if turn.mode is not None:
         started["mode"] = turn.mode

@@ -75,8 +75,9 @@ class DiscardPlanArguments(ToolArguments):
 
 
 async def discard_plan(service: SessionService, caller: Caller, args: DiscardPlanArguments) -> CallToolResult:
-    """Drop a session's draft plan without acting on it; the next message is an ordinary turn.
-    Refused, and nothing changes, when the session has no draft or a turn is running."""
+    """Drop a session's draft plan without acting on it and leave plan mode; the next message is
+    an ordinary turn. Refused, and nothing changes, when the session has no draft and is not in
+    plan mode, or a turn is running."""
     session = await service.plans.discard_plan(caller.who, args.session_id)
     view = session_summary(session)
     return ok(

@@ -27,7 +27,7 @@ _REFUSALS = {
     "busy": "it is not waiting for a message (a turn runs or waits, or a message is queued; perhaps "
     "another approval came first); try again once the session is idle.",
     "turn_limit": "it has used all the turns its agent allows, so the plan cannot be executed.",
-    "no_draft": "it has no draft to discard (its plan is {status}).",
+    "no_draft": "it has no draft to discard and is not in plan mode (its plan is {status}).",
 }
 
 
