@@ -240,6 +240,7 @@ def _session_service(
     toolbox: Toolbox,
     titles: ModelTitles,
     clock: Callable[[], float],
+    faults: FaultPoints,
 ) -> SessionService:
     return SessionService.build(
         store=store,
@@ -253,6 +254,7 @@ def _session_service(
             limits=config.limits.for_auth(config.auth.mode),
             attachments=config.attachments,
             titles=titles,
+            faults=faults,
         ),
     )
 
@@ -291,7 +293,7 @@ def _wire(
         store=store, driver=driver, signals=signals, process_id=process_id, timings=timings, clock=clock
     )
     titles = ModelTitles(store, models, clock)
-    service = _session_service(config, store, agents, signals, toolbox, titles, clock)
+    service = _session_service(config, store, agents, signals, toolbox, titles, clock, seams.faults)
     tasks = McpTaskService(
         store=store,
         service=service,

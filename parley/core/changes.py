@@ -197,6 +197,7 @@ class SessionPatch(TypedDict, total=False):
     tags: list[str]
     plan_status: PlanStatus
     plan_revision: int
+    plan_approved: int
     planning: bool
 
 

@@ -25,7 +25,9 @@ PLANNING_BUILTINS = frozenset({"write_todos", "ask_user"})
 # The plans execute_plan may approve: a draft, or an active plan approved again.
 APPROVABLE: frozenset[PlanStatus] = frozenset({"draft", "active"})
 
-ApproveOutcome = Literal["approved", "not_found", "closed", "no_plan", "stale", "busy", "turn_limit"]
+ApproveOutcome = Literal[
+    "approved", "not_found", "closed", "no_plan", "stale", "already_approved", "busy", "turn_limit"
+]
 DiscardOutcome = Literal["discarded", "not_found", "closed", "no_draft", "busy"]
 
 
@@ -94,12 +96,16 @@ def approve_plan(
 ) -> tuple[ApproveOutcome, Changes]:
     """Approve `revision` of the session's plan: only while the session waits for a message, the
     plan is at that revision and a draft (or active), and nothing is queued or pending. The plan
-    becomes active and `message` (mode executing) is queued; any refusal changes nothing."""
+    becomes active and `message` (mode executing) is queued; any refusal changes nothing, and a
+    revision approved already is not approved again."""
     session = snapshot.session
     if session.owner != owner:
         return "not_found", Changes()
     if session.status in ENDED_SESSION or session.close_requested:
         return "closed", Changes()
+    if revision == session.plan_approved:
+        # A repeat (a retry, or a second approval that came later) must not start a second turn.
+        return "already_approved", Changes()
     if session.plan_status not in APPROVABLE:
         return "no_plan", Changes()
     if revision != session.plan_revision:
@@ -110,7 +116,7 @@ def approve_plan(
     outcome, changes = queue_message(snapshot, owner, replace(message, mode="executing"), max_turns)
     if outcome != "queued":
         return ("turn_limit" if outcome == "turn_limit" else "closed"), Changes()
-    changes.session.update({"plan_status": "active", "planning": False})
+    changes.session.update({"plan_status": "active", "plan_approved": revision, "planning": False})
     changes.events.append(
         NewEvent(
             None, "plan_execution_started", {"revision": revision, "by": by, "queued_message_id": message.id}

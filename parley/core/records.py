@@ -71,6 +71,8 @@ class SessionRecord:
     # The plan's status and how many times write_todos wrote it (the revision execute_plan names).
     plan_status: PlanStatus = "cleared"
     plan_revision: int = 0
+    # The revision execute_plan approved last (0: none): approving it again is refused.
+    plan_approved: int = 0
     # In plan mode: from its first planning turn until a plan is approved or discarded, every
     # turn plans (a clarifying question's answer too).
     planning: bool = False

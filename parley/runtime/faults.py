@@ -9,7 +9,8 @@ may instead hold the step there, or note that it passed.
 Points: model_committed (a model step is committed, its tool calls not started),
 tool_ran (a tool call returned, its result not committed), interrupt_raised (an approval or
 question is stored), turn_finishing (the turn's last step is committed, the turn not ended),
-compacting (a summary was made, not stored).
+compacting (a summary was made, not stored), plan_approving (execute_plan is about to commit the
+approval), plan_approved (the approval is committed, not yet answered).
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
 
-POINTS = ("model_committed", "tool_ran", "interrupt_raised", "turn_finishing", "compacting")
+POINTS = (
+    "model_committed",
+    "tool_ran",
+    "interrupt_raised",
+    "turn_finishing",
+    "compacting",
+    "plan_approving",
+    "plan_approved",
+)
 
 # What runs at an armed point: given the point and its detail.
 FaultAction = Callable[[str, str], Awaitable[None]]

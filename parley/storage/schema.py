@@ -88,11 +88,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
-        "20: plan mode: a session's plan status and revision and whether it is in plan mode, and the "
+        "20: plan mode: a session's plan status, revision, approved revision and whether it is in plan mode, and the "
         "mode of a turn and of the queued message that starts it (planning or executing a plan)",
         sqlite=(
             "ALTER TABLE sessions ADD COLUMN plan_status TEXT NOT NULL DEFAULT 'cleared';"
             "ALTER TABLE sessions ADD COLUMN plan_revision INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE sessions ADD COLUMN plan_approved INTEGER NOT NULL DEFAULT 0;"
             "ALTER TABLE sessions ADD COLUMN planning INTEGER NOT NULL DEFAULT 0;"
             "ALTER TABLE turns ADD COLUMN mode TEXT;"
             "ALTER TABLE queued_messages ADD COLUMN mode TEXT;"
@@ -101,6 +102,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         postgres=(
             "ALTER TABLE sessions ADD COLUMN plan_status TEXT NOT NULL DEFAULT 'cleared';"
             "ALTER TABLE sessions ADD COLUMN plan_revision INTEGER NOT NULL DEFAULT 0;"
+            "ALTER TABLE sessions ADD COLUMN plan_approved INTEGER NOT NULL DEFAULT 0;"
             "ALTER TABLE sessions ADD COLUMN planning boolean NOT NULL DEFAULT false;"
             "ALTER TABLE turns ADD COLUMN mode TEXT;"
             "ALTER TABLE queued_messages ADD COLUMN mode TEXT;"

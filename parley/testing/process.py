@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,20 @@ _PROTOCOL = "2025-06-18"
 
 
 async def crash_at(
-    config: Path, fault: str, *, agent: str, message: str, db: Path | str | None = None
+    config: Path,
+    fault: str,
+    *,
+    agent: str,
+    message: str,
+    db: Path | str | None = None,
+    then: Sequence[tuple[str, dict[str, Any]]] = (),
 ) -> str:
     """Run `parley serve` on `config` (python -m parley.testing.serve) with `fault` armed
     (`POINT[:TEXT]`, e.g. `tool_ran:charge`), start a session of `agent` with `message`, and wait
-    until the process kills itself there. Returns the session's id; fails if the process exits
-    any other way or does not reach the point within the deadline."""
+    until the process kills itself there. With `then`, the first turn is waited for, and these
+    tool calls (name, arguments; the session's id is added) follow one by one until the process
+    dies. Returns the session's id; fails if the process exits any other way or does not reach
+    the point within the deadline."""
     command = [
         sys.executable,
         "-m",
@@ -48,12 +57,18 @@ async def crash_at(
         await _send(process.stdin, _request(1, "initialize", _initialize()))
         await lines.answer(1)
         await _send(process.stdin, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-        arguments = {"agent": agent, "message": message, "wait_seconds": 0}
+        arguments: dict[str, Any] = {"agent": agent, "message": message}
+        arguments["wait_seconds"] = DEADLINE_S if then else 0
         await _send(
             process.stdin, _request(2, "tools/call", {"name": "start_session", "arguments": arguments})
         )
         started = await lines.answer(2)
         session_id = str(started["result"]["structuredContent"]["session_id"])
+        for request_id, (tool, args) in enumerate(then, start=3):
+            call = {"name": tool, "arguments": {**args, "session_id": session_id}}
+            await _send(process.stdin, _request(request_id, "tools/call", call))
+            if request_id < len(then) + 2:
+                await lines.answer(request_id)
         with anyio.fail_after(DEADLINE_S):
             code = await process.wait()
     if code != -9:

@@ -17,7 +17,7 @@ connection) never touches the turn. What a command carries comes in small reques
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from parley.config import RuntimeConfig
 from parley.config.attachments import AttachmentsConfig
@@ -26,6 +26,7 @@ from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decisions
 from parley.runtime.fair_use import FairUse
+from parley.runtime.faults import FaultPoints
 from parley.runtime.model_titles import ModelTitles
 from parley.runtime.service.checks import Checks, cursor_time, render_first_message
 from parley.runtime.service.decide import DecisionCommands
@@ -77,6 +78,8 @@ class ServiceOptions:
     limits: LimitsConfig | None = None
     attachments: AttachmentsConfig | None = None
     titles: ModelTitles | None = None
+    # Crash tests' fault points (inert unless armed).
+    faults: FaultPoints = field(default_factory=FaultPoints)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +120,7 @@ class SessionService:
             messages=MessageCommands(parts, checks, waits, fair_use, options.titles),
             decisions=DecisionCommands(parts, checks, waits, Decisions(store, agents, clock), persons),
             lifecycle=LifecycleCommands(parts, checks, waits),
-            plans=PlanCommands(parts, checks, waits),
+            plans=PlanCommands(parts, checks, waits, options.faults),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

@@ -11,6 +11,7 @@ from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, PlanRefused, SessionClosed, SessionNotFound
 from parley.runtime import audit
 from parley.runtime.access import DecisionPath, Principal, may_see
+from parley.runtime.faults import FaultPoints
 from parley.runtime.service.checks import Checks
 from parley.runtime.service.messages import ended_reason
 from parley.runtime.service.outcomes import TurnOutcome
@@ -24,6 +25,9 @@ _REFUSALS = {
     "stale": "the plan is at revision {current}, not {revision}: read it again with get_session and "
     "approve the revision you reviewed.",
     "no_plan": "it has no plan to approve (its plan is {status}); a planning turn writes one.",
+    "already_approved": "revision {revision} was already approved, and its executing turn started "
+    "then; approving it again would run the plan twice. A plan the executing turn revises may be "
+    "approved at its new revision.",
     "busy": "it is not waiting for a message (a turn runs or waits, or a message is queued; perhaps "
     "another approval came first); try again once the session is idle.",
     "turn_limit": "it has used all the turns its agent allows, so the plan cannot be executed.",
@@ -32,10 +36,11 @@ _REFUSALS = {
 
 
 class PlanCommands:
-    def __init__(self, parts: Parts, checks: Checks, waits: Waits) -> None:
+    def __init__(self, parts: Parts, checks: Checks, waits: Waits, faults: FaultPoints) -> None:
         self._parts = parts
         self._checks = checks
         self._waits = waits
+        self._faults = faults
 
     async def execute_plan(
         self,
@@ -73,9 +78,11 @@ class PlanCommands:
             caller, audit.EXECUTE_PLAN, session_id=session.id, target=message.id, revision=revision, via=via
         )
         max_turns = limits.max_turns if limits is not None else session.turn_count
+        await self._faults.hit("plan_approving", session.id)
         outcome = await p.steps.approve_plan(
             session.id, session.owner, revision, message, max_turns, caller.id, now, entry
         )
+        await self._faults.hit("plan_approved", session.id)
         if outcome != "approved":
             refusal = await self._refusal(session, outcome, revision, "execute_plan")
             await p.audit.refused(
