@@ -61,6 +61,7 @@ AGENTS: dict[str, dict[str, Any]] = {
     "worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]},
     "deployer": {"mcp_servers": ["fixture"], "approvers": {"principals": ["pat"]}},
     "private": {"users": {"principals": ["alice"]}},
+    "careful": {"tools": ["write_todos"], "plan_mode": True, "approvers": {"principals": ["pat"]}},
 }
 
 
@@ -503,3 +504,29 @@ async def test_the_inbox_says_whether_the_caller_may_decide_and_who_does_if_not(
         assert "pat" in inboxes["alice"]["decided_by"]
         assert inboxes["pat"]["may_decide"] is True and inboxes["pat"]["decided_by"] is None
         await call(alice, "close_session", session_id=sid)
+
+
+async def test_a_draft_plan_is_approved_by_the_agents_approvers_only(world: World) -> None:
+    plan = '/tool write_todos {"todos": [{"content": "ship it"}]}'
+    async with world.client("alice") as alice, world.client("bob") as bob, world.client("pat") as pat:
+        drafted = await call(alice, "start_session", agent="careful", message=plan)
+        sid = drafted["session_id"]
+        assert drafted["plan"]["status"] == "draft"
+        mine = await call_error(alice, "execute_plan", session_id=sid, revision=1)
+        assert "only from its approvers" in mine, "the owner is not one of careful's approvers"
+        foreign = await call_error(bob, "execute_plan", session_id=sid, revision=1)
+        assert f"No session '{sid}' was found for you" in foreign, "another's session is not found"
+        inbox = await call(pat, "list_pending")
+        [draft] = [d for d in inbox["drafts"] if d["session_id"] == sid]
+        assert draft["may_decide"] is True and draft["plan"]["todos"] == [
+            {"content": "ship it", "status": "pending"}
+        ]
+        approved = await call(pat, "execute_plan", session_id=sid, revision=1)
+        assert "approved revision 1 as an approver" in approved["notes"][0], approved
+        after = await call(alice, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
+        with anyio.fail_after(TEST_DEADLINE_S):
+            while after["status"] != "idle":  # each wait returns when the session changed
+                after = await call(alice, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
+    assert after["plan"]["status"] == "completed"
+    [decision] = [d for d in after["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "ok"]
+    assert decision["principal"] == "pat"

@@ -9,9 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp.types as types
 import pytest
+from mcp import Client
 
+from parley.sdk_compat import InMemoryTransport
 from parley.testing import ToolServer, call, call_error, parley_app
+from tests.support import Database
 
 pytestmark = pytest.mark.anyio
 
@@ -139,9 +143,12 @@ async def test_a_stale_revision_is_refused_and_changes_nothing(tmp_path: Path) -
     assert after["plan"]["status"] == "draft" and after["turn_count"] == 2
 
 
-async def test_of_two_concurrent_approvals_exactly_one_wins(tmp_path: Path) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
+async def test_of_two_concurrent_approvals_exactly_one_wins(tmp_path: Path, database: Database) -> None:
+    agents = {"planner": planner(mcp_servers=[])}
+    config = {"storage": database.storage()}
     async with (
-        parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley,
+        parley_app(config, db=database.db_arg, agents=agents, directory=tmp_path) as parley,
         parley.mcp() as client,
     ):
         first = await call(client, "start_session", agent="planner", message=todos_line("one"))
@@ -202,3 +209,40 @@ async def test_plan_mode_lasts_until_a_plan_is_approved_or_discarded(tmp_path: P
     assert left["plan_status"] == "cleared"
     assert ordinary["mode"] is None
     assert asked_again["mode"] == "planning"
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_that_shows_forms_approves_the_draft_in_place(mode: str, tmp_path: Path) -> None:
+    """A 2025-11-25 client is asked by elicitation; a 2026-07-28 one by an input-required result."""
+    asked: list[str] = []
+
+    async def person(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": "approve"})
+
+    agents = {"planner": planner(mcp_servers=[])}
+    async with parley_app(agents=agents, directory=tmp_path) as parley:
+        transport = InMemoryTransport(parley.mcp_server)
+        async with Client(transport, mode=mode, elicitation_callback=person) as client:
+            done = await call(client, "start_session", agent="planner", message=todos_line("one", "two"))
+            session = await call(client, "get_session", session_id=done["session_id"])
+
+    assert len(asked) == 1 and "revision 1" in asked[0] and "1. one\n2. two" in asked[0]
+    assert done["mode"] == "executing" and done["plan"]["status"] == "completed", done
+    assert "approved the plan (revision 1) in your client" in done["notes"][0]
+    assert session["turn_count"] == 2
+    assert [d["action"] for d in session["decisions"]] == ["execute_plan"]
+
+
+async def test_keeping_the_draft_in_the_client_leaves_it_for_the_tools(tmp_path: Path) -> None:
+    async def person(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"decision": "keep reviewing"})
+
+    agents = {"planner": planner(mcp_servers=[])}
+    async with parley_app(agents=agents, directory=tmp_path) as parley:
+        transport = InMemoryTransport(parley.mcp_server)
+        async with Client(transport, mode="legacy", elicitation_callback=person) as client:
+            kept = await call(client, "start_session", agent="planner", message=todos_line("one"))
+
+    assert kept["mode"] == "planning" and kept["plan"]["status"] == "draft"
+    assert "stays a draft" in kept["notes"][-1]

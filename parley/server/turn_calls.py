@@ -28,6 +28,7 @@ from parley.server.elicitation import (
     input_required,
     retry_state,
 )
+from parley.server.plan_review import PlanReview
 from parley.server.results import error, outcome_result
 
 logger = logging.getLogger(__name__)
@@ -102,6 +103,7 @@ class ToolCalls:
     def __init__(self, service: SessionService, caller_of: CallerOf) -> None:
         self._service = service
         self._caller_of = caller_of
+        self._plans = PlanReview(service)
 
     async def plain(self, tool: str, ctx: Context, run: PlainCall) -> CallToolResult:
         return await guarded(tool, lambda: run(Caller(self._caller_of(ctx), progress_of(ctx), None)))
@@ -116,7 +118,13 @@ class ToolCalls:
             resumed, asked = await self._resumed(ctx, caller, wait_seconds)
             if resumed is not None:
                 return await self._outcome_or_ask(ctx, caller, resumed, asked)
-            return await self._outcome_or_ask(ctx, caller, await start(caller), [])
+            # A draft the turn leaves may be put to the person in place (plan_review.py).
+            reviewed = await self._plans.after_turn(
+                ctx, caller.who, await start(caller), caller.waiting(wait_seconds)
+            )
+            if not isinstance(reviewed, TurnOutcome):
+                return reviewed  # an input-required result that asks the person
+            return await self._outcome_or_ask(ctx, caller, reviewed, [])
 
         return await guarded(tool, work)
 
@@ -125,6 +133,8 @@ class ToolCalls:
     ) -> tuple[TurnOutcome | None, list[str]]:
         """On the retry of an input-required round: apply the answers and wait again."""
         state = retry_state(ctx) if can_ask_by_input_required(ctx) else None
+        if state and state.get("plan_revision") is not None:
+            return await self._plans.resumed(ctx, caller.who, state, caller.waiting(wait_seconds)), []
         if not state or not state.get("turn_id"):
             return None, []
         pending = await self._service.reads.pending(caller.who, str(state["session_id"]))
