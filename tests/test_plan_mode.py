@@ -246,3 +246,44 @@ async def test_keeping_the_draft_in_the_client_leaves_it_for_the_tools(tmp_path:
 
     assert kept["mode"] == "planning" and kept["plan"]["status"] == "draft"
     assert "stays a draft" in kept["notes"][-1]
+
+
+async def test_the_v1_endpoints_plan_approve_refuse_and_discard(tmp_path: Path) -> None:
+    agents = {"planner": planner(mcp_servers=[])}
+    async with parley_app(agents=agents, directory=tmp_path) as parley:
+        endpoint = await parley.http()
+        async with endpoint.client() as http:
+            body = {"agent": "planner", "message": todos_line("one")}
+            drafted = (await http.post("/v1/sessions", json=body)).json()
+            sid = drafted["session_id"]
+            pending = (await http.get("/v1/pending")).json()
+            stale = await http.post(f"/v1/sessions/{sid}/plan/execute", json={"revision": 7})
+            bad = await http.post(f"/v1/sessions/{sid}/plan/execute", json={"revision": "1"})
+            done = await http.post(f"/v1/sessions/{sid}/plan/execute", json={"revision": 1})
+            again = await http.post(f"/v1/sessions/{sid}/plan/execute", json={"revision": 1})
+            ordinary = (
+                await http.post("/v1/sessions", json={"agent": "planner", "message": "hi", "plan": False})
+            ).json()
+            planned = await http.post(
+                f"/v1/sessions/{ordinary['session_id']}/messages",
+                json={"message": todos_line("x"), "plan": True},
+            )
+            discarded = await http.post(f"/v1/sessions/{ordinary['session_id']}/plan/discard", json={})
+            nothing = await http.post(f"/v1/sessions/{ordinary['session_id']}/plan/discard", json={})
+
+    assert drafted["plan"] == {
+        "status": "draft",
+        "revision": 1,
+        "todos": [{"content": "one", "status": "pending"}],
+    }
+    [draft] = pending["drafts"]
+    assert draft["session_id"] == sid and draft["may_decide"] is True
+    assert stale.status_code == 409 and stale.json()["type"].endswith("plan-refused"), stale.text
+    assert "revision 1, not 7" in stale.json()["detail"]
+    assert bad.status_code == 400 and "revision" in bad.text
+    assert done.status_code == 200 and done.json()["mode"] == "executing", done.text
+    assert again.status_code == 409 and "already approved" in again.json()["detail"]
+    assert ordinary["mode"] is None
+    assert planned.json()["plan"]["status"] == "draft"
+    assert discarded.status_code == 200 and discarded.json()["plan_status"] == "cleared"
+    assert nothing.status_code == 409 and "no draft to discard" in nothing.json()["detail"]
