@@ -257,6 +257,19 @@ async def test_a_long_conversation_compacts_more_than_once_and_keeps_recent_mess
     assert events[0][0] == len(summaries)
 
 
+async def test_the_plan_is_in_every_model_call_also_once_the_conversation_is_compacted(world: World) -> None:
+    planned = await call(world.client, "start_session", agent="compact", message="two tools please")
+    sid = planned["session_id"]
+    for i in range(4):
+        await call(world.client, "send_message", session_id=sid, message=f"more {i}: " + "lorem ipsum " * 40)
+    summaries = db_rows(world.db, "SELECT COUNT(*) FROM summaries WHERE session_id = ?", (sid,))
+    assert summaries[0][0] >= 1, "the conversation was compacted"
+    last = [r.body for r in world.fake.requests if r.body["model"] == "gpt-small"][-1]
+    assert _prompt_texts(last)[0].startswith("[Summary of the earlier conversation]")
+    system = last["messages"][0]
+    assert system["role"] == "system" and "(revision 2, active):\n- [pending] b" in system["content"]
+
+
 async def test_a_context_length_rejection_compacts_and_retries_once(world: World) -> None:
     long_start = "first words here, " * 30
     sid = (await call(world.client, "start_session", agent="gpt", message=long_start))["session_id"]
