@@ -183,3 +183,16 @@ def test_claude_codes_permission_mode_plan_is_plan_mode(tmp_path: Path) -> None:
     agent = config.agents["careful"]
     assert agent.plan_mode and agent.tools == ["ask_user", "write_todos"]
     assert ("PARLEY-C017", "permissionMode") not in [(n.code, n.field) for n in config.agent_notices]
+
+
+async def test_a_claude_code_agent_with_permission_mode_plan_plans_first(tmp_path: Path) -> None:
+    folder = tmp_path / ".claude" / "agents"
+    folder.mkdir(parents=True)
+    (folder / "careful.md").write_text(
+        "---\nname: careful\ntools: ask_user\npermissionMode: plan\n---\nPlan first.\n"
+    )
+    config = {"agents_dir": str(folder)}
+    async with parley_app(config, directory=tmp_path) as parley, parley.mcp() as client:
+        plan = '/tool write_todos {"todos": [{"content": "look first"}]}'
+        planned = await call(client, "start_session", agent="careful", message=plan)
+    assert planned["mode"] == "planning" and planned["plan"]["status"] == "draft"
