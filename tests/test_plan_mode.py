@@ -287,3 +287,38 @@ async def test_the_v1_endpoints_plan_approve_refuse_and_discard(tmp_path: Path) 
     assert planned.json()["plan"]["status"] == "draft"
     assert discarded.status_code == 200 and discarded.json()["plan_status"] == "cleared"
     assert nothing.status_code == 409 and "no draft to discard" in nothing.json()["detail"]
+
+
+async def test_an_executing_turn_that_was_cancelled_may_be_approved_again(tmp_path: Path) -> None:
+    ops = ops_tools()
+    plan = todos_line('/tool ops__migrate {"target": "db"}')
+    agents = {"planner": planner()}
+    async with ops.serve():
+        asks = {"mcp_servers": {"ops": {**ops.entry, "tools": {"migrate": {"approval": "always"}}}}}
+        async with parley_app(asks, agents=agents, directory=tmp_path) as parley, parley.mcp() as client:
+            planned = await call(client, "start_session", agent="planner", message=plan)
+            sid = planned["session_id"]
+            waiting = await call(client, "execute_plan", session_id=sid, revision=1)
+            assert waiting["status"] == "waiting_for_input", waiting["status"]
+            cancelled = await call(client, "cancel_turn", session_id=sid)
+            again = await call(client, "execute_plan", session_id=sid, revision=1)
+            [approval] = again["pending"]
+            decision = {"interrupt_id": approval["id"], "approved": True}
+            done = await call(client, "approve", session_id=sid, decisions=[decision])
+            retried = await call_error(client, "execute_plan", session_id=sid, revision=1)
+
+    assert cancelled["status"] == "cancelled"
+    assert done["status"] == "answered" and done["plan"]["status"] == "completed"
+    assert [c.arguments for c in ops.ran("migrate")] == [{"target": "db"}]
+    assert "already approved" in retried or "no plan" in retried
+
+
+async def test_an_approval_counts_against_the_approvers_fair_use(tmp_path: Path) -> None:
+    agents = {"planner": planner(mcp_servers=[])}
+    config = {"limits": {"messages_per_minute": 1}}
+    async with parley_app(config, agents=agents, directory=tmp_path) as parley, parley.mcp() as client:
+        planned = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        refused = await call_error(client, "execute_plan", session_id=planned["session_id"], revision=1)
+        after = await call(client, "get_session", session_id=planned["session_id"])
+    assert "messages per minute" in refused or "limit" in refused.lower(), refused
+    assert after["plan"]["status"] == "draft" and after["turn_count"] == 1

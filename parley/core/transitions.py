@@ -265,6 +265,9 @@ def finish_turn(snapshot: SessionSnapshot, end: TurnEnd, now: float) -> Changes:
     )
     if end.error is not None:
         changes.session["last_error"] = end.error
+    if turn.mode == "executing" and end.status in ("cancelled", "failed") and session.plan_status == "active":
+        # The approval did not carry the plan through: the same revision may be approved again.
+        changes.session["plan_approved"] = 0
     changes.events.append(NewEvent(turn.id, "turn_ended", {"status": end.status, "error": end.error}))
     if end.session_status is not None:
         _drop_queue(snapshot, changes)

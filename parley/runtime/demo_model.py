@@ -10,8 +10,8 @@ Grammar (one directive per line; other lines are plain text):
   /fail N | /fail forever    the next N model calls for this message fail with a transient error
                              (counted in this process), so retries and failed turns can be tried
 Plan mode: forced to write the plan (plan_tool_choice: required), it writes one todo per line of
-the message; executing an approved plan, it runs the directives its todos hold and marks every
-todo completed.
+the message; executing an approved plan, it runs the directives its pending todos hold, then
+marks every todo completed.
 Plain text is answered with "You said: <text> (message <n> of this session)", where n counts
 the user messages in the request. Once tool results follow the message, the answer quotes
 each result. A directive is recognised only at the start of a line; later issues add more
@@ -183,25 +183,30 @@ def _summarize(request: ModelRequest) -> str:
     return "Earlier the user said: " + " | ".join(said)
 
 
-def _plan_calls(request: ModelRequest, parsed: _Parsed, first_call: bool) -> tuple[RequestedCall, ...]:
+def _plan_calls(
+    request: ModelRequest, parsed: _Parsed, results: list[ChatMessage]
+) -> tuple[RequestedCall, ...]:
     """Plan mode on the demo model. Forced to write the plan, it writes one todo per line of the
-    message. Executing an approved plan, it runs the directives its pending todos hold (a todo
-    such as '/tool files__write {...}') and marks every todo completed."""
-    if not first_call:
-        return ()
-    if request.tool_choice == "write_todos" and not any(c.name == "write_todos" for c in parsed.calls):
+    message. Executing an approved plan, it first runs the directives its pending todos hold (a
+    todo such as '/tool files__write {...}'), then marks every todo completed."""
+    forced = request.tool_choice == "write_todos" and not results
+    if forced and not any(c.name == "write_todos" for c in parsed.calls):
         lines = parsed.text_lines or ["Answer the message"]
-        return (
-            RequestedCall(name="write_todos", arguments={"todos": [{"content": line} for line in lines]}),
-        )
+        todos = [{"content": line} for line in lines]
+        return (RequestedCall(name="write_todos", arguments={"todos": todos}),)
     if request.mode != "executing" or not request.todos or parsed.calls:
         return ()
+    if any(m.tool_name == "write_todos" for m in results):
+        return ()  # the statuses are written: answer
     calls: list[RequestedCall] = []
-    for todo in request.todos:
-        if todo.get("status") != "completed":
-            calls += _parse(str(todo.get("content", ""))).calls
+    if not results:
+        for todo in request.todos:
+            if todo.get("status") != "completed":
+                calls += _parse(str(todo.get("content", ""))).calls
+    if calls:
+        return tuple(calls)
     done = [{"content": todo.get("content", ""), "status": "completed"} for todo in request.todos]
-    return (*calls, RequestedCall(name="write_todos", arguments={"todos": done}))
+    return (RequestedCall(name="write_todos", arguments={"todos": done}),)
 
 
 class DemoModelClient:
@@ -243,7 +248,7 @@ class DemoModelClient:
 
         results = [m for m in after if m.role == "tool"]
         offered = {t.name for t in request.tools}
-        planned = _plan_calls(request, parsed, first_call_for_message)
+        planned = _plan_calls(request, parsed, results)
         if planned:
             names = ", ".join(c.name for c in planned)
             return self._respond(request, f"Calling {names}.", planned)

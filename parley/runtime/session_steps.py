@@ -127,17 +127,22 @@ class SessionSteps:
         by: str,
         now: float,
         audit: AuditRecord | None = None,
+        claim: Claim | None = None,
     ) -> plans.ApproveOutcome:
         """Approve `revision` and queue the executing turn's `message`, with `audit`, in one
-        transaction: of two concurrent approvals exactly one is applied."""
+        transaction: of two concurrent approvals exactly one is applied. With `claim`, the
+        approver's fair use is counted as for a message (over a limit: RateLimited, nothing written)."""
 
         def approve(snapshot: SessionSnapshot) -> tuple[plans.ApproveOutcome, Changes]:
             outcome, changes = plans.approve_plan(snapshot, owner, revision, message, max_turns, by)
+            if outcome == "approved" and claim is not None and snapshot.usage is not None:
+                changes.admitted.extend(claim.admit(snapshot.usage, starts_turn=True))
             if outcome == "approved" and audit is not None:
                 changes.audit.append(audit)
             return outcome, changes
 
-        return await self._decide(session_id, approve, "not_found", now, turn=False)
+        usage = claim.scope if claim is not None else None
+        return await self._decide(session_id, approve, "not_found", now, turn=False, usage=usage)
 
     async def discard_plan(
         self, session_id: SessionId, owner: str, now: float, audit: AuditRecord | None = None

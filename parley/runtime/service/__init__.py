@@ -120,7 +120,7 @@ class SessionService:
             messages=MessageCommands(parts, checks, waits, fair_use, options.titles),
             decisions=DecisionCommands(parts, checks, waits, Decisions(store, agents, clock), persons),
             lifecycle=LifecycleCommands(parts, checks, waits),
-            plans=PlanCommands(parts, checks, waits, options.faults),
+            plans=PlanCommands(parts, checks, waits, fair_use, options.faults),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

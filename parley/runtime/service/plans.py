@@ -8,9 +8,10 @@ from parley.config import effective_limits
 from parley.core import plans
 from parley.core.ids import new_queued_message_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
-from parley.errors import InvalidArgument, PlanRefused, SessionClosed, SessionNotFound
+from parley.errors import InvalidArgument, PlanRefused, RateLimited, SessionClosed, SessionNotFound
 from parley.runtime import audit
 from parley.runtime.access import DecisionPath, Principal, may_see
+from parley.runtime.fair_use import FairUse
 from parley.runtime.faults import FaultPoints
 from parley.runtime.service.checks import Checks
 from parley.runtime.service.messages import ended_reason
@@ -36,10 +37,13 @@ _REFUSALS = {
 
 
 class PlanCommands:
-    def __init__(self, parts: Parts, checks: Checks, waits: Waits, faults: FaultPoints) -> None:
+    def __init__(
+        self, parts: Parts, checks: Checks, waits: Waits, fair_use: FairUse, faults: FaultPoints
+    ) -> None:
         self._parts = parts
         self._checks = checks
         self._waits = waits
+        self._fair_use = fair_use
         self._faults = faults
 
     async def execute_plan(
@@ -78,10 +82,18 @@ class PlanCommands:
             caller, audit.EXECUTE_PLAN, session_id=session.id, target=message.id, revision=revision, via=via
         )
         max_turns = limits.max_turns if limits is not None else session.turn_count
+        # The executing turn counts like a message the approver sent (fair use, running turns).
+        claim = self._fair_use.claim(caller, new_session=False, message=True, now=now)
         await self._faults.hit("plan_approving", session.id)
-        outcome = await p.steps.approve_plan(
-            session.id, session.owner, revision, message, max_turns, caller.id, now, entry
-        )
+        try:
+            outcome = await p.steps.approve_plan(
+                session.id, session.owner, revision, message, max_turns, caller.id, now, entry, claim
+            )
+        except RateLimited as exc:
+            await p.audit.refused(
+                caller, audit.EXECUTE_PLAN, session.id, str(revision), str(exc), reason="limit"
+            )
+            raise
         await self._faults.hit("plan_approved", session.id)
         if outcome != "approved":
             refusal = await self._refusal(session, outcome, revision, "execute_plan")
