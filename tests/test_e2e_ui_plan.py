@@ -6,8 +6,8 @@ A plan-mode agent's draft is shown in the session with its todos and listed in t
 plan approves the revision shown and the page follows the executing turn to the completed plan. A
 revision written after the page showed the draft is not swapped in: executing the one shown is
 refused, the page says why in plain words and shows the new revision. Feedback sent from the page
-shows the draft it brings; Discard plan drops it. A call the planning turn refused shows failed,
-with why; todos are text, never HTML.
+shows the draft it brings; Discard plan drops it, and a reload shows the same. A call the planning
+turn refused shows failed, with why; todos are text, never HTML.
 """
 
 from __future__ import annotations
@@ -131,6 +131,12 @@ async def test_a_revision_written_meanwhile_is_refused_then_shown_and_feedback_a
     await expect(plan).to_be_hidden()
     await expect(page.locator("#transcript .note", has_text="discarded")).to_have_count(1)
     assert (await v1(world, "GET", f"/v1/sessions/{session_id}"))["plan"]["status"] == "cleared"
+    # A reload tells the same story, with no draft to act on.
+    await page.reload()
+    await expect(page.locator("#transcript .turn[data-mode=planning]")).to_have_count(3)
+    await expect(page.locator("#transcript .note", has_text="discarded")).to_have_count(1)
+    await expect(failed.locator(".result")).to_be_visible()
+    await expect(plan).to_be_hidden()
     assert await page.evaluate("window.__pwned") is None
     assert await page.locator("img, #app b").count() == 0
     no_script_failed(world, page)

@@ -29,6 +29,7 @@ export class Transcript {
     this.onChange = onChange;
     this.onPlan = onPlan;
     this.plan = null; // {status, revision, todos} or null
+    this.streamPlan = null; // the plan as of the last event applied
     this.lastSeq = 0;
     this.turns = new Map(); // turn id -> {node, body, step, userSlot}
     this.calls = new Map(); // call id -> node
@@ -145,7 +146,7 @@ export class Transcript {
     }
     this.lastSeq = event.seq;
     this.setStatus(event.session.status);
-    this.plan = event.session.plan || null;
+    this.plan = this.streamPlan = event.session.plan || null;
     this.onPlan(this.plan, true);
   }
 
@@ -291,12 +292,15 @@ const HANDLERS = {
   },
   plan_updated(event) {
     const plan = { revision: event.data.revision, status: event.data.status, todos: event.data.todos || [] };
-    if (!isNewer(plan, this.plan)) return;
-    const before = this.plan;
-    this.plan = plan;
+    // The transcript tells the plan's story event by event (the same after a reload)...
+    const before = this.streamPlan;
+    this.streamPlan = plan;
     if (plan.status === 'cleared' && before && before.status === 'draft' && before.revision === plan.revision) {
       this.note('The draft plan was discarded.', 'muted');
     }
+    // ...while the panel shows only what is newer than the plan read with the session.
+    if (!isNewer(plan, this.plan)) return;
+    this.plan = plan;
     this.onPlan(plan, false);
   },
   plan_execution_started(event) {
