@@ -112,7 +112,7 @@ async def browser() -> AsyncIterator[Browser]:
 async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("ui")
     shutil.rmtree(SCREENSHOTS, ignore_errors=True)
-    SCREENSHOTS.mkdir(parents=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # tests/test_e2e_ui_plan.py writes there too
     async with (
         serving_fake_providers() as fake,
         fixture_in_process(directory / FIXTURE_LOG) as fixture,

@@ -64,7 +64,10 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     async with fixture_in_process(directory / FIXTURE_LOG) as fixture:
         config = write_config(
             directory,
-            agents={"worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]}},
+            agents={
+                "worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]},
+                "planner": {"tools": ["write_todos", "ask_user"], "plan_mode": True},
+            },
             mcp_servers={"fixture": fixture},
             http={"stream_heartbeat_s": 0.2, "cors_origins": [WEB_APP]},
         )
@@ -215,6 +218,30 @@ async def test_the_owner_wide_stream_shows_a_snapshot_then_every_session_and_its
     snapshot = (await read_until(world.base + "/v1/events", lambda f: f.kind == "snapshot"))[-1]
     assert started["session_id"] in [s["session_id"] for s in snapshot.data["sessions"]]
     assert started["pending"][0]["id"] in [p["interrupt"]["id"] for p in snapshot.data["pending"]]
+
+
+async def test_the_owner_wide_streams_snapshot_lists_the_drafts_waiting_for_review(world: World) -> None:
+    todos = {"todos": [{"content": "step one"}, {"content": "<b>step two</b>"}]}
+    started = await world.post(
+        "/v1/sessions", {"agent": "planner", "message": f"/tool write_todos {json.dumps(todos)}"}, 201
+    )
+    sid = started["session_id"]
+    assert started["plan"]["status"] == "draft", started
+
+    async def snapshot() -> dict[str, Any]:
+        frames = await read_until(world.base + "/v1/events", lambda f: f.kind == "snapshot")
+        return dict(frames[-1].data)
+
+    # The same entry as /v1/pending, so a page shows the inbox from the snapshot alone.
+    listed = [d for d in (await world.get("/v1/pending"))["drafts"] if d["session_id"] == sid]
+    drafts = [d for d in (await snapshot())["drafts"] if d["session_id"] == sid]
+    assert drafts == listed and len(drafts) == 1, (drafts, listed)
+    assert drafts[0]["plan"]["revision"] == 1 and drafts[0]["may_decide"] is True
+    assert [t["content"] for t in drafts[0]["plan"]["todos"]] == ["step one", "<b>step two</b>"]
+
+    executed = await world.post(f"/v1/sessions/{sid}/plan/execute", {"revision": 1})
+    assert executed["plan"]["status"] == "completed", executed
+    assert sid not in [d["session_id"] for d in (await snapshot())["drafts"]]
 
 
 async def test_a_configured_web_app_may_call_v1_from_the_browser_and_no_other_origin(world: World) -> None:

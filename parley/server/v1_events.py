@@ -28,7 +28,15 @@ from parley.runtime.service import SessionQuery
 from parley.runtime.session_events import EVENT_PAGE, INTERRUPT_KINDS, EventPage, Idle, Reset
 from parley.server.sse import SseResponse, comment, frame
 from parley.server.v1_common import V1Context, caller, event_position, guarded
-from parley.server.wire import iso, pending_item, pending_view, session_summary, session_view, tool_call_view
+from parley.server.wire import (
+    draft_item,
+    iso,
+    pending_item,
+    pending_view,
+    session_summary,
+    session_view,
+    tool_call_view,
+)
 
 # What an EventSource waits before reconnecting after the stream ends.
 RECONNECT_MS = 1000
@@ -168,7 +176,7 @@ class OwnerStream:
     wait for the caller's decision (its own sessions', and those of agents it approves for).
 
     It opens with a `snapshot` event (the caller's running and waiting sessions with their latest
-    event number, and the pending interrupts), then sends each event as it is committed, in the
+    event number, the pending interrupts and the draft plans waiting for review), then sends each event as it is committed, in the
     session stream's form (`session_id`, `seq`). It is a live view: its events carry no `id:`, and a
     client that reconnects gets a new snapshot; the gapless history of one session is its own
     stream (`/v1/sessions/{id}/events?after=<seq>`)."""
@@ -201,6 +209,7 @@ class OwnerStream:
             for session_id in positions:
                 following.enter_context(events.watch.following(session_id))
             pending = await reads.list_pending(who, 200)
+            drafts = await reads.list_drafts(who, 200)
             yield f"retry: {RECONNECT_MS}\n\n".encode()
             yield frame(
                 {
@@ -212,6 +221,8 @@ class OwnerStream:
                     "pending": [
                         pending_item(p, reads.decider(who, p)).model_dump(mode="json") for p in pending
                     ],
+                    # Draft plans waiting for the caller's review, as /v1/pending lists them.
+                    "drafts": [draft_item(d, reads.decider(who, d)).model_dump(mode="json") for d in drafts],
                 }
             )
             approving: dict[SessionId, int] = {}

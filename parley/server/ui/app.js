@@ -1,18 +1,22 @@
-// The page: signing in, the session list, one session's transcript with the composer, and the
-// inbox of decisions across sessions, kept live by the owner-wide stream (/v1/events).
+// The page: signing in, the session list, one session's transcript with its plan and the
+// composer, and the inbox of decisions and draft plans across sessions, kept live by the
+// owner-wide stream (/v1/events).
 
 import { api, ApiError, sessionPath, tokens, whenRefused } from './api.js';
 import { decisionCard } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
+import { draftCard, PlanPanel } from './plan.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
 
 const state = {
   open: false, // auth: none: nobody signs in, and decisions here are not a person's
   transcript: null,
+  plan: null, // the open session's PlanPanel
   owner: null,
   agents: [],
   pending: [],
+  drafts: [],
   refreshTimer: null,
   nextCursor: null,
 };
@@ -215,6 +219,7 @@ async function refreshSessions(more = false) {
           { href: `#/s/${s.session_id}` },
           el('span', { class: 'agent', text: s.agent }),
           el('span', { class: `status ${s.status}`, text: statusText(s.status) }),
+          ...(s.plan_status === 'draft' ? [el('span', { class: 'plan-badge', text: 'plan to review' })] : []),
           ...(s.title ? [el('span', { class: 'title', text: s.title })] : []),
           ...(s.tags && s.tags.length ? [el('span', { class: 'tags muted small', text: s.tags.map((t) => `#${t}`).join(' ') })] : []),
           el('span', { class: 'muted small', text: `${s.turn_count} turn${s.turn_count === 1 ? '' : 's'} · ${when(s.updated_at)}` }),
@@ -267,6 +272,9 @@ async function startSession(event) {
 function closeSession() {
   if (state.transcript) state.transcript.close();
   state.transcript = null;
+  state.plan = null;
+  byId('plan').replaceChildren();
+  byId('plan').hidden = true;
   byId('session-view').hidden = true;
   byId('session-none').hidden = false;
   byId('queued').replaceChildren();
@@ -285,8 +293,11 @@ async function openSession(sessionId) {
   byId('session-none').hidden = true;
   byId('session-view').hidden = false;
   say(byId('composer-error'), '');
-  const transcript = new Transcript(sessionId, list, byId('queued'), showSessionState);
+  const plan = new PlanPanel(byId('plan'), sessionId, () => state.drafts.find((d) => d.session_id === sessionId));
+  const showPlan = (shown, asStored) => (asStored ? plan.show(shown) : plan.update(shown));
+  const transcript = new Transcript(sessionId, list, byId('queued'), showSessionState, showPlan);
   state.transcript = transcript;
+  state.plan = plan;
   markSelected();
   try {
     await transcript.open();
@@ -350,6 +361,7 @@ async function sendMessage(steer) {
     return;
   }
   say(byId('composer-error'), '');
+  if (state.plan) state.plan.expectRevision();
   try {
     const body = { message, wait_seconds: 0, client_message_id: newId() };
     await api.post(sessionPath(transcript.sessionId, steer ? '/steer' : '/messages'), body);
@@ -376,16 +388,17 @@ function followOwner() {
   state.owner = follow('/v1/events', {
     onEvent(event) {
       if (event.kind === 'snapshot') {
-        showPending(event.pending);
+        showPending(event.pending, event.drafts || []);
         refreshSessionsSoon();
         return;
       }
       // A turn that ends (cancelled, closed) takes what it waited for with it, without a decision.
-      if (['interrupt_raised', 'interrupt_resolved', 'turn_ended', 'session_closed'].includes(event.kind)) {
+      // A plan written, approved or discarded changes the drafts waiting for review.
+      if (['interrupt_raised', 'interrupt_resolved', 'turn_ended', 'session_closed', 'plan_updated', 'plan_execution_started'].includes(event.kind)) {
         refreshPending();
       }
       if (
-        ['session_created', 'turn_started', 'turn_ended', 'turn_parked', 'session_closed', 'session_completed', 'session_failed'].includes(
+        ['session_created', 'turn_started', 'turn_ended', 'turn_parked', 'session_closed', 'session_completed', 'session_failed', 'plan_updated'].includes(
           event.kind,
         )
       ) {
@@ -401,13 +414,13 @@ function followOwner() {
 async function refreshPending() {
   try {
     const found = await api.get('/v1/pending?limit=200');
-    showPending(found.pending);
+    showPending(found.pending, found.drafts || []);
   } catch (error) {
     showTrouble(error);
   }
 }
 
-function showPending(pending) {
+function showPending(pending, drafts) {
   state.pending = pending;
   const inbox = byId('inbox');
   // Cards already shown stay (with what the person typed in them); new ones are added.
@@ -419,10 +432,35 @@ function showPending(pending) {
       inbox.append(decisionCard(item, { showSession: true, onDecided: refreshPending }));
     }
   }
+  showDrafts(drafts);
+  const waiting = pending.length + drafts.length;
   const count = byId('inbox-count');
-  count.textContent = String(pending.length);
-  count.hidden = pending.length === 0;
-  byId('inbox-empty').hidden = pending.length > 0;
+  count.textContent = String(waiting);
+  count.hidden = waiting === 0;
+  byId('inbox-empty').hidden = waiting > 0;
+}
+
+/** The drafts waiting for review: a card per session and revision (a new revision is a new card,
+ * so its Execute plan names the revision it shows). */
+function showDrafts(drafts) {
+  state.drafts = drafts;
+  const list = byId('inbox-drafts');
+  const key = (sessionId, revision) => `${sessionId}:${revision}`;
+  const shown = new Map([...list.children].map((card) => [key(card.dataset.sessionId, card.dataset.revision), card]));
+  const replaced = new Map();
+  for (const [id, card] of shown) {
+    if (drafts.some((d) => key(d.session_id, d.plan.revision) === id)) continue;
+    const refusal = card.querySelector('.error:not([hidden])');
+    if (refusal) replaced.set(card.dataset.sessionId, refusal.textContent);
+    card.remove();
+  }
+  for (const item of drafts) {
+    if (!shown.has(key(item.session_id, item.plan.revision))) {
+      list.append(draftCard(item, { onDecided: refreshPending, note: replaced.get(item.session_id) }));
+    }
+  }
+  byId('drafts-title').hidden = drafts.length === 0;
+  if (state.plan) state.plan.deciderRead();
 }
 
 boot();

@@ -7,19 +7,29 @@
 import { api, sessionPath } from './api.js';
 import { decisionCard, resolutionText } from './decision.js';
 import { el, pretty, when } from './dom.js';
+import { isNewer } from './plan.js';
 import { follow } from './sse.js';
 
 const ENDED = new Set(['closed', 'completed', 'failed']);
+// What a turn of plan mode does, said at its top (turn_started carries the mode).
+const TURN_MODE = {
+  planning: 'Planning: read-only, the agent writes a plan for you to review',
+  executing: 'Carrying out the approved plan',
+};
 
 export class Transcript {
   /** `list`: the <ol> to fill; `queued`: the <ul> of messages waiting for their turn;
-   * `onChange(view)` whenever the status changes. */
-  constructor(sessionId, list, queued, onChange) {
+   * `onChange(view)` whenever the status changes; `onPlan(plan, asStored)` when the plan changes
+   * (`asStored`: read with the session, else from a plan_updated event). */
+  constructor(sessionId, list, queued, onChange, onPlan = () => {}) {
     this.sessionId = sessionId;
     this.list = list;
     this.queued = queued;
     this.queuedTimer = null;
     this.onChange = onChange;
+    this.onPlan = onPlan;
+    this.plan = null; // {status, revision, todos} or null
+    this.streamPlan = null; // the plan as of the last event applied
     this.lastSeq = 0;
     this.turns = new Map(); // turn id -> {node, body, step, userSlot}
     this.calls = new Map(); // call id -> node
@@ -38,6 +48,8 @@ export class Transcript {
     this.status = view.status;
     this.showQueued(view.queued_messages || []);
     this.onChange(this);
+    this.plan = view.plan || null;
+    this.onPlan(this.plan, true);
     await this.readMessages();
     if (this.closed) return; // the person went elsewhere meanwhile
     this.stream = follow(sessionPath(this.sessionId, '/events'), {
@@ -134,6 +146,8 @@ export class Transcript {
     }
     this.lastSeq = event.seq;
     this.setStatus(event.session.status);
+    this.plan = this.streamPlan = event.session.plan || null;
+    this.onPlan(this.plan, true);
   }
 
   setStatus(status) {
@@ -153,7 +167,7 @@ export class Transcript {
       const body = el('div', { class: 'turn-body' });
       const node = el('li', { class: 'turn', data: { turnId: event.turn_id } }, body);
       this.list.append(node);
-      turn = { node, body, step: null };
+      turn = { node, body, step: null, mode: null };
       this.turns.set(event.turn_id, turn);
     }
     return turn;
@@ -205,6 +219,12 @@ const HANDLERS = {
   },
   turn_started(event) {
     const turn = this.turn(event);
+    const mode = event.data.mode;
+    if (TURN_MODE[mode]) {
+      turn.mode = mode;
+      turn.node.dataset.mode = mode;
+      turn.body.append(el('div', { class: `turn-mode ${mode}`, text: TURN_MODE[mode] }));
+    }
     const slot = bubble('user', '…');
     slot.classList.add('loading');
     turn.body.append(slot);
@@ -263,10 +283,30 @@ const HANDLERS = {
     }
     node.classList.remove('running');
     node.classList.add(call.is_error ? 'failed' : 'done');
+    // A call a planning turn refused: why is shown at once (it never ran).
+    if (call.is_error && this.turn(event).mode === 'planning') node.open = true;
     node.querySelector('.tool-status').textContent = ` ${call.status || event.data.status || 'done'}`;
     if (call.result !== undefined && call.result !== null) {
       node.append(el('pre', { class: 'result', text: call.result }));
     }
+  },
+  plan_updated(event) {
+    const plan = { revision: event.data.revision, status: event.data.status, todos: event.data.todos || [] };
+    // The transcript tells the plan's story event by event (the same after a reload)...
+    const before = this.streamPlan;
+    this.streamPlan = plan;
+    if (plan.status === 'cleared' && before && before.status === 'draft' && before.revision === plan.revision) {
+      this.note('The draft plan was discarded.', 'muted');
+    }
+    // ...while the panel shows only what is newer than the plan read with the session.
+    if (!isNewer(plan, this.plan)) return;
+    this.plan = plan;
+    this.onPlan(plan, false);
+  },
+  plan_execution_started(event) {
+    const by = event.data.by ? ` by ${event.data.by}` : '';
+    const text = `Revision ${event.data.revision} of the plan was approved${by}; the agent carries it out.`;
+    this.note(text, 'plan-approved');
   },
   timer_set(event) {
     this.turn(event).body.append(el('div', { class: 'note muted', text: 'Waiting on a timer.' }));
