@@ -113,8 +113,9 @@ class PlanRefused(RequestError):
     """execute_plan or discard_plan refused (a stale revision, a busy session, no draft): nothing
     was changed. `reason` is the outcome's name (stale, busy, no_plan, no_draft, turn_limit)."""
 
-    def __init__(self, session_id: str, reason: str, why: str) -> None:
+    def __init__(self, session_id: str, reason: str, why: str, revision: int | None = None) -> None:
         self.reason = reason
+        self.revision = revision  # the plan's revision now
         super().__init__(f"Session {session_id}: {why} Nothing was changed.")
 
 

@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from parley.config.auth import token_digest
 from parley.sdk_compat import create_mcp_http_client
 from tests.auth_support import bearer, initialize, token_client
+from tests.sse_support import Frame, read_until
 from tests.support import (
     FIXTURE_LOG,
     MCP_HEADERS,
@@ -530,3 +531,29 @@ async def test_a_draft_plan_is_approved_by_the_agents_approvers_only(world: Worl
     assert after["plan"]["status"] == "completed"
     [decision] = [d for d in after["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "ok"]
     assert decision["principal"] == "pat"
+
+
+async def test_an_approvers_owner_stream_follows_the_drafts_it_may_approve(world: World) -> None:
+    seen: list[Frame] = []
+    started: dict[str, Any] = {}
+    plan = '/tool write_todos {"todos": [{"content": "watched plan"}]}'
+
+    async def draft_when_open() -> None:
+        async with world.client("alice") as alice:
+            started.update(await call(alice, "start_session", agent="careful", message=plan))
+
+    async with anyio.create_task_group() as tg:
+
+        def stop(frame: Frame) -> bool:
+            seen.append(frame)
+            if frame.kind == "snapshot":
+                tg.start_soon(draft_when_open)
+            return frame.kind == "plan_updated" and bool(frame.data) and "watched plan" in str(frame.data)
+
+        await read_until(world.base + "/v1/events", stop, headers=bearer(world.tokens["pat"]))
+    theirs = [f for f in seen if f.data and f.data.get("session_id") == started.get("session_id")]
+    assert theirs and {f.kind for f in theirs} <= {"plan_updated", "plan_execution_started"}, [
+        f.kind for f in theirs
+    ]
+    async with world.client("alice") as alice:
+        await call(alice, "close_session", session_id=started["session_id"])

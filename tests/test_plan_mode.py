@@ -280,6 +280,7 @@ async def test_the_v1_endpoints_plan_approve_refuse_and_discard(tmp_path: Path) 
     assert draft["session_id"] == sid and draft["may_decide"] is True
     assert stale.status_code == 409 and stale.json()["type"].endswith("plan-refused"), stale.text
     assert "revision 1, not 7" in stale.json()["detail"]
+    assert (stale.json()["reason"], stale.json()["revision"]) == ("stale", 1)
     assert bad.status_code == 400 and "revision" in bad.text
     assert done.status_code == 200 and done.json()["mode"] == "executing", done.text
     assert again.status_code == 409 and "already approved" in again.json()["detail"]

@@ -137,6 +137,8 @@ def error_response(exc: Exception) -> Response:
             extra: dict[str, Any] = {}
             if isinstance(exc, InvalidArgument):
                 extra["field"] = exc.field
+            if isinstance(exc, PlanRefused):
+                extra |= {"reason": exc.reason, "revision": exc.revision}
             response = problem(status, name, str(exc), **extra)
             if isinstance(exc, RateLimited) and exc.retry_after_s is not None:
                 response.headers["retry-after"] = str(max(1, round(exc.retry_after_s)))

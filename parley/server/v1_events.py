@@ -38,6 +38,9 @@ from parley.server.wire import (
     tool_call_view,
 )
 
+# What an approver who is not the owner sees of a session: what waits for a decision (its
+# interrupts, its draft plan) and how it was decided.
+APPROVER_KINDS = INTERRUPT_KINDS | {"plan_updated", "plan_execution_started"}
 # What an EventSource waits before reconnecting after the stream ends.
 RECONNECT_MS = 1000
 
@@ -267,7 +270,7 @@ class OwnerStream:
         return may_see(who, session.owner), (fresh[0].seq - 1 if fresh else latest)
 
     async def _new_events(
-        self, session_id: SessionId, positions: dict[SessionId, int], interrupts_only: bool
+        self, session_id: SessionId, positions: dict[SessionId, int], decisions_only: bool
     ) -> AsyncGenerator[bytes, None]:
         while True:
             found = await self._ctx.events.read(session_id, positions[session_id], EVENT_PAGE)
@@ -276,6 +279,6 @@ class OwnerStream:
             positions[session_id] = found[-1].seq
             page = await self._ctx.events.page(session_id, found)
             for event in found:
-                if interrupts_only and event.kind not in INTERRUPT_KINDS:
+                if decisions_only and event.kind not in APPROVER_KINDS:
                     continue
                 yield frame(event_json(event, page))

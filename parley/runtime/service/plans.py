@@ -138,4 +138,4 @@ class PlanCommands:
         why = _REFUSALS[outcome].format(
             current=latest.plan_revision, revision=revision, status=latest.plan_status
         )
-        return PlanRefused(session.id, outcome, f"{command} refused: {why}")
+        return PlanRefused(session.id, outcome, f"{command} refused: {why}", latest.plan_revision)
