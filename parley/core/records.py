@@ -76,6 +76,8 @@ class SessionRecord:
     # In plan mode: from its first planning turn until a plan is approved or discarded, every
     # turn plans (a clarifying question's answer too).
     planning: bool = False
+    # The session this one replays (core/replays.py): its calls settle from that one's record.
+    replay_of: SessionId | None = None
 
     @classmethod
     def new(
@@ -90,6 +92,8 @@ class SessionRecord:
         start_client_message_id: str | None = None,
         settings: dict[str, Any] | None = None,
         title: str | None = None,
+        tags: list[str] | None = None,
+        replay_of: SessionId | None = None,
     ) -> SessionRecord:
         """A session as start_session creates it: idle, no turns, nothing used yet."""
         return cls(
@@ -118,6 +122,8 @@ class SessionRecord:
             start_client_message_id=start_client_message_id,
             settings=dict(settings or {}),
             title=title,
+            tags=list(tags or []),
+            replay_of=replay_of,
         )
 
 
@@ -302,9 +308,19 @@ class NewToolCall:
     server: str | None = None
     tool: str | None = None
     requires_approval: bool = False
-    # Why the call may not run in this turn (a planning turn's write tool): it is stored failed
-    # with this text as its result, and never run.
-    refusal: str | None = None
+    # A call settled as the model asks for it, never run: a planning turn's refusal, or a
+    # replay's recorded result. It is stored with this status and result, as final.
+    settled: SettledCall | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SettledCall:
+    """The final status and result of a call that is not run (see NewToolCall.settled)."""
+
+    status: ToolCallStatus
+    result: dict[str, Any]
+    # Why, for the event (refused: a planning turn's refusal; replayed: a replay's result).
+    why: str = "refused"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

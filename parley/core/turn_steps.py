@@ -109,9 +109,9 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
         cached_tokens=step.cached_tokens,
     )
     changes.messages.append(NewMessage(step.turn_id, "assistant", step.assistant))
-    refusals: list[NewEvent] = []
+    settled_events: list[NewEvent] = []
     for new in step.tool_calls:
-        refused = {"text": new.refusal, "is_error": True} if new.refusal is not None else None
+        settled = new.settled
         changes.new_calls.append(
             ToolCallRecord(
                 id=new.id,
@@ -121,9 +121,9 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
                 call_index=new.call_index,
                 name=new.name,
                 arguments=new.arguments,
-                status="pending" if refused is None else "failed",
+                status="pending" if settled is None else settled.status,
                 effect=new.effect,
-                result=refused,
+                result=None if settled is None else settled.result,
                 attempts=0,
                 idempotency_key=f"{session.id}/{step.turn_id}/{new.id}",
                 created_at=now,
@@ -131,15 +131,15 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
                 source=new.source,
                 server=new.server,
                 tool=new.tool,
-                requires_approval=new.requires_approval and refused is None,
+                requires_approval=new.requires_approval and settled is None,
             )
         )
-        if refused is not None:
-            # Refused here, never run: the model reads why with the other calls' results.
-            content = {"tool_call_id": new.id, "name": new.name, "status": "failed", **refused}
+        if settled is not None:
+            # Settled here, never run: the model reads the result with the other calls' results.
+            content = {"tool_call_id": new.id, "name": new.name, "status": settled.status, **settled.result}
             changes.messages.append(NewMessage(step.turn_id, "tool", content))
-            data = {"call_id": new.id, "tool": new.name, "status": "failed", "refused": True}
-            refusals.append(NewEvent(step.turn_id, "tool_finished", data))
+            data = {"call_id": new.id, "tool": new.name, "status": settled.status, settled.why: True}
+            settled_events.append(NewEvent(step.turn_id, "tool_finished", data))
     changes.turn.update(
         {
             "model_calls": turn.model_calls + 1,
@@ -171,7 +171,7 @@ def model_step(snapshot: SessionSnapshot, step: ModelStep, lease: str, now: floa
             },
         )
     )
-    changes.events.extend(refusals)
+    changes.events.extend(settled_events)
     return changes
 
 

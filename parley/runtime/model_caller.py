@@ -17,7 +17,8 @@ from parley.config import AgentConfig, ModelSpec, effective_memory
 from parley.core.ids import SessionId, TurnId, new_tool_call_id
 from parley.core.machine import SET_RESULT_NAME, CallModel, FinishTurn
 from parley.core.plans import plan_context, planning_refusal
-from parley.core.records import MessageRecord, ModelStep, NewToolCall, SessionRecord, TurnRecord
+from parley.core.records import MessageRecord, ModelStep, NewToolCall, SessionRecord, SettledCall, TurnRecord
+from parley.core.replays import ReplayBook
 from parley.core.transitions import TurnEnd
 from parley.errors import ModelError
 from parley.runtime import compaction
@@ -315,7 +316,8 @@ class ModelCaller:
         except ModelError as exc:
             logger.warning("session %s: the model call failed: %s", session.id, exc, extra=about(session))
             return FinishTurn("failed", None, f"The model call failed: {exc}")
-        new_calls = _new_calls(response, full, offer if turn.mode == "planning" else None)
+        book = await self._replay_book(session)
+        new_calls = _new_calls(response, full, offer if turn.mode == "planning" else None, book)
         # Reasoning still held goes out before the step (the step's event carries only the text).
         await stream.flush_reasoning()
         step = ModelStep(
@@ -335,6 +337,13 @@ class ModelCaller:
             await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
         await self._ctx.faults.hit("model_committed", response.text)
         return None
+
+    async def _replay_book(self, session: SessionRecord) -> ReplayBook | None:
+        """A replay session's record of the original's calls (None: not a replay)."""
+        if session.replay_of is None:
+            return None
+        store = self._ctx.store
+        return ReplayBook.of(await store.calls_of(session.replay_of), await store.calls_of(session.id))
 
     async def _offer(self, session: SessionRecord, agent: AgentConfig, turn: TurnRecord) -> Offer:
         """The tools the turn may call now; a source's warning is logged and recorded."""
@@ -503,6 +512,11 @@ class ModelCaller:
         raise AssertionError("unreachable")
 
 
+def refused(name: str) -> SettledCall:
+    """A call a planning turn may not make: failed, with why, never run."""
+    return SettledCall(status="failed", result={"text": planning_refusal(name), "is_error": True})
+
+
 def _forced_choice(
     agent: AgentConfig, turn: TurnRecord, action: CallModel, tools: tuple[ToolSpec, ...]
 ) -> str | None:
@@ -513,24 +527,34 @@ def _forced_choice(
     return WRITE_TODOS.name if any(t.name == WRITE_TODOS.name for t in tools) else None
 
 
-def _new_calls(response: ModelResponse, offer: Offer, planning: Offer | None) -> list[NewToolCall]:
+def _new_calls(
+    response: ModelResponse, offer: Offer, planning: Offer | None, book: ReplayBook | None
+) -> list[NewToolCall]:
     """The calls the response asks for, each naming its server and the server's own tool name, so
     any process can run it later without listing the tools again. In a planning turn (`planning`,
-    what it may call), any other call is refused and never runs."""
-    return [
-        NewToolCall(
-            id=new_tool_call_id(),
-            call_index=i,
-            name=call.name,
-            arguments=call.arguments,
-            effect=(binding := offer.binding(call.name)).effect,
-            source=binding.source,
-            server=binding.server,
-            tool=binding.tool,
-            requires_approval=binding.requires_approval,
-            refusal=planning_refusal(call.name)
-            if planning is not None and call.name not in planning.bindings
-            else None,
+    what it may call), any other call is refused and never runs; in a replay (`book`), a call that
+    may change anything is settled from the original's record (core/replays.py)."""
+    calls = []
+    for i, call in enumerate(response.tool_calls):
+        binding = offer.binding(call.name)
+        settled = None
+        if planning is not None and call.name not in planning.bindings:
+            settled = refused(call.name)
+        elif book is not None:
+            reads = binding.source in ("mcp", "resources") and binding.plans and not binding.requires_approval
+            settled = book.settle(call.name, call.arguments, runs=reads)
+        calls.append(
+            NewToolCall(
+                id=new_tool_call_id(),
+                call_index=i,
+                name=call.name,
+                arguments=call.arguments,
+                effect=binding.effect,
+                source=binding.source,
+                server=binding.server,
+                tool=binding.tool,
+                requires_approval=binding.requires_approval,
+                settled=settled,
+            )
         )
-        for i, call in enumerate(response.tool_calls)
-    ]
+    return calls

@@ -85,6 +85,34 @@ async def discard_plan(service: SessionService, caller: Caller, args: DiscardPla
     )
 
 
+class ReplaySessionArguments(ToolArguments):
+    session_id: SessionIdArg
+    agent: Annotated[
+        str | None,
+        Field(
+            strict=True,
+            description="The agent to replay it on (default: the session's own, as configured now).",
+        ),
+    ] = None
+
+
+async def replay_session(
+    service: SessionService, caller: Caller, args: ReplaySessionArguments
+) -> CallToolResult:
+    """Replay a session: a new session (yours, tagged eval and replay) sends its messages again,
+    turn by turn, on the agent as configured now. Only tools the configuration classifies as read
+    run; any other call gets the original's recorded result for the same tool and arguments, or a
+    "not replayed" result: a replay never repeats a write. Your own sessions; with parley:admin,
+    anyone's. Follow it with get_session."""
+    session = await service.replays.replay(caller.who, args.session_id, args.agent)
+    view = session_summary(session)
+    return ok(
+        view,
+        f"Session {session.id} replays {args.session_id} on agent {session.agent}; its turns run one by "
+        f'one. Follow it with get_session(session_id="{session.id}", wait_seconds=45).',
+    )
+
+
 class GetSessionArguments(ToolArguments):
     session_id: SessionIdArg
     wait_seconds: WaitArg = None

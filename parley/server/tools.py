@@ -65,6 +65,8 @@ TOOLS: tuple[Entry, ...] = (
               DeleteSessionResult),
     ToolEntry("update_session", "Update session", LABELS, update_session, UpdateSessionArguments,
               SessionSummary),
+    ToolEntry("replay_session", "Replay session", SENDS, s.replay_session, s.ReplaySessionArguments,
+              SessionSummary),
 )
 # fmt: on
 # The tools that may run as MCP tasks (mcp_tasks.py).

@@ -68,8 +68,12 @@ class SessionStarts(Protocol):
         now: float,
         admit: Admit | None = None,
         audit: AuditRecord | None = None,
+        more: Sequence[QueuedMessageRecord] = (),
+        shared: Sequence[str] = (),
     ) -> bool:
         """Store the session and its first queued message as given (see transitions.starting),
+        and `more` queued behind it (a replay's messages), with references to the attachments
+        (sha256) its messages `shared` with another session,
         with the events that record them and `audit`, the entry of the act, in one transaction.
         False (and nothing written) when the owner already used session.start_client_message_id.
         With `admit`, in the same transaction: the owner's usage is read under its lock and
@@ -86,6 +90,14 @@ class SessionStarts(Protocol):
         ...
 
     async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None: ...
+
+    async def consumed_messages(self, session_id: SessionId) -> list[QueuedMessageRecord]:
+        """The messages turns took, in the order they were sent (what a replay sends again)."""
+        ...
+
+    async def calls_of(self, session_id: SessionId) -> list[ToolCallRecord]:
+        """Every tool call of the session, in the order they were asked for."""
+        ...
 
 
 class Leases(Protocol):

@@ -109,6 +109,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX sessions_drafts ON sessions(owner, updated_at) WHERE plan_status = 'draft'"
         ),
     ),
+    Migration(
+        "21: replays: the session a replay session replays, whose recorded calls settle its own",
+        sqlite="ALTER TABLE sessions ADD COLUMN replay_of TEXT",
+        postgres='ALTER TABLE sessions ADD COLUMN replay_of text COLLATE "C"',
+    ),
 )
 
 # The newest version this parley knows.

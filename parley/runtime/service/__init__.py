@@ -37,6 +37,7 @@ from parley.runtime.service.parts import Parts
 from parley.runtime.service.persons import PersonAnswers
 from parley.runtime.service.plans import PlanCommands
 from parley.runtime.service.reads import Reads
+from parley.runtime.service.replays import ReplayCommands
 from parley.runtime.service.requests import (
     MessagesPage,
     QuestionAnswer,
@@ -90,6 +91,7 @@ class SessionService:
     decisions: DecisionCommands
     lifecycle: LifecycleCommands
     plans: PlanCommands
+    replays: ReplayCommands
     waits: Waits
     reads: Reads
     persons: PersonAnswers
@@ -121,6 +123,7 @@ class SessionService:
             decisions=DecisionCommands(parts, checks, waits, Decisions(store, agents, clock), persons),
             lifecycle=LifecycleCommands(parts, checks, waits),
             plans=PlanCommands(parts, checks, waits, fair_use, options.faults),
+            replays=ReplayCommands(parts, fair_use),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

@@ -86,6 +86,8 @@ class SqlSessions(SqlBase):
         now: float,
         admit: Admit | None = None,
         audit: AuditRecord | None = None,
+        more: Sequence[QueuedMessageRecord] = (),
+        shared: Sequence[str] = (),
     ) -> bool:
         # One batch. The session is inserted unless its id or the owner's client_message_id is
         # taken, with its numbers at 0; its first events, message and bytes go in only while its
@@ -93,12 +95,12 @@ class SqlSessions(SqlBase):
         codec = self.codec
         param = codec.param
         sid = session.id
-        queued = [first_message] if first_message is not None else []
+        queued = [first_message, *more] if first_message is not None else []
         statements = [
             Stmt(
                 "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
-                "start_client_message_id, settings, title, tags, event_seq, queue_seq) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
+                "start_client_message_id, settings, title, tags, replay_of, event_seq, queue_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
                 (
                     sid,
                     session.agent,
@@ -113,19 +115,19 @@ class SqlSessions(SqlBase):
                     param("sessions", "settings", session.settings),
                     param("sessions", "title", session.title),
                     param("sessions", "tags", session.tags),
+                    session.replay_of,
                 ),
             )
         ]
         events = [(sid, 1, "session_created", codec.dialect.json({"agent": session.agent}), now, sid)]
-        for message in queued:
-            events.append(
-                (sid, 2, "message_queued", codec.dialect.json({"queued_message_id": message.id}), now, sid)
-            )
+        for n, message in enumerate(queued, start=1):
+            queued_event = codec.dialect.json({"queued_message_id": message.id})
+            events.append((sid, n + 1, "message_queued", queued_event, now, sid))
             statements.append(
                 Stmt(
                     f"INSERT INTO queued_messages ({QUEUED_COLUMNS}) SELECT {codec.typed_placeholders('queued_messages')} "
                     f"WHERE {_FRESH}",
-                    (*queued_params(codec, message, sid, 1), sid),
+                    (*queued_params(codec, message, sid, n), sid),
                 )
             )
             blobs = message.blobs
@@ -139,6 +141,9 @@ class SqlSessions(SqlBase):
                 statements.append(
                     Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
                 )
+        if shared:
+            # Attachments the session's messages share with another session's: the bytes are stored.
+            statements.append(Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, sha, now, sid) for sha in shared]))
         statements.insert(1, Stmt(_INSERT_EVENT_IF_FRESH, many=events))
         if audit is not None:  # the act's audit entry, in the same transaction
             statements.append(self._audit_if_fresh(audit, sid))
@@ -191,6 +196,21 @@ class SqlSessions(SqlBase):
             (session_id, client_message_id),
         )
         return self.codec.queued(row) if row is not None else None
+
+    async def consumed_messages(self, session_id: SessionId) -> list[QueuedMessageRecord]:
+        rows = await self._rows(
+            f"SELECT {QUEUED_COLUMNS} FROM queued_messages WHERE session_id = ? AND status = 'consumed' "
+            "ORDER BY seq",
+            (session_id,),
+        )
+        return [self.codec.queued(r) for r in rows]
+
+    async def calls_of(self, session_id: SessionId) -> list[ToolCallRecord]:
+        rows = await self._rows(
+            f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE session_id = ? ORDER BY created_at, step_no, call_index",
+            (session_id,),
+        )
+        return [self.codec.call(r) for r in rows]
 
     async def first_message(self, session_id: SessionId) -> QueuedMessageRecord | None:
         row = await self._row(

@@ -1,0 +1,99 @@
+"""Replaying a session: a new session of the caller's, tagged `eval` and `replay`, that sends the
+original's messages again, each to its own turn, on the agent as it is now (or a chosen agent).
+Its calls that may change anything are settled from the original's record (core/replays.py), so a
+replay never repeats a real-world write. It is an ordinary session: it survives crashes, shows
+in /ui and is removed by retention."""
+
+from __future__ import annotations
+
+import logging
+
+from parley.config import effective_limits
+from parley.core import transitions
+from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.records import QueuedMessageRecord, SessionRecord
+from parley.errors import InvalidArgument, SessionLimitReached
+from parley.runtime import audit
+from parley.runtime.access import Principal, may_use
+from parley.runtime.fair_use import FairUse
+from parley.runtime.service.parts import Parts
+from parley.runtime.session_log import about
+
+logger = logging.getLogger("parley.runtime.service")
+
+# The tags of every replay session (evals and webhooks leave `eval` sessions out).
+REPLAY_TAGS = ["eval", "replay"]
+
+
+class ReplayCommands:
+    def __init__(self, parts: Parts, fair_use: FairUse) -> None:
+        self._parts = parts
+        self._fair_use = fair_use
+
+    async def replay(self, caller: Principal, session_id: str, agent: str | None = None) -> SessionRecord:
+        """Start the replay of `session_id` (one the caller may read) on `agent` (default: the
+        session's own agent, as configured now); returns the replay session, whose turns then run
+        one by one like any queued messages."""
+        p = self._parts
+        original = await p.access.visible(caller, session_id, audit.REPLAY)
+        name = agent or original.agent
+        definition = p.agents.get(name)
+        if definition is None:
+            raise InvalidArgument("agent", f"no agent '{name}' is configured; list_agents shows the agents")
+        if not may_use(caller, definition):
+            raise InvalidArgument("agent", f"agent '{name}' is not available to {caller.id}")
+        sent = await p.store.consumed_messages(original.id)
+        if not sent:
+            raise InvalidArgument("session_id", f"session {original.id} has no message to replay")
+        limits = effective_limits(definition.limits, original.settings)
+        if len(sent) > limits.max_turns:
+            raise SessionLimitReached(
+                original.id,
+                f"it has {len(sent)} messages, more than the {limits.max_turns} turns agent '{name}' allows.",
+            )
+        now = p.clock()
+        replay_id = new_session_id()
+        queued = [_again(message, replay_id, now) for message in sent]
+        record = SessionRecord.new(
+            replay_id,
+            agent=name,
+            owner=caller.id,
+            kind=original.kind,
+            now=now,
+            inputs=original.inputs,
+            settings=original.settings,
+            title=f"Replay of {original.title or original.id}"[:200],
+            tags=REPLAY_TAGS,
+            replay_of=original.id,
+        )
+        shared = sorted({a["sha256"] for m in queued for a in m.attachments or [] if a.get("sha256")})
+        entry = p.audit.entry(caller, audit.REPLAY, session_id=replay_id, target=original.id)
+        await p.store.create_session(
+            transitions.starting(record, queued[0]),
+            queued[0],
+            now,
+            audit=entry,
+            more=queued[1:],
+            shared=shared,
+        )
+        logger.info("session %s replays %s on agent %s", replay_id, original.id, name, extra=about(record))
+        p.signals.work_available(replay_id)
+        stored = await p.store.get_session(replay_id)
+        assert stored is not None
+        return stored
+
+
+def _again(message: QueuedMessageRecord, session_id: SessionId, now: float) -> QueuedMessageRecord:
+    """A message of the original, sent again to the replay (its mode and settings kept)."""
+    return QueuedMessageRecord(
+        id=new_queued_message_id(),
+        session_id=session_id,
+        seq=0,
+        text=message.text,
+        status="queued",
+        turn_id=None,
+        created_at=now,
+        settings=message.settings,
+        attachments=message.attachments,
+        mode=message.mode,
+    )
