@@ -136,6 +136,8 @@ class Agent(_Model):
     limits: dict[str, int | float | None]
     memory: Memory
     notes: list[str] = Field(default_factory=list)
+    # A session's first message plans unless start(plan=False); see Session.execute_plan.
+    plan_mode: bool = False
 
 
 class AgentList(_Model):
