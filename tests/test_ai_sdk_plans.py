@@ -63,7 +63,7 @@ class World:
 
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
-    agents = {
+    agents: dict[str, dict[str, Any]] = {
         "planner": {"tools": ["write_todos", "ask_user"], "plan_mode": True},
         "worker": {"tools": ["write_todos"]},
     }
