@@ -71,6 +71,7 @@ class Chat:
         self._eof = False
         self._answer: MemoryObjectSendStream[str | None] | None = None  # an open question's answer
         self._turn_calls: TaskGroup | None = None  # the turn calls in flight, while there are any
+        self._plan_modes: dict[str, bool] = {}  # which agents have plan mode (from list_agents)
 
     async def run(self, resume: str | None) -> int:
         async with anyio.create_task_group() as tg:
@@ -111,11 +112,12 @@ class Chat:
         await self._turn(lambda callbacks: session.send(text, plan=plan, **callbacks))
 
     async def _plans_by_default(self) -> bool:
-        try:
-            agents = (await self.p.agents()).agents
-        except ClientError:
-            return False  # the message is sent as an ordinary turn; /plan asks for a plan
-        return any(a.name == self.agent and a.plan_mode for a in agents)
+        if self.agent not in self._plan_modes:
+            try:
+                self._plan_modes = {a.name: a.plan_mode for a in (await self.p.agents()).agents}
+            except ClientError:
+                return False  # the message is sent as an ordinary turn; /plan asks for a plan
+        return self._plan_modes.get(self.agent or "", False)
 
     async def _next_line(self, prompt: str) -> str | None:
         """The next line: one typed while a turn ran, else a new one (None at the end of input)."""
@@ -448,6 +450,7 @@ class Chat:
             self.term.error(str(exc))
             return False
         names = [a.name for a in agents]
+        self._plan_modes = {a.name: a.plan_mode for a in agents}
         if self.agent is None and len(names) == 1:
             self.agent = names[0]
         if self.agent not in names:
