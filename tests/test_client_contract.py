@@ -17,6 +17,7 @@ from parley.core.ids import SessionId, TurnId
 from parley.core.records import EventRecord, TurnStatus
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.progress import describe_event
+from parley.runtime.service.plans import _REFUSALS as PLAN_REFUSALS
 from parley.server.tools import build_mcp_server
 
 pytestmark = pytest.mark.anyio
@@ -109,6 +110,17 @@ def test_a_client_error_keeps_the_facts_its_text_names() -> None:
     assert isinstance(invalid, client_errors.InvalidArgument) and invalid.field == "message"
     unknown = client_errors.tool_error("get_session", "something new the server says")
     assert type(unknown) is client_errors.ToolError
+
+
+@pytest.mark.parametrize("reason", sorted(PLAN_REFUSALS))
+def test_each_plan_refusal_comes_back_as_plan_refused_naming_its_reason(reason: str) -> None:
+    command = "discard_plan" if reason == "no_draft" else "execute_plan"
+    why = PLAN_REFUSALS[reason].format(current=3, revision=2, status="draft")
+    refusal = server_errors.PlanRefused("ses_x", reason, f"{command} refused: {why}")
+    error = client_errors.tool_error(command, str(refusal))
+    assert type(error) is client_errors.PlanRefused, str(refusal)
+    assert error.reason == reason
+    assert error.current_revision == (3 if reason == "stale" else None)
 
 
 def _event(kind: str, **data: Any) -> EventRecord:

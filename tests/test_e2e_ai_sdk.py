@@ -65,8 +65,9 @@ class World:
             done = await anyio.run_process([*self.chats[sdk], json.dumps(scenario)], check=False)
         assert done.returncode == 0, done.stderr.decode()
         out = json.loads(done.stdout.decode().strip().splitlines()[-1])
-        for step in out["steps"]:
-            assert step["errors"] == [], step
+        for asked, step in zip(steps, out["steps"], strict=True):
+            # A step that expects a refusal sees it in the chat's errors; no other step has any.
+            assert bool(step["errors"]) == bool(asked.get("expect_error")), step
         return list(out["steps"])
 
 
@@ -86,6 +87,11 @@ async def world(
             directory,
             agents={
                 "worker": {"mcp_servers": ["fixture"], "tools": ["write_todos", "ask_user"]},
+                "planner": {
+                    "mcp_servers": ["fixture"],
+                    "tools": ["write_todos", "ask_user"],
+                    "plan_mode": True,
+                },
                 "claude": {
                     "model": fake.anthropic_model(),
                 },
@@ -297,3 +303,78 @@ async def test_a_lone_surrogate_in_an_id_or_text_is_a_400_naming_the_field(
     # The server goes on serving the same owner.
     [step] = await world.run("alice", [{"chat": f"after-{field}", "send": "still here"}])
     assert _texts(_assistant(step)) == ["You said: still here (message 1 of this session)"]
+
+
+def _plans(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in message["parts"] if p["type"] == "data-parley-plan"]
+
+
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_the_sdk_shows_a_draft_plan_and_a_data_part_in_a_user_message_approves_it(
+    world: World, sdk: int
+) -> None:
+    directory = world.server.config_path.parent
+    act = f'/tool fixture__bare {{"text": "planned on {sdk}"}}'
+    todos = json.dumps({"todos": [{"content": "look first"}, {"content": act}]})
+    drafted, executing, done = await world.run(
+        "alice",
+        [
+            {"chat": f"plan-{sdk}", "send": f"/tool write_todos {todos}"},
+            {"chat": f"plan-{sdk}", "execute_plan": True},
+            # Approving the plan grants nothing else: the executing turn's call still asks.
+            {"chat": f"plan-{sdk}", "approve": True},
+        ],
+        agent="planner",
+        sdk=sdk,
+    )
+    message = _assistant(drafted)
+    [draft] = _plans(message)
+    assert draft["id"] == message["metadata"]["parley"]["sessionId"]
+    assert draft["data"]["status"] == "draft" and draft["data"]["revision"] == 1
+    assert [t["content"] for t in draft["data"]["todos"]] == ["look first", act]
+    assert message["metadata"]["parley"]["mode"] == "planning"
+    # The approval is a user message the SDK holds (and its own validator accepts) with the data part.
+    approval = executing["messages"][-2]
+    assert approval["role"] == "user" and approval["parts"] == [
+        {"type": "data-parley-execute-plan", "data": {"revision": 1}}
+    ]
+    assert executing["valid"] is True, executing["valid"]
+    asking = _assistant(executing)
+    assert asking["metadata"]["parley"]["mode"] == "executing"
+    assert [p["data"]["revision"] for p in asking["parts"] if p["type"] == "data-parley-plan-execution"] == [
+        1
+    ]
+    [waiting] = [t for t in _tools(asking) if t["toolName"] == "fixture__bare"]
+    assert waiting["state"] == "approval-requested", waiting  # so it had not run while planning
+    finished = _assistant(done)
+    [plan] = _plans(finished)  # one part, updated in place as the plan moved on
+    assert plan["data"]["status"] == "completed", plan
+    assert all(t["status"] == "completed" for t in plan["data"]["todos"])
+    assert fixture_runs(directory, "bare", text=f"planned on {sdk}") == 1
+
+
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_a_stale_approval_is_the_chats_error_and_changes_nothing(world: World, sdk: int) -> None:
+    todos = json.dumps({"todos": [{"content": "only this"}]})
+    first, revised, stale = await world.run(
+        "alice",
+        [
+            {"chat": f"stale-{sdk}", "send": f"/tool write_todos {todos}"},
+            # metadata.parley.plan asks for a planning turn (a message on a draft plans anyway).
+            {
+                "chat": f"stale-{sdk}",
+                "send": f"/tool write_todos {todos}",
+                "metadata": {"parley": {"plan": True}},
+            },
+            {"chat": f"stale-{sdk}", "execute_plan": 1, "expect_error": True},
+        ],
+        agent="planner",
+        sdk=sdk,
+    )
+    assert [p["data"]["revision"] for p in _plans(_assistant(revised))] == [2]
+    [error] = stale["errors"]
+    assert "revision 2, not 1" in error and "Nothing was changed" in error, error
+    sid = _assistant(first)["metadata"]["parley"]["sessionId"]
+    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        session = await http.get(f"{world.base}/v1/sessions/{sid}", headers=bearer(world.tokens["alice"]))
+    assert session.json()["plan"]["status"] == "draft" and session.json()["turn_count"] == 2, session.text

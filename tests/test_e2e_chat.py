@@ -1,9 +1,12 @@
 """`parley chat` in a real terminal (a pseudo-terminal driven by pexpect): a conversation, an
 approval answered at the prompt, Ctrl-C cancelling a long turn and twice quitting; resuming a
-session; and plain text with both sides of the conversation when stdout is not a terminal."""
+session; plain text with both sides of the conversation when stdout is not a terminal; and plan
+mode: a draft plan shown, approved with /execute (the executing turn still asks its approvals), or
+dropped with /discard."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -39,6 +42,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
         agents={
             "worker": {"mcp_servers": ["fixture"], "tools": ["ask_user"]},
             "guarded": {"mcp_servers": ["fixture"], "tools": ["ask_user"], "approver": "human"},
+            "planner": {"mcp_servers": ["fixture"], "tools": ["write_todos", "ask_user"], "plan_mode": True},
         },
         mcp_servers={"fixture": fixture_server(directory / FIXTURE_LOG)},
     )
@@ -224,3 +228,34 @@ async def test_the_chat_talks_to_a_server_over_http_with_a_token(tmp_path: Path)
     assert db_rows(tmp_path / "parley.db", "SELECT DISTINCT owner FROM sessions") == [("alice",)]
     assert without.returncode == 1
     assert f"error: {url} answered HTTP 401 Unauthorized (is the token right?" in without.stdout
+
+
+def _todos(*items: str) -> str:
+    return "/tool write_todos " + json.dumps({"todos": [{"content": item} for item in items]})
+
+
+def test_a_draft_plan_is_shown_and_approved_with_execute(config: Path) -> None:
+    bare = '/tool fixture__bare {"text": "planned"}'
+    typed = f"/plan {_todos('look first', bare)}\n/execute\ny\n/execute\n"
+    out = _plain_chat(config, ["planner"], typed)
+    lines = out.splitlines()
+    draft = lines.index("plan (revision 1, draft):")
+    assert lines[draft + 1 : draft + 3] == ["  1. [ ] look first", f"  2. [ ] {bare}"], out
+    assert "[/execute approves it and lets the agent act; a message revises it; /discard drops it]" in lines
+    # Approving the plan grants nothing else: the executing turn's call still asks.
+    assert any("planner wants to call fixture__bare" in line for line in lines), out
+    done = lines.index("plan (revision 2, completed):")
+    assert lines[done + 1 : done + 3] == ["  1. [x] look first", f"  2. [x] {bare}"], out
+    assert lines[-1] == "[no draft plan to approve]", out
+    assert fixture_runs(config.parent, "bare", text="planned") == 1
+
+
+def test_a_draft_plan_is_dropped_with_discard(config: Path) -> None:
+    bare = '/tool fixture__bare {"text": "never"}'
+    out = _plain_chat(config, ["planner"], f"{_todos(bare)}\n/discard\n/plan\nhello\n")
+    lines = out.splitlines()
+    assert "plan (revision 1, draft):" in lines, out
+    assert "[the draft plan was discarded; your next message is an ordinary turn]" in lines
+    assert "plan (revision 1, cleared):" in lines, "/plan shows the plan as it is now"
+    assert "planner: You said: hello (message 2 of this session)" in lines, out
+    assert fixture_runs(config.parent, "bare", text="never") == 0

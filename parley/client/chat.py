@@ -1,7 +1,8 @@
 """`parley chat`: a conversation with an agent in the terminal, over the client.
 
 The agent's text and its tool calls are shown as the turn runs; approvals and questions are asked
-inline; Ctrl-C cancels the running turn (twice quits). Lines typed while a turn runs are commands
+inline; Ctrl-C cancels the running turn (twice quits). In plan mode a draft plan is shown after its
+planning turn; /execute approves it (the executing turn follows), /discard drops it. Lines typed while a turn runs are commands
 (/cancel, /steer ...) or messages kept until the turn ends. Only the latest turn call's events and
 outcome are shown: every waiting call receives all of the session's events, so a /steer call
 takes over the screen from the call it interrupts.
@@ -25,7 +26,7 @@ from parley.client.client import Options, Parley, connect_http, connect_stdio
 from parley.client.errors import ClientError, ToolError
 from parley.client.events import Event, Notice, Text, ToolFinished, ToolProgress, ToolStarted, TurnStarted
 from parley.client.handlers import ApprovalVerdict, Callbacks, Decline, OnEvent, QuestionVerdict, Reject
-from parley.client.models import Interrupt, Outcome
+from parley.client.models import Interrupt, Outcome, Plan
 from parley.client.session import Session
 from parley.client.terminal import LineReader, Terminal
 
@@ -33,6 +34,10 @@ HELP = """\
 Type a message and press Enter. Commands:
   /cancel         cancel the running turn (or Ctrl-C; Ctrl-C twice quits)
   /steer TEXT     stop the running turn after its current step, and answer TEXT next
+  /plan TEXT      send TEXT as a planning turn (plan mode: the agent writes a plan to review)
+  /plan           show the session's plan
+  /execute        approve the draft plan shown and let the agent carry it out
+  /discard        drop the draft plan; the next message is an ordinary turn
   /sessions       list your sessions
   /resume ID      continue session ID
   /new [AGENT]    start a new session with your next message
@@ -66,6 +71,7 @@ class Chat:
         self._eof = False
         self._answer: MemoryObjectSendStream[str | None] | None = None  # an open question's answer
         self._turn_calls: TaskGroup | None = None  # the turn calls in flight, while there are any
+        self._plan_modes: dict[str, bool] = {}  # which agents have plan mode (from list_agents)
 
     async def run(self, resume: str | None) -> int:
         async with anyio.create_task_group() as tg:
@@ -95,10 +101,23 @@ class Chat:
                 continue
             await self._send(line)
 
-    async def _send(self, text: str) -> None:
+    async def _send(self, text: str, plan: bool = False) -> None:
+        first = self.session is None
         session = await self._session()
-        if session is not None:
-            await self._turn(lambda callbacks: session.send(text, **callbacks))
+        if session is None:
+            return
+        # The session was started empty: its first message plans if its agent has plan mode, as
+        # a start with the message would.
+        plan = plan or (first and await self._plans_by_default())
+        await self._turn(lambda callbacks: session.send(text, plan=plan, **callbacks))
+
+    async def _plans_by_default(self) -> bool:
+        if self.agent not in self._plan_modes:
+            try:
+                self._plan_modes = {a.name: a.plan_mode for a in (await self.p.agents()).agents}
+            except ClientError:
+                return False  # the message is sent as an ordinary turn; /plan asks for a plan
+        return self._plan_modes.get(self.agent or "", False)
 
     async def _next_line(self, prompt: str) -> str | None:
         """The next line: one typed while a turn ran, else a new one (None at the end of input)."""
@@ -243,6 +262,19 @@ class Chat:
             self.term.note("the turn is still running on the server")
         if outcome.session_status == "closed":
             self.term.note("the session is closed; /new starts another")
+        if outcome.plan is not None and (outcome.mode is not None or outcome.plan.status == "draft"):
+            self._show_plan(outcome.plan)
+
+    def _show_plan(self, plan: Plan) -> None:
+        marks = {"completed": "x", "in_progress": "~"}
+        self.term.line(f"plan (revision {plan.revision}, {plan.status}):", "bold")
+        for number, todo in enumerate(plan.todos, start=1):
+            mark = marks.get(str(todo.get("status")), " ")
+            self.term.line(f"  {number}. [{mark}] {todo.get('content', '')}")
+        if plan.status == "draft":
+            self.term.note(
+                "/execute approves it and lets the agent act; a message revises it; /discard drops it"
+            )
 
     # ------------------------------------------------------------------ approvals and questions
 
@@ -339,9 +371,47 @@ class Chat:
         elif word == "/steer" and rest:
             self.term.note("nothing is running: sending it as a message")
             self._queued.insert(0, rest)
+        elif word == "/plan":
+            await (self._send(rest, plan=True) if rest else self._read_plan())
+        elif word in ("/execute", "/discard"):
+            await self._plan_command(word)
         else:
             return False
         return True
+
+    async def _read_plan(self) -> None:
+        session = self.session
+        if session is None:
+            self.term.note("no session yet: /plan TEXT starts one with a planning turn")
+            return
+        try:
+            plan = (await session.state(messages_limit=1)).plan
+        except ClientError as exc:
+            self.term.error(str(exc))
+            return
+        if plan is None:
+            self.term.note("this session has no plan (/plan TEXT asks the agent for one)")
+        else:
+            self._show_plan(plan)
+
+    async def _plan_command(self, word: str) -> None:
+        """/execute: approve the draft shown (its revision) and follow the executing turn;
+        /discard: drop it. A refusal (the plan moved on, no draft) is shown and changes nothing."""
+        session = self.session
+        plan = session.plan if session is not None else None
+        if session is None or plan is None or plan.status != "draft":
+            self.term.note("no draft plan to " + ("approve" if word == "/execute" else "discard"))
+            return
+        if word == "/execute":
+            revision = plan.revision
+            await self._turn(lambda callbacks: session.execute_plan(revision, **callbacks))
+            return
+        try:
+            await session.discard_plan()
+        except ClientError as exc:
+            self.term.error(exc.text if isinstance(exc, ToolError) else str(exc))
+            return
+        self.term.note("the draft plan was discarded; your next message is an ordinary turn")
 
     async def _list_sessions(self) -> None:
         try:
@@ -380,6 +450,7 @@ class Chat:
             self.term.error(str(exc))
             return False
         names = [a.name for a in agents]
+        self._plan_modes = {a.name: a.plan_mode for a in agents}
         if self.agent is None and len(names) == 1:
             self.agent = names[0]
         if self.agent not in names:

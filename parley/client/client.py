@@ -25,6 +25,7 @@ from parley.client.errors import ConnectionFailed
 from parley.client.handlers import Handlers, OnApproval, OnEvent, OnQuestion
 from parley.client.models import (
     AgentList,
+    DraftItem,
     PendingItem,
     PendingList,
     SessionPage,
@@ -96,11 +97,21 @@ class Parley:
         on_approval: OnApproval | None = None,
         on_question: OnQuestion | None = None,
         on_event: OnEvent | None = None,
+        plan: bool | None = None,
     ) -> Session:
         """Start a session with `agent`; with a message (or inputs), follow its first turn until it
-        rests (`session.last` is its outcome). Without either, the session is ready and idle."""
+        rests (`session.last` is its outcome). Without either, the session is ready and idle.
+        `plan` (agents with plan mode): True makes the first turn a planning turn, False an
+        ordinary one; None leaves it to the agent's plan_mode."""
         arguments: dict[str, Any] = {"agent": agent}
-        for name, value in (("message", message), ("kind", kind), ("inputs", inputs), ("settings", settings)):
+        given = (
+            ("message", message),
+            ("kind", kind),
+            ("inputs", inputs),
+            ("settings", settings),
+            ("plan", plan),
+        )
+        for name, value in given:
             if value is not None:
                 arguments[name] = value
         if attachments:
@@ -171,6 +182,10 @@ class Parley:
     async def pending(self, limit: int = 50) -> list[PendingItem]:
         """The approvals and questions waiting for your decision, across your sessions."""
         return (await self._calls.read("list_pending", {"limit": limit}, PendingList)).pending
+
+    async def drafts(self, limit: int = 50) -> list[DraftItem]:
+        """The draft plans waiting for review across your sessions (Session.execute_plan approves one)."""
+        return (await self._calls.read("list_pending", {"limit": limit}, PendingList)).drafts
 
 
 # ------------------------------------------------------------------------------- connecting

@@ -15,6 +15,8 @@ ClientError
    ├─ DecisionConflict      the interrupt was already resolved the other way
    ├─ NotYourDecision       the agent takes decisions only from a person, or only from its approvers
    ├─ SessionBusy           a running session cannot be deleted
+   ├─ PlanRefused           execute_plan / discard_plan refused (`reason`: stale, no_plan, busy,
+   │                        turn_limit, no_draft); nothing changed
    ├─ RateLimited           over a fair-use limit (`retry_after_s` when the server said)
    └─ ServerFailure         the server failed (internal error, database unavailable); nothing changed
 ```
@@ -97,6 +99,34 @@ class SessionBusy(ToolError):
     pass
 
 
+# What the server's refusal says, by the reason it names (parley/runtime/service/plans.py).
+_PLAN_REASONS = {
+    "the plan is at revision": "stale",
+    "it has no plan to approve": "no_plan",
+    "it is not waiting for a message": "busy",
+    "it has used all the turns": "turn_limit",
+    "it has no draft to discard": "no_draft",
+}
+
+
+class PlanRefused(ToolError):
+    """execute_plan or discard_plan was refused and nothing changed: the plan moved on to another
+    revision (`reason == "stale"`, `current_revision` names it: read it again and approve what you
+    reviewed), there is no plan to approve or draft to discard, or the session is busy."""
+
+    @property
+    def reason(self) -> str | None:
+        for opening, reason in _PLAN_REASONS.items():
+            if f"refused: {opening}" in self.text:
+                return reason
+        return None
+
+    @property
+    def current_revision(self) -> int | None:
+        found = re.search(r"the plan is at revision (\d+), not", self.text)
+        return int(found.group(1)) if found else None
+
+
 class RateLimited(ToolError):
     @property
     def retry_after_s(self) -> float | None:
@@ -116,6 +146,7 @@ _PATTERNS: list[tuple[re.Pattern[str], type[ToolError]]] = [
     (re.compile(r"^No session '"), SessionNotFound),
     (re.compile(r"^Session \S+ is closed \("), SessionClosed),
     (re.compile(r"^Session \S+ is running a turn \(or about to\)"), SessionBusy),
+    (re.compile(r"^Session \S+: (execute_plan|discard_plan) refused: "), PlanRefused),
     (re.compile(r"^Session \S+: "), SessionLimitReached),
     (re.compile(r"^No interrupt '"), InterruptNotFound),
     (re.compile(r"^Interrupt \S+ was already resolved"), DecisionConflict),

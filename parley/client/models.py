@@ -73,8 +73,22 @@ class Usage(_Model):
     model_calls: int = 0
 
 
+PlanStatus = Literal["cleared", "draft", "active", "completed"]
+
+
+class Plan(_Model):
+    """A session's plan (plan mode): `draft` waits for a person's review (Session.execute_plan
+    approves this `revision`), `active` is being carried out, `completed` is done, `cleared` has
+    no todos."""
+
+    status: PlanStatus
+    revision: int
+    todos: list[dict[str, Any]] = Field(default_factory=list)
+
+
 class Outcome(_Model):
-    """The outcome of a turn (start_session, send_message, approve, answer_question, cancel_turn)."""
+    """The outcome of a turn (start_session, send_message, approve, answer_question, cancel_turn,
+    execute_plan)."""
 
     session_id: str
     turn_id: str | None = None
@@ -89,6 +103,9 @@ class Outcome(_Model):
     queued_message_id: str | None = None
     notes: list[str] = Field(default_factory=list)
     agent_version: str | None = None
+    # planning: read-only, it wrote a plan to review; executing: it carries out an approved one.
+    mode: Literal["planning", "executing"] | None = None
+    plan: Plan | None = None
 
     @property
     def is_at_rest(self) -> bool:
@@ -119,6 +136,8 @@ class Agent(_Model):
     limits: dict[str, int | float | None]
     memory: Memory
     notes: list[str] = Field(default_factory=list)
+    # A session's first message plans unless start(plan=False); see Session.execute_plan.
+    plan_mode: bool = False
 
 
 class AgentList(_Model):
@@ -201,6 +220,7 @@ class SessionState(_Model):
     messages: list[Message] = Field(default_factory=list)
     total_messages: int = 0
     todos: list[dict[str, Any]] = Field(default_factory=list)
+    plan: Plan | None = None
     usage: Usage = Field(default_factory=Usage)
     last_error: str | None = None
     closed_reason: str | None = None
@@ -225,6 +245,8 @@ class SessionSummary(_Model):
     created_at: str | None
     updated_at: str | None
     closed_reason: str | None = None
+    plan_status: PlanStatus = "cleared"
+    plan_revision: int = 0
 
 
 class SessionPage(_Model):
@@ -242,8 +264,23 @@ class PendingItem(_Model):
     decided_by: str | None = None
 
 
+class DraftItem(_Model):
+    """A draft plan waiting for review (Session.execute_plan approves it)."""
+
+    session_id: str
+    agent: str
+    owner: str
+    title: str | None = None
+    plan: Plan
+    updated_at: str | None = None
+    # Whether this caller may approve it; if not, who does.
+    may_decide: bool | None = None
+    decided_by: str | None = None
+
+
 class PendingList(_Model):
     pending: list[PendingItem]
+    drafts: list[DraftItem] = Field(default_factory=list)
 
 
 class Closed(_Model):
@@ -271,6 +308,8 @@ TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
     "approve": Outcome,
     "answer_question": Outcome,
     "cancel_turn": Outcome,
+    "execute_plan": Outcome,
+    "discard_plan": SessionSummary,
     "get_session": SessionState,
     "list_sessions": SessionPage,
     "list_pending": PendingList,

@@ -19,6 +19,7 @@ from parley.client.models import (
     Deleted,
     Interrupt,
     Outcome,
+    Plan,
     QueuedMessageDeleted,
     SessionState,
     SessionSummary,
@@ -78,6 +79,11 @@ class Session:
         """The approvals and questions the latest outcome waits for."""
         return list(self.last.pending) if self.last and self.last.status == "waiting_for_input" else []
 
+    @property
+    def plan(self) -> Plan | None:
+        """The session's plan after the latest outcome (plan mode; None: it has none)."""
+        return self.last.plan if self.last else None
+
     # ------------------------------------------------------------------ messages
 
     async def send(
@@ -91,11 +97,14 @@ class Session:
         on_question: OnQuestion | None = None,
         on_event: OnEvent | None = None,
         wait: bool = True,
+        plan: bool = False,
     ) -> Outcome:
         """Send a message and follow its turn until it rests: through `running`, and through the
         approvals and questions the callbacks decide. With wait=False, return at once (`running`,
         or `answered` for a quick turn); `wait()` follows it later. `attachments` are MCP content
-        blocks (see parley.client.attachments)."""
+        blocks (see parley.client.attachments). `plan=True` (agents with plan mode) makes it a
+        planning turn: read-only, it writes a plan you approve with `execute_plan`; while a draft
+        waits, every message plans."""
         arguments: dict[str, Any] = {
             "session_id": self.id,
             "message": message,
@@ -107,6 +116,8 @@ class Session:
             arguments["settings"] = settings
         if attachments:
             arguments["attachments"] = [dict(a) for a in attachments]
+        if plan:
+            arguments["plan"] = True
         handlers = self._calls.handlers.over(on_approval, on_question, on_event)
         return self._seen(
             await self._calls.turn(
@@ -151,6 +162,32 @@ class Session:
     async def decline(self, question: Interrupt | str, **callbacks: Unpack[Callbacks]) -> Outcome:
         """Decline to answer a question."""
         return await self._answer(question, {"decline": True}, callbacks)
+
+    # ------------------------------------------------------------------ plans
+
+    async def execute_plan(
+        self, revision: int, *, wait: bool = True, **callbacks: Unpack[Callbacks]
+    ) -> Outcome:
+        """Approve the draft plan at exactly `revision` (the one you reviewed: `plan.revision`) and
+        follow the executing turn until it rests. PlanRefused, and nothing changes, when the plan
+        moved on to another revision, has no draft, or the session is busy. Approving grants
+        nothing else: a tool call that needs approval still asks (the callbacks decide it)."""
+        arguments: dict[str, Any] = {"session_id": self.id, "revision": revision}
+        handlers = self._calls.handlers.over(**callbacks)
+        return self._seen(
+            await self._calls.turn(
+                "execute_plan", arguments, session_id=self.id, handlers=handlers, wait=wait
+            )
+        )
+
+    async def discard_plan(self) -> SessionSummary:
+        """Drop the draft plan without acting on it; the next message is an ordinary turn.
+        PlanRefused when there is no draft or a turn runs."""
+        summary = await self._calls.read("discard_plan", {"session_id": self.id}, SessionSummary)
+        if self.last is not None and self.last.plan is not None:
+            cleared = Plan(status=summary.plan_status, revision=summary.plan_revision, todos=[])
+            self.last = self.last.model_copy(update={"plan": cleared})
+        return summary
 
     async def _decide(
         self,

@@ -29,9 +29,11 @@ from parley.client.models import (
     AgentList,
     Closed,
     Deleted,
+    DraftItem,
     Interrupt,
     Outcome,
     PendingItem,
+    Plan,
     SessionPage,
     SessionState,
     SessionSummary,
@@ -95,6 +97,10 @@ class SyncSession:
     def pending(self) -> list[Interrupt]:
         return self.aio.pending
 
+    @property
+    def plan(self) -> Plan | None:
+        return self.aio.plan
+
     def send(
         self,
         message: str,
@@ -105,11 +111,29 @@ class SyncSession:
         on_question: SyncOnQuestion | None = None,
         on_event: SyncOnEvent | None = None,
         wait: bool = True,
+        plan: bool = False,
     ) -> Outcome:
         callbacks = _callbacks(on_approval, on_question, on_event)
         return self._portal.call(
-            lambda: self.aio.send(message, steer=steer, attachments=attachments, wait=wait, **callbacks)
+            lambda: self.aio.send(
+                message, steer=steer, attachments=attachments, wait=wait, plan=plan, **callbacks
+            )
         )
+
+    def execute_plan(
+        self,
+        revision: int,
+        *,
+        wait: bool = True,
+        on_approval: SyncOnApproval | None = None,
+        on_question: SyncOnQuestion | None = None,
+        on_event: SyncOnEvent | None = None,
+    ) -> Outcome:
+        callbacks = _callbacks(on_approval, on_question, on_event)
+        return self._portal.call(lambda: self.aio.execute_plan(revision, wait=wait, **callbacks))
+
+    def discard_plan(self) -> SessionSummary:
+        return self._portal.call(self.aio.discard_plan)
 
     def approve(self, *interrupts: Interrupt | str, reason: str | None = None) -> Outcome:
         return self._portal.call(lambda: self.aio.approve(*interrupts, reason=reason))
@@ -165,10 +189,13 @@ class SyncParley:
         on_approval: SyncOnApproval | None = None,
         on_question: SyncOnQuestion | None = None,
         on_event: SyncOnEvent | None = None,
+        plan: bool | None = None,
     ) -> SyncSession:
         callbacks = _callbacks(on_approval, on_question, on_event)
         session = self._portal.call(
-            lambda: self.aio.start(agent, message, inputs=inputs, attachments=attachments, **callbacks)
+            lambda: self.aio.start(
+                agent, message, inputs=inputs, attachments=attachments, plan=plan, **callbacks
+            )
         )
         return SyncSession(self._portal, session)
 
@@ -183,6 +210,9 @@ class SyncParley:
 
     def pending(self, limit: int = 50) -> list[PendingItem]:
         return self._portal.call(self.aio.pending, limit)
+
+    def drafts(self, limit: int = 50) -> list[DraftItem]:
+        return self._portal.call(self.aio.drafts, limit)
 
 
 def _sync_options(options: aio.Options | None, callbacks: dict[str, Any]) -> aio.Options:

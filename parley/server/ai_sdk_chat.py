@@ -6,7 +6,11 @@ knows (ai_sdk_parts.py).
   chat `id` is the client's: it maps to one parley session per owner (the session started with the
   client_message_id `chat:<id>`; another owner's same id is another session). The last message
   decides what happens: a user message is sent (its `id` is the client_message_id, so a retried
-  request answers with the same turn); an assistant message carries the app's answers: tool parts in
+  request answers with the same turn; `metadata.parley.plan: true` makes it a planning turn, and a
+  chat's first message plans when its agent has plan mode unless that says false); a user message
+  with a data part `{"type": "data-parley-execute-plan", "data": {"revision": N}}` approves the draft
+  plan at revision N instead (execute_plan, via "ai_sdk"; its text, if any, is not sent) and the
+  stream shows the executing turn; an assistant message carries the app's answers: tool parts in
   `approval-responded` approve or reject their interrupt (`addToolApprovalResponse`), tool parts
   with an output answer the question their call asked (`addToolOutput`; an `output-error` declines).
   The answer is the turn's assistant message as a UI message stream: Server-Sent Events of JSON
@@ -38,7 +42,7 @@ from parley.runtime.access import Principal
 from parley.runtime.decisions import Decision
 from parley.runtime.service import QuestionAnswer, SendRequest, StartRequest, Waiting
 from parley.runtime.session_events import Idle, Reset
-from parley.server.ai_sdk_parts import Chunk, TurnRenderer
+from parley.server.ai_sdk_parts import EXECUTE_PLAN_PART, Chunk, TurnRenderer, plan_chunks
 from parley.server.json_text import check_unicode
 from parley.server.sse import SseResponse, comment
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
@@ -132,7 +136,12 @@ class ChatEndpoints:
         session = await self._ctx.service.reads.find_started(who, chat_key(chat_id))
         if session is not None and session.agent != agent:
             raise ChatConflict(chat_id, session.agent, agent)
-        if last.get("role") == "user":
+        execute = _execute_part(last) if last.get("role") == "user" else None
+        if execute is not None:
+            if session is None:
+                raise BadRequest(f"chat '{chat_id[:60]}' has no conversation yet, so no plan to execute")
+            target = await self._execute(who, session, execute)
+        elif last.get("role") == "user":
             target = await self._send(who, chat_id, agent, session, last)
         elif last.get("role") == "assistant":
             if session is None:
@@ -163,6 +172,12 @@ class ChatEndpoints:
     ) -> _Target:
         messages, events = self._ctx.service.messages, self._ctx.events
         text = _user_text(message)
+        plan = _plan_flag(message)
+        if plan is None:
+            # A chat's first message plans as start_session's would: when its agent has plan mode.
+            plan = session is None and any(
+                a.name == agent and a.plan_mode for a in self._ctx.service.reads.agents(who)
+            )
         raw_id = message.get("id")
         client_message_id = message_key(raw_id) if isinstance(raw_id, str) and raw_id else None
         if session is None:
@@ -177,7 +192,7 @@ class ChatEndpoints:
         before = await events.latest_seq(session_id)
         sent = await messages.send_message(
             who,
-            SendRequest(session_id=session_id, message=text, client_message_id=client_message_id),
+            SendRequest(session_id=session_id, message=text, client_message_id=client_message_id, plan=plan),
             Waiting(seconds=0),
         )
         target = _Target(session_id, before, turn_id=sent.turn_id, message_id=sent.queued_message_id)
@@ -187,6 +202,15 @@ class ChatEndpoints:
             if start is not None:
                 target.after = min(before, start)
         return target
+
+    async def _execute(self, who: Principal, session: SessionRecord, revision: int) -> _Target:
+        """Approve the draft plan at `revision`; the stream shows the executing turn (a refusal,
+        such as a stale revision, is the 409 execute_plan answers with, and changes nothing)."""
+        before = await self._ctx.events.latest_seq(session.id)
+        outcome = await self._ctx.service.plans.execute_plan(
+            who, session.id, revision, Waiting(seconds=0), via="ai_sdk"
+        )
+        return _Target(session.id, before, turn_id=outcome.turn_id, message_id=outcome.queued_message_id)
 
     async def _decide(self, who: Principal, session: SessionRecord, message: dict[str, Any]) -> _Target:
         """Apply the answers the assistant message carries to the interrupts still pending."""
@@ -250,6 +274,7 @@ class ChatEndpoints:
 
     async def _frames(self, target: _Target) -> AsyncGenerator[bytes, None]:
         renderer: TurnRenderer | None = None
+        early: list[Chunk] = []
         if target.turn_id is not None:
             renderer = TurnRenderer(target.session_id, target.turn_id, target.v7)
             for chunk in renderer.start():
@@ -284,6 +309,16 @@ class ChatEndpoints:
                     yield comment("keep-alive")
                     continue
                 for event in item.events:
+                    if event.turn_id is None:
+                        # A plan approved or discarded: an approval's events come before its turn,
+                        # shown once that starts.
+                        plan = plan_chunks(target.session_id, event)
+                        if renderer is None:
+                            early += plan
+                        else:
+                            for chunk in plan:
+                                yield chunk_frame(chunk)
+                        continue
                     if renderer is None:
                         if event.kind != "turn_started" or not await self._is_ours(
                             target, event.turn_id, event.data
@@ -291,7 +326,7 @@ class ChatEndpoints:
                             continue
                         target.turn_id = event.turn_id
                         renderer = TurnRenderer(target.session_id, event.turn_id or "", target.v7)
-                        for chunk in renderer.start():
+                        for chunk in [*renderer.start(event.data.get("mode")), *early]:
                             yield chunk_frame(chunk)
                     if event.turn_id != target.turn_id:
                         continue
@@ -342,6 +377,34 @@ def _chat_id(value: Any) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_CHAT_ID_CHARS:
         raise BadRequest(f"the chat 'id' must be a string of 1 to {MAX_CHAT_ID_CHARS} characters")
     return value
+
+
+def _execute_part(message: dict[str, Any]) -> int | None:
+    """The revision a user message's data-parley-execute-plan part approves (None: it has none)."""
+    for part in message.get("parts") or []:
+        if isinstance(part, dict) and part.get("type") == EXECUTE_PLAN_PART:
+            data = part.get("data")
+            revision = data.get("revision") if isinstance(data, dict) else None
+            if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
+                raise BadRequest(
+                    f"the {EXECUTE_PLAN_PART} part's 'data.revision' must be the revision of the plan you "
+                    f"reviewed (a whole number from 1, the data-parley-plan part's revision), got "
+                    f"{json.dumps(revision)[:40]}; nothing was approved"
+                )
+            return revision
+    return None
+
+
+def _plan_flag(message: dict[str, Any]) -> bool | None:
+    """`metadata.parley.plan` of a user message: true plans, false does not (None: not said)."""
+    metadata = message.get("metadata")
+    parley = metadata.get("parley") if isinstance(metadata, dict) else None
+    plan = parley.get("plan") if isinstance(parley, dict) else None
+    if plan is not None and not isinstance(plan, bool):
+        raise BadRequest(
+            f"the message's 'metadata.parley.plan' must be true or false, got {json.dumps(plan)[:40]}"
+        )
+    return plan
 
 
 def _user_text(message: dict[str, Any]) -> str:

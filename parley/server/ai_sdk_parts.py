@@ -16,6 +16,8 @@ for its two further chunks (`?ai_sdk=7`): `tool-approval-response` and `reset-st
 | `interrupt_raised` approval | `tool-approval-request` (approvalId = the interrupt id) |
 | `interrupt_resolved` approval | (version 7) `tool-approval-response`; `tool-output-denied` when not approved |
 | `interrupt_raised` / `_resolved` question | `data-parley-question` (id = the interrupt id; updated in place) |
+| `plan_updated` | `data-parley-plan` (id = the session id, so one plan updates in place: `{revision, status, todos}`) |
+| `plan_execution_started` | `data-parley-plan-execution` (id = the approved message's id: `{revision, by}`), before the executing turn's parts |
 | `turn_ended` | `error` (a failed turn), `finish` with its reason |
 
 Pure: no I/O; the chat endpoint feeds it events and writes what it returns.
@@ -34,6 +36,10 @@ Chunk = dict[str, Any]
 ASK_USER = "ask_user"
 # The part names a parley chat app can render (data parts are `data-<name>`).
 QUESTION_PART = "data-parley-question"
+PLAN_PART = "data-parley-plan"
+PLAN_EXECUTION_PART = "data-parley-plan-execution"
+# What an app sends in a user message to approve a draft plan: {"revision": N}.
+EXECUTE_PLAN_PART = "data-parley-execute-plan"
 
 # How each turn ending finishes the message.
 _FINISH_REASON = {
@@ -65,13 +71,14 @@ class TurnRenderer:
         self._step_done = False  # the model step was committed: what comes next is a new step
         self._parts = 0
 
-    def start(self) -> list[Chunk]:
+    def start(self, mode: Any = None) -> list[Chunk]:
+        """The message's first parts; `mode` (planning or executing, when the turn has one) goes
+        into its metadata."""
+        parley: dict[str, Any] = {"sessionId": self._session_id, "turnId": self._turn_id}
+        if mode in ("planning", "executing"):
+            parley["mode"] = mode
         return [
-            {
-                "type": "start",
-                "messageId": message_id(self._turn_id),
-                "messageMetadata": {"parley": {"sessionId": self._session_id, "turnId": self._turn_id}},
-            },
+            {"type": "start", "messageId": message_id(self._turn_id), "messageMetadata": {"parley": parley}},
             {"type": "start-step"},
         ]
 
@@ -96,6 +103,8 @@ class TurnRenderer:
         if kind == "tool_finished":
             call = page.calls.get(data.get("call_id", ""))
             return [_tool_output(str(data.get("call_id")), str(data.get("status")), call)]
+        if kind in ("plan_updated", "plan_execution_started"):
+            return plan_chunks(self._session_id, event)
         if kind in ("interrupt_raised", "interrupt_resolved"):
             interrupt = page.interrupts.get(str(data.get("interrupt_id")))
             if interrupt is None:
@@ -181,6 +190,22 @@ def _tool_output(call_id: str, status: str, call: ToolCallRecord | None) -> Chun
         return {"type": "tool-output-denied", "toolCallId": call_id}
     error = text or f"the call ended {status}"
     return {"type": "tool-output-error", "toolCallId": call_id, "errorText": error, "dynamic": True}
+
+
+def plan_chunks(session_id: str, event: EventRecord) -> list[Chunk]:
+    """The data part of a plan event (none for any other event)."""
+    data = event.data
+    if event.kind == "plan_updated":
+        plan = {
+            "revision": data.get("revision"),
+            "status": data.get("status"),
+            "todos": data.get("todos") or [],
+        }
+        return [{"type": PLAN_PART, "id": session_id, "data": plan}]
+    if event.kind == "plan_execution_started":
+        execution = {"revision": data.get("revision"), "by": data.get("by")}
+        return [{"type": PLAN_EXECUTION_PART, "id": str(data.get("queued_message_id")), "data": execution}]
+    return []
 
 
 def question_data(interrupt: InterruptRecord) -> dict[str, Any]:

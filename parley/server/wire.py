@@ -155,6 +155,13 @@ class AgentView(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="Tool sources that could not be listed, and why."
     )
+    plan_mode: bool = Field(
+        False,
+        description=(
+            "Plan mode: a session's first message (start_session) plans unless plan=false; "
+            "plan=true on send_message plans too (execute_plan approves the plan)."
+        ),
+    )
 
 
 class AgentList(BaseModel):
@@ -421,6 +428,7 @@ def agent_view(agent: AgentConfig, offer: Offer, version: str) -> AgentView:
         model=f"{agent.model.provider}:{agent.model.name}",
         limits=agent.limits.model_dump(),
         memory=memory_view(agent.resolved_memory),
+        plan_mode=agent.plan_mode,
     )
 
 

@@ -8,7 +8,7 @@ import { pathToFileURL } from 'node:url';
 const [aiPath, scenarioJson] = process.argv.slice(2);
 const ai = await import(pathToFileURL(aiPath).href);
 const { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithApprovalResponses,
-  lastAssistantMessageIsCompleteWithToolCalls } = ai;
+  lastAssistantMessageIsCompleteWithToolCalls, safeValidateUIMessages } = ai;
 const scenario = JSON.parse(scenarioJson);
 
 class MemoryState {
@@ -78,7 +78,15 @@ const chats = {};
 const steps = [];
 for (const step of scenario.steps) {
   const c = (chats[step.chat] ??= chat(step.chat));
-  if (step.send !== undefined) await c.sendMessage({ text: step.send });
+  if (step.send !== undefined) await c.sendMessage({ text: step.send, metadata: step.metadata });
+  if (step.execute_plan !== undefined) {
+    // Approve a draft plan: a user message whose only part is a data part (the SDK's UIMessage
+    // takes data parts in any role's message), with the revision of the plan part shown, or one given.
+    const plan = c.snapshot.flatMap((m) => m.parts).findLast((p) => p.type === 'data-parley-plan');
+    if (!plan) throw new Error('no plan was shown: ' + JSON.stringify(c.snapshot.at(-1)));
+    const revision = step.execute_plan === true ? plan.data.revision : step.execute_plan;
+    await c.sendMessage({ parts: [{ type: 'data-parley-execute-plan', data: { revision } }] });
+  }
   if (step.approve !== undefined) {
     const part = c.snapshot.at(-1).parts.find((p) => p.state === 'approval-requested');
     if (!part) throw new Error('no approval was requested: ' + JSON.stringify(c.snapshot.at(-1)));
@@ -91,7 +99,13 @@ for (const step of scenario.steps) {
   }
   if (step.resume) await c.resumeStream();
   await settled(c);
-  steps.push({ chat: step.chat, status: c.status, errors: [...c.errors], messages: c.snapshot, chunks: chunkTypes });
+  // The SDK's own validator of UI messages (what a server built on the SDK runs) on the chat so far.
+  const checked = await safeValidateUIMessages({ messages: c.snapshot });
+  steps.push({
+    chat: step.chat, status: c.status, errors: [...c.errors], messages: c.snapshot, chunks: chunkTypes,
+    valid: checked.success ? true : String(checked.error?.message ?? checked.error),
+  });
+  c.errors.length = 0;
   chunkTypes = [];
 }
 console.log(JSON.stringify({ steps }));
