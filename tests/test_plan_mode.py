@@ -323,3 +323,14 @@ async def test_an_approval_counts_against_the_approvers_fair_use(tmp_path: Path)
         after = await call(client, "get_session", session_id=planned["session_id"])
     assert "messages per minute" in refused or "limit" in refused.lower(), refused
     assert after["plan"]["status"] == "draft" and after["turn_count"] == 1
+
+
+async def test_a_plan_mode_session_started_empty_plans_its_first_message(tmp_path: Path) -> None:
+    agents = {"planner": planner(mcp_servers=[])}
+    async with parley_app(agents=agents, directory=tmp_path) as parley, parley.mcp() as client:
+        empty = await call(client, "start_session", agent="planner")
+        first = await call(client, "send_message", session_id=empty["session_id"], message=todos_line("a"))
+        ordinary = await call(client, "start_session", agent="planner", plan=False)
+        second = await call(client, "send_message", session_id=ordinary["session_id"], message="hi")
+    assert first["mode"] == "planning" and first["plan"]["status"] == "draft"
+    assert second["mode"] is None

@@ -187,6 +187,14 @@ class Parley:
         """The draft plans waiting for review across your sessions (Session.execute_plan approves one)."""
         return (await self._calls.read("list_pending", {"limit": limit}, PendingList)).drafts
 
+    async def replay(self, session_id: str, agent: str | None = None) -> SessionSummary:
+        """Replay a session on its agent as configured now (or `agent`): a new session, tagged eval
+        and replay, whose turns run on the server one by one; only configured reads run for real."""
+        arguments: dict[str, Any] = {"session_id": session_id}
+        if agent is not None:
+            arguments["agent"] = agent
+        return await self._calls.read("replay_session", arguments, SessionSummary)
+
 
 # ------------------------------------------------------------------------------- connecting
 

@@ -15,8 +15,8 @@ ClientError
    ├─ DecisionConflict      the interrupt was already resolved the other way
    ├─ NotYourDecision       the agent takes decisions only from a person, or only from its approvers
    ├─ SessionBusy           a running session cannot be deleted
-   ├─ PlanRefused           execute_plan / discard_plan refused (`reason`: stale, no_plan, busy,
-   │                        turn_limit, no_draft); nothing changed
+   ├─ PlanRefused           execute_plan / discard_plan refused (`reason`: stale, already_approved,
+   │                        no_plan, busy, turn_limit, no_draft); nothing changed
    ├─ RateLimited           over a fair-use limit (`retry_after_s` when the server said)
    └─ ServerFailure         the server failed (internal error, database unavailable); nothing changed
 ```
@@ -101,6 +101,7 @@ class SessionBusy(ToolError):
 
 # What the server's refusal says, by the reason it names (parley/runtime/service/plans.py).
 _PLAN_REASONS = {
+    "was already approved": "already_approved",
     "the plan is at revision": "stale",
     "it has no plan to approve": "no_plan",
     "it is not waiting for a message": "busy",
@@ -116,8 +117,9 @@ class PlanRefused(ToolError):
 
     @property
     def reason(self) -> str | None:
+        why = self.text.partition("refused: ")[2]
         for opening, reason in _PLAN_REASONS.items():
-            if f"refused: {opening}" in self.text:
+            if opening in why:
                 return reason
         return None
 

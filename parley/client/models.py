@@ -316,5 +316,6 @@ TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
     "close_session": Closed,
     "delete_session": Deleted,
     "update_session": SessionSummary,
+    "replay_session": SessionSummary,
     "delete_queued_message": QueuedMessageDeleted,
 }

@@ -214,6 +214,9 @@ class SyncParley:
     def drafts(self, limit: int = 50) -> list[DraftItem]:
         return self._portal.call(self.aio.drafts, limit)
 
+    def replay(self, session_id: str, agent: str | None = None) -> SessionSummary:
+        return self._portal.call(self.aio.replay, session_id, agent)
+
 
 def _sync_options(options: aio.Options | None, callbacks: dict[str, Any]) -> aio.Options:
     given = {k: v for k, v in _callbacks(**callbacks).items() if v is not None}

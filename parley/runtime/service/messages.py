@@ -6,7 +6,7 @@ that takes the caller's message."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parley.config import AgentConfig, effective_limits
@@ -109,6 +109,9 @@ class MessageCommands:
             title=None if self._model_titled(agent, request.message) else proposed_title(request.message),
         )
         queued = _first_queued(session_id, start, request.client_message_id, now)
+        if queued is None and start.mode == "planning":
+            # Started empty to plan: the first message plans, as it would have here.
+            record = replace(record, planning=True)
         claim = self._fair_use.claim(caller, new_session=True, message=text is not None, now=now)
         admit = (
             None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))

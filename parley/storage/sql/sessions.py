@@ -99,8 +99,8 @@ class SqlSessions(SqlBase):
         statements = [
             Stmt(
                 "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
-                "start_client_message_id, settings, title, tags, replay_of, event_seq, queue_seq) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
+                "start_client_message_id, settings, title, tags, replay_of, planning, event_seq, queue_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
                 (
                     sid,
                     session.agent,
@@ -116,6 +116,7 @@ class SqlSessions(SqlBase):
                     param("sessions", "title", session.title),
                     param("sessions", "tags", session.tags),
                     session.replay_of,
+                    param("sessions", "planning", session.planning),
                 ),
             )
         ]
