@@ -5,15 +5,18 @@ repeats a real-world write. In-process, through the MCP tools, on the demo model
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from parley.cli import main
 from parley.core.records import ToolCallRecord
 from parley.core.replays import NEW_QUESTION, NOT_REPLAYED, WAITED, ReplayBook
-from parley.testing import ToolServer, call, call_error, eventually, parley_app
+from parley.testing import ToolServer, call, call_error, eventually, parley_app, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -152,3 +155,27 @@ def test_a_replay_resumed_after_a_crash_does_not_use_a_record_twice() -> None:
     book = ReplayBook.of(recorded, [taken])
     settled = book.settle("pay", {"a": 1}, runs=False)
     assert settled is not None and settled.result["text"] == NOT_REPLAYED
+
+
+def test_parley_replay_reports_each_turn_beside_the_original(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`parley replay` runs the engine in its own process (here: this one) on the database."""
+    config = write_config(tmp_path, {})
+    messages = ["hello", '/tool write_todos {"todos": [{"content": "one"}]}']
+
+    async def original() -> str:
+        async with parley_app(config) as parley, parley.mcp() as client:
+            first = await call(client, "start_session", agent="demo", message=messages[0])
+            await call(client, "send_message", session_id=first["session_id"], message=messages[1])
+            return str(first["session_id"])
+
+    sid = anyio.run(original)
+    assert main(["replay", sid, "--config", str(config), "--json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)
+    assert report["original"] == sid and report["agent"] == "demo"
+    assert [t["replay_status"] for t in report["turns"]] == ["answered", "answered"]
+    assert report["turns"][0]["original_answer"] == report["turns"][0]["replay_answer"]
+    assert report["turns"][1]["replay_tools"] == ["write_todos"] and report["ran"] == 1
+    assert main(["replay", "ses_" + "0" * 32, "--config", str(config)]) == 1
+    assert "was found for you" in capsys.readouterr().err

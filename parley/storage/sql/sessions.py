@@ -121,27 +121,7 @@ class SqlSessions(SqlBase):
             )
         ]
         events = [(sid, 1, "session_created", codec.dialect.json({"agent": session.agent}), now, sid)]
-        for n, message in enumerate(queued, start=1):
-            queued_event = codec.dialect.json({"queued_message_id": message.id})
-            events.append((sid, n + 1, "message_queued", queued_event, now, sid))
-            statements.append(
-                Stmt(
-                    f"INSERT INTO queued_messages ({QUEUED_COLUMNS}) SELECT {codec.typed_placeholders('queued_messages')} "
-                    f"WHERE {_FRESH}",
-                    (*queued_params(codec, message, sid, n), sid),
-                )
-            )
-            blobs = message.blobs
-            if blobs:
-                statements.append(
-                    Stmt(
-                        _INSERT_BLOB_IF_FRESH,
-                        many=[(b.sha256, b.mime_type, b.size, b.data, now, sid) for b in blobs],
-                    )
-                )
-                statements.append(
-                    Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
-                )
+        statements += self._queued_if_fresh(sid, queued, events, now)
         if shared:
             # Attachments the session's messages share with another session's: the bytes are stored.
             statements.append(Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, sha, now, sid) for sha in shared]))
@@ -163,6 +143,32 @@ class SqlSessions(SqlBase):
             )
         results = await self._change(*statements, announce=announce)
         return results[0].count > 0
+
+    def _queued_if_fresh(
+        self, sid: SessionId, queued: Sequence[QueuedMessageRecord], events: list[tuple[Any, ...]], now: float
+    ) -> list[Stmt]:
+        """A new session's queued messages and their bytes (and their events, added to `events`),
+        written only with the session they belong to."""
+        codec = self.codec
+        statements = []
+        for n, message in enumerate(queued, start=1):
+            queued_event = codec.dialect.json({"queued_message_id": message.id})
+            events.append((sid, n + 1, "message_queued", queued_event, now, sid))
+            statements.append(
+                Stmt(
+                    f"INSERT INTO queued_messages ({QUEUED_COLUMNS}) SELECT {codec.typed_placeholders('queued_messages')} "
+                    f"WHERE {_FRESH}",
+                    (*queued_params(codec, message, sid, n), sid),
+                )
+            )
+            blobs = message.blobs
+            if blobs:
+                many = [(b.sha256, b.mime_type, b.size, b.data, now, sid) for b in blobs]
+                statements.append(Stmt(_INSERT_BLOB_IF_FRESH, many=many))
+                statements.append(
+                    Stmt(_INSERT_BLOB_REF_IF_FRESH, many=[(sid, b.sha256, now, sid) for b in blobs])
+                )
+        return statements
 
     def _admitted_start(
         self, statements: list[Stmt], admit: Admit, announce: list[Announce], sid: SessionId, now: float
