@@ -183,7 +183,8 @@ class ChatEndpoints:
         if session is None:
             started = await messages.start_session(
                 who,
-                StartRequest(agent=agent, kind="chat", client_message_id=chat_key(chat_id)),
+                # Started empty with plan=False: each message says whether it plans (below).
+                StartRequest(agent=agent, kind="chat", client_message_id=chat_key(chat_id), plan=False),
                 Waiting(seconds=0),
             )
             session_id = started.session_id
