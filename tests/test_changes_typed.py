@@ -28,7 +28,19 @@ from parley.core.records import (
 # Per record: the fields no patch writes (what makes the record the one it is, and what it was
 # created with). A new field of a record goes in its patch or here.
 NEVER_PATCHED: dict[type, set[str]] = {
-    SessionRecord: {"id", "agent", "owner", "kind", "created_at", "inputs", "start_client_message_id"},
+    SessionRecord: {
+        "id",
+        "agent",
+        "owner",
+        "kind",
+        "created_at",
+        "inputs",
+        "start_client_message_id",
+        # A fork's lineage and its agent version pin: what it was created with.
+        "parent_session_id",
+        "parent_turn",
+        "agent_version_pin",
+    },
     TurnRecord: {
         "id",
         "session_id",

@@ -76,6 +76,11 @@ class SessionRecord:
     # In plan mode: from its first planning turn until a plan is approved or discarded, every
     # turn plans (a clarifying question's answer too).
     planning: bool = False
+    # A fork's lineage: the session it was made from and the turn it ends at (fork_session).
+    parent_session_id: SessionId | None = None
+    parent_turn: int | None = None
+    # The agent version every new turn runs on (None: the agent's live definition, as configured now).
+    agent_version_pin: str | None = None
 
     @classmethod
     def new(
@@ -163,6 +168,17 @@ class MessageRecord:
     turn_id: TurnId | None
     role: Role
     content: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryRecord:
+    """A compaction summary of the transcript up to message `upto_seq`, made during `turn_id`."""
+
+    session_id: SessionId
+    upto_seq: int
+    turn_id: TurnId | None
+    text: str
     created_at: float
 
 

@@ -41,6 +41,7 @@ RETENTION = "retention"  # a session removed by the retention policy (principal 
 DELETE_QUEUED = "delete_queued_message"
 EXECUTE_PLAN = "execute_plan"  # a plan's revision approved
 DISCARD_PLAN = "discard_plan"
+FORK = "fork"  # a session forked (the entry names the fork; its target is the original)
 TASK = "task"  # an MCP task created
 TASK_CANCEL = "task_cancel"
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})
