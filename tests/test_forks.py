@@ -235,3 +235,104 @@ async def test_an_audit_entry_records_each_fork(tmp_path: Path) -> None:
         trail = await parley.app.store.list_audit(forked["session_id"], None, None, 10)
 
     assert [(e.action, e.target, e.detail.get("at_turn")) for e in trail] == [("fork", sid, 1)]
+
+
+# ---------------------------------------------------------------------------- the rule itself
+# parley/core/forks.py, on records as the store reads them: what the surfaces above cannot easily
+# produce (a compaction summary, an event of no turn, a message of no kept turn).
+
+
+def test_the_rule_keeps_summaries_within_the_turns_and_renumbers_what_it_keeps() -> None:
+    from dataclasses import replace
+
+    from parley.core import forks
+    from parley.core.ids import SessionId, TurnId
+    from parley.core.records import EventRecord, MessageRecord, SessionRecord, SummaryRecord, TurnRecord
+
+    sid, fid = SessionId("ses_" + "a" * 32), SessionId("ses_" + "b" * 32)
+
+    def turn(seq: int) -> TurnRecord:
+        return TurnRecord(
+            id=TurnId(f"turn_{seq}"), session_id=sid, seq=seq, status="answered", queued_message_id=None,
+            started_at=1.0, ended_at=2.0, answer="ok", error=None, model_calls=1, input_tokens=10 * seq,
+            output_tokens=seq, settings={"model": f"m{seq}"},
+        )  # fmt: skip
+
+    def message(seq: int, turn_seq: int) -> MessageRecord:
+        content = (
+            {"text": f"m{seq}", "attachments": [{"sha256": "f" * 64}]} if seq == 1 else {"text": f"m{seq}"}
+        )
+        return MessageRecord(
+            session_id=sid,
+            seq=seq,
+            turn_id=TurnId(f"turn_{turn_seq}"),
+            role="user",
+            content=content,
+            created_at=1.0,
+        )
+
+    def event(seq: int, turn_seq: int | None, kind: str, **data: object) -> EventRecord:
+        turn_id = TurnId(f"turn_{turn_seq}") if turn_seq else None
+        return EventRecord(
+            session_id=sid, seq=seq, turn_id=turn_id, kind=kind, data=dict(data), created_at=1.0
+        )
+
+    turns = [turn(1), turn(2), turn(3)]
+    session = SessionRecord.new(sid, agent="demo", owner="me", kind="chat", now=1.0)
+    source = forks.ForkSource(
+        session=replace(session, turn_count=3),
+        turns=turns,
+        # The store reads only the kept turns' messages, but the rule does not rely on it.
+        messages=[message(1, 1), message(3, 1), message(4, 2), message(9, 3)],
+        events=[
+            event(1, None, "session_created", agent="demo"),
+            event(2, 1, "turn_started"),
+            event(3, 1, "plan_updated", revision=1, status="draft", todos=[{"content": "a"}]),
+            event(4, None, "message_queued", queued_message_id="qm_x"),
+            event(5, None, "plan_updated", revision=1, status="cleared", todos=[]),
+            event(6, 2, "turn_ended", status="answered"),
+        ],
+        summaries=[
+            SummaryRecord(session_id=sid, upto_seq=3, turn_id=TurnId("turn_2"), text="s", created_at=1.0),
+            SummaryRecord(session_id=sid, upto_seq=4, turn_id=TurnId("turn_3"), text="t", created_at=1.0),
+        ],
+        attachments=frozenset({"f" * 64, "e" * 64}),
+    )
+    request = forks.ForkRequest(
+        at_turn=2, fork_id=fid, turn_ids=[TurnId("turn_x"), TurnId("turn_y")], owner="you", title=None,
+        agent_version_pin="v1", now=5.0,
+    )  # fmt: skip
+
+    outcome, forked = forks.fork(source, request)
+
+    assert outcome == "forked" and forked is not None
+    assert [(t.id, t.seq) for t in forked.turns] == [("turn_x", 1), ("turn_y", 2)]
+    assert [(m.seq, m.turn_id, m.content["text"]) for m in forked.messages] == [
+        (1, "turn_x", "m1"),
+        (2, "turn_x", "m3"),
+        (3, "turn_y", "m4"),
+    ]
+    # A summary up to original message 3 covers the fork's first two; 4 is the fork's 3; the turn
+    # a summary was made in is renamed, or none when the fork does not keep it.
+    assert [(s.upto_seq, s.turn_id) for s in forked.summaries] == [(2, "turn_y"), (3, None)]
+    assert [(e.seq, e.kind, e.turn_id) for e in forked.events] == [
+        (1, "session_created", None),
+        (2, "turn_started", "turn_x"),
+        (3, "plan_updated", "turn_x"),
+        (4, "plan_updated", None),
+        (5, "turn_ended", "turn_y"),
+    ]
+    fork_session = forked.session
+    assert (fork_session.plan_status, fork_session.plan_revision, fork_session.todos) == ("cleared", 1, [])
+    assert (fork_session.owner, fork_session.status, fork_session.turn_count) == ("you", "idle", 2)
+    assert (fork_session.input_tokens, fork_session.settings) == (30, {"model": "m2"})
+    assert (fork_session.parent_session_id, fork_session.parent_turn, fork_session.agent_version_pin) == (
+        sid,
+        2,
+        "v1",
+    )
+    assert forked.attachments == ["f" * 64]
+    assert forks.fork(source, replace(request, at_turn=4)) == ("out_of_range", None)
+    running = replace(source, turns=[turn(1), turn(2), replace(turn(3), status="running")])
+    assert forks.fork(running, replace(request, at_turn=3)) == ("running", None)
+    assert forks.fork(None, request) == ("not_found", None)

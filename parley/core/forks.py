@@ -13,9 +13,9 @@ Interrupts, tool calls, queued messages and anything after the turn are left beh
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from parley.core.ids import SessionId, TurnId
 from parley.core.records import (
@@ -26,6 +26,7 @@ from parley.core.records import (
     SummaryRecord,
     TurnRecord,
 )
+from parley.core.states import PLAN_STATUSES
 
 ForkOutcome = Literal["forked", "not_found", "out_of_range", "running"]
 
@@ -33,7 +34,6 @@ ForkOutcome = Literal["forked", "not_found", "out_of_range", "running"]
 # discarded between turns). The rest (the session's creation, queue changes, its end) are not
 # the fork's: it gets its own `session_created`.
 SESSION_EVENTS_KEPT = frozenset({"plan_updated", "plan_execution_started"})
-PLAN_STATUSES: frozenset[str] = frozenset({"cleared", "draft", "active", "completed"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,7 +92,7 @@ def plan_at(events: Sequence[EventRecord]) -> ForkPlan:
             status = data.get("status")
             todos = data.get("todos")
             return ForkPlan(
-                status=status if isinstance(status, str) and status in PLAN_STATUSES else "cleared",  # type: ignore[arg-type]
+                status=cast(PlanStatus, status) if status in PLAN_STATUSES else "cleared",
                 revision=int(data.get("revision") or 0),
                 todos=list(todos) if isinstance(todos, list) else [],
             )
@@ -181,13 +181,13 @@ def fork(source: ForkSource | None, request: ForkRequest) -> tuple[ForkOutcome, 
 
 def _messages(
     records: Sequence[MessageRecord], new_ids: dict[TurnId, TurnId], fork_id: SessionId
-) -> tuple[list[MessageRecord], Any]:
+) -> tuple[list[MessageRecord], Callable[[int], int]]:
     """The messages of the kept turns numbered from 1, and the map of an original message number
     to the fork's (the number of kept messages up to it: a summary's `upto_seq` follows it)."""
-    kept = sorted((m for m in records if m.turn_id in new_ids), key=lambda m: m.seq)
+    kept = sorted((m for m in records if m.turn_id is not None and m.turn_id in new_ids), key=lambda m: m.seq)
     old_seqs = [m.seq for m in kept]
     messages = [
-        replace(m, session_id=fork_id, seq=i, turn_id=new_ids[m.turn_id])  # type: ignore[index]
+        replace(m, session_id=fork_id, seq=i, turn_id=new_ids[m.turn_id] if m.turn_id is not None else None)
         for i, m in enumerate(kept, start=1)
     ]
 
