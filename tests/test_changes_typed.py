@@ -37,6 +37,10 @@ NEVER_PATCHED: dict[type, set[str]] = {
         "inputs",
         "start_client_message_id",
         "replay_of",
+        # A fork's lineage and its agent version pin: what it was created with.
+        "parent_session_id",
+        "parent_turn",
+        "agent_version_pin",
     },
     TurnRecord: {
         "id",

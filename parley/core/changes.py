@@ -169,8 +169,8 @@ class NewStep:
 
 
 class SessionPatch(TypedDict, total=False):
-    """Of SessionRecord: all but id, owner, agent, kind, created_at, inputs and
-    start_client_message_id."""
+    """Of SessionRecord: all but id, owner, agent, kind, created_at, inputs,
+    start_client_message_id, and a fork's lineage and agent version pin."""
 
     status: SessionStatus
     phase: str | None

@@ -78,6 +78,11 @@ class SessionRecord:
     planning: bool = False
     # The session this one replays (core/replays.py): its calls settle from that one's record.
     replay_of: SessionId | None = None
+    # A fork's lineage: the session it was made from and the turn it ends at (fork_session).
+    parent_session_id: SessionId | None = None
+    parent_turn: int | None = None
+    # The agent version every new turn runs on (None: the agent's live definition, as configured now).
+    agent_version_pin: str | None = None
 
     @classmethod
     def new(
@@ -169,6 +174,17 @@ class MessageRecord:
     turn_id: TurnId | None
     role: Role
     content: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SummaryRecord:
+    """A compaction summary of the transcript up to message `upto_seq`, made during `turn_id`."""
+
+    session_id: SessionId
+    upto_seq: int
+    turn_id: TurnId | None
+    text: str
     created_at: float
 
 

@@ -100,6 +100,30 @@ class AgentCatalog(Mapping[str, AgentConfig]):
         )
         return record, (name, live.version) not in self._stored
 
+    async def for_new_turn_of(
+        self, name: str, now: float, pin: str | None
+    ) -> tuple[AgentVersionRecord | None, bool]:
+        """As for_new_turn, for a session whose turns are pinned to version `pin` (None: not
+        pinned; the live definition). A pinned version that is live is the live one; else it is
+        the one this process holds or the database stored. A pin no one has any more still names
+        its version, so the turn fails as any turn whose version is gone, never running on
+        another definition."""
+        live = self._live.get(name)
+        if pin is None or (live is not None and live.version == pin):
+            return self.for_new_turn(name, now)
+        agent = await self.for_turn(name, pin)
+        if agent is None:
+            return AgentVersionRecord(agent=name, version=pin, definition={}, created_at=now), False
+        record = AgentVersionRecord(agent=name, version=pin, definition=definition_of(agent), created_at=now)
+        return record, (name, pin) not in self._stored
+
+    async def known_version(self, name: str, version: str) -> bool:
+        """Whether `version` of agent `name` is live or stored: one a session may be pinned to."""
+        if self.version(name) == version:
+            return True
+        # Stored, not merely held: every process must find the definition of a pinned version.
+        return await self._store.get_agent_version(name, version) is not None
+
     def mark_stored(self, record: AgentVersionRecord) -> None:
         self._stored.add((record.agent, record.version))
 

@@ -42,6 +42,7 @@ DELETE_QUEUED = "delete_queued_message"
 EXECUTE_PLAN = "execute_plan"  # a plan's revision approved
 DISCARD_PLAN = "discard_plan"
 REPLAY = "replay"  # a replay of a session started (target: the session replayed)
+FORK = "fork"  # a session forked (the entry names the fork; its target is the original)
 TASK = "task"  # an MCP task created
 TASK_CANCEL = "task_cancel"
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})

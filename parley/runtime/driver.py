@@ -225,8 +225,11 @@ class SessionDriver:
                 if session.status != "running":
                     return
                 now = self._ctx.clock()
-                # The turn runs on the agent's definition of now to its end, whatever changes.
-                version, store_version = self._agents.for_new_turn(session.agent, now)
+                # The turn runs on the agent's definition of now (or the version the session is
+                # pinned to) to its end, whatever changes.
+                version, store_version = await self._agents.for_new_turn_of(
+                    session.agent, now, session.agent_version_pin
+                )
                 turn = await self._ctx.steps.start_turn(
                     session_id, control.lease, new_turn_id(), now, version, store_version=store_version
                 )

@@ -132,6 +132,18 @@ def render_session(v: SessionView) -> str:
         )
     if v.closed_reason:
         lines.append(f"Closed: {v.closed_reason}.")
+    if v.forked_from is not None:
+        lines.append(f"Forked from session {v.forked_from.session_id} at turn {v.forked_from.turn}.")
+    if v.forks:
+        lines.append(
+            "Forks: "
+            + ", ".join(
+                f"{f.session_id} (at turn {f.forked_from.turn if f.forked_from else 0})" for f in v.forks
+            )
+            + "."
+        )
+    if v.agent_version_pin:
+        lines.append(f"Every turn runs on agent version {v.agent_version_pin} (pinned).")
     lines.append(f"Tools: {', '.join(v.tools) or 'none'}.")
     if v.result is not None:
         lines.append("Result: " + json.dumps(v.result, ensure_ascii=False))

@@ -1,5 +1,5 @@
-"""The tools that read, stop or remove what there is (agents, sessions, queued messages, pending
-decisions): their arguments and handlers (rows in tools.py). Each handler makes its own result
+"""The tools that read, stop, fork or remove what there is (agents, sessions, queued messages,
+pending decisions): their arguments and handlers (rows in tools.py). Each handler makes its own result
 from the service's answer; errors become results in turn_calls.py (guarded)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
-from parley.runtime.service import MessagesPage, SessionQuery, SessionService, Waiting
+from parley.runtime.service import ForkRequest, MessagesPage, SessionQuery, SessionService, Waiting
 from parley.runtime.session_labels import session_filter
 from parley.server.attachment_content import attachment_block
 from parley.server.render import (
@@ -274,3 +274,52 @@ async def delete_session(
     status = await service.lifecycle.delete_session(caller.who, args.session_id, args.wait_seconds)
     view = DeleteSessionResult(session_id=args.session_id, status=status)
     return ok(view, f"Session {args.session_id}: {status}. It is gone for good; the audit keeps the fact.")
+
+
+class ForkSessionArguments(ToolArguments):
+    session_id: SessionIdArg
+    at_turn: Annotated[
+        int,
+        Field(
+            strict=True,
+            ge=0,
+            le=MAX_SEQUENCE_NUMBER,
+            description="The turn (its seq, from 1) whose end the fork starts from; 0: before the first turn.",
+        ),
+    ]
+    agent_version: Annotated[
+        str | None,
+        Field(
+            strict=True,
+            max_length=200,
+            description="Run every turn of the fork on this version of the agent (its live one, or one a "
+            "turn ran on: get_session's turns name them). Leave it out for the agent as configured now.",
+        ),
+    ] = None
+    title: Annotated[
+        str | None,
+        Field(strict=True, max_length=400, description="The fork's title (default: the original's)."),
+    ] = None
+
+
+async def fork_session(service: SessionService, caller: Caller, args: ForkSessionArguments) -> CallToolResult:
+    """Make a new session of yours from a session you can read, as it was at the end of one of
+    its turns: its transcript, attachments and plan up to then. The fork starts idle; send_message
+    continues it. The original is never changed. Pin the fork's turns to an agent version to try
+    that version on the same conversation."""
+    session = await service.forks.fork_session(
+        caller.who,
+        ForkRequest(
+            session_id=args.session_id,
+            at_turn=args.at_turn,
+            agent_version=args.agent_version,
+            title=args.title,
+        ),
+    )
+    view = session_summary(session)
+    pinned = f", every turn on agent version {session.agent_version_pin}" if session.agent_version_pin else ""
+    return ok(
+        view,
+        f"Session {session.id} is a fork of {args.session_id} at turn {args.at_turn}{pinned}; it is idle with "
+        f"{session.turn_count} turn(s). Continue it with send_message(session_id={session.id!r}, ...).",
+    )

@@ -87,5 +87,9 @@ DECIDES = ToolAnnotations(
 STOPS = ToolAnnotations(
     read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
 )
+# Makes something new and changes nothing there is (fork_session): not idempotent, each call one more.
+CREATES = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
 # Destructive and idempotent, like STOPS; removes data for good.
 DELETES = STOPS

@@ -21,7 +21,7 @@ from parley.server.mcp_spans import mcp_session_on_span
 from parley.server.mcp_tasks import McpTaskGateway
 from parley.server.parley_mcp import ParleyMCPServer
 from parley.server.session_labels import LABELS, UpdateSessionArguments, update_session
-from parley.server.tool_args import DECIDES, DELETES, READ_ONLY, SENDS, STOPS
+from parley.server.tool_args import CREATES, DECIDES, DELETES, READ_ONLY, SENDS, STOPS
 from parley.server.tool_listing import ToolListingCache
 from parley.server.tool_table import Entry, NoArguments, ToolEntry, TurnEntry, sdk_tools
 from parley.server.turn_calls import CallerOf, ToolCalls
@@ -64,6 +64,8 @@ TOOLS: tuple[Entry, ...] = (
     ToolEntry("delete_session", "Delete session", DELETES, s.delete_session, s.EndSessionArguments,
               DeleteSessionResult),
     ToolEntry("update_session", "Update session", LABELS, update_session, UpdateSessionArguments,
+              SessionSummary),
+    ToolEntry("fork_session", "Fork session", CREATES, s.fork_session, s.ForkSessionArguments,
               SessionSummary),
     ToolEntry("replay_session", "Replay session", SENDS, s.replay_session, s.ReplaySessionArguments,
               SessionSummary),

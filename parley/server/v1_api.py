@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from parley.runtime.decisions import Decision
 from parley.runtime.service import (
+    ForkRequest,
     MessagesPage,
     QuestionAnswer,
     SendRequest,
@@ -106,6 +107,12 @@ class ExecutePlanBody(_Body):
     wait_seconds: float | None = None
 
 
+class ForkBody(_Body):
+    at_turn: int = Field(ge=0)
+    agent_version: str | None = None
+    title: str | None = None
+
+
 class LabelsBody(_Body):
     title: str | None = None
     tags: list[str] | None = None
@@ -169,6 +176,7 @@ class JsonEndpoints:
             ("/v1/sessions/{session_id}/close", self._close, "POST"),
             ("/v1/sessions/{session_id}/plan/execute", self._execute_plan, "POST"),
             ("/v1/sessions/{session_id}/plan/discard", self._discard_plan, "POST"),
+            ("/v1/sessions/{session_id}/fork", self._fork, "POST"),
             ("/v1/sessions/{session_id}/attachments/{sha256}", self._attachment, "GET"),
             ("/v1/pending", self._pending, "GET"),
             ("/v1/agents", self._agents, "GET"),
@@ -302,6 +310,19 @@ class JsonEndpoints:
         await _read(request, CloseBody, "POST /v1/sessions/{id}/plan/discard")
         session = await self._service.plans.discard_plan(caller(request), request.path_params["session_id"])
         return _json(session_summary(session))
+
+    async def _fork(self, request: Request) -> Response:
+        body = await _read(request, ForkBody, "POST /v1/sessions/{id}/fork")
+        session = await self._service.forks.fork_session(
+            caller(request),
+            ForkRequest(
+                session_id=request.path_params["session_id"],
+                at_turn=body.at_turn,
+                agent_version=body.agent_version,
+                title=body.title,
+            ),
+        )
+        return _json(session_summary(session), 201)
 
     async def _close(self, request: Request) -> Response:
         body = await _read(request, CloseBody, "POST /v1/sessions/{id}/close")

@@ -237,6 +237,40 @@ def turn_view(turn: TurnRecord) -> TurnView:
     )
 
 
+class ForkedFrom(BaseModel):
+    session_id: str = Field(description="The session this one was forked from.")
+    turn: int = Field(
+        description="The turn of that session whose end this one starts from (0: before the first)."
+    )
+
+
+def forked_from(session: SessionRecord) -> ForkedFrom | None:
+    if session.parent_session_id is None:
+        return None
+    return ForkedFrom(session_id=session.parent_session_id, turn=session.parent_turn or 0)
+
+
+class SessionSummary(BaseModel):
+    session_id: str
+    agent: str
+    owner: str
+    kind: str
+    status: str
+    title: str | None = None
+    tags: list[str] = Field(default_factory=list)
+    turn_count: int
+    created_at: str | None
+    updated_at: str | None
+    closed_reason: str | None = None
+    plan_status: Literal["cleared", "draft", "active", "completed"] = Field(
+        "cleared", description="A draft waits for a person's review (execute_plan)."
+    )
+    plan_revision: int = 0
+    forked_from: ForkedFrom | None = Field(
+        None, description="Set on a fork: the session and turn it was made from."
+    )
+
+
 class SessionView(BaseModel):
     session_id: str
     agent: str
@@ -279,24 +313,15 @@ class SessionView(BaseModel):
         default_factory=list,
         description="The latest turns (up to 50), oldest first, each with the agent version it ran on.",
     )
-
-
-class SessionSummary(BaseModel):
-    session_id: str
-    agent: str
-    owner: str
-    kind: str
-    status: str
-    title: str | None = None
-    tags: list[str] = Field(default_factory=list)
-    turn_count: int
-    created_at: str | None
-    updated_at: str | None
-    closed_reason: str | None = None
-    plan_status: Literal["cleared", "draft", "active", "completed"] = Field(
-        "cleared", description="A draft waits for a person's review (execute_plan)."
+    forked_from: ForkedFrom | None = Field(
+        None, description="Set on a fork: the session and turn it was made from."
     )
-    plan_revision: int = 0
+    forks: list[SessionSummary] = Field(
+        default_factory=list, description="The forks made of this session that you may read (the 20 newest)."
+    )
+    agent_version_pin: str | None = Field(
+        None, description="The agent version every new turn runs on (null: the agent as configured now)."
+    )
 
 
 class SessionList(BaseModel):
@@ -471,6 +496,7 @@ def session_summary(session: SessionRecord) -> SessionSummary:
         closed_reason=session.closed_reason if session.status == "closed" else None,
         plan_status=session.plan_status,
         plan_revision=session.plan_revision,
+        forked_from=forked_from(session),
     )
 
 
@@ -511,6 +537,9 @@ def session_view(snapshot: SessionDetails, last_turn: TurnOutcome | None) -> Ses
         tools=snapshot.tools,
         memory=memory_view(snapshot.memory) if snapshot.memory else None,
         turns=[turn_view(t) for t in snapshot.turns],
+        forked_from=forked_from(s),
+        forks=[session_summary(f) for f in snapshot.forks],
+        agent_version_pin=s.agent_version_pin,
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
+from parley.core.forks import ForkedSession, ForkOutcome, ForkSource
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
     AgentVersionRecord,
@@ -348,8 +349,32 @@ class AttachmentStore(Protocol):
         ...
 
 
+class SessionForks(Protocol):
+    """Forks: a new session made of an original up to the end of one of its turns."""
+
+    async def fork_session(
+        self,
+        source_id: SessionId,
+        at_turn: int,
+        make: Callable[[ForkSource | None], tuple[ForkOutcome, ForkedSession | None]],
+        now: float,
+        admit: Admit | None = None,
+        audit: AuditRecord | None = None,
+    ) -> tuple[ForkOutcome, ForkedSession | None]:
+        """In one transaction: read the original as far as `at_turn` (None: no such session), let
+        `make` (parley/core/forks.py's rule) say what the fork is, and write it with its fair-use
+        admissions (`admit` may refuse: then nothing is written) and `audit`. Returns `make`'s
+        answer. The original is only read."""
+        ...
+
+    async def list_forks(self, session_id: SessionId, owner: str | None, limit: int) -> list[SessionRecord]:
+        """The forks made of a session (of `owner` only, unless None), newest first, at most `limit`."""
+        ...
+
+
 class Store(
     StepStore,
+    SessionForks,
     AttachmentStore,
     SessionStarts,
     Leases,

@@ -110,7 +110,25 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
-        "21: replays: the session a replay session replays, whose recorded calls settle its own",
+        "21: forks: the session and turn a fork was made from (its lineage), and the agent version every "
+        "turn of a session runs on when it is pinned (fork_session's agent_version)",
+        sqlite=(
+            "ALTER TABLE sessions ADD COLUMN parent_session_id TEXT;"
+            "ALTER TABLE sessions ADD COLUMN parent_turn INTEGER;"
+            "ALTER TABLE sessions ADD COLUMN agent_version_pin TEXT;"
+            "CREATE INDEX sessions_forks ON sessions(parent_session_id, created_at) "
+            "WHERE parent_session_id IS NOT NULL"
+        ),
+        postgres=(
+            'ALTER TABLE sessions ADD COLUMN parent_session_id text COLLATE "C";'
+            "ALTER TABLE sessions ADD COLUMN parent_turn bigint;"
+            'ALTER TABLE sessions ADD COLUMN agent_version_pin text COLLATE "C";'
+            "CREATE INDEX sessions_forks ON sessions(parent_session_id, created_at) "
+            "WHERE parent_session_id IS NOT NULL"
+        ),
+    ),
+    Migration(
+        "22: replays: the session a replay session replays, whose recorded calls settle its own",
         sqlite="ALTER TABLE sessions ADD COLUMN replay_of TEXT",
         postgres='ALTER TABLE sessions ADD COLUMN replay_of text COLLATE "C"',
     ),

@@ -2,7 +2,8 @@
 
 - commands: `messages` (start_session, send_message, delete_queued_message; messages.py),
   `decisions` (approve, answer_question, the retry of an input-required round; decide.py),
-  `lifecycle` (cancel_turn, close_session, update_session, delete_session; lifecycle.py);
+  `lifecycle` (cancel_turn, close_session, update_session, delete_session; lifecycle.py),
+  `forks` (fork_session; forks.py);
 - `waits`: the one bounded wait and the waits built on it (waits.py);
 - `reads`: what a caller is shown (reads.py), of outcomes.py's TurnOutcome and SessionDetails;
 - `persons`: answers given by the person behind a caller's client (persons.py);
@@ -30,6 +31,7 @@ from parley.runtime.faults import FaultPoints
 from parley.runtime.model_titles import ModelTitles
 from parley.runtime.service.checks import Checks, cursor_time, render_first_message
 from parley.runtime.service.decide import DecisionCommands
+from parley.runtime.service.forks import ForkCommands, ForkRequest
 from parley.runtime.service.lifecycle import LifecycleCommands
 from parley.runtime.service.messages import MessageCommands
 from parley.runtime.service.outcomes import SessionDetails, TurnOutcome
@@ -54,6 +56,7 @@ from parley.runtime.toolbox import Toolbox
 from parley.storage.ports import Store
 
 __all__ = [
+    "ForkRequest",
     "MessagesPage",
     "QuestionAnswer",
     "SendRequest",
@@ -92,6 +95,7 @@ class SessionService:
     lifecycle: LifecycleCommands
     plans: PlanCommands
     replays: ReplayCommands
+    forks: ForkCommands
     waits: Waits
     reads: Reads
     persons: PersonAnswers
@@ -124,6 +128,7 @@ class SessionService:
             lifecycle=LifecycleCommands(parts, checks, waits),
             plans=PlanCommands(parts, checks, waits, fair_use, options.faults),
             replays=ReplayCommands(parts, fair_use),
+            forks=ForkCommands(parts, checks, fair_use),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

@@ -65,6 +65,8 @@ class SessionDetails:
     memory: Memory | None = None
     # Its latest turns, oldest first: each names the agent version it ran on.
     turns: list[TurnRecord] = field(default_factory=list)
+    # The forks made of it that the caller may read, newest first (the latest FORKS_SHOWN).
+    forks: list[SessionRecord] = field(default_factory=list)
 
 
 async def turn_outcome(

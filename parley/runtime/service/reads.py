@@ -25,6 +25,8 @@ MAX_MESSAGES_PAGE = 200
 # Turns get_session lists (the latest), each with the agent version it ran on.
 TURNS_SHOWN = 50
 DEFAULT_MESSAGES_PAGE = 50
+# Forks get_session lists (the newest).
+FORKS_SHOWN = 20
 
 
 class Reads:
@@ -106,6 +108,7 @@ class Reads:
             tools=await self.session_tools(session),
             memory=effective_memory(agent, session.settings) if agent is not None else None,
             turns=(await store.list_turns(session.id))[-TURNS_SHOWN:],
+            forks=await store.list_forks(session.id, None if caller.is_admin else caller.id, FORKS_SHOWN),
         )
 
     async def attachment(self, caller: Principal, session_id: str, sha256: str) -> AttachmentBlob:

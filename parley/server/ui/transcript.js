@@ -183,6 +183,36 @@ export class Transcript {
     return turn.step;
   }
 
+  /** "Fork from here" under an ended turn: a new session of the person's, made of this one up to
+   * the end of that turn, opened at once (the original is not changed). */
+  offerFork(turnId, turn) {
+    if (turn.node.querySelector(':scope > .turn-actions')) return;
+    const button = el('button', { type: 'button', class: 'quiet fork', text: 'Fork from here' });
+    const error = el('span', { class: 'error', role: 'alert' });
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      error.textContent = '';
+      try {
+        const seq = await this.turnSeq(turnId);
+        const fork = await api.post(sessionPath(this.sessionId, '/fork'), { at_turn: seq });
+        location.hash = `#/s/${fork.session_id}`;
+      } catch (failed) {
+        error.textContent = failed.message;
+      } finally {
+        button.disabled = false;
+      }
+    });
+    turn.node.append(el('div', { class: 'turn-actions' }, button, error));
+  }
+
+  /** A turn's number, as the session lists its turns (the latest 50), else its place here. */
+  async turnSeq(turnId) {
+    const view = await api.get(sessionPath(this.sessionId) + '?messages_limit=1');
+    const listed = (view.turns || []).find((t) => t.turn_id === turnId);
+    if (listed) return listed.seq;
+    return [...this.turns.keys()].indexOf(turnId) + 1;
+  }
+
   async showUserText(turnId, slot) {
     if (!this.userTexts.has(turnId)) {
       try {
@@ -203,6 +233,13 @@ function bubble(role, text) {
 
 const HANDLERS = {
   session_created(event) {
+    const from = event.data.forked_from;
+    if (from) {
+      const link = el('a', { href: `#/s/${from.session_id}`, text: from.session_id });
+      const node = this.note('', 'muted forked-from');
+      node.append(`Forked ${when(event.at)} from `, link, ` at the end of turn ${from.turn}, with ${event.data.agent}`);
+      return;
+    }
     this.note(`Session with ${event.data.agent} started ${when(event.at)}`, 'muted');
   },
   message_queued() {
@@ -366,6 +403,7 @@ const HANDLERS = {
     }
     if (this.runningTurn === event.turn_id) this.runningTurn = null;
     if (!ENDED.has(this.status)) this.setStatus('idle');
+    this.offerFork(event.turn_id, turn);
   },
   session_completed() {
     this.note('The task is complete.', 'ended');

@@ -39,7 +39,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "last_turn_id, last_error, closed_reason, input_tokens, output_tokens, model_calls, todos, "
         "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, "
         "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch, title, tags, "
-        "plan_status, plan_revision, plan_approved, planning, replay_of"
+        "plan_status, plan_revision, plan_approved, planning, parent_session_id, parent_turn, agent_version_pin, "
+        "replay_of"
     ),
     "turns": columns(
         "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+from parley.storage.sql.forks import SqlForks
 from parley.storage.sql.owners import SqlOwners
 from parley.storage.sql.sessions import SqlSessions
 from parley.storage.sql.tasks import SqlTasks
 
 
-class SqlStore(SqlSessions, SqlOwners, SqlTasks):
+class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks):
     """Every port of parley/storage/ports.py; a backend adds `_execute`, `dialect` and `codec`."""
