@@ -328,6 +328,11 @@ class AgentVersions(Protocol):
 
     async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None: ...
 
+    async def store_agent_version(self, record: AgentVersionRecord) -> None:
+        """Store a definition sessions are pinned to before a turn ran on it (a replay's agent
+        file); a version stored already is left as it is."""
+        ...
+
 
 class AttachmentStore(Protocol):
     """Attachment bytes, stored once by sha256 with the message that brought them (see

@@ -7,14 +7,16 @@ in /ui and is removed by retention."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
-from parley.config import effective_limits
+from parley.config import AgentConfig, effective_limits
 from parley.core import transitions
 from parley.core.ids import SessionId, new_queued_message_id, new_session_id
-from parley.core.records import QueuedMessageRecord, SessionRecord
+from parley.core.records import AgentVersionRecord, QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, SessionLimitReached
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_use
+from parley.runtime.agent_catalog import definition_of, version_of
 from parley.runtime.fair_use import FairUse
 from parley.runtime.service.parts import Parts
 from parley.runtime.session_log import about
@@ -30,14 +32,23 @@ class ReplayCommands:
         self._parts = parts
         self._fair_use = fair_use
 
-    async def replay(self, caller: Principal, session_id: str, agent: str | None = None) -> SessionRecord:
+    async def replay(
+        self,
+        caller: Principal,
+        session_id: str,
+        agent: str | None = None,
+        version: str | None = None,
+        definition: AgentConfig | None = None,
+    ) -> SessionRecord:
         """Start the replay of `session_id` (one the caller may read) on `agent` (default: the
-        session's own agent, as configured now); returns the replay session, whose turns then run
-        one by one like any queued messages."""
+        session's own agent) as configured now, or pinned to its stored `version`, or on
+        `definition` (an agent file not deployed: stored as a version, and pinned); returns the
+        replay session, whose turns then run one by one like any queued messages."""
         p = self._parts
         original = await p.access.visible(caller, session_id, audit.REPLAY)
-        name = agent or original.agent
-        definition = p.agents.get(name)
+        name = definition.name if definition is not None else agent or original.agent
+        pin = await self._pin(name, version, definition)
+        definition = definition or p.agents.get(name)
         if definition is None:
             raise InvalidArgument("agent", f"no agent '{name}' is configured; list_agents shows the agents")
         if not may_use(caller, definition):
@@ -66,6 +77,7 @@ class ReplayCommands:
             tags=REPLAY_TAGS,
             replay_of=original.id,
         )
+        record = replace(record, parent_session_id=original.id, parent_turn=0, agent_version_pin=pin)
         shared = sorted({a["sha256"] for m in queued for a in m.attachments or [] if a.get("sha256")})
         entry = p.audit.entry(caller, audit.REPLAY, session_id=replay_id, target=original.id)
         await p.store.create_session(
@@ -81,6 +93,26 @@ class ReplayCommands:
         stored = await p.store.get_session(replay_id)
         assert stored is not None
         return stored
+
+    async def _pin(self, name: str, version: str | None, definition: AgentConfig | None) -> str | None:
+        """The version the replay's turns are pinned to (None: the live definition)."""
+        agents = self._parts.agents
+        if definition is not None:
+            stored = definition_of(definition)
+            record = AgentVersionRecord(
+                agent=name, version=version_of(stored), definition=stored, created_at=self._parts.clock()
+            )
+            await self._parts.store.store_agent_version(record)
+            return record.version
+        if version is None:
+            return None
+        if not await agents.known_version(name, version):
+            raise InvalidArgument(
+                "version",
+                f"{version[:40]!r} is not a version of agent '{name}': give its live version "
+                f"({agents.version(name)}) or one a turn ran on (get_session lists each turn's agent_version)",
+            )
+        return version
 
 
 def _again(message: QueuedMessageRecord, session_id: SessionId, now: float) -> QueuedMessageRecord:

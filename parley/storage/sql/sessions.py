@@ -99,8 +99,9 @@ class SqlSessions(SqlBase):
         statements = [
             Stmt(
                 "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
-                "start_client_message_id, settings, title, tags, replay_of, planning, event_seq, queue_seq) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
+                "start_client_message_id, settings, title, tags, replay_of, planning, parent_session_id, "
+                "parent_turn, agent_version_pin, event_seq, queue_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
                 (
                     sid,
                     session.agent,
@@ -117,6 +118,9 @@ class SqlSessions(SqlBase):
                     param("sessions", "tags", session.tags),
                     session.replay_of,
                     param("sessions", "planning", session.planning),
+                    session.parent_session_id,
+                    session.parent_turn,
+                    session.agent_version_pin,
                 ),
             )
         ]
@@ -438,6 +442,15 @@ class SqlSessions(SqlBase):
             f"SELECT {TURN_COLUMNS} FROM turns WHERE session_id = ? ORDER BY seq", (session_id,)
         )
         return [self.codec.turn(r) for r in rows]
+
+    async def store_agent_version(self, record: AgentVersionRecord) -> None:
+        await self._change(
+            Stmt(
+                "INSERT INTO agent_versions (agent, version, definition, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (agent, version) DO NOTHING",
+                (record.agent, record.version, self.dialect.json(record.definition), record.created_at),
+            )
+        )
 
     async def get_agent_version(self, agent: str, version: str) -> AgentVersionRecord | None:
         row = await self._row(
