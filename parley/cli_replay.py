@@ -11,14 +11,19 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import anyio
 
 from parley.cli_common import load_from_args
+from parley.config import AgentConfig, ModelSpec, ServerConfig
+from parley.config.agent_files import AgentContext, load_agent_file
+from parley.config.codes import E_MISSING
+from parley.config.loading import read_server_file
 from parley.core.ids import SessionId
 from parley.core.records import ToolCallRecord, TurnRecord
 from parley.core.replays import REPLAYED
-from parley.errors import RequestError
+from parley.errors import ConfigError, ConfigErrors, RequestError
 from parley.runtime.access import cli_principal
 from parley.storage.ports import Store
 
@@ -57,7 +62,16 @@ def add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="send sessions' messages again on an agent as it is now; only configured reads run",
     )
     replay.add_argument("session", nargs="+", help="the sessions to replay (ses_...)")
-    replay.add_argument("--agent", help="the agent to replay them on (default: each session's own)")
+    which = replay.add_mutually_exclusive_group()
+    which.add_argument(
+        "--agent",
+        help="NAME or NAME@VERSION: the agent to replay them on, as configured now or at a stored "
+        "version (default: each session's own agent, as configured now)",
+    )
+    which.add_argument(
+        "--agent-file",
+        help="an agent file (YAML or Markdown) not deployed yet: replay them on its definition",
+    )
     replay.add_argument("--json", action="store_true", help="print the reports as JSON")
     replay.add_argument(
         "--wait-seconds", type=float, default=600.0, help="how long to wait for the replays' turns (600)"
@@ -71,13 +85,17 @@ def run_replay(args: argparse.Namespace) -> int:
     from parley.app import running_app
 
     operator = cli_principal(getpass.getuser())
+    name, _, version = (args.agent or "").partition("@")
+    definition = agent_file(config, Path(args.agent_file)) if args.agent_file else None
 
     async def run() -> int:
         async with running_app(config, seams=getattr(args, "seams", None)) as app:
             reports = []
             for session_id in args.session:
                 try:
-                    started = await app.service.replays.replay(operator, session_id, args.agent)
+                    started = await app.service.replays.replay(
+                        operator, session_id, name or None, version or None, definition
+                    )
                 except RequestError as exc:
                     print(f"parley: {exc}", file=sys.stderr)
                     return 1
@@ -87,6 +105,26 @@ def run_replay(args: argparse.Namespace) -> int:
         return 0
 
     return anyio.run(run)
+
+
+def agent_file(config: ServerConfig, path: Path) -> AgentConfig:
+    """The definition of an agent file, read as parley.yaml's agent files are.
+
+    Raises:
+        ConfigErrors: the file does not validate (its problems).
+    """
+    file_cfg = read_server_file(config.config_path)[0] if config.config_path else None
+    context = AgentContext(
+        servers=config.mcp_servers,
+        aliases=file_cfg.model_aliases if file_cfg is not None else {},
+        default_model=(file_cfg.default_model if file_cfg is not None else None) or ModelSpec(),
+    )
+    loaded = load_agent_file(path, context)
+    if loaded.agent is None or loaded.problems:
+        raise ConfigErrors(
+            loaded.problems or [ConfigError(E_MISSING, str(path), "(file)", "is not an agent file")]
+        )
+    return loaded.agent
 
 
 async def _until_done(store: Store, session_id: SessionId, wait_s: float) -> None:

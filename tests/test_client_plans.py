@@ -136,3 +136,17 @@ async def test_the_blocking_client_plans_and_executes(world: World) -> None:
         drafted, done, drafts = await anyio.to_thread.run_sync(converse)
     assert drafted is not None and drafted.status == "draft" and [d.plan for d in drafts] == [drafted]
     assert done.mode == "executing" and done.plan is not None and done.plan.status == "completed"
+
+
+async def test_the_client_forks_and_replays(world: World) -> None:
+    with anyio.fail_after(TEST_DEADLINE_S):
+        async with pc.connect_http(world.url, options=OPTIONS) as p:
+            first = await p.start("chatty", "one")
+            await first.send("two")
+            fork = await p.fork(first.id, 1, title="from one")
+            continued = await fork.send("again")
+            replay = await p.replay(first.id)
+            state = await fork.state()
+    assert "message 2 of this session" in (continued.answer or "")
+    assert state.forked_from == pc.ForkedFrom(session_id=first.id, turn=1)
+    assert replay.tags == ["eval", "replay"] and replay.forked_from is not None

@@ -17,6 +17,7 @@ from parley.cli import main
 from parley.core.records import ToolCallRecord
 from parley.core.replays import NEW_QUESTION, NOT_REPLAYED, WAITED, ReplayBook
 from parley.testing import ToolServer, call, call_error, eventually, parley_app, write_config
+from tests.support import db_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +180,35 @@ def test_parley_replay_reports_each_turn_beside_the_original(
     assert report["turns"][1]["replay_tools"] == ["write_todos"] and report["ran"] == 1
     assert main(["replay", "ses_" + "0" * 32, "--config", str(config)]) == 1
     assert "was found for you" in capsys.readouterr().err
+
+
+def test_parley_replay_on_an_agent_file_not_deployed_or_a_stored_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = write_config(tmp_path, {})
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text("name: demo\ndescription: the next demo\ntools: [write_todos]\n")
+
+    async def original() -> tuple[str, str]:
+        async with parley_app(config) as parley, parley.mcp() as client:
+            first = await call(client, "start_session", agent="demo", message="hello")
+            return str(first["session_id"]), str(first["agent_version"])
+
+    sid, live = anyio.run(original)
+    assert main(["replay", sid, "--config", str(config), "--agent-file", str(candidate), "--json"]) == 0
+    [on_file] = json.loads(capsys.readouterr().out)
+    assert main(["replay", sid, "--config", str(config), "--agent", f"demo@{live}", "--json"]) == 0
+    [on_live] = json.loads(capsys.readouterr().out)
+    assert main(["replay", sid, "--config", str(config), "--agent", "demo@0000"]) == 1
+    assert "'0000' is not a version of agent 'demo'" in capsys.readouterr().err
+
+    def versions(session_id: str) -> list[str]:
+        rows = db_rows(
+            tmp_path / "parley.db", "SELECT agent_version FROM turns WHERE session_id = ?", (session_id,)
+        )
+        return [str(version) for (version,) in rows]
+
+    turns = {report["replay"]: versions(report["replay"]) for report in (on_file, on_live)}
+    assert turns[on_live["replay"]] == [live]
+    [file_version] = turns[on_file["replay"]]
+    assert file_version not in (None, live), "the file's definition is a version of its own"

@@ -187,6 +187,19 @@ class Parley:
         """The draft plans waiting for review across your sessions (Session.execute_plan approves one)."""
         return (await self._calls.read("list_pending", {"limit": limit}, PendingList)).drafts
 
+    async def fork(
+        self, session_id: str, at_turn: int, *, agent_version: str | None = None, title: str | None = None
+    ) -> Session:
+        """A new session of yours with the transcript of `session_id` up to the end of turn
+        `at_turn` (0: before the first), at rest; `agent_version` pins its turns to that version."""
+        arguments: dict[str, Any] = {"session_id": session_id, "at_turn": at_turn}
+        if agent_version is not None:
+            arguments["agent_version"] = agent_version
+        if title is not None:
+            arguments["title"] = title
+        summary = await self._calls.read("fork_session", arguments, SessionSummary)
+        return Session(self._calls, summary.session_id, agent=summary.agent, event_stream=self._event_stream)
+
     async def replay(self, session_id: str, agent: str | None = None) -> SessionSummary:
         """Replay a session on its agent as configured now (or `agent`): a new session, tagged eval
         and replay, whose turns run on the server one by one; only configured reads run for real."""

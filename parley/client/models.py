@@ -199,6 +199,13 @@ class TurnSummary(_Model):
     ended_at: str | None = None
 
 
+class ForkedFrom(_Model):
+    """The session and turn a fork was made from (0: before the first turn)."""
+
+    session_id: str
+    turn: int
+
+
 class SessionState(_Model):
     """A session as get_session reads it."""
 
@@ -231,6 +238,9 @@ class SessionState(_Model):
     tools: list[str] = Field(default_factory=list)
     memory: Memory | None = None
     turns: list[TurnSummary] = Field(default_factory=list)
+    forked_from: ForkedFrom | None = None
+    forks: list[SessionSummary] = Field(default_factory=list)
+    agent_version_pin: str | None = None
 
 
 class SessionSummary(_Model):
@@ -247,6 +257,7 @@ class SessionSummary(_Model):
     closed_reason: str | None = None
     plan_status: PlanStatus = "cleared"
     plan_revision: int = 0
+    forked_from: ForkedFrom | None = None
 
 
 class SessionPage(_Model):
@@ -316,6 +327,7 @@ TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
     "close_session": Closed,
     "delete_session": Deleted,
     "update_session": SessionSummary,
+    "fork_session": SessionSummary,
     "replay_session": SessionSummary,
     "delete_queued_message": QueuedMessageDeleted,
 }

@@ -217,6 +217,14 @@ class SyncParley:
     def replay(self, session_id: str, agent: str | None = None) -> SessionSummary:
         return self._portal.call(self.aio.replay, session_id, agent)
 
+    def fork(
+        self, session_id: str, at_turn: int, *, agent_version: str | None = None, title: str | None = None
+    ) -> SyncSession:
+        forked = self._portal.call(
+            lambda: self.aio.fork(session_id, at_turn, agent_version=agent_version, title=title)
+        )
+        return SyncSession(self._portal, forked)
+
 
 def _sync_options(options: aio.Options | None, callbacks: dict[str, Any]) -> aio.Options:
     given = {k: v for k, v in _callbacks(**callbacks).items() if v is not None}
