@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from parley.config import AgentConfig
 from parley.core.records import AgentVersionRecord
+from parley.errors import InvalidArgument
 from parley.storage.ports import AgentVersions
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,16 @@ class AgentCatalog(Mapping[str, AgentConfig]):
             return AgentVersionRecord(agent=name, version=pin, definition={}, created_at=now), False
         record = AgentVersionRecord(agent=name, version=pin, definition=definition_of(agent), created_at=now)
         return record, (name, pin) not in self._stored
+
+    async def checked_version(self, name: str, version: str, field: str) -> str:
+        """`version` if sessions may be pinned to it (known_version), else InvalidArgument naming `field`."""
+        if not await self.known_version(name, version):
+            raise InvalidArgument(
+                field,
+                f"{version[:40]!r} is not a version of agent '{name}': give its live version "
+                f"({self.version(name)}) or one a turn ran on (get_session lists each turn's agent_version)",
+            )
+        return version
 
     async def known_version(self, name: str, version: str) -> bool:
         """Whether `version` of agent `name` is live or stored: one a session may be pinned to."""

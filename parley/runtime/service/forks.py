@@ -106,15 +106,7 @@ class ForkCommands:
             raise InvalidArgument(
                 "agent_version", "must be a version of the agent (leave it out for the live one)"
             )
-        agents = self._parts.agents
-        if not await agents.known_version(original.agent, version):
-            live = agents.version(original.agent)
-            raise InvalidArgument(
-                "agent_version",
-                f"{version[:40]!r} is not a version of agent '{original.agent}': give its live version "
-                f"({live}) or one a turn ran on (get_session lists each turn's agent_version)",
-            )
-        return version
+        return await self._parts.agents.checked_version(original.agent, version, "agent_version")
 
     async def _refusal(
         self, caller: Principal, original: SessionRecord, at_turn: int, outcome: forks.ForkOutcome

@@ -106,13 +106,7 @@ class ReplayCommands:
             return record.version
         if version is None:
             return None
-        if not await agents.known_version(name, version):
-            raise InvalidArgument(
-                "version",
-                f"{version[:40]!r} is not a version of agent '{name}': give its live version "
-                f"({agents.version(name)}) or one a turn ran on (get_session lists each turn's agent_version)",
-            )
-        return version
+        return await agents.checked_version(name, version, "version")
 
 
 def _again(message: QueuedMessageRecord, session_id: SessionId, now: float) -> QueuedMessageRecord:

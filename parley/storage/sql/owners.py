@@ -57,21 +57,28 @@ class SqlOwners(SqlBase):
             f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}", (owner,)
         )
 
+    def _owned_or_approved(
+        self, owner: str | None, agents: Sequence[str] | None, prefix: str
+    ) -> tuple[str, list[Any]]:
+        """The condition (with its parameters) of sessions `owner` owns or of the `agents` (both
+        None: every session), on the sessions table named by `prefix`."""
+        where: list[str] = []
+        params: list[Any] = []
+        if owner is not None:
+            where.append(f"{prefix}owner = ?")
+            params.append(owner)
+        if agents:
+            among, among_params = self.dialect.in_list(f"{prefix}agent", agents)
+            where.append(among)
+            params.extend(among_params)
+        return (f"AND ({' OR '.join(where)})" if where else ""), params
+
     async def list_pending_for(
         self, owner: str | None, agents: Sequence[str] | None, limit: int
     ) -> list[PendingInterrupt]:
         if owner is None and agents is not None and not agents:
             return []
-        where: list[str] = []
-        params: list[Any] = []
-        if owner is not None:
-            where.append("s.owner = ?")
-            params.append(owner)
-        if agents:
-            among, among_params = self.dialect.in_list("s.agent", agents)
-            where.append(among)
-            params.extend(among_params)
-        scope = f"AND ({' OR '.join(where)})" if where else ""
+        scope, params = self._owned_or_approved(owner, agents, "s.")
         rows = await self._rows(
             f"SELECT {listing('interrupts', 'i')}, s.agent, s.owner FROM interrupts i "
             f"JOIN sessions s ON s.id = i.session_id WHERE i.{PENDING} {scope} "
@@ -87,18 +94,9 @@ class SqlOwners(SqlBase):
     async def list_drafts_for(
         self, owner: str | None, agents: Sequence[str] | None, limit: int
     ) -> list[SessionRecord]:
-        where: list[str] = []
-        params: list[Any] = []
         if owner is None and agents is not None and not agents:
             return []
-        if owner is not None:
-            where.append("owner = ?")
-            params.append(owner)
-        if agents:
-            among, among_params = self.dialect.in_list("agent", agents)
-            where.append(among)
-            params.extend(among_params)
-        scope = f"AND ({' OR '.join(where)})" if where else ""
+        scope, params = self._owned_or_approved(owner, agents, "")
         rows = await self._rows(
             f"SELECT {SESSION_COLUMNS} FROM sessions WHERE plan_status = 'draft' AND status = 'idle' "
             f"{scope} ORDER BY updated_at, id LIMIT ?",
