@@ -86,13 +86,15 @@ async def test_a_fork_at_turn_zero_is_empty_and_its_next_message_is_the_first(tm
 
 
 async def test_a_pinned_fork_runs_every_turn_on_its_version_after_the_agent_changed(tmp_path: Path) -> None:
-    agents = {"asker": {"description": "Version one.", "instructions": "One."}}
+    agents = {"asker": {"description": "Version one.", "instructions": "One.", "tools": ["ask_user"]}}
     config = {"runtime": {"agent_reload_s": 0.05}}
     async with parley_app(config, agents=agents, directory=tmp_path) as parley, parley.mcp() as client:
         sid = (await call(client, "start_session", agent="asker", message="hi"))["session_id"]
         v1 = (await whole(client, sid))["turns"][0]["agent_version"]
         agent_file = tmp_path / "configs" / "agents" / "asker.yaml"
-        agent_file.write_text(agent_file.read_text().replace("One.", "Two."))
+        agent_file.write_text(
+            agent_file.read_text().replace("One.", "Two.").replace("ask_user", "write_todos")
+        )
 
         async def reloaded() -> bool:
             listed = {a["name"]: a for a in (await call(client, "list_agents"))["agents"]}
@@ -112,6 +114,8 @@ async def test_a_pinned_fork_runs_every_turn_on_its_version_after_the_agent_chan
 
     assert [t["agent_version"] for t in pinned_view["turns"]] == [v1, v1, v1]
     assert pinned_view["agent_version_pin"] == v1
+    assert pinned_view["tools"] == ["ask_user"], "get_session shows the pinned definition's tools"
+    assert live_view["tools"] == ["write_todos"]
     v2 = live_view["turns"][1]["agent_version"]
     assert v2 != v1 and [t["agent_version"] for t in live_view["turns"]] == [v1, v2, v2]
     assert live_view["agent_version_pin"] is None

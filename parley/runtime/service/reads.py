@@ -57,9 +57,16 @@ class Reads:
             described.append((agent, offer, self._parts.agents.version(agent.name) or ""))
         return described
 
-    async def session_tools(self, session: SessionRecord) -> list[str]:
+    async def session_agent(self, session: SessionRecord) -> AgentConfig | None:
+        """The definition a session's next turn runs on: the version it is pinned to, else its
+        agent as configured now (None: neither is known any more)."""
+        if session.agent_version_pin is not None:
+            return await self._parts.agents.for_turn(session.agent, session.agent_version_pin)
+        return self._parts.agents.get(session.agent)
+
+    async def session_tools(self, session: SessionRecord, agent: AgentConfig | None = None) -> list[str]:
         """The tools a session's next model call is offered: its agent's, narrowed by its settings."""
-        agent = self._parts.agents.get(session.agent)
+        agent = agent or await self.session_agent(session)
         if agent is None:
             return []
         offer = await self._toolbox.offer(agent, session.kind, None)
@@ -96,7 +103,7 @@ class Reads:
         messages = await store.list_messages(session.id, start, limit)
         last_turn = await store.get_turn(session.last_turn_id) if session.last_turn_id else None
         trail = await store.list_audit(session.id, None, None, DECISIONS_SHOWN * 4)
-        agent = self._parts.agents.get(session.agent)
+        agent = await self.session_agent(session)
         return SessionDetails(
             session=session,
             messages=messages,
@@ -105,7 +112,7 @@ class Reads:
             last_turn=last_turn,
             pending=await store.list_interrupts(session.id, pending_only=True),
             decisions=[e for e in trail if e.action in audit.DECISIONS][:DECISIONS_SHOWN],
-            tools=await self.session_tools(session),
+            tools=await self.session_tools(session, agent),
             memory=effective_memory(agent, session.settings) if agent is not None else None,
             turns=(await store.list_turns(session.id))[-TURNS_SHOWN:],
             forks=await store.list_forks(session.id, None if caller.is_admin else caller.id, FORKS_SHOWN),
