@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import getpass
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ import anyio
 
 from parley import __version__
 from parley.cli_common import load_from_args
+from parley.cli_decisions import add_plan_commands, run_decide, run_pending
 from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
 from parley.cli_replay import add_replay_command
 from parley.config import (
@@ -170,81 +170,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
         f"ok: {path or 'embedded defaults'}: {len(config.agents)} agent(s) ({names}); database {config.db_label}"
     )
     return 0
-
-
-def _cmd_pending(args: argparse.Namespace) -> int:
-    config = load_from_args(args)
-    from parley.core.ids import SessionId
-    from parley.stores import open_store
-
-    async def run() -> int:
-        async with open_store(config) as opened:
-            store = opened.store
-            if args.session:
-                interrupts = await store.list_interrupts(SessionId(args.session), pending_only=True)
-            else:
-                interrupts = await store.list_all_pending(args.limit)
-            if not interrupts:
-                print("nothing is waiting for a decision")
-            for i in interrupts:
-                p = i.payload
-                what = (
-                    f"approve {p.get('tool')} ({p.get('effect')}) {json.dumps(p.get('arguments'))}"
-                    if i.kind == "approval"
-                    else f"question: {p.get('question')}"
-                    + (f" [{' | '.join(p['choices'])}]" if p.get("choices") else "")
-                )
-                print(f"{i.session_id}  {i.id}  {what}")
-            return 0
-
-    return anyio.run(run)
-
-
-def _cmd_decide(args: argparse.Namespace) -> int:
-    """`parley approve` and `parley answer`: an operator's decision, picked up by a running server
-    within its poll interval, or at the next start."""
-    config = load_from_args(args)
-    from parley.core.ids import SessionId
-    from parley.errors import RequestError
-    from parley.runtime import audit
-    from parley.runtime.access import cli_principal
-    from parley.runtime.audit import Audit
-    from parley.runtime.decisions import Decision, Decisions
-    from parley.stores import open_store
-
-    operator = cli_principal(getpass.getuser())
-    if args.command == "approve":
-        action = audit.REJECT if args.reject else audit.APPROVE
-    else:
-        action = audit.DECLINE if args.decline else audit.ANSWER
-
-    async def run() -> int:
-        async with open_store(config) as opened:
-            store = opened.store
-            trail = Audit(store, time.time)
-            session = await store.get_session(SessionId(args.session_id))
-            if session is None:
-                print(f"parley: no session {args.session_id}", file=sys.stderr)
-                return 1
-            decisions = Decisions(store, config.agents, time.time)
-            try:
-                if args.command == "approve":
-                    decision = Decision(args.interrupt_id, not args.reject, args.reason)
-                    _, notes = await decisions.approve(session, [decision], "cli", None)
-                else:
-                    text = None if args.decline else args.answer
-                    _, notes = await decisions.answer(
-                        session, args.interrupt_id, text, args.decline, "cli", None
-                    )
-            except RequestError as exc:
-                await trail.refused(operator, action, session.id, args.interrupt_id, str(exc))
-                print(f"parley: {exc}", file=sys.stderr)
-                return 1
-            await trail.record(operator, action, session_id=session.id, target=args.interrupt_id, via="cli")
-            print("\n".join(notes) or "recorded; the session resumes")
-            return 0
-
-    return anyio.run(run)
 
 
 def _cmd_token_new(args: argparse.Namespace) -> int:
@@ -433,7 +358,7 @@ def _add_decisions(sub: Subcommands) -> None:
     _store_options(pending)
     pending.add_argument("--session", help="only this session")
     pending.add_argument("--limit", type=int, default=100, help="show at most this many (default 100)")
-    pending.set_defaults(func=_cmd_pending)
+    pending.set_defaults(func=run_pending)
 
     approve = sub.add_parser("approve", help="approve (or --reject) a tool call a session waits on")
     _store_options(approve)
@@ -441,7 +366,7 @@ def _add_decisions(sub: Subcommands) -> None:
     approve.add_argument("interrupt_id", help="the approval or question (parley pending lists them)")
     approve.add_argument("--reject", action="store_true", help="reject instead of approving")
     approve.add_argument("--reason", help="why; the agent reads it")
-    approve.set_defaults(func=_cmd_decide)
+    approve.set_defaults(func=run_decide)
 
     answer = sub.add_parser("answer", help="answer (or --decline) a question a session waits on")
     _store_options(answer)
@@ -449,7 +374,7 @@ def _add_decisions(sub: Subcommands) -> None:
     answer.add_argument("interrupt_id", help="the approval or question (parley pending lists them)")
     answer.add_argument("answer", nargs="?", help="the answer text")
     answer.add_argument("--decline", action="store_true", help="decline to answer")
-    answer.set_defaults(func=_cmd_decide)
+    answer.set_defaults(func=run_decide)
 
 
 def _add_sessions(sub: Subcommands) -> None:
@@ -524,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_token_and_audit(sub)
     _add_db(sub)
     _store_options(add_replay_command(sub))
+    for plan_parser in add_plan_commands(sub):
+        _store_options(plan_parser)
     return parser
 
 

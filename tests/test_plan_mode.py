@@ -13,8 +13,9 @@ import mcp.types as types
 import pytest
 from mcp import Client
 
+from parley.cli import main
 from parley.sdk_compat import InMemoryTransport
-from parley.testing import ToolServer, call, call_error, parley_app
+from parley.testing import CALL_DEADLINE_S, ToolServer, call, call_error, parley_app, write_config
 from tests.support import Database
 
 pytestmark = pytest.mark.anyio
@@ -334,3 +335,38 @@ async def test_a_plan_mode_session_started_empty_plans_its_first_message(tmp_pat
         second = await call(client, "send_message", session_id=ordinary["session_id"], message="hi")
     assert first["mode"] == "planning" and first["plan"]["status"] == "draft"
     assert second["mode"] is None
+
+
+def test_an_operator_approves_or_discards_a_plan_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """For an agent that takes decisions only from a person, when no client can ask one."""
+    config = write_config(tmp_path, {}, {"careful": {**planner(mcp_servers=[]), "approver": "human"}})
+
+    async def drafted() -> tuple[str, str]:
+        async with parley_app(config) as parley, parley.mcp() as client:
+            one = await call(client, "start_session", agent="careful", message=todos_line("one"))
+            two = await call(client, "start_session", agent="careful", message=todos_line("two"))
+            refused = await call_error(client, "execute_plan", session_id=one["session_id"], revision=1)
+            assert "only from a person" in refused
+            return str(one["session_id"]), str(two["session_id"])
+
+    first, second = anyio.run(drafted)
+    assert main(["pending", "--config", str(config)]) == 0
+    listed = capsys.readouterr().out
+    assert f"parley plan approve {first} 1" in listed and f"parley plan approve {second} 1" in listed
+    assert main(["plan", "approve", first, "2", "--config", str(config)]) == 1
+    assert "revision 1, not 2" in capsys.readouterr().err
+    assert main(["plan", "approve", first, "1", "--config", str(config)]) == 0
+    assert main(["plan", "discard", second, "--config", str(config)]) == 0
+
+    async def after() -> tuple[dict[str, Any], dict[str, Any]]:
+        async with parley_app(config) as parley, parley.mcp() as client:
+            done = await call(client, "get_session", session_id=first, wait_seconds=CALL_DEADLINE_S / 2)
+            return done, await call(client, "get_session", session_id=second)
+
+    done, discarded = anyio.run(after)
+    assert done["plan"]["status"] == "completed" and done["turn_count"] == 2, "the next server ran it"
+    approvals = [d for d in done["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "ok"]
+    assert [d["principal"] for d in approvals] == ["cli"]
+    assert discarded["plan"]["status"] == "cleared"

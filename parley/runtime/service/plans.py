@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from parley.config import effective_limits
 from parley.core import plans
-from parley.core.ids import new_queued_message_id
+from parley.core.ids import SessionId, new_queued_message_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
-from parley.errors import InvalidArgument, PlanRefused, RateLimited, SessionClosed, SessionNotFound
+from parley.errors import (
+    InvalidArgument,
+    PlanRefused,
+    RateLimited,
+    RequestError,
+    SessionClosed,
+    SessionNotFound,
+)
 from parley.runtime import audit
 from parley.runtime.access import DecisionPath, Principal, may_see
 from parley.runtime.fair_use import FairUse
@@ -67,17 +74,7 @@ class PlanCommands:
         agent = p.agents.get(session.agent)
         limits = effective_limits(agent.limits, session.settings) if agent else None
         now = p.clock()
-        message = QueuedMessageRecord(
-            id=new_queued_message_id(),
-            session_id=session.id,
-            seq=0,
-            text=plans.execution_note(revision),
-            status="queued",
-            turn_id=None,
-            created_at=now,
-            trace_context=current_trace_context(),
-            mode="executing",
-        )
+        message = executing_message(session.id, revision, now)
         entry = p.audit.entry(
             caller, audit.EXECUTE_PLAN, session_id=session.id, target=message.id, revision=revision, via=via
         )
@@ -131,11 +128,32 @@ class PlanCommands:
 
     async def _refusal(self, session: SessionRecord, outcome: str, revision: int, command: str) -> Exception:
         latest = await self._parts.store.get_session(session.id) or session
-        if outcome == "not_found":
-            return SessionNotFound(session.id)
-        if outcome == "closed":
-            return SessionClosed(session.id, ended_reason(latest))
-        why = _REFUSALS[outcome].format(
-            current=latest.plan_revision, revision=revision, status=latest.plan_status
-        )
-        return PlanRefused(session.id, outcome, f"{command} refused: {why}", latest.plan_revision)
+        return refusal(latest, outcome, revision, command)
+
+
+def executing_message(session_id: SessionId, revision: int, now: float) -> QueuedMessageRecord:
+    """The queued message an approval of `revision` starts the executing turn with."""
+    return QueuedMessageRecord(
+        id=new_queued_message_id(),
+        session_id=session_id,
+        seq=0,
+        text=plans.execution_note(revision),
+        status="queued",
+        turn_id=None,
+        created_at=now,
+        trace_context=current_trace_context(),
+        mode="executing",
+    )
+
+
+def refusal(latest: SessionRecord, outcome: str, revision: int, command: str) -> RequestError:
+    """Why `command` (execute_plan or discard_plan) was refused, by its outcome, told from the
+    session as it is now."""
+    if outcome == "not_found":
+        return SessionNotFound(latest.id)
+    if outcome == "closed":
+        return SessionClosed(latest.id, ended_reason(latest))
+    why = _REFUSALS[outcome].format(
+        current=latest.plan_revision, revision=revision, status=latest.plan_status
+    )
+    return PlanRefused(latest.id, outcome, f"{command} refused: {why}", latest.plan_revision)
