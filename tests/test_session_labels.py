@@ -38,6 +38,9 @@ pytestmark = pytest.mark.anyio
         ("hello\u200b", "hello"),
         ("\u200b \n", None),
         (None, None),
+        ("/fail forever\nSummarise the report", "Summarise the report"),
+        ('/tool shop__refund {"order": "A-17"}', None),
+        ("/etc/hosts is wrong", "/etc/hosts is wrong"),
     ],
 )
 def test_the_proposed_title_is_the_first_words_of_the_first_message_on_one_line(

@@ -287,3 +287,23 @@ async def test_a_lone_surrogate_in_a_body_is_a_400_naming_the_field(
         )
     assert answer.status_code == 400, answer.text
     assert f"'{field}'" in answer.json()["detail"] and "surrogate" in answer.json()["detail"], answer.text
+
+
+async def test_a_queued_message_is_deleted_once_and_a_bad_id_is_a_400(world: World) -> None:
+    parked = await world.post(
+        "/v1/sessions", {"agent": "worker", "message": '/tool fixture__bare {"text": "hold the turn"}'}, 201
+    )
+    sid = parked["session_id"]
+    assert parked["status"] == "waiting_for_input", parked
+    queued = await world.post(f"/v1/sessions/{sid}/messages", {"message": "later", "wait_seconds": 0})
+    qid = queued["queued_message_id"]
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        first = await http.delete(f"{world.base}/v1/sessions/{sid}/queue/{qid}")
+        again = await http.delete(f"{world.base}/v1/sessions/{sid}/queue/{qid}")
+        bad = await http.delete(f"{world.base}/v1/sessions/{sid}/queue/not-an-id")
+    assert first.json() == {"session_id": sid, "queued_message_id": qid, "status": "deleted"}
+    assert again.json()["status"] == "already deleted"
+    assert bad.status_code == 400 and bad.json()["field"] == "queued_message_id"
+    session = await world.get(f"/v1/sessions/{sid}")
+    assert session["queued_messages"] == []
+    await world.post(f"/v1/sessions/{sid}/close", {})

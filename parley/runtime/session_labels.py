@@ -62,11 +62,18 @@ def check_tags(tags: Sequence[str]) -> list[str]:
     return kept
 
 
+# A line the demo model (and people testing with it) reads as a directive.
+_DIRECTIVE = re.compile(r"\s*/[a-z]+(\s|$)")
+
+
 def proposed_title(message: str | None) -> str | None:
     """The title a session gets from its first message when nobody gave it one: its first words
-    (control characters and runs of spaces made single spaces), shortened with an ellipsis."""
+    (control characters and runs of spaces made single spaces), shortened with an ellipsis. Lines
+    that are directives (`/tool ...`, `/fail 2`: a slash, a word, then a space or the end) are no
+    title: a message of directives only gets none."""
     if message is None:
         return None
+    message = "\n".join(line for line in message.splitlines() if not _DIRECTIVE.match(line))
     words = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in message).split()
     if not words or not has_visible_text(" ".join(words)):
         return None

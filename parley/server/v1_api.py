@@ -25,6 +25,7 @@ from parley.runtime.service import (
 from parley.runtime.session_labels import session_filter
 from parley.server.arguments import argument_errors
 from parley.server.json_text import check_unicode
+from parley.server.session_tools import DeleteResult
 from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
 from parley.server.wire import (
     AgentList,
@@ -174,6 +175,7 @@ class JsonEndpoints:
             ("/v1/sessions/{session_id}/approve", self._approve, "POST"),
             ("/v1/sessions/{session_id}/answer", self._answer, "POST"),
             ("/v1/sessions/{session_id}/close", self._close, "POST"),
+            ("/v1/sessions/{session_id}/queue/{queued_message_id}", self._delete_queued, "DELETE"),
             ("/v1/sessions/{session_id}/plan/execute", self._execute_plan, "POST"),
             ("/v1/sessions/{session_id}/plan/discard", self._discard_plan, "POST"),
             ("/v1/sessions/{session_id}/fork", self._fork, "POST"),
@@ -294,6 +296,16 @@ class JsonEndpoints:
             Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome))
+
+    async def _delete_queued(self, request: Request) -> Response:
+        session_id, queued_message_id = (
+            request.path_params["session_id"],
+            request.path_params["queued_message_id"],
+        )
+        status = await self._service.messages.delete_queued_message(
+            caller(request), session_id, queued_message_id
+        )
+        return _json(DeleteResult(session_id=session_id, queued_message_id=queued_message_id, status=status))
 
     async def _execute_plan(self, request: Request) -> Response:
         body = await _read(request, ExecutePlanBody, "POST /v1/sessions/{id}/plan/execute")
