@@ -21,6 +21,7 @@ import anyio
 
 from parley import __version__
 from parley.cli_common import load_from_args
+from parley.cli_eval import add_eval_command
 from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
 from parley.cli_replay import add_replay_command
 from parley.config import (
@@ -524,6 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_token_and_audit(sub)
     _add_db(sub)
     _store_options(add_replay_command(sub))
+    _store_options(add_eval_command(sub))
     return parser
 
 

@@ -18,6 +18,7 @@ from parley.runtime import audit
 from parley.runtime.access import Principal, may_use
 from parley.runtime.agent_catalog import definition_of, version_of
 from parley.runtime.fair_use import FairUse
+from parley.runtime.service.checks import Checks
 from parley.runtime.service.parts import Parts
 from parley.runtime.session_log import about
 
@@ -39,13 +40,20 @@ class ReplayCommands:
         agent: str | None = None,
         version: str | None = None,
         definition: AgentConfig | None = None,
+        client_message_id: str | None = None,
     ) -> SessionRecord:
         """Start the replay of `session_id` (one the caller may read) on `agent` (default: the
         session's own agent) as configured now, or pinned to its stored `version`, or on
         `definition` (an agent file not deployed: stored as a version, and pinned); returns the
-        replay session, whose turns then run one by one like any queued messages."""
+        replay session, whose turns then run one by one like any queued messages. With
+        `client_message_id` (an eval's), a replay that id started before is returned instead."""
         p = self._parts
         original = await p.access.visible(caller, session_id, audit.REPLAY)
+        if client_message_id is not None:
+            Checks.client_message_id(client_message_id)
+            existing = await p.store.find_started(caller.id, client_message_id)
+            if existing is not None:
+                return _same_replay(existing, original)
         name = definition.name if definition is not None else agent or original.agent
         pin = await self._pin(name, version, definition)
         definition = definition or p.agents.get(name)
@@ -76,11 +84,12 @@ class ReplayCommands:
             title=f"Replay of {original.title or original.id}"[:200],
             tags=REPLAY_TAGS,
             replay_of=original.id,
+            start_client_message_id=client_message_id,
         )
         record = replace(record, parent_session_id=original.id, parent_turn=0, agent_version_pin=pin)
         shared = sorted({a["sha256"] for m in queued for a in m.attachments or [] if a.get("sha256")})
         entry = p.audit.entry(caller, audit.REPLAY, session_id=replay_id, target=original.id)
-        await p.store.create_session(
+        created = await p.store.create_session(
             transitions.starting(record, queued[0]),
             queued[0],
             now,
@@ -88,6 +97,12 @@ class ReplayCommands:
             more=queued[1:],
             shared=shared,
         )
+        if not created:
+            # A concurrent call with the same client_message_id started it first.
+            existing = await p.store.find_started(caller.id, client_message_id or "")
+            if existing is None:
+                raise InvalidArgument("client_message_id", "was just used by another call; retry")
+            return _same_replay(existing, original)
         logger.info("session %s replays %s on agent %s", replay_id, original.id, name, extra=about(record))
         p.signals.work_available(replay_id)
         stored = await p.store.get_session(replay_id)
@@ -113,6 +128,15 @@ class ReplayCommands:
                 f"({agents.version(name)}) or one a turn ran on (get_session lists each turn's agent_version)",
             )
         return version
+
+
+def _same_replay(existing: SessionRecord, original: SessionRecord) -> SessionRecord:
+    if existing.replay_of != original.id:
+        raise InvalidArgument(
+            "client_message_id",
+            f"was already used to start session {existing.id}, which is not a replay of {original.id}",
+        )
+    return existing
 
 
 def _again(message: QueuedMessageRecord, session_id: SessionId, now: float) -> QueuedMessageRecord:
