@@ -234,3 +234,25 @@ def test_an_interrupted_eval_resumes_with_the_sessions_it_started(
     assert [c["candidate"]["session_id"] for c in again["cases"]] == [
         c["candidate"]["session_id"] for c in resumed["cases"]
     ]
+
+
+def test_fair_use_limits_the_sessions_an_eval_and_a_replay_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dataset, _ = demo_copy(tmp_path)
+    limited = {"models": {"judge": {"provider": "demo"}}, "limits": {"sessions_per_minute": 2}}
+    config = write_config(tmp_path, limited, agents={"helper": HELPER})
+    code, report = run_json(
+        capsys, str(dataset), "--config", str(config), "--agent", "helper", "--concurrency", "1"
+    )
+    assert code == 1 and outcomes(report) == {
+        "greets": True,
+        "plans": True,
+        "remembers": False,
+        "reports": False,
+    }
+    [refused] = report["cases"][2]["candidate"]["failed"]
+    assert refused.startswith("did not run:") and "limits.sessions_per_minute = 2" in refused
+    first = report["cases"][0]["candidate"]["session_id"]
+    assert main(["replay", first, "--config", str(config)]) == 1
+    assert "limits.sessions_per_minute = 2" in capsys.readouterr().err, "a replay is a session started too"

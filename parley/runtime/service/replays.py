@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from parley.config import AgentConfig, effective_limits
 from parley.core import transitions
+from parley.core.changes import Admit
 from parley.core.ids import SessionId, new_queued_message_id, new_session_id
 from parley.core.records import AgentVersionRecord, QueuedMessageRecord, SessionRecord
-from parley.errors import InvalidArgument, SessionLimitReached
+from parley.errors import InvalidArgument, RateLimited, SessionLimitReached
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_use
 from parley.runtime.agent_catalog import definition_of, version_of
@@ -89,14 +90,24 @@ class ReplayCommands:
         record = replace(record, parent_session_id=original.id, parent_turn=0, agent_version_pin=pin)
         shared = sorted({a["sha256"] for m in queued for a in m.attachments or [] if a.get("sha256")})
         entry = p.audit.entry(caller, audit.REPLAY, session_id=replay_id, target=original.id)
-        created = await p.store.create_session(
-            transitions.starting(record, queued[0]),
-            queued[0],
-            now,
-            audit=entry,
-            more=queued[1:],
-            shared=shared,
+        # A replay counts against the caller's fair use as a session it starts does.
+        claim = self._fair_use.claim(caller, new_session=True, message=True, now=now)
+        admit = (
+            None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))
         )
+        try:
+            created = await p.store.create_session(
+                transitions.starting(record, queued[0]),
+                queued[0],
+                now,
+                admit=admit,
+                audit=entry,
+                more=queued[1:],
+                shared=shared,
+            )
+        except RateLimited as exc:
+            await p.audit.refused(caller, audit.REPLAY, original.id, None, str(exc), reason="limit")
+            raise
         if not created:
             # A concurrent call with the same client_message_id started it first.
             existing = await p.store.find_started(caller.id, client_message_id or "")
