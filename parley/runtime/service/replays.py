@@ -13,7 +13,7 @@ from parley.config import AgentConfig, effective_limits
 from parley.core import transitions
 from parley.core.changes import Admit
 from parley.core.ids import SessionId, new_queued_message_id, new_session_id
-from parley.core.records import AgentVersionRecord, QueuedMessageRecord, SessionRecord
+from parley.core.records import AgentVersionRecord, AuditRecord, QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, RateLimited, SessionLimitReached
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_use
@@ -90,24 +90,7 @@ class ReplayCommands:
         record = replace(record, parent_session_id=original.id, parent_turn=0, agent_version_pin=pin)
         shared = sorted({a["sha256"] for m in queued for a in m.attachments or [] if a.get("sha256")})
         entry = p.audit.entry(caller, audit.REPLAY, session_id=replay_id, target=original.id)
-        # A replay counts against the caller's fair use as a session it starts does.
-        claim = self._fair_use.claim(caller, new_session=True, message=True, now=now)
-        admit = (
-            None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))
-        )
-        try:
-            created = await p.store.create_session(
-                transitions.starting(record, queued[0]),
-                queued[0],
-                now,
-                admit=admit,
-                audit=entry,
-                more=queued[1:],
-                shared=shared,
-            )
-        except RateLimited as exc:
-            await p.audit.refused(caller, audit.REPLAY, original.id, None, str(exc), reason="limit")
-            raise
+        created = await self._create(caller, original.id, record, queued, entry, shared)
         if not created:
             # A concurrent call with the same client_message_id started it first.
             existing = await p.store.find_started(caller.id, client_message_id or "")
@@ -119,6 +102,36 @@ class ReplayCommands:
         stored = await p.store.get_session(replay_id)
         assert stored is not None
         return stored
+
+    async def _create(
+        self,
+        caller: Principal,
+        original: SessionId,
+        record: SessionRecord,
+        queued: list[QueuedMessageRecord],
+        entry: AuditRecord,
+        shared: list[str],
+    ) -> bool:
+        """Store the replay with its messages (False: its client_message_id was taken). A replay
+        counts against the caller's fair use as a session it starts does."""
+        p = self._parts
+        claim = self._fair_use.claim(caller, new_session=True, message=True, now=record.created_at)
+        admit = (
+            None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))
+        )
+        try:
+            return await p.store.create_session(
+                transitions.starting(record, queued[0]),
+                queued[0],
+                record.created_at,
+                admit=admit,
+                audit=entry,
+                more=queued[1:],
+                shared=shared,
+            )
+        except RateLimited as exc:
+            await p.audit.refused(caller, audit.REPLAY, original, None, str(exc), reason="limit")
+            raise
 
     async def _pin(self, name: str, version: str | None, definition: AgentConfig | None) -> str | None:
         """The version the replay's turns are pinned to (None: the live definition)."""
