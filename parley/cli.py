@@ -21,6 +21,7 @@ import anyio
 from parley import __version__
 from parley.cli_common import load_from_args
 from parley.cli_decisions import add_plan_commands, run_decide, run_pending
+from parley.cli_eval import add_eval_command
 from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
 from parley.cli_replay import add_replay_command
 from parley.config import (
@@ -451,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(add_replay_command(sub))
     for plan_parser in add_plan_commands(sub):
         _store_options(plan_parser)
+    _store_options(add_eval_command(sub))
     return parser
 
 

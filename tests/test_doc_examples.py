@@ -6,7 +6,8 @@
   server configuration, whole or some of its top-level keys) or `# configs/agents/<name>.yaml` (an
   agent file, whole or some of one agent's fields: a missing name is <name>, and the MCP servers
   and model alias it names are declared in a parley.yaml next to it). A yaml block with neither
-  line fails, saying so.
+  line fails, saying so. A block whose first line is `# an eval dataset` is an eval dataset
+  (docs/evals.md): it must load as `parley eval` loads one, its judge a model named `judge`.
 - Every shell block marked runnable runs: an HTML comment line `<!-- runnable -->` right before
   a ```sh (or ```bash) fence (blank lines between them allowed). It runs with
   `bash -e -o pipefail` in a new temporary folder, the virtual environment's bin first on PATH
@@ -30,10 +31,12 @@ import yaml
 
 from parley.cli import _cmd_check, build_parser
 from parley.config.env import ENV_REF
+from parley.runtime.evals.dataset import DatasetError, load_dataset
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = "<!-- runnable -->"
 SERVER_FILE = "# parley.yaml"
+EVAL_DATASET = "# an eval dataset"
 # An agent file in an agents folder (configs/agents/, or the examples' own folders).
 AGENT_FILE = re.compile(r"# ((?:[\w.-]+/)*agents/([A-Za-z0-9][A-Za-z0-9_.-]*)\.ya?ml)")
 SHELLS = ("sh", "bash")
@@ -197,6 +200,12 @@ YAML_BLOCKS = [b for b in doc_blocks() if b.language == "yaml"]
 def test_every_yaml_block_of_the_docs_passes_parley_check(
     block: Block, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    if block.text.split("\n", 1)[0].strip() == EVAL_DATASET:
+        try:
+            load_dataset(str(block), block.text, ["judge"])
+        except DatasetError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        return
     try:
         problem = check_example(block, tmp_path, monkeypatch, capsys)
     except NotAConfiguration as exc:

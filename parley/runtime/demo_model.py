@@ -12,6 +12,8 @@ Grammar (one directive per line; other lines are plain text):
 Plan mode: forced to write the plan (plan_tool_choice: required), it writes one todo per line of
 the message; executing an approved plan, it runs the directives its pending todos hold, then
 marks every todo completed.
+As an eval's judge (parley/runtime/evals/judge.py), it passes an answer that holds every phrase
+the rubric quotes in double quotes.
 Plain text is answered with "You said: <text> (message <n> of this session)", where n counts
 the user messages in the request. Once tool results follow the message, the answer quotes
 each result. A directive is recognised only at the start of a line; later issues add more
@@ -32,6 +34,7 @@ import anyio
 from parley.errors import ModelError
 from parley.runtime.attachments import describe, with_descriptions
 from parley.runtime.compaction import COMPACTION_INSTRUCTION
+from parley.runtime.evals.judge import JUDGE_INSTRUCTION, demo_verdict
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
 
 MAX_SLEEP_S = 3600.0
@@ -219,6 +222,9 @@ class DemoModelClient:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if request.instructions == COMPACTION_INSTRUCTION:
             return self._respond(request, _summarize(request))
+        if request.instructions == JUDGE_INSTRUCTION and request.messages:
+            # As an eval's judge: a verdict by a fixed rule, so evals on the demo model repeat.
+            return self._respond(request, demo_verdict(request.messages[-1].text))
         user_positions = [i for i, m in enumerate(request.messages) if m.role == "user"]
         if not user_positions:
             return self._respond(request, "There is no message to answer yet.")

@@ -3,7 +3,8 @@
 - commands: `messages` (start_session, send_message, delete_queued_message; messages.py),
   `decisions` (approve, answer_question, the retry of an input-required round; decide.py),
   `lifecycle` (cancel_turn, close_session, update_session, delete_session; lifecycle.py),
-  `forks` (fork_session; forks.py);
+  `forks` (fork_session; forks.py), `replays` (replays.py) and `evals` (an eval's scripted
+  sessions; evals.py);
 - `waits`: the one bounded wait and the waits built on it (waits.py);
 - `reads`: what a caller is shown (reads.py), of outcomes.py's TurnOutcome and SessionDetails;
 - `persons`: answers given by the person behind a caller's client (persons.py);
@@ -31,6 +32,7 @@ from parley.runtime.faults import FaultPoints
 from parley.runtime.model_titles import ModelTitles
 from parley.runtime.service.checks import Checks, cursor_time, render_first_message
 from parley.runtime.service.decide import DecisionCommands
+from parley.runtime.service.evals import EvalCommands
 from parley.runtime.service.forks import ForkCommands, ForkRequest
 from parley.runtime.service.lifecycle import LifecycleCommands
 from parley.runtime.service.messages import MessageCommands
@@ -95,6 +97,7 @@ class SessionService:
     lifecycle: LifecycleCommands
     plans: PlanCommands
     replays: ReplayCommands
+    evals: EvalCommands
     forks: ForkCommands
     waits: Waits
     reads: Reads
@@ -128,6 +131,7 @@ class SessionService:
             lifecycle=LifecycleCommands(parts, checks, waits),
             plans=PlanCommands(parts, checks, waits, fair_use, options.faults),
             replays=ReplayCommands(parts, fair_use),
+            evals=EvalCommands(parts, checks, fair_use),
             forks=ForkCommands(parts, checks, fair_use),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
