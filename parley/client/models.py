@@ -255,6 +255,7 @@ class SessionSummary(_Model):
     created_at: str | None
     updated_at: str | None
     closed_reason: str | None = None
+    last_error: str | None = None
     plan_status: PlanStatus = "cleared"
     plan_revision: int = 0
     forked_from: ForkedFrom | None = None

@@ -262,6 +262,7 @@ class SessionSummary(BaseModel):
     created_at: str | None
     updated_at: str | None
     closed_reason: str | None = None
+    last_error: str | None = Field(None, description="The error of the session's last failed turn.")
     plan_status: Literal["cleared", "draft", "active", "completed"] = Field(
         "cleared", description="A draft waits for a person's review (execute_plan)."
     )
@@ -494,6 +495,7 @@ def session_summary(session: SessionRecord) -> SessionSummary:
         created_at=iso(session.created_at),
         updated_at=iso(session.updated_at),
         closed_reason=session.closed_reason if session.status == "closed" else None,
+        last_error=session.last_error,
         plan_status=session.plan_status,
         plan_revision=session.plan_revision,
         forked_from=forked_from(session),

@@ -86,6 +86,8 @@ async function request(method, path, body, token) {
 export const api = {
   get: (path, token) => request('GET', path, undefined, token),
   post: (path, body) => request('POST', path, body),
+  patch: (path, body) => request('PATCH', path, body),
+  delete: (path) => request('DELETE', path),
 };
 
 export function sessionPath(sessionId, tail = '') {

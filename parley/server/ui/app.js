@@ -3,8 +3,9 @@
 // owner-wide stream (/v1/events).
 
 import { api, ApiError, sessionPath, tokens, whenRefused } from './api.js';
-import { decisionCard } from './decision.js';
+import { decisionCard, showTitle } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
+import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
 import { draftCard, PlanPanel } from './plan.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
@@ -18,7 +19,12 @@ const state = {
   pending: [],
   drafts: [],
   refreshTimer: null,
-  nextCursor: null,
+  controls: null, // the open session's header controls (manage.js)
+  titles: new Map(), // session id -> {title, agent}, for the inbox's cards
+  listFilter: '', // the filter of the sessions listed
+  listWanted: 20, // how many sessions the person asked to see (a page more with "Show more")
+  listAsked: 0, // the number of the latest list request (older answers are dropped)
+  recovered: new Set(), // sessions seen, live, ending a turn without failing since the list was read
 };
 
 // ---- signing in -------------------------------------------------------------------------------
@@ -41,6 +47,14 @@ async function boot() {
   byId('steer').addEventListener('click', () => sendMessage(true));
   byId('cancel').addEventListener('click', cancelTurn);
   byId('more-sessions').addEventListener('click', () => refreshSessions(true));
+  watchFilter(() => refreshSessions());
+  state.controls = new SessionControls({
+    onChanged: refreshSessionsSoon,
+    onDeleted: () => {
+      location.hash = '#/';
+      refreshSessionsSoon();
+    },
+  });
   window.addEventListener('hashchange', route);
   watchScrolling();
   // A token that stops working (an OAuth token expires) sends the person back to sign in.
@@ -145,6 +159,7 @@ function showApp() {
     notice.textContent =
       'Not signed in (auth: none): what you decide here is not a person’s decision, so agents with ' +
       'approver: human refuse it (decide theirs with parley approve on the server).';
+    notice.title = notice.textContent;
     notice.hidden = false;
     const note = byId('inbox-note');
     note.textContent = 'Not signed in: agents that take decisions only from a person will refuse yours.';
@@ -182,6 +197,7 @@ function fillAgents() {
   const select = byId('new-agent');
   select.replaceChildren(...state.agents.map((a) => el('option', { value: a.name, text: a.name })));
   describeAgent();
+  fillFilterAgents(state.agents);
 }
 
 function describeAgent() {
@@ -194,42 +210,70 @@ function refreshSessionsSoon() {
   state.refreshTimer = setTimeout(() => refreshSessions(), 250);
 }
 
-/** The first page of sessions again (`more`: the next page, added below). */
+/** The sessions the filter asks for again, as many as the person asked to see (`more`: a page
+ * more). A live refresh keeps what "Show more" opened; an answer overtaken by a newer one is
+ * dropped. */
 async function refreshSessions(more = false) {
+  const filter = filterQuery();
+  if (filter !== state.listFilter) state.listWanted = PAGE_SIZE;
+  if (more) state.listWanted += PAGE_SIZE;
+  const asked = ++state.listAsked;
   let listed;
-  const cursor = more && state.nextCursor ? `&cursor=${encodeURIComponent(state.nextCursor)}` : '';
   try {
-    listed = await api.get(`/v1/sessions?limit=50${cursor}`);
+    listed = await readSessions(filter, state.listWanted);
   } catch (error) {
     showTrouble(error);
     return;
   }
+  if (asked !== state.listAsked) return;
+  state.listFilter = filter;
   say(byId('trouble'), '');
-  state.nextCursor = listed.next_cursor;
   byId('more-sessions').hidden = !listed.next_cursor;
   const list = byId('session-list');
-  if (!more) list.replaceChildren();
-  list.append(
-    ...listed.sessions.map((s) =>
-      el(
-        'li',
-        { data: { sessionId: s.session_id } },
-        el(
-          'a',
-          { href: `#/s/${s.session_id}` },
-          el('span', { class: 'agent', text: s.agent }),
-          el('span', { class: `status ${s.status}`, text: statusText(s.status) }),
-          ...(s.plan_status === 'draft' ? [el('span', { class: 'plan-badge', text: 'plan to review' })] : []),
-          ...(s.title ? [el('span', { class: 'title', text: s.title })] : []),
-          ...(s.tags && s.tags.length ? [el('span', { class: 'tags muted small', text: s.tags.map((t) => `#${t}`).join(' ') })] : []),
-          el('span', { class: 'muted small', text: `${s.turn_count} turn${s.turn_count === 1 ? '' : 's'} · ${when(s.updated_at)}` }),
-          el('span', { class: 'muted small mono', text: s.session_id }),
-        ),
-      ),
+  for (const s of listed.sessions) state.titles.set(s.session_id, { title: s.title, agent: s.agent });
+  list.replaceChildren(...listed.sessions.map(sessionItem));
+  const none = list.children.length === 0;
+  byId('session-list-empty').hidden = !none || Boolean(filter);
+  byId('session-list-none').hidden = !none || !filter;
+  markSelected();
+}
+
+/** Up to `wanted` sessions (pages of at most 100, the server's limit) and the cursor after them. */
+async function readSessions(filter, wanted) {
+  const sessions = [];
+  let cursor = null;
+  do {
+    const after = cursor ? `&cursor=${encodeURIComponent(cursor)}` : '';
+    const page = await api.get(`/v1/sessions?limit=${Math.min(100, wanted - sessions.length)}${filter ? `&${filter}` : ''}${after}`);
+    sessions.push(...page.sessions);
+    cursor = page.next_cursor;
+  } while (cursor && sessions.length < wanted);
+  return { sessions, next_cursor: cursor };
+}
+
+const PAGE_SIZE = 20;
+
+function sessionItem(s) {
+  const plan = s.plan_status === 'draft' ? planWords('draft') : '';
+  // A failed last turn leaves the session idle (it takes the next message): say so, with why.
+  // (last_error stays after a later turn answers: a turn seen ending well, live, clears it here.)
+  const failed = s.last_error && s.status !== 'running' && !state.recovered.has(s.session_id) ? s.last_error : '';
+  return el(
+    'li',
+    { data: { sessionId: s.session_id } },
+    el(
+      'a',
+      { href: `#/s/${s.session_id}` },
+      el('span', { class: 'agent', text: s.agent }),
+      el('span', { class: `status ${s.status}`, text: statusText(s.status) }),
+      ...(plan ? [el('span', { class: 'plan-badge', text: plan })] : []),
+      ...(s.title ? [el('span', { class: 'title', text: s.title })] : []),
+      ...(failed ? [el('span', { class: 'failure small', text: `Last turn failed: ${failed}`, title: failed })] : []),
+      ...(s.tags && s.tags.length ? [el('span', { class: 'tags muted small', text: s.tags.map((t) => `#${t}`).join(' ') })] : []),
+      el('span', { class: 'muted small', text: `${s.turn_count} turn${s.turn_count === 1 ? '' : 's'} · ${when(s.updated_at)}` }),
+      el('span', { class: 'muted small mono', text: s.session_id }),
     ),
   );
-  byId('session-list-empty').hidden = list.children.length > 0;
-  markSelected();
 }
 
 function markSelected() {
@@ -279,6 +323,7 @@ function closeSession() {
   byId('session-none').hidden = false;
   byId('queued').replaceChildren();
   byId('queued').hidden = true;
+  if (state.controls) state.controls.reset();
 }
 
 async function openSession(sessionId) {
@@ -309,11 +354,8 @@ async function openSession(sessionId) {
 function showSessionState(transcript, streamState, error) {
   if (transcript !== state.transcript) return;
   const session = transcript.session;
-  if (session) {
-    byId('session-title').textContent = session.title
-      ? `${session.title} · ${session.agent}`
-      : `${session.agent} · ${session.session_id}`;
-  }
+  if (session) state.controls.show({ ...session, plan: transcript.plan }, transcript.status);
+  state.controls.showFailure(transcript.lastFailure);
   const status = byId('session-status');
   status.textContent = statusText(transcript.status);
   status.className = `status ${transcript.status}`;
@@ -388,19 +430,37 @@ function followOwner() {
   state.owner = follow('/v1/events', {
     onEvent(event) {
       if (event.kind === 'snapshot') {
+        for (const s of event.sessions || []) state.titles.set(s.session_id, { title: s.title, agent: s.agent });
         showPending(event.pending, event.drafts || []);
         refreshSessionsSoon();
         return;
       }
       // A turn that ends (cancelled, closed) takes what it waited for with it, without a decision.
       // A plan written, approved or discarded changes the drafts waiting for review.
-      if (['interrupt_raised', 'interrupt_resolved', 'turn_ended', 'session_closed', 'plan_updated', 'plan_execution_started'].includes(event.kind)) {
-        refreshPending();
-      }
       if (
-        ['session_created', 'turn_started', 'turn_ended', 'turn_parked', 'session_closed', 'session_completed', 'session_failed', 'plan_updated'].includes(
+        ['interrupt_raised', 'interrupt_resolved', 'turn_ended', 'session_closed', 'session_deleted', 'plan_updated', 'plan_execution_started'].includes(
           event.kind,
         )
+      ) {
+        refreshPending();
+      }
+      if (event.kind === 'turn_ended') {
+        if (event.data && event.data.status === 'failed') state.recovered.delete(event.session_id);
+        else state.recovered.add(event.session_id);
+      }
+      if (
+        [
+          'session_created',
+          'session_updated',
+          'session_deleted',
+          'turn_started',
+          'turn_ended',
+          'turn_parked',
+          'session_closed',
+          'session_completed',
+          'session_failed',
+          'plan_updated',
+        ].includes(event.kind)
       ) {
         refreshSessionsSoon();
       }
@@ -429,7 +489,10 @@ function showPending(pending, drafts) {
   for (const [id, card] of shown) if (!wanted.has(id)) card.remove();
   for (const item of pending) {
     if (!shown.has(item.interrupt.id)) {
-      inbox.append(decisionCard(item, { showSession: true, onDecided: refreshPending }));
+      const known = state.titles.get(item.session_id);
+      const card = decisionCard({ ...item, title: known && known.title }, { showSession: true, onDecided: refreshPending });
+      inbox.append(card);
+      if (!known) titleOf(item.session_id).then((title) => showTitle(card, title));
     }
   }
   showDrafts(drafts);
@@ -438,6 +501,17 @@ function showPending(pending, drafts) {
   count.textContent = String(waiting);
   count.hidden = waiting === 0;
   byId('inbox-empty').hidden = waiting > 0;
+}
+
+/** A session's title, read once (a session the list does not show); '' when it cannot be read. */
+async function titleOf(sessionId) {
+  try {
+    const view = await api.get(sessionPath(sessionId) + '?messages_limit=1');
+    state.titles.set(sessionId, { title: view.title, agent: view.agent });
+    return view.title || '';
+  } catch {
+    return ''; // an approver who may not read the session: its id and agent are shown
+  }
 }
 
 /** The drafts waiting for review: a card per session and revision (a new revision is a new card,

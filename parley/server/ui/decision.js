@@ -4,9 +4,10 @@
 
 import { api, sessionPath } from './api.js';
 import { el, pretty, say, when } from './dom.js';
+import { effectWords } from './manage.js';
 
 /**
- * `item`: {session_id, agent?, owner?, interrupt, may_decide?, decided_by?}; `onDecided()` after
+ * `item`: {session_id, agent?, title?, owner?, interrupt, may_decide?, decided_by?}; `onDecided()` after
  * the decision was taken.
  * Refusals (an agent that takes decisions only from a person, a conflicting decision) are shown
  * on the card, and the card stays.
@@ -35,9 +36,10 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
 
   const head = el('div', { class: 'decision-head' });
   if (showSession) {
+    // The session by its title (filled in later with showTitle when not known yet) and agent.
     head.append(
-      el('a', { class: 'decision-session', href: `#/s/${item.session_id}`, text: item.agent || 'session' }),
-      el('span', { class: 'muted', text: ` ${item.session_id.slice(0, 12)}…` }),
+      el('a', { class: 'decision-session', href: `#/s/${item.session_id}`, text: item.title || item.session_id }),
+      el('span', { class: 'decision-agent muted', text: ` · ${item.agent || 'agent'}` }),
     );
     if (item.owner) head.append(el('span', { class: 'muted', text: ` · ${item.owner}` }));
   }
@@ -48,7 +50,7 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
   if (interrupt.kind === 'approval') {
     card.append(
       el('p', { class: 'decision-title' }, 'Run ', el('code', { text: interrupt.tool || '?' }), '?'),
-      el('p', { class: 'muted', text: `effect: ${interrupt.effect || 'unknown'}` }),
+      el('p', { class: 'effect muted', text: effectWords(interrupt.effect).words, title: effectWords(interrupt.effect).title }),
       el('pre', { class: 'arguments', text: pretty(interrupt.arguments || {}) }),
     );
   } else {
@@ -135,4 +137,10 @@ export function resolutionText(interrupt) {
   }
   if (res.declined) return 'declined';
   return `answered: ${res.answer ?? ''}`;
+}
+
+/** Name the card's session by `title` once it is known. */
+export function showTitle(card, title) {
+  const link = card.querySelector('.decision-session');
+  if (link && title) link.textContent = title;
 }

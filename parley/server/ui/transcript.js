@@ -38,6 +38,7 @@ export class Transcript {
     this.userTexts = new Map(); // turn id -> [text]
     this.messagesRead = 0; // the highest message seq read
     this.status = 'idle';
+    this.lastFailure = null; // the error of a last turn that failed
     this.runningTurn = null;
     this.stream = null;
   }
@@ -46,6 +47,8 @@ export class Transcript {
     const view = await api.get(sessionPath(this.sessionId) + '?messages_limit=1');
     this.session = view;
     this.status = view.status;
+    const last = view.last_turn;
+    if (last && last.status === 'failed') this.lastFailure = last.error || view.last_error || 'no reason recorded';
     this.showQueued(view.queued_messages || []);
     this.onChange(this);
     this.plan = view.plan || null;
@@ -78,12 +81,29 @@ export class Transcript {
   }
 
   showQueued(queued) {
-    this.queued.replaceChildren(
-      ...queued.map((q) =>
-        el('li', { data: { queuedId: q.id } }, el('span', { class: 'muted', text: 'Waiting to be sent: ' }), el('span', { class: 'text', text: q.message })),
-      ),
-    );
+    this.queued.replaceChildren(...queued.map((q) => this.queuedItem(q)));
     this.queued.hidden = queued.length === 0;
+  }
+
+  /** A waiting message, with a control that takes it back before its turn (and its attachments
+   * with it, where nothing else refers to them). */
+  queuedItem(q) {
+    const error = el('span', { class: 'error', role: 'alert' });
+    const remove = el('button', { type: 'button', class: 'quiet remove-queued', text: 'Remove', 'aria-label': 'Remove this waiting message' });
+    const item = el('li', { data: { queuedId: q.id } }, el('span', { class: 'muted', text: 'Waiting to be sent: ' }), el('span', { class: 'text', text: q.message }), remove, error);
+    remove.addEventListener('click', async () => {
+      remove.disabled = true;
+      error.textContent = '';
+      try {
+        await api.delete(sessionPath(this.sessionId, `/queue/${encodeURIComponent(q.id)}`));
+        item.remove();
+        this.queued.hidden = this.queued.children.length === 0;
+      } catch (failed) {
+        error.textContent = failed.message;
+        remove.disabled = false;
+      }
+    });
+    return item;
   }
 
   /** The person's messages, by turn (read again when a turn starts whose message is not known).
@@ -248,6 +268,11 @@ const HANDLERS = {
   message_deleted() {
     this.refreshQueuedSoon();
   },
+  session_updated(event) {
+    if (!this.session) return;
+    this.session = { ...this.session, title: event.data.title, tags: event.data.tags || [] };
+    this.onChange(this);
+  },
   steer_requested() {
     const turn = this.runningTurn && this.turns.get(this.runningTurn);
     const text = 'Steered: the turn stops after its current step, then the new message is answered.';
@@ -393,6 +418,7 @@ const HANDLERS = {
       turn.body.append(el('div', { class: `note ${status === 'failed' ? 'error' : 'muted'}`, text }));
     }
     turn.node.dataset.status = status;
+    this.lastFailure = status === 'failed' ? event.data.error || 'no reason recorded' : null;
     // What the ended turn still waited for is no longer asked.
     for (const id of [...this.undecided]) {
       const slot = this.interrupts.get(id);
