@@ -118,6 +118,17 @@ class AgentCatalog(Mapping[str, AgentConfig]):
         record = AgentVersionRecord(agent=name, version=pin, definition=definition_of(agent), created_at=now)
         return record, (name, pin) not in self._stored
 
+    async def store_definition(self, agent: AgentConfig, now: float) -> AgentVersionRecord:
+        """Store `agent`'s definition as a version before a turn ran on it (a replay's agent file,
+        an eval's live definition), so a session pinned to it runs exactly it in any process."""
+        stored = definition_of(agent)
+        record = AgentVersionRecord(
+            agent=agent.name, version=version_of(stored), definition=stored, created_at=now
+        )
+        await self._store.store_agent_version(record)
+        self.mark_stored(record)
+        return record
+
     async def checked_version(self, name: str, version: str, field: str) -> str:
         """`version` if sessions may be pinned to it (known_version), else InvalidArgument naming `field`."""
         if not await self.known_version(name, version):

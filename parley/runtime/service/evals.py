@@ -14,11 +14,10 @@ from parley.config import AgentConfig
 from parley.core import transitions
 from parley.core.changes import Admit
 from parley.core.ids import SessionId, new_queued_message_id, new_session_id
-from parley.core.records import AgentVersionRecord, QueuedMessageRecord, SessionRecord
+from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, RateLimited
 from parley.runtime import audit
 from parley.runtime.access import Principal
-from parley.runtime.agent_catalog import definition_of, version_of
 from parley.runtime.fair_use import FairUse
 from parley.runtime.service.checks import Checks, render_first_message
 from parley.runtime.service.parts import Parts
@@ -124,21 +123,12 @@ class EvalCommands:
         p = self._parts
         live = self._checks.agent(caller, name)
         if version is None or version == p.agents.version(live.name):
-            stored = definition_of(live)
-            record = AgentVersionRecord(
-                agent=live.name, version=version_of(stored), definition=stored, created_at=p.clock()
-            )
-            await p.store.store_agent_version(record)
-            p.agents.mark_stored(record)
-            return record.version, live
-        known = await p.agents.known_version(live.name, version)
-        agent = await p.agents.for_turn(live.name, version) if known else None
+            return (await p.agents.store_definition(live, p.clock())).version, live
+        await p.agents.checked_version(live.name, version, "version")
+        agent = await p.agents.for_turn(live.name, version)
         if agent is None:
             raise InvalidArgument(
-                "version",
-                f"{version[:40]!r} is not a version of agent '{live.name}': give its live version "
-                f"({p.agents.version(live.name)}) or one a turn ran on (get_session lists each turn's "
-                "agent_version)",
+                "version", f"the definition of version {version[:40]!r} is not in the database"
             )
         return version, agent
 

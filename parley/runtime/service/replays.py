@@ -13,11 +13,10 @@ from parley.config import AgentConfig, effective_limits
 from parley.core import transitions
 from parley.core.changes import Admit
 from parley.core.ids import SessionId, new_queued_message_id, new_session_id
-from parley.core.records import AgentVersionRecord, AuditRecord, QueuedMessageRecord, SessionRecord
+from parley.core.records import AuditRecord, QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, RateLimited, SessionLimitReached
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_use
-from parley.runtime.agent_catalog import definition_of, version_of
 from parley.runtime.fair_use import FairUse
 from parley.runtime.service.checks import Checks
 from parley.runtime.service.parts import Parts
@@ -137,12 +136,7 @@ class ReplayCommands:
         """The version the replay's turns are pinned to (None: the live definition)."""
         agents = self._parts.agents
         if definition is not None:
-            stored = definition_of(definition)
-            record = AgentVersionRecord(
-                agent=name, version=version_of(stored), definition=stored, created_at=self._parts.clock()
-            )
-            await self._parts.store.store_agent_version(record)
-            return record.version
+            return (await agents.store_definition(definition, self._parts.clock())).version
         if version is None:
             return None
         return await agents.checked_version(name, version, "version")
