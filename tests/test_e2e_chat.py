@@ -153,7 +153,7 @@ def test_the_person_at_the_chat_decides_for_an_agent_that_takes_only_a_persons_w
         chat.expect("bare by a person")
         chat.expect(PROMPT)
         chat.sendline("/ask Stop here? | yes | no")
-        chat.expect(r"Stop here\?")
+        chat.expect(r"Stop here\?  1\) yes")  # the question, not the echo of the line typed
         chat.sendline("/cancel")
         chat.expect("turn cancelled")
         chat.expect(PROMPT)

@@ -70,6 +70,9 @@ class Chat:
         self._last_interrupt = -math.inf
         self._eof = False
         self._answer: MemoryObjectSendStream[str | None] | None = None  # an open question's answer
+        # Set once the person cancels the running turn: a form that reaches the chat after that
+        # (the cancel typed before the question showed) is not put to them.
+        self._cancelling = False
         self._turn_calls: TaskGroup | None = None  # the turn calls in flight, while there are any
         self._plan_modes: dict[str, bool] = {}  # which agents have plan mode (from list_agents)
 
@@ -167,6 +170,7 @@ class Chat:
                     if answering is None:
                         await self._during_turn(line.strip(), tg)
         self._turn_calls = None
+        self._cancelling = False
         # A Ctrl-C that cancelled this turn does not make the next one quit.
         self._last_interrupt = -math.inf
 
@@ -319,6 +323,8 @@ class Chat:
     async def _ask(self, text: str) -> str | None:
         """Put `text` to the person and return their line; None when the input ended, or when they
         cancel the turn (/cancel, Ctrl-C): the question then stays pending and the turn is ended."""
+        if self._cancelling:
+            return None
         self.term.line(text, "bold")
         line: str | None
         if self._queued:
@@ -472,6 +478,7 @@ class Chat:
             return
         if say:
             self.term.note("cancelling the turn")
+        self._cancelling = True
         if self._answer is not None:
             self._answer.close()  # an open question goes unanswered: the turn is ending
         self._launch(turn_calls, lambda callbacks: session.cancel())
