@@ -207,6 +207,12 @@ async def test_a_failed_turn_shows_failed_with_its_error_and_the_header_shows_th
     await expect(page.locator("#transcript .turn[data-status=answered]")).to_have_count(1)
     await expect(page.locator("#session-failure")).to_be_hidden()
     await expect(item(page, failed).locator(".failure")).to_have_count(0)
+    # The server cleared it too: a reload lists the session without a failure.
+    await page.reload()
+    await expect(item(page, failed)).to_have_count(1)
+    await expect(item(page, failed).locator(".failure")).to_have_count(0)
+    sessions = (await v1_json(world, "GET", "/v1/sessions?agent=demo"))["sessions"]
+    assert next(s for s in sessions if s["session_id"] == failed)["last_error"] is None
 
     planned = await start(page, "planner", '/tool write_todos {"todos": [{"content": "look around"}]}')
     await expect(page.locator("#session-plan")).to_have_text("plan to review")

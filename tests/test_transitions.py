@@ -396,6 +396,9 @@ def test_how_a_turn_ends_decides_what_its_session_becomes(
 def test_a_failed_turn_records_its_error_and_a_task_result_is_kept() -> None:
     changes = transitions.finish_turn(snap(), TurnEnd(status="failed", error="boom"), NOW)
     assert changes.session["last_error"] == "boom" and changes.turn["error"] == "boom"
+    # The next turn that answers clears the session's error.
+    answered = transitions.finish_turn(snap(), TurnEnd(status="answered", answer="fine"), NOW)
+    assert answered.session["last_error"] is None
     done = transitions.finish_turn(
         snap(kind="task"), TurnEnd(status="completed", result={"r": 1}, session_status="completed"), NOW
     )

@@ -263,8 +263,8 @@ def finish_turn(snapshot: SessionSnapshot, end: TurnEnd, now: float) -> Changes:
     changes.session.update(
         {"current_turn_id": None, "cancel_requested_turn": None, "phase": None, "wake_at": None}
     )
-    if end.error is not None:
-        changes.session["last_error"] = end.error
+    # The last turn's error: a later turn that ends without one clears it.
+    changes.session["last_error"] = end.error
     if turn.mode == "executing" and end.status in ("cancelled", "failed") and session.plan_status == "active":
         # The approval did not carry the plan through: the same revision may be approved again.
         changes.session["plan_approved"] = 0

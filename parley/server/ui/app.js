@@ -24,7 +24,6 @@ const state = {
   listFilter: '', // the filter of the sessions listed
   listWanted: 20, // how many sessions the person asked to see (a page more with "Show more")
   listAsked: 0, // the number of the latest list request (older answers are dropped)
-  recovered: new Set(), // sessions seen, live, ending a turn without failing since the list was read
 };
 
 // ---- signing in -------------------------------------------------------------------------------
@@ -256,8 +255,7 @@ const PAGE_SIZE = 20;
 function sessionItem(s) {
   const plan = s.plan_status === 'draft' ? planWords('draft') : '';
   // A failed last turn leaves the session idle (it takes the next message): say so, with why.
-  // (last_error stays after a later turn answers: a turn seen ending well, live, clears it here.)
-  const failed = s.last_error && s.status !== 'running' && !state.recovered.has(s.session_id) ? s.last_error : '';
+  const failed = s.last_error && s.status !== 'running' ? s.last_error : '';
   return el(
     'li',
     { data: { sessionId: s.session_id } },
@@ -443,10 +441,6 @@ function followOwner() {
         )
       ) {
         refreshPending();
-      }
-      if (event.kind === 'turn_ended') {
-        if (event.data && event.data.status === 'failed') state.recovered.delete(event.session_id);
-        else state.recovered.add(event.session_id);
       }
       if (
         [
