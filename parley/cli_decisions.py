@@ -21,7 +21,6 @@ from parley.core.ids import SessionId, is_session_id
 from parley.runtime import audit
 from parley.runtime.access import cli_principal
 from parley.runtime.audit import Audit
-from parley.runtime.service.plans import executing_message, refusal
 from parley.runtime.session_steps import SessionSteps
 from parley.stores import open_store
 
@@ -139,6 +138,9 @@ def run_plan(args: argparse.Namespace) -> int:
             if session is None:
                 print(f"parley: no session {args.session_id}", file=sys.stderr)
                 return 1
+            # The session service loads the whole engine (the MCP SDK with it): only once it is used.
+            from parley.runtime.service.plans import executing_message, refusal
+
             steps, now = SessionSteps(store), time.time()
             revision = getattr(args, "revision", session.plan_revision)
             outcome: str

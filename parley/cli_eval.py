@@ -22,14 +22,12 @@ from parley.cli_common import load_from_args
 from parley.config import ServerConfig
 from parley.errors import RequestError
 from parley.runtime.access import cli_principal
-from parley.runtime.evals.checks import Verdict
 from parley.runtime.evals.dataset import Dataset, DatasetError, Judge, load_dataset
-from parley.runtime.evals.judge import judge
-from parley.runtime.evals.report import EvalReport, as_json, as_junit, render
-from parley.runtime.evals.runner import EvalRunner, JudgeFn
 
-if TYPE_CHECKING:  # the app imports the whole engine: only once the command runs
+if TYPE_CHECKING:  # the app and the runner import the whole engine: only once the command runs
     from parley.app import App
+    from parley.runtime.evals.checks import Verdict
+    from parley.runtime.evals.report import EvalReport
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,6 +94,7 @@ def run_eval(args: argparse.Namespace) -> int:
         wait_s=args.wait_seconds,
     )
     from parley.app import running_app
+    from parley.runtime.evals.report import as_json, as_junit, render
 
     async def run() -> EvalReport | None:
         async with running_app(config, seams=getattr(args, "seams", None)) as app:
@@ -117,6 +116,9 @@ def run_eval(args: argparse.Namespace) -> int:
 async def evaluate(app: App, config: ServerConfig, request: EvalRequest, seams: object = None) -> EvalReport:
     """Run the request's cases on the running `app` and report them."""
     from parley.app import ModelClients
+    from parley.runtime.evals.judge import judge
+    from parley.runtime.evals.report import EvalReport
+    from parley.runtime.evals.runner import EvalRunner, JudgeFn
 
     async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)) as http:
         models = ModelClients(http, getattr(seams, "model", None))

@@ -34,6 +34,21 @@ def _parley(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
+def test_the_store_commands_start_without_loading_the_engine() -> None:
+    """`parley sessions`, `pending`, `db` and the like read the database: loading the command line
+    leaves the MCP SDK, the web server and the session service unloaded, so they start in a
+    fraction of the time `parley serve` takes."""
+    probe = (
+        "import sys, parley.cli; "
+        "print(sorted(m for m in ('mcp', 'mcp_types', 'starlette', 'uvicorn', 'parley.app', "
+        "'parley.runtime.service') if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=TEST_DEADLINE_S, check=True
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
 def test_shipped_demo_agent_file_matches_the_built_in_agent() -> None:
     data = yaml.safe_load((REPO / "configs" / "agents" / "demo.yaml").read_text())
     assert AgentConfig.model_validate(data) == DEMO_AGENT
