@@ -55,6 +55,8 @@ def why_refused(address: IpAddress) -> str | None:
     if inner is not None:
         reason = why_refused(inner)
         return f"{reason} (as {address})" if reason else None
+    if address.is_multicast or address.is_unspecified:
+        return f"{address} is not a public unicast address"
     if address.is_loopback:
         return f"{address} is a loopback address"
     if address.is_link_local:
@@ -64,7 +66,7 @@ def why_refused(address: IpAddress) -> str | None:
     if address.is_private:
         kind = "unique-local" if isinstance(address, ipaddress.IPv6Address) else "private"
         return f"{address} is a {kind} address"
-    if address.is_multicast or address.is_unspecified or address.is_reserved or not address.is_global:
+    if address.is_reserved or not address.is_global:
         return f"{address} is not a public unicast address"
     return None
 
