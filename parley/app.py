@@ -59,6 +59,7 @@ from parley.server.metrics_route import MetricsSources
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
+from parley.server.triggers import TriggerRoutes
 from parley.server.v1_common import StreamSettings, V1Context
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
@@ -541,7 +542,8 @@ def _metrics(app: App) -> MetricsSources:
 
 
 def _v1(config: ServerConfig, app: App) -> V1Context:
-    return V1Context(app.service, app.events, StreamSettings.of(config.http))
+    triggers = TriggerRoutes(config.triggers, app.store.find_started) if config.triggers else None
+    return V1Context(app.service, app.events, StreamSettings.of(config.http), triggers)
 
 
 async def _announce(

@@ -15,11 +15,12 @@ from parley.config.agent import AgentConfig
 from parley.config.base import Strict
 from parley.config.codes import E_ENV, E_TRIGGER
 from parley.config.env import secret_from_env
+from parley.core.scopes import TRIGGER, is_known_scope
 from parley.core.webhooks import WebhookEvent
 from parley.errors import ConfigError
 
 # The scope a bearer token needs for POST /v1/triggers/{name}, unless the trigger names its own.
-TRIGGER_SCOPE = "parley:trigger"
+TRIGGER_SCOPE = TRIGGER
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
 
 
@@ -96,6 +97,13 @@ class TriggerConfig(Strict):
     tolerance_s: float = Field(
         300.0, gt=0, le=3600, description="With standard_webhooks, how far webhook-timestamp may be from now."
     )
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, scope: str) -> str:
+        if not scope.startswith(TRIGGER) or not is_known_scope(scope):
+            raise ValueError(f"must be {TRIGGER} or {TRIGGER}:<word> (a scope of its own)")
+        return scope
 
     @model_validator(mode="after")
     def _secret(self) -> TriggerConfig:
