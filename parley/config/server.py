@@ -83,11 +83,11 @@ class ServerConfigFile(Strict):
     )
     webhooks: dict[str, WebhookSubscription] = Field(
         default_factory=dict,
-        description="Outbound webhooks by a name of yours: where events are POSTed, signed (docs/webhooks.md).",
+        description="Outbound webhooks by a name of yours: where events are POSTed, signed with Standard Webhooks.",
     )
     triggers: dict[str, TriggerConfig] = Field(
         default_factory=dict,
-        description="Inbound triggers by name: POST /v1/triggers/{name} starts a session (docs/webhooks.md).",
+        description="Inbound triggers by name: POST /v1/triggers/{name} starts a session of the trigger's agent.",
     )
 
     @model_validator(mode="after")
