@@ -13,15 +13,17 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 from standardwebhooks import Webhook
 
+from parley.config import collect_config_errors
 from parley.server.triggers import session_key
 from parley.testing import ParleyUnderTest, parley_app
-from tests.support import tokens_auth
+from tests.support import tokens_auth, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -216,3 +218,60 @@ async def test_a_bearer_trigger_takes_only_a_token_with_its_scope(world: World) 
     assert accepted.status_code == 202 and repeated.json() == {**accepted.json(), "duplicate": True}
     assert other_scope.status_code == 403 and own_scope.status_code == 202
     assert (await session_of(world, own_scope)).owner == "deployers"
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "says"),
+    [
+        (
+            {"triggers": {"t": {"agent": "ghost", "owner": "o", "auth": "bearer"}}},
+            "triggers.t.agent",
+            "not defined",
+        ),
+        (
+            {"triggers": {"t": {"agent": "demo", "owner": "o", "auth": "github"}}},
+            "triggers.t",
+            "needs secret_env",
+        ),
+        (
+            {"triggers": {"t": {"agent": "demo", "owner": "o", "auth": "bearer", "scope": "parley:use"}}},
+            "triggers.t.scope",
+            "parley:trigger",
+        ),
+        (
+            {"triggers": {"bad name": {"agent": "demo", "owner": "o", "auth": "bearer"}}},
+            "(top level)",
+            "letters",
+        ),
+        (
+            {"webhooks": {"w": {"url": "ftp://x.example/", "events": ["turn.ended"], "secret_env": "S"}}},
+            "webhooks.w.url",
+            "http or https",
+        ),
+        (
+            {
+                "webhooks": {
+                    "w": {"url": "https://u:p@x.example/", "events": ["turn.ended"], "secret_env": "S"}
+                }
+            },
+            "webhooks.w.url",
+            "credentials",
+        ),
+        (
+            {"webhooks": {"w": {"url": "https://x.example/", "events": ["turn.started"], "secret_env": "S"}}},
+            "webhooks.w.events.0",
+            "session.waiting_for_input",
+        ),
+    ],
+)
+def test_a_bad_trigger_or_webhook_is_a_configuration_error_naming_its_field(
+    tmp_path: Path, section: dict[str, Any], field: str, says: str
+) -> None:
+    errors = collect_config_errors(write_config(tmp_path, **section))
+    assert any(e.field == field and says in e.problem for e in errors), [str(e) for e in errors]
+
+
+def test_parley_check_reports_an_unset_secret_variable(tmp_path: Path) -> None:
+    hooks = {"w": {"url": "https://x.example/", "events": ["turn.ended"], "secret_env": "PT_UNSET_SECRET"}}
+    errors = collect_config_errors(write_config(tmp_path, webhooks=hooks))
+    assert [(e.code, e.field) for e in errors] == [("PARLEY-C011", "webhooks.w.secret_env")]

@@ -6,6 +6,7 @@ is delivered by the next; dead deliveries are listed and sent again from the com
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.anyio
 SECRET_ENV = "PARLEY_TEST_WEBHOOK_SECRET"
 ALL_EVENTS = ["session.waiting_for_input", "turn.ended", "turn.failed", "session.completed", "session.failed"]
 FAST_RETRY = {"retry_base_s": 0.05, "retry_max_s": 0.2}
+PLANNER = {"tools": ["write_todos"], "plan_mode": True}
 
 
 @contextmanager
@@ -71,13 +73,14 @@ class World:
 @pytest.fixture(scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("webhooks")
-    receiver = Receiver(failures={"/flaky": 3, "/always-fails": -1})
+    receiver = Receiver(failures={"/flaky": 3, "/always-fails": -1}, redirects={"/moved"})
     async with serving_receiver(receiver):
         config = {
             "runtime": {"max_model_attempts": 1},
             "webhooks": {
                 "flaky": subscription(receiver.url("/flaky"), allow_private=True, max_attempts=10),
                 "blocked": subscription(receiver.url("/blocked"), max_attempts=1),
+                "moved": subscription(receiver.url("/moved"), allow_private=True, max_attempts=1),
                 "dead-end": subscription(
                     receiver.url("/always-fails"),
                     events=["session.completed"],
@@ -87,7 +90,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             },
         }
         with secret_set():
-            async with parley_app(config, directory=directory) as parley:
+            async with parley_app(config, directory=directory, agents={"planner": PLANNER}) as parley:
                 yield World(parley, receiver, directory)
                 assert "Traceback" not in parley.log(), parley.log()
 
@@ -113,8 +116,10 @@ async def test_a_receiver_that_fails_three_times_gets_every_event_once_with_the_
     asked = await start(world, message="/ask Deploy now? | yes | no")
     failed = await start(world, message="/fail forever")
     task = await start(world, kind="task", message='/result {"summary": "done"}')
+    todos = {"todos": [{"content": "step one"}]}
+    planned = await start(world, agent="planner", message=f"/tool write_todos {json.dumps(todos)}")
 
-    flaky = await world.settled("flaky", 5)
+    flaky = await world.settled("flaky", 7)
     received = world.receiver.at("/flaky")
     ok = [r for r in received if r.status == 200]
     failures = [r for r in received if r.status == 500]
@@ -132,6 +137,8 @@ async def test_a_receiver_that_fails_three_times_gets_every_event_once_with_the_
             ("turn.failed", failed["session_id"]),
             ("turn.ended", task["session_id"]),
             ("session.completed", task["session_id"]),
+            ("turn.ended", planned["session_id"]),
+            ("session.waiting_for_input", planned["session_id"]),
         ]
     )
     # The package's own verifier takes every request, and a changed body is refused.
@@ -142,7 +149,8 @@ async def test_a_receiver_that_fails_three_times_gets_every_event_once_with_the_
         verifier.verify(ok[0].body.replace(b"session", b"sessiom"), ok[0].headers)
     by_type = {r.payload["type"]: r.payload for r in ok}
     assert by_type["session.completed"]["data"]["result"] == {"summary": "done"}
-    assert by_type["session.waiting_for_input"]["data"]["reason"] == "question"
+    waiting = {r.payload["data"]["reason"] for r in ok if r.payload["type"] == "session.waiting_for_input"}
+    assert waiting == {"question", "plan"}
     assert by_type["turn.failed"]["data"]["status"] == "failed"
 
 
@@ -153,6 +161,13 @@ async def test_a_receiver_at_a_private_address_is_refused_without_the_allowance(
     assert world.receiver.at("/blocked") == []
     assert all(d.status == "dead" and "loopback" in (d.last_error or "") for d in blocked)
     assert "allow_private" in (blocked[0].last_error or "")
+
+
+async def test_a_redirect_is_not_followed(world: World) -> None:
+    moved = await world.settled("moved", 1)
+    assert all(d.status == "dead" and "redirects are not followed" in (d.last_error or "") for d in moved)
+    assert {r.status for r in world.receiver.at("/moved")} == {307}
+    assert world.receiver.at("/elsewhere") == []
 
 
 async def test_an_eval_session_fires_no_webhook(world: World) -> None:

@@ -48,6 +48,8 @@ class Receiver:
     failures: dict[str, int] = field(default_factory=dict)
     # Per path: seconds each answer takes.
     delays: dict[str, float] = field(default_factory=dict)
+    # Paths that answer 307 to /elsewhere.
+    redirects: set[str] = field(default_factory=set)
     received: list[Received] = field(default_factory=list)
 
     def url(self, path: str) -> str:
@@ -60,6 +62,9 @@ class Receiver:
         path = request.url.path
         body = await request.body()
         await anyio.sleep(self.delays.get(path, 0.0))
+        if path in self.redirects:
+            self.received.append(Received(path, dict(request.headers), body, 307))
+            return Response(status_code=307, headers={"location": self.url("/elsewhere")})
         left = self.failures.get(path, 0)
         status = 500 if left != 0 else 200
         if left > 0:
