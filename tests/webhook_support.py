@@ -5,6 +5,7 @@ always fail; take its time)."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -79,8 +80,11 @@ class Receiver:
 @asynccontextmanager
 async def serving_receiver(receiver: Receiver | None = None) -> AsyncIterator[Receiver]:
     receiver = receiver or Receiver()
+    # receiver.port: a port chosen before (0: any free one).
     server = uvicorn.Server(
-        uvicorn.Config(receiver.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            receiver.app(), host="127.0.0.1", port=receiver.port, log_level="warning", lifespan="off"
+        )
     )
     server.capture_signals = _no_signals  # type: ignore[method-assign]
     async with anyio.create_task_group() as tg:
@@ -98,3 +102,10 @@ async def serving_receiver(receiver: Receiver | None = None) -> AsyncIterator[Re
 @contextmanager
 def _no_signals() -> Iterator[None]:
     yield
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (for a receiver started later)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
