@@ -90,17 +90,19 @@ class WebhookWorker:
         ):
             task_status.started()
             while True:
-                claimed = await self._claim()
+                # Only as many as can be sent now: a claim left waiting for a free slot would lapse.
+                free = self._in_flight.value
+                claimed = await self._claim(free) if free else []
                 for delivery in claimed:
                     await self._in_flight.acquire()
                     tg.start_soon(self._deliver_one, http, delivery)
-                if len(claimed) < MAX_IN_FLIGHT:
+                if not free or len(claimed) < free:
                     await anyio.sleep(self._poll_s)
 
-    async def _claim(self) -> list[DeliveryRecord]:
+    async def _claim(self, limit: int) -> list[DeliveryRecord]:
         try:
             return await self._store.claim_deliveries(
-                list(self._signers), self._owner, self._clock(), self._lease_s, MAX_IN_FLIGHT
+                list(self._signers), self._owner, self._clock(), self._lease_s, limit
             )
         except Exception:
             logger.warning("could not read the webhook outbox; trying again", exc_info=True)
@@ -139,22 +141,25 @@ class WebhookWorker:
         extensions = {"sni_hostname": target.server_name} if target.server_name else {}
         try:
             with anyio.fail_after(sub.timeout_s):
-                response = await http.post(
+                # Streamed and never read: a receiver's answer is its status alone, whatever it sends.
+                async with http.stream(
+                    "POST",
                     target.url,
                     content=delivery.payload.encode(),
                     headers=headers,
                     extensions=extensions,
                     timeout=sub.timeout_s,
-                )
+                ) as response:
+                    status = response.status_code
         except TimeoutError:
             return Attempt(False, f"no answer within {sub.timeout_s:g}s")
         except httpx2.HTTPError as exc:
             return Attempt(False, f"{type(exc).__name__}: {exc}")
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             return Attempt(True)
-        if 300 <= response.status_code < 400:
-            return Attempt(False, f"HTTP {response.status_code}: redirects are not followed")
-        return Attempt(False, f"HTTP {response.status_code}")
+        if 300 <= status < 400:
+            return Attempt(False, f"HTTP {status}: redirects are not followed")
+        return Attempt(False, f"HTTP {status}")
 
     async def _settle(self, sub: WebhookSubscription, delivery: DeliveryRecord, attempt: Attempt) -> None:
         now = self._clock()

@@ -13,10 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from standardwebhooks import Webhook
-
 from parley.config import TriggerConfig
 from parley.core.scopes import ADMIN
+from parley.runtime.webhooks import signer
 
 # The longest delivery id taken (GitHub's are UUIDs; Standard Webhooks' msg_... ids are short).
 MAX_DELIVERY_ID = 200
@@ -28,10 +27,6 @@ class TriggerRefused(Exception):
     def __init__(self, status: int, kind: str, detail: str) -> None:
         self.status, self.kind, self.detail = status, kind, detail
         super().__init__(detail)
-
-
-def _signer(secret: str) -> Webhook:
-    return Webhook(secret) if secret.startswith("whsec_") else Webhook(secret.encode())
 
 
 def _delivery_id(value: str | None, header: str) -> str:
@@ -74,7 +69,7 @@ def check_standard_webhooks(trigger: TriggerConfig, secret: str, request: Signed
         data = request.body.decode()
     except UnicodeDecodeError:
         raise TriggerRefused(400, "bad-json", "the body is not UTF-8 JSON") from None
-    expected = _signer(secret).sign(delivery, datetime.fromtimestamp(int(stamp), UTC), data).split(",", 1)[1]
+    expected = signer(secret).sign(delivery, datetime.fromtimestamp(int(stamp), UTC), data).split(",", 1)[1]
     wanted = base64.b64decode(expected)
     for versioned in signatures.split(" "):
         version, _, signature = versioned.partition(",")
