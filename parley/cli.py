@@ -404,7 +404,7 @@ def _add_token_and_audit(sub: Subcommands) -> None:
         "--scopes",
         nargs="+",
         default=["parley:use"],
-        help="parley:use (default), parley:admin, parley:metrics (several: space or comma separated)",
+        help="parley:use (default), parley:admin, parley:metrics, parley:trigger[:WORD] (several: space or comma separated)",
     )
     new.set_defaults(func=_cmd_token_new)
 
