@@ -122,10 +122,15 @@ async def session_of(world: World, response: httpx2.Response) -> Any:
     return session
 
 
-async def test_a_standard_webhooks_request_starts_one_session_and_its_repeat_returns_it(world: World) -> None:
+async def test_a_standard_webhooks_request_starts_one_session_and_a_replay_starts_none(world: World) -> None:
     body = json.dumps({"event": "deploy.finished", "service": "api"}).encode()
-    first = await world.post("sw", body, standard_headers(body, "msg_first"))
-    again = await world.post("sw", body, standard_headers(body, "msg_first"))
+    signed = standard_headers(body, "msg_first")
+    first = await world.post("sw", body, signed)
+    # The same request sent again (a retry, or a replay within the tolerance) finds the session.
+    again = await world.post("sw", body, signed)
+    # Replayed once its timestamp is out of the tolerance, it is refused.
+    late = standard_headers(body, "msg_first", at=time.time() - 120)
+    assert (await world.post("sw", body, late)).status_code == 401
 
     assert first.status_code == 202, first.text
     assert again.status_code == 200 and again.json()["duplicate"] is True
