@@ -4,12 +4,14 @@ the SSRF guard, and writes the outcome: delivered, another attempt after a back-
 or dead after the subscription's last attempt (docs/webhooks.md).
 
 Turns never wait for it: a delivery is a row their commit wrote, and the worker's requests run
-in its own tasks, each bounded by the subscription's timeout, at most MAX_IN_FLIGHT at once."""
+in its own tasks, each bounded by the subscription's timeout, at most MAX_IN_FLIGHT at once and
+MAX_PER_SUBSCRIPTION of one subscription."""
 
 from __future__ import annotations
 
 import logging
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,8 +30,10 @@ from parley.storage.ports import WebhookOutbox
 
 logger = logging.getLogger(__name__)
 
-# Deliveries in flight at once in one process, and claimed per look.
+# Deliveries in flight at once in one process, and of one subscription: a slow receiver takes
+# at most half the slots, so the others' deliveries still go out.
 MAX_IN_FLIGHT = 16
+MAX_PER_SUBSCRIPTION = 8
 # A claim outlives the attempt's timeout by this much; a process that died mid-attempt leaves a
 # claim that lapses, and the delivery is tried again.
 CLAIM_MARGIN_S = 30.0
@@ -80,7 +84,8 @@ class WebhookWorker:
                 # Its deliveries stay pending until a process that has the secret sends them.
                 logger.warning("webhook %s: %s is not set; its deliveries wait", name, sub.secret_env)
         self._lease_s = max((s.timeout_s for s in self._subs.values()), default=0) + CLAIM_MARGIN_S
-        self._in_flight = anyio.Semaphore(MAX_IN_FLIGHT)
+        self._in_flight = 0
+        self._busy: Counter[str] = Counter()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         # No proxy from the environment: the request must go to the address the guard pinned.
@@ -90,20 +95,23 @@ class WebhookWorker:
         ):
             task_status.started()
             while True:
-                # Only as many as can be sent now: a claim left waiting for a free slot would lapse.
-                free = self._in_flight.value
-                claimed = await self._claim(free) if free else []
+                claimed = await self._claim()
                 for delivery in claimed:
-                    await self._in_flight.acquire()
+                    self._in_flight += 1
+                    self._busy[delivery.subscription] += 1
                     tg.start_soon(self._deliver_one, http, delivery)
-                if not free or len(claimed) < free:
+                if not claimed:
                     await anyio.sleep(self._poll_s)
 
-    async def _claim(self, limit: int) -> list[DeliveryRecord]:
+    async def _claim(self) -> list[DeliveryRecord]:
+        """Only as many as can be sent now (a claim left waiting for a slot would lapse), of the
+        subscriptions with room, no more than the one with least room can take."""
+        open_ = [name for name in self._signers if self._busy[name] < MAX_PER_SUBSCRIPTION]
+        limit = min([MAX_IN_FLIGHT - self._in_flight] + [MAX_PER_SUBSCRIPTION - self._busy[n] for n in open_])
+        if limit <= 0 or not open_:
+            return []
         try:
-            return await self._store.claim_deliveries(
-                list(self._signers), self._owner, self._clock(), self._lease_s, limit
-            )
+            return await self._store.claim_deliveries(open_, self._owner, self._clock(), self._lease_s, limit)
         except Exception:
             logger.warning("could not read the webhook outbox; trying again", exc_info=True)
             return []
@@ -117,7 +125,8 @@ class WebhookWorker:
             # The claim lapses and another look tries again.
             logger.warning("webhook delivery %s failed unexpectedly", delivery.id, exc_info=True)
         finally:
-            self._in_flight.release()
+            self._in_flight -= 1
+            self._busy[delivery.subscription] -= 1
 
     async def attempt(
         self, http: httpx2.AsyncClient, sub: WebhookSubscription, delivery: DeliveryRecord
