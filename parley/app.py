@@ -44,6 +44,7 @@ from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
 from parley.runtime.toolbox import Toolbox
 from parley.runtime.tracing import Tracing
+from parley.runtime.webhooks import WebhookWorker, routes_of
 from parley.server.auth_gate import build_http_auth, caller_of
 from parley.server.client_logs import ClientLogRelay
 from parley.server.http import (
@@ -58,6 +59,7 @@ from parley.server.metrics_route import MetricsSources
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
+from parley.server.triggers import TriggerRoutes
 from parley.server.v1_common import StreamSettings, V1Context
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
@@ -106,6 +108,8 @@ class App:
     shutdown: ShutdownPlan
     signals: SessionSignals
     clock: Callable[[], float]
+    # Outbound webhooks' delivery worker (None: no webhooks configured).
+    webhooks: WebhookWorker | None = None
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -304,6 +308,13 @@ def _wire(
     )
     # Live views' wake-ups for what other processes commit (one query per interval for all).
     watch = EventWatch(store, signals, config.runtime.poll_interval_s)
+    # Decisions write the deliveries of their events from now on (the outbox).
+    store.route_webhooks(routes_of(config.webhooks))
+    webhooks = (
+        WebhookWorker(store, config.webhooks, process_id, clock, metrics, config.runtime.poll_interval_s)
+        if config.webhooks
+        else None
+    )
     app = App(
         service=service,
         scheduler=scheduler,
@@ -317,6 +328,7 @@ def _wire(
         shutdown=ShutdownPlan(config.runtime.shutdown_grace_s),
         signals=signals,
         clock=clock,
+        webhooks=webhooks,
     )
     return _Wired(app, watch, titles, agents)
 
@@ -380,6 +392,8 @@ async def _start_housekeeping(
     await tg.start(run_collect, store, clock, config.attachments)
     await tg.start(RetentionSweep(store, config.retention, clock, app.signals).run)
     await tg.start(titles.run)
+    if app.webhooks is not None:
+        await tg.start(app.webhooks.run)
     reloader = _agent_reloader(config, agents, app.sources)
     if reloader is not None:
         await tg.start(reloader.run)
@@ -523,11 +537,13 @@ def _metrics(app: App) -> MetricsSources:
         database_counts=app.store.database_counts,
         downstream_connections=app.sources.open_connections,
         connection_errors=app.sources.connection_errors,
+        webhook_counts=app.store.delivery_counts,
     )
 
 
 def _v1(config: ServerConfig, app: App) -> V1Context:
-    return V1Context(app.service, app.events, StreamSettings.of(config.http))
+    triggers = TriggerRoutes(config.triggers, app.store.find_started) if config.triggers else None
+    return V1Context(app.service, app.events, StreamSettings.of(config.http), triggers)
 
 
 async def _announce(

@@ -24,6 +24,7 @@ from parley.cli_decisions import add_plan_commands, run_decide, run_pending
 from parley.cli_eval import add_eval_command
 from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
 from parley.cli_replay import add_replay_command
+from parley.cli_webhooks import add_webhooks_command
 from parley.config import (
     collect_config_errors,
     config_path_from_env,
@@ -403,7 +404,7 @@ def _add_token_and_audit(sub: Subcommands) -> None:
         "--scopes",
         nargs="+",
         default=["parley:use"],
-        help="parley:use (default), parley:admin, parley:metrics (several: space or comma separated)",
+        help="parley:use (default), parley:admin, parley:metrics, parley:trigger[:WORD] (several: space or comma separated)",
     )
     new.set_defaults(func=_cmd_token_new)
 
@@ -453,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     for plan_parser in add_plan_commands(sub):
         _store_options(plan_parser)
     _store_options(add_eval_command(sub))
+    for webhooks_parser in add_webhooks_command(sub):
+        _store_options(webhooks_parser)
     return parser
 
 

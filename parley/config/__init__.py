@@ -93,6 +93,7 @@ from parley.config.retention import RetentionConfig
 from parley.config.runtime import MIN_RELOAD_S, RuntimeConfig, TasksConfig
 from parley.config.server import ServerConfig, ServerConfigFile
 from parley.config.storage import StorageConfig
+from parley.config.webhooks import TRIGGER_SCOPE, TriggerConfig, WebhookSubscription
 
 __all__ = [
     "AGENT_SUFFIXES",
@@ -124,6 +125,7 @@ __all__ = [
     "MIN_RELOAD_S",
     "OVERRIDABLE_LIMITS",
     "POSTGRES_SCHEMES",
+    "TRIGGER_SCOPE",
     "AgentConfig",
     "AgentContext",
     "AgentFileLoad",
@@ -153,6 +155,8 @@ __all__ = [
     "TasksConfig",
     "TokenEntry",
     "ToolPolicy",
+    "TriggerConfig",
+    "WebhookSubscription",
     "agent_folders",
     "agent_paths",
     "clear_text_password",

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from parley.config.base import Strict
-from parley.core.scopes import LOCAL, SCOPES, USE
+from parley.core.scopes import LOCAL, SCOPES, USE, is_known_scope
 
 # A token's name is the principal it stands for: what `users:`, `approvers:` and the audit show.
 TOKEN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}")
@@ -106,9 +106,12 @@ class StaticToken(Strict):
 
 
 def _known_scopes(value: list[str]) -> list[str]:
-    unknown = [s for s in value if s not in SCOPES]
+    unknown = [s for s in value if not is_known_scope(s)]
     if unknown:
-        raise ValueError(f"unknown scope(s) {', '.join(unknown)}; parley knows: {', '.join(SCOPES)}")
+        known = ", ".join(SCOPES)
+        raise ValueError(
+            f"unknown scope(s) {', '.join(unknown)}; parley knows: {known} and parley:trigger:<word>"
+        )
     if not value:
         raise ValueError(f"give at least one scope ({', '.join(SCOPES)})")
     return value

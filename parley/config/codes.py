@@ -25,6 +25,7 @@ E_ENV = "PARLEY-C011"  # a ${NAME} reference names an environment variable that 
 E_SERVER = "PARLEY-C012"  # an agent names an MCP server that parley.yaml does not configure
 E_SERVER_TOOL = "PARLEY-C013"  # a tool named in include/exclude/tools is not listed by its server
 E_PLAN = "PARLEY-C021"  # plan mode without write_todos, or a forced plan tool its model refuses
+E_TRIGGER = "PARLEY-C025"  # a trigger names an agent that is not served, or an input it does not take
 
 # Codes of notices: the file loads, but something in it is not served as written.
 E_UNSERVABLE_TOOL = "PARLEY-C014"  # a tool parley cannot serve (Claude Code's own Read, Bash...): skipped

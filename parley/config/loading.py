@@ -31,6 +31,7 @@ from parley.config.database import (
 from parley.config.env import default_data_dir, expand_env
 from parley.config.files import field_errors, read_raw_yaml
 from parley.config.server import ServerConfig, ServerConfigFile
+from parley.config.webhooks import secret_problems, trigger_problems
 from parley.errors import ConfigError, ConfigErrors
 
 
@@ -112,6 +113,8 @@ def _load(
         agents, agent_files, problems = combine_agent_files(loads)
         errors += missing + problems
         notices = [n for load in loads for n in load.notices]
+        errors += trigger_problems(file_cfg.triggers, agents, str(config_path))
+        token_errors += secret_problems(file_cfg.webhooks, file_cfg.triggers, str(config_path))
 
     db_path: Path | None = None
     db_url: str | None = None
@@ -145,6 +148,8 @@ def _load(
         attachments=file_cfg.attachments,
         retention=file_cfg.retention,
         agent_notices=tuple(notices),
+        webhooks=file_cfg.webhooks,
+        triggers=file_cfg.triggers,
     )
     return config, errors
 

@@ -19,6 +19,7 @@ from parley.config.models import ModelSpec
 from parley.config.retention import RetentionConfig
 from parley.config.runtime import RuntimeConfig, TasksConfig
 from parley.config.storage import StorageConfig
+from parley.config.webhooks import TriggerConfig, WebhookSubscription, check_names
 from parley.errors import ConfigError
 from parley.redaction import mask_url
 
@@ -80,12 +81,22 @@ class ServerConfigFile(Strict):
     retention: RetentionConfig = Field(
         default_factory=lambda: RetentionConfig(), description="How long sessions and events are kept."
     )
+    webhooks: dict[str, WebhookSubscription] = Field(
+        default_factory=dict,
+        description="Outbound webhooks by a name of yours: where events are POSTed, signed with Standard Webhooks.",
+    )
+    triggers: dict[str, TriggerConfig] = Field(
+        default_factory=dict,
+        description="Inbound triggers by name: POST /v1/triggers/{name} starts a session of the trigger's agent.",
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
         for name in self.mcp_servers:
             if not _SERVER_NAME.fullmatch(name):
                 raise ValueError(f"mcp_servers: '{name}' must be letters, digits, _ or - (at most 32)")
+        check_names(self.webhooks, "webhooks")
+        check_names(self.triggers, "triggers")
         return self
 
 
@@ -121,6 +132,8 @@ class ServerConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
+    webhooks: dict[str, WebhookSubscription] = field(default_factory=dict)
+    triggers: dict[str, TriggerConfig] = field(default_factory=dict)
 
     @property
     def db_label(self) -> str:

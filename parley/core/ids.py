@@ -49,6 +49,11 @@ def new_task_id() -> str:
     return _new("task")
 
 
+def new_delivery_id() -> str:
+    """A webhook delivery's id, also its `webhook-id`: the same on every attempt."""
+    return _new("whd")
+
+
 def is_task_id(value: str) -> bool:
     return _TASK_ID.fullmatch(value) is not None
 

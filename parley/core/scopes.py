@@ -7,7 +7,15 @@ from __future__ import annotations
 USE = "parley:use"
 ADMIN = "parley:admin"
 METRICS = "parley:metrics"
-SCOPES = (USE, ADMIN, METRICS)
+# POST /v1/triggers/{name} with auth: bearer; a trigger may name its own, parley:trigger:<word>.
+TRIGGER = "parley:trigger"
+SCOPES = (USE, ADMIN, METRICS, TRIGGER)
+
+
+def is_known_scope(scope: str) -> bool:
+    """One of SCOPES, or a trigger's own scope (parley:trigger:<word>)."""
+    return scope in SCOPES or (scope.startswith(TRIGGER + ":") and len(scope) > len(TRIGGER) + 1)
+
 
 # The owner of everything made over stdio and over HTTP without authentication.
 LOCAL = "local"

@@ -63,3 +63,9 @@ class RuntimeMetrics:
         self.leases_held = Gauge(
             "parley_leases_held", "Sessions this process holds the lease of (drives) now.", registry=r
         )
+        self.webhook_attempts = Counter(
+            "parley_webhook_attempts",
+            "Webhook delivery attempts, by subscription and outcome (delivered, failed, dead).",
+            ["subscription", "outcome"],
+            registry=r,
+        )

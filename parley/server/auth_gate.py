@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 HEALTH_PATH = "/healthz"
 METRICS_PATH = "/metrics"
+# POST /v1/triggers/{name}: a token with the trigger's scope alone may call it (the route checks it).
+TRIGGERS_PREFIX = "/v1/triggers/"
 # What /mcp needs (either), and what the full /healthz report needs (either).
 MCP_SCOPES = (USE, ADMIN)
 HEALTH_SCOPES = (METRICS, ADMIN)
@@ -150,7 +152,9 @@ class BearerGate:
                     scope, send, 403, "insufficient_scope", description, description, scope=METRICS
                 )
                 return
-        elif not any(s in checked.scopes for s in MCP_SCOPES):
+        elif not scope["path"].startswith(TRIGGERS_PREFIX) and not any(
+            s in checked.scopes for s in MCP_SCOPES
+        ):
             logger.info(
                 "refused %s a request to %s: no parley:use scope", checked.client_id, scope["path"][:100]
             )

@@ -9,6 +9,7 @@ import ipaddress
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -167,12 +168,18 @@ def build_http_app(
     routes += [metrics_route(metrics)] if metrics is not None else []
     starlette_app = Starlette(routes=routes + (auth.routes if auth else []), lifespan=lifespan)
     limits = connection_limits(config, multi_user=auth is not None)
+    triggers = v1.triggers if v1 is not None else None
+    signed = triggers.signed_paths if triggers is not None else frozenset()
+    if triggers is not None:
+        limits = replace(limits, body_limits=triggers.body_limits)
     # Inside out: the body is read only once the caller is known and within its share, so an
-    # unauthenticated or over-cap request is answered on its headers alone.
+    # unauthenticated or over-cap request is answered on its headers alone. The one exception
+    # is a signed trigger's path (its signature is over the body): let through the gate, it is
+    # counted per address and its body read to the trigger's own limit, within a short deadline.
     app: ASGIApp = BodyDeadline(starlette_app, limits)
     app = CallerShare(app, limits)
     if auth is not None:
-        app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths)
+        app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths | signed)
     if v1 is not None:
         # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
         app = with_ui(app)

@@ -11,8 +11,8 @@ import asyncio
 import ipaddress
 import json
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -27,6 +27,10 @@ from uvicorn.server import ServerState
 
 from parley.config import HttpConfig
 from parley.server.auth_tokens import principal_of
+
+# A trigger's body arrives at once or not at all: it is read within this, whatever
+# http.body_read_timeout_s says (server/triggers.py).
+SIGNED_BODY_TIMEOUT_S = 5.0
 
 # Seconds a client refused at the connection cap is told to wait.
 RETRY_AFTER_S = 1
@@ -50,6 +54,8 @@ class ConnectionLimits:
     per_address: int | None = None
     # Peers whose connections are not counted per address (their X-Forwarded-For is believed).
     trusted_proxies: tuple[_Network, ...] = ()
+    # Paths with a body limit of their own, read within SIGNED_BODY_TIMEOUT_S (the triggers').
+    body_limits: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, config: HttpConfig, multi_user: bool) -> ConnectionLimits:
@@ -107,20 +113,26 @@ class BodyDeadline:
             return
         received: list[Message] = []
         size = 0
-        with anyio.move_on_after(self._limits.body_read_timeout_s) as deadline:
+        own_limit = self._limits.body_limits.get(scope["path"])
+        max_bytes = self._limits.max_request_bytes if own_limit is None else own_limit
+        timeout_s = self._limits.body_read_timeout_s
+        if own_limit is not None:
+            timeout_s = min(timeout_s, SIGNED_BODY_TIMEOUT_S)
+        limit_field = "http.max_request_bytes" if own_limit is None else "the trigger's max_body_bytes"
+        with anyio.move_on_after(timeout_s) as deadline:
             while True:
                 message = await receive()
                 received.append(message)
                 if message["type"] != "http.request":
                     break
                 size += len(message.get("body", b""))
-                if size > self._limits.max_request_bytes:
-                    await _too_large(self._limits.max_request_bytes)(scope, receive, send)
+                if size > max_bytes:
+                    await _too_large(max_bytes, limit_field)(scope, receive, send)
                     return
                 if not message.get("more_body", False):
                     break
         if deadline.cancelled_caught:
-            await _too_slow(self._limits.body_read_timeout_s)(scope, receive, send)
+            await _too_slow(timeout_s)(scope, receive, send)
             return
         body = b"".join(m.get("body", b"") for m in received if m["type"] == "http.request")
         replay: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
@@ -132,11 +144,11 @@ class BodyDeadline:
         await self._app(scope, replayed, send)
 
 
-def _too_large(limit: int) -> Response:
+def _too_large(limit: int, limit_field: str = "http.max_request_bytes") -> Response:
     return jsonrpc_error_response(
         413,
         INVALID_REQUEST,
-        f"the request body is over the limit of {limit} bytes (http.max_request_bytes in parley.yaml); "
+        f"the request body is over the limit of {limit} bytes ({limit_field} in parley.yaml); "
         "send a smaller message or raise the limit",
         {"Connection": "close"},
     )

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from parley.core.records import DatabaseCounts, InterruptRecord
+from parley.core.webhooks import DELIVERY_STATUSES
 from parley.errors import StorageError
 from parley.runtime.metrics import RuntimeMetrics
 from parley.server.auth_gate import METRICS_PATH
@@ -40,6 +41,8 @@ class MetricsSources:
     database_counts: Callable[[float], Awaitable[DatabaseCounts]]
     downstream_connections: Callable[[], int]
     connection_errors: Mapping[str, int]
+    # Webhook deliveries by status (pending is the queue's depth), database-wide.
+    webhook_counts: Callable[[], Awaitable[dict[str, int]]] | None = None
 
 
 class _Snapshot(Collector):
@@ -95,6 +98,17 @@ def _database(counts: DatabaseCounts) -> list[Metric]:
     return [sessions, parked, queued, leases, tasks]
 
 
+def _deliveries(counts: dict[str, int]) -> Metric:
+    family = GaugeMetricFamily(
+        "parley_webhook_deliveries",
+        "Webhook deliveries by status: pending (the queue), delivered, dead (database-wide).",
+        labels=["scope", "status"],
+    )
+    for status in DELIVERY_STATUSES:
+        family.add_metric(["database", status], counts.get(status, 0))
+    return family
+
+
 def metrics_route(sources: MetricsSources) -> Route:
     async def metrics(request: Request) -> Response:
         now = time.time()
@@ -102,6 +116,8 @@ def metrics_route(sources: MetricsSources) -> Route:
         try:
             pending = await sources.pending_interrupts(MAX_PENDING_READ)
             database = [_pending_by_age(pending, now), *_database(await sources.database_counts(now))]
+            if sources.webhook_counts is not None:
+                database.append(_deliveries(await sources.webhook_counts()))
         except StorageError:
             pass  # the database does not answer (see /healthz): the process's own series still go out
         connections = GaugeMetricFamily(

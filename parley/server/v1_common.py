@@ -9,7 +9,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from starlette.requests import Request
@@ -38,6 +38,9 @@ from parley.runtime.service import SessionService
 from parley.runtime.session_events import SessionEvents
 from parley.runtime.tracing import request_ended, request_span
 from parley.server.auth_tokens import principal_of
+
+if TYPE_CHECKING:
+    from parley.server.triggers import TriggerRoutes
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ class V1Context:
     service: SessionService
     events: SessionEvents
     streams: StreamSettings
+    # POST /v1/triggers/{name} (server/triggers.py); None: no triggers configured.
+    triggers: TriggerRoutes | None = None
 
 
 def caller(request: Request) -> Principal:

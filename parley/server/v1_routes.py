@@ -9,6 +9,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.server.ai_sdk_chat import ChatEndpoints
+from parley.server.triggers import TriggerEndpoint
 from parley.server.v1_api import JsonEndpoints
 from parley.server.v1_common import V1Context
 from parley.server.v1_events import OwnerStream, SessionStream
@@ -20,6 +21,7 @@ def v1_routes(ctx: V1Context) -> list[Route]:
         Route("/v1/events", OwnerStream(ctx).endpoint, methods=["GET"]),
         *ChatEndpoints(ctx, ctx.streams.chat_agent).routes(),
         *JsonEndpoints(ctx).routes(),
+        *([TriggerEndpoint(ctx.service, ctx.triggers).route()] if ctx.triggers is not None else []),
     ]
 
 

@@ -32,6 +32,7 @@ from parley.core.records import (
     ToolCallRecord,
     TurnRecord,
 )
+from parley.core.webhooks import DeliveryRecord, DeliveryStatus, OutboxRoute
 
 T = TypeVar("T")
 
@@ -377,7 +378,49 @@ class SessionForks(Protocol):
         ...
 
 
+class WebhookOutbox(Protocol):
+    """The outbox of outbound webhooks: deliveries written with the events they tell of (each
+    decision's, for the subscriptions routed), claimed by one process at a time."""
+
+    def route_webhooks(self, routes: Sequence[OutboxRoute]) -> None:
+        """The subscriptions whose deliveries decisions write from now on."""
+        ...
+
+    async def claim_deliveries(
+        self, subscriptions: Sequence[str], owner: str, now: float, lease_s: float, limit: int
+    ) -> list[DeliveryRecord]:
+        """Pending deliveries of `subscriptions` that are due and unclaimed (or whose claim
+        lapsed), claimed for `owner`."""
+        ...
+
+    async def settle_delivery(
+        self,
+        delivery_id: str,
+        owner: str,
+        status: DeliveryStatus,
+        now: float,
+        *,
+        next_attempt_at: float | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """An attempt's outcome (one more attempt counted); False: `owner` no longer held the claim."""
+        ...
+
+    async def list_deliveries(self, status: DeliveryStatus | None, limit: int) -> list[DeliveryRecord]: ...
+
+    async def get_delivery(self, delivery_id: str) -> DeliveryRecord | None: ...
+
+    async def redeliver(self, delivery_id: str, now: float) -> DeliveryRecord | None:
+        """A delivery made pending and due again, with the same id and payload (None: no such id)."""
+        ...
+
+    async def delivery_counts(self) -> dict[str, int]:
+        """Deliveries by status, database-wide."""
+        ...
+
+
 class Store(
+    WebhookOutbox,
     StepStore,
     SessionForks,
     AttachmentStore,

@@ -132,6 +132,32 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite="ALTER TABLE sessions ADD COLUMN replay_of TEXT",
         postgres='ALTER TABLE sessions ADD COLUMN replay_of text COLLATE "C"',
     ),
+    Migration(
+        "23: outbound webhooks: the outbox of deliveries, each written with the event it tells of, "
+        "claimed by one process at a time, kept when delivered or dead",
+        sqlite=(
+            "CREATE TABLE webhook_deliveries (id TEXT PRIMARY KEY, subscription TEXT NOT NULL, "
+            "event_type TEXT NOT NULL, session_id TEXT, payload TEXT NOT NULL, status TEXT NOT NULL, "
+            "attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at REAL NOT NULL, lease_owner TEXT, "
+            "lease_expires_at REAL, last_error TEXT, created_at REAL NOT NULL, updated_at REAL NOT NULL, "
+            "delivered_at REAL);"
+            "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) "
+            "WHERE status = 'pending';"
+            "CREATE INDEX webhook_deliveries_listed ON webhook_deliveries(status, created_at)"
+        ),
+        postgres=(
+            'CREATE TABLE webhook_deliveries (id text COLLATE "C" PRIMARY KEY, '
+            'subscription text COLLATE "C" NOT NULL, event_type text COLLATE "C" NOT NULL, '
+            'session_id text COLLATE "C", payload text NOT NULL, status text COLLATE "C" NOT NULL, '
+            "attempts bigint NOT NULL DEFAULT 0, next_attempt_at double precision NOT NULL, "
+            'lease_owner text COLLATE "C", lease_expires_at double precision, last_error text, '
+            "created_at double precision NOT NULL, updated_at double precision NOT NULL, "
+            "delivered_at double precision);"
+            "CREATE INDEX webhook_deliveries_due ON webhook_deliveries(next_attempt_at) "
+            "WHERE status = 'pending';"
+            "CREATE INDEX webhook_deliveries_listed ON webhook_deliveries(status, created_at)"
+        ),
+    ),
 )
 
 # The newest version this parley knows.
@@ -161,6 +187,7 @@ DATA_TABLES = (
     "attachments",
     "attachment_refs",
     "admissions",
+    "webhook_deliveries",
 )
 
 

@@ -25,6 +25,7 @@ from parley.core.records import (
     lease_token,
 )
 from parley.core.states import RUNNING_SESSION
+from parley.core.webhooks import OutboxRoute
 from parley.errors import LeaseLost, StorageError
 from parley.storage.sql.base import SqlBase, page
 from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, PENDING, QUEUED, process_range, work_scan
@@ -40,6 +41,7 @@ from parley.storage.sql.rows import (
 )
 from parley.storage.sql.steps import audit_params, decide_program, queued_params, snapshot_program
 from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
+from parley.storage.sql.webhooks import outbox_statements
 from parley.storage.wakeups import Wake
 
 T = TypeVar("T")
@@ -59,6 +61,9 @@ _INSERT_BLOB_REF_IF_FRESH = (
 
 
 class SqlSessions(SqlBase):
+    # The subscriptions whose deliveries decisions write (sql/webhooks.py; none by default).
+    webhook_routes: tuple[OutboxRoute, ...] = ()
+
     # ------------------------------------------------------------------ the step port
 
     async def decide(
@@ -70,9 +75,15 @@ class SqlSessions(SqlBase):
         *,
         lease: str | None = None,
     ) -> T:
-        return await self._execute(
-            decide_program(self.codec, session_id, scope, decide, now, lease), write=True
+        routes = self.webhook_routes
+
+        def outbox(snapshot: SessionSnapshot, changes: Changes) -> list[Stmt]:
+            return outbox_statements(routes, snapshot, changes, now)
+
+        program = decide_program(
+            self.codec, session_id, scope, decide, now, lease, outbox if routes else None
         )
+        return await self._execute(program, write=True)
 
     async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
         return await self._execute(snapshot_program(self.codec, session_id, scope), write=False)

@@ -390,6 +390,7 @@ def decide_program(
     decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
     now: float,
     lease: str | None,
+    outbox: Callable[[SessionSnapshot, Changes], list[Stmt]] | None = None,
 ) -> Program[T]:
     results = yield Batch(snapshot_reads(codec, session_id, scope, lock=True), writes=False)
     loaded = load_snapshot(codec, scope, results)
@@ -403,6 +404,9 @@ def decide_program(
     if changes.is_empty():
         return value
     statements = ChangeWriter(codec, snapshot, counters, now).write(changes)
+    if outbox is not None:
+        # The webhook deliveries of its events: committed with them, or not at all.
+        statements += outbox(snapshot, changes)
     # Other processes hear of it (a NOTIFY delivered at COMMIT on PostgreSQL).
     announce = (Announce(wake_after(snapshot.session, changes, now)),)
     yield Batch(statements, last=True, announce=announce, durable=changes.durable, step_of=session_id)

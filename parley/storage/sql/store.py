@@ -7,7 +7,8 @@ from parley.storage.sql.forks import SqlForks
 from parley.storage.sql.owners import SqlOwners
 from parley.storage.sql.sessions import SqlSessions
 from parley.storage.sql.tasks import SqlTasks
+from parley.storage.sql.webhooks import SqlWebhooks
 
 
-class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks):
+class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks, SqlWebhooks):
     """Every port of parley/storage/ports.py; a backend adds `_execute`, `dialect` and `codec`."""
