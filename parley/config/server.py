@@ -19,6 +19,7 @@ from parley.config.models import ModelSpec
 from parley.config.retention import RetentionConfig
 from parley.config.runtime import RuntimeConfig, TasksConfig
 from parley.config.storage import StorageConfig
+from parley.config.ui import UiConfig
 from parley.errors import ConfigError
 from parley.redaction import mask_url
 
@@ -80,6 +81,9 @@ class ServerConfigFile(Strict):
     retention: RetentionConfig = Field(
         default_factory=lambda: RetentionConfig(), description="How long sessions and events are kept."
     )
+    ui: UiConfig = Field(
+        default_factory=lambda: UiConfig(), description="The page for people at /ui: how it signs people in."
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -119,6 +123,7 @@ class ServerConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
 
