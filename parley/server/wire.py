@@ -262,10 +262,7 @@ class SessionSummary(BaseModel):
     created_at: str | None
     updated_at: str | None
     closed_reason: str | None = None
-    last_error: str | None = Field(
-        None,
-        description="The error of the session's last turn, when it failed (a later turn that ends well clears it).",
-    )
+    last_error: str | None = Field(None, description="The error of the session's last turn, when it failed (a later turn that ends well clears it).")
     plan_status: Literal["cleared", "draft", "active", "completed"] = Field(
         "cleared", description="A draft waits for a person's review (execute_plan)."
     )
