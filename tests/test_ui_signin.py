@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -26,7 +27,8 @@ import pytest
 import yaml
 
 from parley.config import collect_config_errors
-from parley.server.ui_routes import content_security_policy
+from parley.server.ui_routes import CONTENT_SECURITY_POLICY, content_security_policy
+from parley.server.ui_signin import SignInSettings, UiSignIn, metadata_urls, page_settings
 from tests.auth_support import bearer, claims, token_client
 from tests.http_balancer import Balancer
 from tests.oauth_server import OAuthState, oauth_server
@@ -258,3 +260,54 @@ def test_a_base_path_with_its_public_url_and_a_client_id_is_accepted(tmp_path: P
         "ui": {"client_id": "parley-ui", "scope": "parley:use parley:admin"},
     }
     assert field_errors(tmp_path, config) == []
+
+
+SETTINGS = SignInSettings(
+    "https://as.example.test/realms/acme", CLIENT_ID, "parley:use", "https://p.example.test/mcp"
+)
+METADATA = {
+    "issuer": SETTINGS.issuer,
+    "authorization_endpoint": "https://as.example.test/realms/acme/auth",
+    "token_endpoint": "https://as.example.test/realms/acme/token",
+    "revocation_endpoint": "https://revoke.example.test/revoke",
+    "response_types_supported": ["code"],
+    "code_challenge_methods_supported": ["S256"],
+}
+
+
+def test_metadata_is_looked_for_where_rfc_8414_then_openid_connect_put_it() -> None:
+    assert metadata_urls(SETTINGS.issuer) == [
+        "https://as.example.test/.well-known/oauth-authorization-server/realms/acme",
+        "https://as.example.test/realms/acme/.well-known/openid-configuration",
+    ]
+    page = page_settings(SETTINGS, METADATA)
+    # A revocation endpoint on another origin is left out: the page may reach one origin only.
+    assert page.token_endpoint == METADATA["token_endpoint"] and page.revocation_endpoint is None
+    assert page.iss_parameter_supported is False
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"issuer": "https://evil.example.test"}, "names the issuer"),
+        ({"code_challenge_methods_supported": ["plain"]}, "PKCE with S256"),
+        ({"response_types_supported": ["token"]}, "authorization code flow"),
+        ({"token_endpoint": "http://as.example.test/token"}, "must be an https URL"),
+        ({"authorization_endpoint": "javascript:alert(1)"}, "not an http(s) URL"),
+    ],
+)
+def test_metadata_that_cannot_serve_a_browser_sign_in_is_refused(change: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        page_settings(SETTINGS, {**METADATA, **change})
+
+
+async def test_without_readable_metadata_sign_in_is_unavailable_and_the_policy_opens_nothing(
+    world: World,
+) -> None:
+    elsewhere = SignInSettings(world.auth.url + "/no-such-realm", CLIENT_ID, "parley:use", world.public_url)
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        sign_in = UiSignIn(elsewhere, http)
+        page = await sign_in.page()
+        assert page.method == "unavailable" and page.token_endpoint is None
+        assert await sign_in.connect_origin() is None
+    assert content_security_policy(None) == CONTENT_SECURITY_POLICY
