@@ -3,7 +3,8 @@ loopback HTTP on a thread of the test's process: what a browser signs in against
 public client (the page at /ui, or parley as a client of downstream servers) talks to.
 
 It enforces what the MCP authorization specification asks of a server and of its clients:
-- authorization code only, for registered public clients (`token_endpoint_auth_method: none`);
+- authorization code only, for registered clients: public ones (`token_endpoint_auth_method:
+  none`), or confidential ones with a secret (`client_secret_basic` or `client_secret_post`);
 - PKCE with S256: a request without `code_challenge`, or with `plain`, is refused;
 - the `resource` parameter (RFC 8707): required at the authorization and token endpoints, one of
   the resources it knows; it becomes the access token's audience;
@@ -25,6 +26,7 @@ and parameters it was sent.
 
 from __future__ import annotations
 
+import hmac
 import html
 import json
 import secrets
@@ -56,6 +58,7 @@ from tests.support import TEST_DEADLINE_S
 
 Misbehaviour = Literal["wrong_iss", "wrong_state", "no_iss"] | None
 ACCESS_TOKEN_S = 300
+AUTH_METHODS = ["none", "client_secret_basic", "client_secret_post"]
 CODE_S = 60
 
 
@@ -70,6 +73,7 @@ class Client(ClientMixin):  # type: ignore[misc]
     client_id: str
     redirect_uris: list[str]
     scope: str = "parley:use"
+    secret: str | None = None  # None: a public client
 
     def get_client_id(self) -> str:
         return self.client_id
@@ -85,10 +89,12 @@ class Client(ClientMixin):  # type: ignore[misc]
         return redirect_uri in self.redirect_uris  # exact, no prefix or pattern
 
     def check_client_secret(self, client_secret: str) -> bool:
-        return False
+        return self.secret is not None and hmac.compare_digest(client_secret.encode(), self.secret.encode())
 
     def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
-        return method == "none"
+        if self.secret is None:
+            return method == "none"
+        return method in ("client_secret_basic", "client_secret_post")
 
     def check_response_type(self, response_type: str) -> bool:
         return response_type == "code"
@@ -212,7 +218,7 @@ def _one_resource(request: Request) -> str:
 
 
 class CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
-    TOKEN_ENDPOINT_AUTH_METHODS = ["none"]
+    TOKEN_ENDPOINT_AUTH_METHODS = AUTH_METHODS
     server: OAuthServer
 
     def validate_authorization_request(self) -> str:
@@ -262,7 +268,7 @@ class CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
 
 
 class RefreshGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
-    TOKEN_ENDPOINT_AUTH_METHODS = ["none"]
+    TOKEN_ENDPOINT_AUTH_METHODS = AUTH_METHODS
     INCLUDE_NEW_REFRESH_TOKEN = True  # rotation: every refresh returns a new refresh token
     server: OAuthServer
 
@@ -287,7 +293,7 @@ class RefreshGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
 
 
 class Revocation(RevocationEndpoint):  # type: ignore[misc]
-    CLIENT_AUTH_METHODS = ["none"]
+    CLIENT_AUTH_METHODS = AUTH_METHODS
     server: OAuthServer
 
     def query_token(self, token_string: str, token_type_hint: str | None) -> RefreshToken | None:
@@ -343,8 +349,8 @@ class OAuthState:
                 "response_types_supported": ["code"],
                 "grant_types_supported": ["authorization_code", "refresh_token"],
                 "code_challenge_methods_supported": ["S256"],
-                "token_endpoint_auth_methods_supported": ["none"],
-                "revocation_endpoint_auth_methods_supported": ["none"],
+                "token_endpoint_auth_methods_supported": AUTH_METHODS,
+                "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
                 "scopes_supported": ["parley:use", "parley:admin", "parley:metrics"],
                 "authorization_response_iss_parameter_supported": True,
             }
@@ -352,8 +358,11 @@ class OAuthState:
         document.validate()
         return dict(document)
 
-    def register(self, client_id: str, redirect_uris: list[str], scope: str = "parley:use") -> Client:
-        client = Client(client_id, list(redirect_uris), scope)
+    def register(
+        self, client_id: str, redirect_uris: list[str], scope: str = "parley:use", secret: str | None = None
+    ) -> Client:
+        """A client; with `secret`, a confidential one that must authenticate at the token endpoint."""
+        client = Client(client_id, list(redirect_uris), scope, secret)
         self.clients[client_id] = client
         return client
 

@@ -311,3 +311,26 @@ async def test_without_readable_metadata_sign_in_is_unavailable_and_the_policy_o
         assert page.method == "unavailable" and page.token_endpoint is None
         assert await sign_in.connect_origin() is None
     assert content_security_policy(None) == CONTENT_SECURITY_POLICY
+
+
+async def test_a_confidential_client_must_authenticate_at_the_token_endpoint(world: World) -> None:
+    """What a client with a pre-registered secret (parley as a client of downstream servers) gets."""
+    redirect = "http://127.0.0.1:9/callback"
+    world.auth.register("confidential", [redirect], secret="s3cret-value")
+    verifier, challenge = pkce()
+    params = authorization(world, client_id="confidential", redirect_uri=redirect, code_challenge=challenge)
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+
+        async def exchange(secret: str | None) -> httpx2.Response:
+            answer = await http.post(world.auth.url + "/authorize", params=params)
+            code = parse_qs(urlsplit(answer.headers["location"]).query)["code"][0]
+            form = {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect}
+            form |= {"code_verifier": verifier, "resource": world.public_url, "client_id": "confidential"}
+            if secret is None:
+                return await http.post(world.auth.url + "/token", data=form)
+            basic = httpx2.BasicAuth("confidential", secret)
+            return await http.post(world.auth.url + "/token", data=form, auth=basic)
+
+        without, wrong, right = [await exchange(secret) for secret in (None, "not-it", "s3cret-value")]
+    assert without.json()["error"] == wrong.json()["error"] == "invalid_client"
+    assert right.status_code == 200 and right.json()["token_type"] == "Bearer"
