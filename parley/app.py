@@ -544,6 +544,6 @@ async def _announce(
         await anyio.sleep(0.05)
     host, port = listener.getsockname()[:2]
     logger.info("listening on %s", http_url(host, port))
-    logger.info("the page for people: %s", http_url(host, port).removesuffix("/mcp") + "/ui")
+    logger.info("the page for people: %s", http_url(host, port).removesuffix("/mcp") + "/ui/")
     if on_listening is not None:
         await on_listening(host, port)

@@ -90,7 +90,7 @@ class World:
         page = await context.new_page()
         errors = self.script_errors.setdefault(id(page), [])
         page.on("pageerror", lambda error: errors.append(str(error)))
-        await page.goto((base or self.base) + "/ui")
+        await page.goto((base or self.base) + "/ui/")
         return page
 
     async def pending(self) -> list[dict[str, Any]]:
