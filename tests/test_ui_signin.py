@@ -181,11 +181,13 @@ async def test_the_page_learns_the_authorization_server_and_may_reach_only_its_o
         page = await http.get(world.root + PREFIX + "/ui/")
         callback = await http.get(world.root + PREFIX + "/ui/callback?code=x&state=y")
         settings = (await http.get(world.root + PREFIX + "/ui/signin.json")).json()
+        module = await http.get(world.root + PREFIX + "/ui/signin.js")
     assert (moved.status_code, moved.headers["location"]) == (308, "ui/")
     assert page.status_code == callback.status_code == 200 and page.text == callback.text
     policy = page.headers["content-security-policy"]
     assert policy == content_security_policy(world.auth.url)
     assert f"connect-src 'self' {world.auth.url};" in policy
+    assert module.headers["content-security-policy"] == CONTENT_SECURITY_POLICY  # only the page widens
     assert settings == {
         "method": "oauth",
         "issuer": world.auth.url,

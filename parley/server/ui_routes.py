@@ -118,7 +118,9 @@ class UiFiles:
         else:
             response = Response(asset.body, media_type=asset.media_type)
         response.headers.update(SECURITY_HEADERS)
-        if self._sign_in is not None:
+        # The document's policy is the one that governs its scripts' fetches: only the page asks
+        # for the authorization server's origin (and so waits for its metadata).
+        if self._sign_in is not None and asset is not None and asset.media_type.startswith("text/html"):
             response.headers["content-security-policy"] = content_security_policy(
                 await self._sign_in.connect_origin()
             )
