@@ -60,6 +60,7 @@ from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
 from parley.server.triggers import TriggerRoutes
+from parley.server.ui_signin import build_ui_sign_in
 from parley.server.v1_common import StreamSettings, V1Context
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
@@ -512,9 +513,14 @@ async def serve_app_http(
     ):
         server = await mcp_server(config, app, tg)
         auth = build_http_auth(config.auth, config.tokens, config.http.public_url, auth_http)
+        # The page's sign-in discovers the authorization server with the same client.
+        sign_in = build_ui_sign_in(config, auth_http)
+        http_app = build_http_app(
+            server, host, app.health, config.http, auth, _v1(config, app), _metrics(app), sign_in
+        )
         uv = QuietUvicorn(
             uvicorn_config(
-                build_http_app(server, host, app.health, config.http, auth, _v1(config, app), _metrics(app)),
+                http_app,
                 config.http,
                 multi_user=auth is not None,
             )
@@ -554,6 +560,6 @@ async def _announce(
         await anyio.sleep(0.05)
     host, port = listener.getsockname()[:2]
     logger.info("listening on %s", http_url(host, port))
-    logger.info("the page for people: %s", http_url(host, port).removesuffix("/mcp") + "/ui")
+    logger.info("the page for people: %s", http_url(host, port).removesuffix("/mcp") + "/ui/")
     if on_listening is not None:
         await on_listening(host, port)

@@ -5,6 +5,8 @@ as a deployment puts them behind one.
 sends a request that carries an `Mcp-Session-Id` to the replica that issued that id (what a load
 balancer hashing that header does) and the others in turn. Bodies stream both ways, so SSE streams
 and progress pass as they come. `routed` records which replica each request reached.
+`strip_prefix` makes it a reverse proxy that serves parley under a path and removes that path
+before passing a request on (as nginx's `location /parley/ { proxy_pass http://parley/; }`).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class _Quiet(uvicorn.Server):
 class Balancer:
     backends: list[str]  # base URLs, e.g. http://127.0.0.1:8123
     sticky: bool = False
+    strip_prefix: str = ""
     routed: list[tuple[str, str]] = field(default_factory=list)  # (backend, HTTP method)
     url: str = ""
     _pins: dict[bytes, str] = field(default_factory=dict)
@@ -79,7 +82,10 @@ class Balancer:
         backend = backend or self._next()
         self.routed.append((backend, scope["method"]))
         query = scope.get("query_string", b"").decode()
-        target = backend + scope["path"] + (f"?{query}" if query else "")
+        path = scope["path"]
+        if self.strip_prefix and path.startswith(self.strip_prefix + "/"):
+            path = path[len(self.strip_prefix) :]
+        target = backend + path + (f"?{query}" if query else "")
         async with httpx2.AsyncClient(timeout=None) as http:
             request = http.build_request(scope["method"], target, headers=headers, content=body)
             try:

@@ -90,7 +90,7 @@ class World:
         page = await context.new_page()
         errors = self.script_errors.setdefault(id(page), [])
         page.on("pageerror", lambda error: errors.append(str(error)))
-        await page.goto((base or self.base) + "/ui")
+        await page.goto((base or self.base) + "/ui/")
         return page
 
     async def pending(self) -> list[dict[str, Any]]:
@@ -164,7 +164,7 @@ def no_script_failed(world: World, page: Page) -> None:
 
 async def test_the_page_is_served_with_a_strict_policy_behind_the_host_guard(world: World) -> None:
     async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
-        page = await http.get(world.base + "/ui")
+        page = await http.get(world.base + "/ui/")
         module = await http.get(world.base + "/ui/app.js")
         other_host = await http.get(world.base + "/ui", headers={"Host": "evil.example"})
         other_origin = await http.get(world.base + "/ui", headers={"Origin": "http://evil.example"})
@@ -174,7 +174,7 @@ async def test_the_page_is_served_with_a_strict_policy_behind_the_host_guard(wor
     policy = page.headers["content-security-policy"]
     assert "script-src 'self'" in policy and "default-src 'none'" in policy and "unsafe" not in policy
     assert "frame-ancestors 'none'" in policy and page.headers["x-content-type-options"] == "nosniff"
-    assert '<script type="module" src="/ui/app.js">' in page.text and "<script>" not in page.text
+    assert '<script type="module" src="app.js">' in page.text and "<script>" not in page.text
     assert module.headers["content-type"].startswith("text/javascript")
     assert "access-control-allow-origin" not in page.headers
     assert (other_host.status_code, other_origin.status_code) == (421, 403)
@@ -399,7 +399,7 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
     async with InProcessServer(config, http=True) as server:
         base = server.base_url
         async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
-            assert (await http.get(base + "/ui")).status_code == 200
+            assert (await http.get(base + "/ui/")).status_code == 200
             assert (await http.get(base + "/v1/sessions")).status_code == 401
             assert (await http.get(base + "/v1/agents")).status_code == 401
         page = await world.page(PHONE, base=base)

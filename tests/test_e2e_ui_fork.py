@@ -51,7 +51,7 @@ async def test_fork_from_here_opens_a_fork_that_continues_from_that_turn(world: 
     await expect(transcript.locator(".turn button.fork")).to_have_count(3)
 
     await transcript.locator(".turn").nth(1).locator("button.fork").click()
-    await expect(page).not_to_have_url(f"{world.base}/ui#/s/{original}")
+    await expect(page).not_to_have_url(f"{world.base}/ui/#/s/{original}")
     fork = page.url.rpartition("#/s/")[2]
     assert fork.startswith("ses_") and fork != original
     await expect(transcript.locator(".forked-from")).to_contain_text(f"from {original} at the end of turn 2")
@@ -68,6 +68,6 @@ async def test_fork_from_here_opens_a_fork_that_continues_from_that_turn(world: 
     assert before["turn_count"] == 3 and [f["session_id"] for f in before["forks"]] == [fork]
     # The link back opens the original, unchanged.
     await transcript.locator(".forked-from a").click()
-    await expect(page).to_have_url(f"{world.base}/ui#/s/{original}")
+    await expect(page).to_have_url(f"{world.base}/ui/#/s/{original}")
     await expect(transcript.locator(".msg.user")).to_have_text(["first", "second", "third"])
     no_script_failed(world, page)

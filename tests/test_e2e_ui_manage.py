@@ -110,7 +110,7 @@ async def test_a_session_is_renamed_tagged_closed_and_deleted_from_its_header(wo
     assert (await v1(world, "GET", f"/v1/sessions/{session_id}")).status_code == 200
     await page.click("#delete-session")
     await page.click("#delete-yes")
-    await expect(page).to_have_url(f"{world.base}/ui#/")
+    await expect(page).to_have_url(f"{world.base}/ui/#/")
     await expect(item(page, session_id)).to_have_count(0)
     assert (await v1(world, "GET", f"/v1/sessions/{session_id}")).status_code == 404
     assert await page.evaluate("window.__pwned") is None
@@ -243,7 +243,7 @@ async def test_inbox_cards_name_the_session_and_say_the_effect_in_plain_words(wo
         {"message": '/tool fixture__bare {"text": "again"}'},
     )
     fresh = await world.page()
-    await fresh.goto(world.base + "/ui#/inbox")
+    await fresh.goto(world.base + "/ui/#/inbox")
     await expect(fresh.locator(f"#inbox li[data-session-id='{session_id}'] .decision-session")).to_have_text(
         "Tidy the shelf"
     )

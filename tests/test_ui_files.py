@@ -16,17 +16,19 @@ SCRIPTS = {path: asset.body.decode() for path, asset in ASSETS.items() if path.e
 
 
 def test_the_page_and_every_module_it_imports_are_served() -> None:
-    page = ASSETS[UI_PATH].body.decode()
-    assert ASSETS[f"{UI_PATH}/"].body == ASSETS[f"{UI_PATH}/index.html"].body == page.encode()
-    referenced = set(re.findall(r'(?:src|href)="(/ui/[^"]+)"', page))
+    page = ASSETS[f"{UI_PATH}/"].body.decode()
+    assert ASSETS[f"{UI_PATH}/callback"].body == ASSETS[f"{UI_PATH}/index.html"].body == page.encode()
+    # Relative only, so the page works under a proxy's prefix (http.base_path).
+    assert not re.findall(r'(?:src|href)="/', page)
+    referenced = {f"{UI_PATH}/{name}" for name in re.findall(r'(?:src|href)="([\w.-]+)"', page)}
     for source in SCRIPTS.values():
         referenced |= {f"{UI_PATH}/{name}" for name in re.findall(r"from '\./([\w.-]+\.js)'", source)}
     assert referenced and referenced <= set(ASSETS), referenced - set(ASSETS)
 
 
 def test_no_inline_script_or_style_and_a_policy_that_allows_none() -> None:
-    page = ASSETS[UI_PATH].body.decode()
-    assert re.findall(r"<script\b[^>]*>", page) == ['<script type="module" src="/ui/app.js">']
+    page = ASSETS[f"{UI_PATH}/"].body.decode()
+    assert re.findall(r"<script\b[^>]*>", page) == ['<script type="module" src="app.js">']
     assert "<style" not in page and " style=" not in page and not re.search(r"\son\w+=", page)
     assert "unsafe-" not in CONTENT_SECURITY_POLICY and "default-src 'none'" in CONTENT_SECURITY_POLICY
 
@@ -63,5 +65,9 @@ def test_only_the_shipped_files_are_answered_and_only_read() -> None:
         assert (await status("GET", "/ui/../pyproject.toml"))[0] == 404
         assert (await status("GET", "/ui/ui_routes.py"))[0] == 404
         assert (await status("DELETE", "/ui/app.js"))[0] == 405
+        moved, headers = await status("GET", "/ui")
+        assert (moved, headers["location"]) == (308, "ui/")  # relative: a proxy's prefix is kept
+        _, headers = await status("GET", "/ui/signin.json")
+        assert headers["content-type"] == "application/json"
 
     anyio.run(run)

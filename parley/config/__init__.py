@@ -8,7 +8,7 @@ The package's modules, from the leaves up:
 - the models of parley.yaml's blocks: models.py (`model:`, `models:`), mcp.py (`mcp_servers:`),
   agent.py (an agent's definition, the demo agent), storage.py (`storage:`), runtime.py
   (`runtime:`, `tasks:`), http.py (`http:`), auth.py (`auth:`, `limits:`, `audit:`, an agent's
-  `users:` and `approvers:`), attachments.py, retention.py; server.py: parley.yaml as a whole
+  `users:` and `approvers:`), attachments.py, retention.py, ui.py (`ui:`, the page's sign-in); server.py: parley.yaml as a whole
   (`ServerConfigFile`) and the loaded configuration (`ServerConfig`);
 - env.py: ${NAME} expansion and the environment variables; files.py: reading a file as YAML;
   database.py: PostgreSQL URLs, --db and PARLEY_DB, what `storage:` says together;
@@ -94,6 +94,7 @@ from parley.config.runtime import MIN_RELOAD_S, RuntimeConfig, TasksConfig
 from parley.config.server import ServerConfig, ServerConfigFile
 from parley.config.storage import StorageConfig
 from parley.config.webhooks import TRIGGER_SCOPE, TriggerConfig, WebhookSubscription
+from parley.config.ui import UiConfig
 
 __all__ = [
     "AGENT_SUFFIXES",
@@ -157,6 +158,7 @@ __all__ = [
     "ToolPolicy",
     "TriggerConfig",
     "WebhookSubscription",
+    "UiConfig",
     "agent_folders",
     "agent_paths",
     "clear_text_password",

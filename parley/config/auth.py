@@ -337,6 +337,30 @@ def check_public_url(value: str) -> str | None:
     return None
 
 
+# parley's own first path segments: a prefix named like one would take requests meant for it.
+_OWN_SEGMENTS = ("ui", "v1", "mcp", "healthz", "metrics", ".well-known")
+_PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
+
+
+def check_base_path(value: str) -> str | None:
+    """Why `value` cannot be http.base_path, or None."""
+    if value == "":
+        return None
+    segments = value.split("/")
+    if (
+        not value.startswith("/")
+        or value.endswith("/")
+        or not all(_PATH_SEGMENT.fullmatch(s) for s in segments[1:])
+    ):
+        return (
+            f"'{value}' must be a path such as /parley or /tools/parley: a leading /, no trailing /, "
+            "segments of letters, digits and . _ ~ -"
+        )
+    if segments[1] in _OWN_SEGMENTS or any(s in (".", "..") for s in segments):
+        return f"'{value}' must not begin with one of parley's own paths ({', '.join(_OWN_SEGMENTS)}) or hold . or .."
+    return None
+
+
 def check_allowed_host(value: str) -> str | None:
     """Why `value` cannot be an entry of http.allowed_hosts, or None."""
     if "://" in value or "/" in value:

@@ -1,4 +1,4 @@
-"""`http:` in parley.yaml: the streamable HTTP server (address, public URL, accepted hosts and
+"""`http:` in parley.yaml: the streamable HTTP server (address, public URL, base path, accepted hosts and
 trusted proxies, caps and timeouts, event streams, CORS, /v1/chat). What it says together with
 `auth:` is checked in loading.py."""
 
@@ -27,6 +27,15 @@ class HttpConfig(Strict):
             "The URL clients use for MCP (e.g. https://parley.example.com/mcp): the audience OAuth tokens "
             "must name (RFC 8707) and the resource of the protected resource metadata; its host is accepted "
             "in Host headers."
+        ),
+    )
+    base_path: str = Field(
+        "",
+        description=(
+            "The path prefix people and clients reach parley under behind a reverse proxy (e.g. /parley: "
+            "then /parley/ui, /parley/v1 and /parley/mcp). The proxy may pass the prefix on or strip it; "
+            "parley answers both. Empty: served at the host's root. With http.public_url, its path must be "
+            "this prefix followed by /mcp."
         ),
     )
     allowed_hosts: list[str] = Field(

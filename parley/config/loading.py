@@ -7,6 +7,7 @@ import ipaddress
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -17,6 +18,7 @@ from parley.config.auth import (
     AuthConfig,
     TokenEntry,
     check_allowed_host,
+    check_base_path,
     check_public_url,
     token_digest,
 )
@@ -147,6 +149,7 @@ def _load(
         audit=file_cfg.audit,
         attachments=file_cfg.attachments,
         retention=file_cfg.retention,
+        ui=file_cfg.ui,
         agent_notices=tuple(notices),
         webhooks=file_cfg.webhooks,
         triggers=file_cfg.triggers,
@@ -200,6 +203,38 @@ def _resolve_tokens(auth: AuthConfig, file: str) -> tuple[tuple[TokenEntry, ...]
     return tuple(entries), errors
 
 
+def _base_path_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
+    """What http.base_path and ui: say with http.public_url and auth:."""
+    http, auth, ui = file_cfg.http, file_cfg.auth, file_cfg.ui
+    problem = check_base_path(http.base_path)
+    if problem:
+        return [ConfigError(E_FIELD, file, "http.base_path", problem)]
+    problems = []
+    if http.base_path and http.public_url is not None and check_public_url(http.public_url) is None:
+        path = urlsplit(http.public_url).path
+        if path != http.base_path + "/mcp":
+            problems.append(
+                ConfigError(
+                    E_FIELD,
+                    file,
+                    "http.public_url",
+                    f"its path is '{path}' but http.base_path is {http.base_path}: clients reach MCP at "
+                    f"{http.base_path}/mcp, so end the URL with that (or change http.base_path)",
+                )
+            )
+    if ui.client_id is not None and auth.mode != "oauth":
+        problems.append(
+            ConfigError(
+                E_FIELD,
+                file,
+                "ui.client_id",
+                f"the page signs people in at an authorization server only with auth mode oauth (mode is "
+                f"{auth.mode}); set auth.mode: oauth or remove ui.client_id",
+            )
+        )
+    return problems
+
+
 def _http_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
     """What http: and auth: say together."""
     http, auth = file_cfg.http, file_cfg.auth
@@ -218,6 +253,7 @@ def _http_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
                 "tokens must be issued for it (their audience) and the metadata names it",
             )
         )
+    problems += _base_path_problems(file_cfg, file)
     for i, host in enumerate(http.allowed_hosts):
         problem = check_allowed_host(host)
         if problem:

@@ -20,6 +20,7 @@ from parley.config.retention import RetentionConfig
 from parley.config.runtime import RuntimeConfig, TasksConfig
 from parley.config.storage import StorageConfig
 from parley.config.webhooks import TriggerConfig, WebhookSubscription, check_names
+from parley.config.ui import UiConfig
 from parley.errors import ConfigError
 from parley.redaction import mask_url
 
@@ -89,6 +90,9 @@ class ServerConfigFile(Strict):
         default_factory=dict,
         description="Inbound triggers by name: POST /v1/triggers/{name} starts a session of the trigger's agent.",
     )
+    ui: UiConfig = Field(
+        default_factory=lambda: UiConfig(), description="The page for people at /ui: how it signs people in."
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -130,6 +134,7 @@ class ServerConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
     webhooks: dict[str, WebhookSubscription] = field(default_factory=dict)

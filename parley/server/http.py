@@ -29,9 +29,11 @@ from parley.errors import ConfigError, ListenError
 from parley.server.auth_gate import BearerGate, HttpAuth, health_is_full
 from parley.server.http_guard import HostGuard
 from parley.server.http_limits import BodyDeadline, CallerShare, ConnectionLimits, limited_h11_protocol
+from parley.server.http_prefix import strip_base_path
 from parley.server.http_sessions import SessionLimits, SessionTable
 from parley.server.metrics_route import MetricsSources, metrics_route
 from parley.server.ui_routes import with_ui
+from parley.server.ui_signin import UiSignIn
 from parley.server.v1_common import V1Context
 from parley.server.v1_routes import v1_cors, v1_routes
 
@@ -132,6 +134,7 @@ def build_http_app(
     auth: HttpAuth | None = None,
     v1: V1Context | None = None,
     metrics: MetricsSources | None = None,
+    sign_in: UiSignIn | None = None,
 ) -> ASGIApp:
     # The SDK builds and configures its session manager here; parley serves it from its own
     # Starlette app, behind its own session table and guards. Its DNS-rebinding check is off
@@ -182,7 +185,7 @@ def build_http_app(
         app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths | signed)
     if v1 is not None:
         # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
-        app = with_ui(app)
+        app = with_ui(app, sign_in)
     if config.cors_origins:
         # Outside the bearer gate: a browser's preflight carries no token.
         app = v1_cors(app, config.cors_origins)
@@ -191,7 +194,9 @@ def build_http_app(
     loopback = is_loopback(host)
     # A loopback address other than the usual names (--host 127.0.0.2) is what clients send as Host.
     bound = bare_host(host) if loopback and host not in LOOPBACK_NAMES else None
-    return HostGuard(app, extra, config.cors_origins, bound) if loopback or extra else app
+    guarded = HostGuard(app, extra, config.cors_origins, bound) if loopback or extra else app
+    # Outermost: every part of parley sees its routes' own paths, with or without the prefix.
+    return strip_base_path(guarded, config.base_path)
 
 
 def uvicorn_config(app: ASGIApp, config: HttpConfig, multi_user: bool = False) -> uvicorn.Config:

@@ -7,7 +7,13 @@ comes from the /v1 routes, which the bearer gate guards; the page sends the toke
 pasted in an `Authorization` header (never a cookie, so another site cannot make the browser
 send it: no CSRF). It sits behind the Host/Origin guard like every route, and every answer
 carries a strict Content-Security-Policy: scripts and styles only from parley itself, no inline
-script, nothing framed, nothing sent elsewhere.
+script, nothing framed, nothing sent elsewhere (with OAuth sign-in, ui_signin.py: also to the
+authorization server's token endpoint, that one origin exactly).
+
+Every URL in the page is relative, so it works under a path prefix (http.base_path): `/ui`
+redirects to `ui/` (relative), and the files refer to each other by name. `/ui/callback` is the
+page too: where the authorization server sends the browser back. `/ui/signin.json` tells the
+page how to sign people in.
 """
 
 from __future__ import annotations
@@ -15,23 +21,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-UI_PATH = "/ui"
+from parley.server.ui_signin import SignInPage, UiSignIn
 
-CONTENT_SECURITY_POLICY = "; ".join(
-    [
-        "default-src 'none'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self'",
-        "connect-src 'self'",
-        "base-uri 'none'",
-        "form-action 'none'",
-        "frame-ancestors 'none'",
-    ]
-)
+UI_PATH = "/ui"
+SIGN_IN_PATH = f"{UI_PATH}/signin.json"
+CALLBACK_PATH = f"{UI_PATH}/callback"
+
+
+def content_security_policy(connect_origin: str | None = None) -> str:
+    """The page's policy; `connect_origin`: the one origin besides parley's it may fetch from."""
+    connect = "connect-src 'self'" + (f" {connect_origin}" if connect_origin else "")
+    return "; ".join(
+        [
+            "default-src 'none'",
+            "script-src 'self'",
+            "style-src 'self'",
+            "img-src 'self'",
+            connect,
+            "base-uri 'none'",
+            "form-action 'none'",
+            "frame-ancestors 'none'",
+        ]
+    )
+
+
+CONTENT_SECURITY_POLICY = content_security_policy()
 
 SECURITY_HEADERS = {
     "content-security-policy": CONTENT_SECURITY_POLICY,
@@ -67,7 +84,7 @@ def load_assets() -> dict[str, Asset]:
         if entry.is_file() and suffix in MEDIA_TYPES:
             assets[f"{UI_PATH}/{entry.name}"] = Asset(entry.read_bytes(), MEDIA_TYPES[suffix])
     page = assets[f"{UI_PATH}/index.html"]
-    assets[UI_PATH] = assets[f"{UI_PATH}/"] = page
+    assets[f"{UI_PATH}/"] = assets[CALLBACK_PATH] = page
     return assets
 
 
@@ -76,29 +93,44 @@ def is_ui_path(path: str) -> bool:
 
 
 class UiFiles:
-    """Answers GET and HEAD of the page's files; anything else under /ui is 404 or 405."""
+    """Answers GET and HEAD of the page's files; anything else under /ui is 404 or 405.
+    `sign_in`: the OAuth sign-in of the page, when configured."""
 
-    def __init__(self, assets: dict[str, Asset]) -> None:
+    def __init__(self, assets: dict[str, Asset], sign_in: UiSignIn | None = None) -> None:
         self._assets = assets
+        self._sign_in = sign_in
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        asset = self._assets.get(scope["path"])
+        path = scope["path"]
+        asset = self._assets.get(path)
         if scope["method"] not in ("GET", "HEAD"):
             response: Response = PlainTextResponse(
                 "The page's files are only read (GET).", status_code=405, headers={"allow": "GET, HEAD"}
             )
+        elif path == UI_PATH:
+            # Relative, so a prefix the browser sees (a proxy's /parley/ui) is kept.
+            response = Response(status_code=308, headers={"location": "ui/"})
+        elif path == SIGN_IN_PATH:
+            page = await self._sign_in.page() if self._sign_in else SignInPage(method="token")
+            response = JSONResponse(page.model_dump(exclude_none=True))
         elif asset is None:
-            response = PlainTextResponse(f"No such file of the page; open {UI_PATH}", status_code=404)
+            response = PlainTextResponse(f"No such file of the page; open {UI_PATH}/", status_code=404)
         else:
             response = Response(asset.body, media_type=asset.media_type)
         response.headers.update(SECURITY_HEADERS)
+        # The document's policy is the one that governs its scripts' fetches: only the page asks
+        # for the authorization server's origin (and so waits for its metadata).
+        if self._sign_in is not None and asset is not None and asset.media_type.startswith("text/html"):
+            response.headers["content-security-policy"] = content_security_policy(
+                await self._sign_in.connect_origin()
+            )
         await response(scope, receive, send)
 
 
-def with_ui(app: ASGIApp) -> ASGIApp:
+def with_ui(app: ASGIApp, sign_in: UiSignIn | None = None) -> ASGIApp:
     """`app`, with /ui and its files answered before it (before the bearer gate: the page asks
-    for the token)."""
-    files = UiFiles(load_assets())
+    for the token, or signs the person in at the authorization server: `sign_in`)."""
+    files = UiFiles(load_assets(), sign_in)
 
     async def route(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and is_ui_path(scope["path"]):

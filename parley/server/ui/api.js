@@ -4,6 +4,15 @@
 
 const TOKEN_KEY = 'parley.token';
 
+// Where parley is, as the browser sees it: the folder above this file's (/ui/). Every call is
+// relative to it, so the page works under a proxy's prefix (/parley/ui/ calls /parley/v1/...).
+const BASE = new URL('../', import.meta.url);
+
+/** A parley path ('/v1/agents') as a URL under the base the page was opened at. */
+export function parleyUrl(path) {
+  return new URL(path.replace(/^\/+/, ''), BASE).href;
+}
+
 export class ApiError extends Error {
   constructor(status, body, challenge) {
     super(describe(status, body));
@@ -61,7 +70,7 @@ export async function errorOf(response) {
 async function request(method, path, body, token) {
   let response;
   try {
-    response = await fetch(path, {
+    response = await fetch(parleyUrl(path), {
       method,
       headers: {
         Accept: 'application/json',

@@ -7,6 +7,7 @@ import { decisionCard, showTitle } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
 import { draftCard, PlanPanel } from './plan.js';
+import { oauthSignIn } from './signin.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
 
@@ -62,8 +63,10 @@ async function boot() {
     if (state.owner) state.owner.stop();
     closeSession();
     tokens.clear();
+    oauthSignIn.forget();
     showSignIn(refusal(error), error.challenge);
   });
+  await oauthSignIn.boot(); // an answer at ui/callback becomes the token, or a refusal shown below
   await enter(tokens.get());
 }
 
@@ -125,8 +128,9 @@ function showSignIn(problem, challenge) {
   say(byId('sign-in-error'), problem);
   byId('sign-in-why').textContent = /resource_metadata/.test(challenge || '')
     ? 'This parley takes OAuth access tokens. Paste an access token for parley from your ' +
-      'organisation’s authorization server (a sign-in button is not built yet).'
+      'organisation’s authorization server.'
     : 'This parley asks every caller for a bearer token (auth: tokens). Paste yours.';
+  if (oauthSignIn.offer(problem)) return; // signin.js: a button instead of the token form
   byId('token').focus();
 }
 
@@ -141,7 +145,8 @@ async function signIn(event) {
   await enter(token);
 }
 
-function signOut() {
+async function signOut() {
+  await oauthSignIn.signOut();
   tokens.clear();
   location.hash = '#/';
   location.reload();

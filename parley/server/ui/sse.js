@@ -3,7 +3,7 @@
 // `retry:` delay, with `Last-Event-ID` set to the last event id seen, so a session's stream goes
 // on exactly after it (no gap, no repeat).
 
-import { authHeaders, errorOf, refused } from './api.js';
+import { authHeaders, errorOf, parleyUrl, refused } from './api.js';
 
 /** Yields {id, event, data, retry} for each event of a text/event-stream body. */
 export async function* events(body) {
@@ -66,7 +66,7 @@ export function follow(url, { onEvent, onState, lastEventId = null }) {
       try {
         const headers = { Accept: 'text/event-stream', ...authHeaders() };
         if (last !== null) headers['Last-Event-ID'] = String(last);
-        const response = await fetch(url, {
+        const response = await fetch(parleyUrl(url), {
           headers,
           signal: controller.signal,
           cache: 'no-store',
