@@ -93,8 +93,8 @@ from parley.config.retention import RetentionConfig
 from parley.config.runtime import MIN_RELOAD_S, RuntimeConfig, TasksConfig
 from parley.config.server import ServerConfig, ServerConfigFile
 from parley.config.storage import StorageConfig
-from parley.config.webhooks import TRIGGER_SCOPE, TriggerConfig, WebhookSubscription
 from parley.config.ui import UiConfig
+from parley.config.webhooks import TRIGGER_SCOPE, TriggerConfig, WebhookSubscription
 
 __all__ = [
     "AGENT_SUFFIXES",
@@ -157,8 +157,8 @@ __all__ = [
     "TokenEntry",
     "ToolPolicy",
     "TriggerConfig",
-    "WebhookSubscription",
     "UiConfig",
+    "WebhookSubscription",
     "agent_folders",
     "agent_paths",
     "clear_text_password",

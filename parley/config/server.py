@@ -19,8 +19,8 @@ from parley.config.models import ModelSpec
 from parley.config.retention import RetentionConfig
 from parley.config.runtime import RuntimeConfig, TasksConfig
 from parley.config.storage import StorageConfig
-from parley.config.webhooks import TriggerConfig, WebhookSubscription, check_names
 from parley.config.ui import UiConfig
+from parley.config.webhooks import TriggerConfig, WebhookSubscription, check_names
 from parley.errors import ConfigError
 from parley.redaction import mask_url
 
