@@ -39,6 +39,7 @@ from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.retention import RetentionSweep
 from parley.runtime.scheduler import Scheduler
+from parley.runtime.schedules import ScheduleRunner, check_schedule_names
 from parley.runtime.service import ServiceOptions, SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
@@ -106,6 +107,8 @@ class App:
     shutdown: ShutdownPlan
     signals: SessionSignals
     clock: Callable[[], float]
+    # Starts the sessions of schedules' ticks (runtime/schedules.py).
+    schedules: ScheduleRunner
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -255,6 +258,7 @@ def _session_service(
             attachments=config.attachments,
             titles=titles,
             faults=faults,
+            schedules=config.schedules,
         ),
     )
 
@@ -317,6 +321,7 @@ def _wire(
         shutdown=ShutdownPlan(config.runtime.shutdown_grace_s),
         signals=signals,
         clock=clock,
+        schedules=ScheduleRunner(service.schedules, store, clock),
     )
     return _Wired(app, watch, titles, agents)
 
@@ -331,6 +336,7 @@ async def _start(tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired
     await tg.start(wired.watch.run)
     app.sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
     await tg.start(app.scheduler.run)
+    await tg.start(app.schedules.run)
     await _start_housekeeping(tg, app, config, wired.titles, wired.agents)
 
 
@@ -352,6 +358,9 @@ async def running_app(
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
         wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
         app = wired.app
+        await check_schedule_names(
+            list(config.schedules), opened.store, str(config.config_path or "parley.yaml")
+        )
         async with anyio.create_task_group() as tg:
             await _start(tg, config, opened, wired)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)

@@ -30,6 +30,7 @@ from parley.config.database import (
 )
 from parley.config.env import default_data_dir, expand_env
 from parley.config.files import field_errors, read_raw_yaml
+from parley.config.schedules import schedule_problems
 from parley.config.server import ServerConfig, ServerConfigFile
 from parley.errors import ConfigError, ConfigErrors
 
@@ -113,6 +114,10 @@ def _load(
         errors += missing + problems
         notices = [n for load in loads for n in load.notices]
 
+    schedules, problems = schedule_problems(
+        file_cfg.schedules, agents, file_cfg.runtime.schedule_min_interval_s, str(config_path)
+    )
+    errors += problems
     db_path: Path | None = None
     db_url: str | None = None
     if isinstance(db_override, str):
@@ -145,6 +150,7 @@ def _load(
         attachments=file_cfg.attachments,
         retention=file_cfg.retention,
         agent_notices=tuple(notices),
+        schedules=tuple(schedules),
     )
     return config, errors
 

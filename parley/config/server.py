@@ -18,7 +18,9 @@ from parley.config.mcp import McpServerConfig
 from parley.config.models import ModelSpec
 from parley.config.retention import RetentionConfig
 from parley.config.runtime import RuntimeConfig, TasksConfig
+from parley.config.schedules import ScheduleConfig
 from parley.config.storage import StorageConfig
+from parley.core.schedules import Schedule
 from parley.errors import ConfigError
 from parley.redaction import mask_url
 
@@ -80,6 +82,13 @@ class ServerConfigFile(Strict):
     retention: RetentionConfig = Field(
         default_factory=lambda: RetentionConfig(), description="How long sessions and events are kept."
     )
+    schedules: dict[str, ScheduleConfig] = Field(
+        default_factory=dict,
+        description=(
+            "Sessions that start on their own, by a name of yours (letters, digits, _ or -, at most 31): "
+            "read-only for the schedule tools."
+        ),
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -119,6 +128,8 @@ class ServerConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    # schedules: as the runtime runs them (checked against the agents).
+    schedules: tuple[Schedule, ...] = ()
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
 
