@@ -14,6 +14,7 @@ from mcp.types import SetLevelRequestParams
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
 from parley.sdk_compat import lowlevel_server
+from parley.server import schedule_tools as sch
 from parley.server import session_tools as s
 from parley.server import turn_tools as t
 from parley.server.client_logs import ClientLogRelay
@@ -69,6 +70,15 @@ TOOLS: tuple[Entry, ...] = (
               SessionSummary),
     ToolEntry("replay_session", "Replay session", SENDS, s.replay_session, s.ReplaySessionArguments,
               SessionSummary),
+    ToolEntry("create_schedule", "Create schedule", CREATES, sch.create_schedule, sch.CreateScheduleArguments,
+              sch.ScheduleChange),
+    ToolEntry("list_schedules", "List schedules", READ_ONLY, sch.list_schedules, NoArguments, sch.ScheduleList),
+    ToolEntry("pause_schedule", "Pause schedule", sch.SCHEDULE_CHANGES, sch.pause_schedule,
+              sch.ScheduleNameArguments, sch.ScheduleChange),
+    ToolEntry("resume_schedule", "Resume schedule", sch.SCHEDULE_CHANGES, sch.resume_schedule,
+              sch.ScheduleNameArguments, sch.ScheduleChange),
+    ToolEntry("delete_schedule", "Delete schedule", DELETES, sch.delete_schedule, sch.ScheduleNameArguments,
+              sch.ScheduleChange),
 )
 # fmt: on
 # The tools that may run as MCP tasks (mcp_tasks.py).

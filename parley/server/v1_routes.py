@@ -12,6 +12,7 @@ from parley.server.ai_sdk_chat import ChatEndpoints
 from parley.server.v1_api import JsonEndpoints
 from parley.server.v1_common import V1Context
 from parley.server.v1_events import OwnerStream, SessionStream
+from parley.server.v1_schedules import ScheduleEndpoints
 
 
 def v1_routes(ctx: V1Context) -> list[Route]:
@@ -20,6 +21,7 @@ def v1_routes(ctx: V1Context) -> list[Route]:
         Route("/v1/events", OwnerStream(ctx).endpoint, methods=["GET"]),
         *ChatEndpoints(ctx, ctx.streams.chat_agent).routes(),
         *JsonEndpoints(ctx).routes(),
+        *ScheduleEndpoints(ctx).routes(),
     ]
 
 
