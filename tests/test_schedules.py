@@ -1,7 +1,8 @@
 """Schedules in the test's process (parley.testing, the composition root of `parley serve`), on a
 clock the test moves (ManualClock) and one pass of the schedule runner at a time (`run_due`), so
 no test sleeps: one session per tick across two replicas on SQLite and PostgreSQL, overlap skip
-and queue, catch-up after a downtime, and the configuration's errors."""
+and queue, catch-up after a downtime, and the configuration's errors. The tools and /v1:
+tests/test_schedule_tools.py; three replicas with one SIGKILLed: tests/test_e2e_schedules.py."""
 
 from __future__ import annotations
 
