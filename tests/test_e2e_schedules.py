@@ -73,6 +73,6 @@ async def test_a_one_second_schedule_on_three_replicas_with_one_killed_starts_on
         assert times == [times[0] + n for n in range(len(times))], f"a tick was missed: {times}"
         assert {status for _, status, _ in ticks} == {"started"}
         sessions = database.rows("SELECT id FROM sessions WHERE CAST(tags AS text) LIKE '%schedule:tick%'")
-        started = [sid for _, _, sid in ticks]
+        started = [str(sid) for _, _, sid in ticks]
         assert sorted(started) == sorted(str(row[0]) for row in sessions)
         assert len(set(started)) == len(started) == len(sessions)
