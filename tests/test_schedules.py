@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import anyio
 import pytest
@@ -17,6 +19,7 @@ import yaml
 from mcp import Client
 
 from parley.config import load_config
+from parley.core.schedules import Timing
 from parley.errors import ConfigErrors
 from parley.testing import HeldModel, ManualClock, ParleyUnderTest, call, eventually, parley_app
 from tests.support import Database
@@ -77,6 +80,13 @@ async def test_each_tick_starts_one_session_across_replicas_tagged_with_the_sche
             assert len(await scheduled(client, "tick")) == n
         view = await call(client, "get_session", session_id=sessions[0]["session_id"])
         assert view["owner"] == "local" and "schedule:tick" in view["tags"]
+        # Old ticks go; the latest stays, so no tick runs twice.
+        assert await first.app.store.prune_ticks(clock() + 1) == 3
+        await passes(first)
+        assert len(await scheduled(client, "tick")) == 4
+        clock.advance(10)
+        await passes(second)
+        assert len(await scheduled(client, "tick")) == 5
 
 
 async def test_overlap_skip_starts_nothing_while_the_previous_session_runs(tmp_path: Path) -> None:
@@ -196,3 +206,23 @@ def test_configuration_errors_name_the_schedule_field_and_fix(tmp_path: Path) ->
     assert "PARLEY-C002" in errors_of(tmp_path, {}, runtime={"schedule_min_interval_s": 0.5})[0]
     dst = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "agent": "demo", "message": "m"}
     assert errors_of(tmp_path, {"nightly": dst}) == []
+
+
+def test_cron_ticks_follow_daylight_saving_changes() -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    nightly = Timing(cron="30 2 * * *", tz="Europe/Berlin")
+
+    def local(ts: float | None) -> str:
+        assert ts is not None
+        return datetime.fromtimestamp(ts, berlin).isoformat()
+
+    # 28 March 2027: 02:30 does not exist (the clocks go from 02:00 to 03:00): it runs at 03:00.
+    spring = datetime(2027, 3, 27, 12, tzinfo=berlin).timestamp()
+    ticks = [nightly.next_after(spring)]
+    ticks.append(nightly.next_after(ticks[-1] or 0))
+    assert [local(t) for t in ticks] == ["2027-03-28T03:00:00+02:00", "2027-03-29T02:30:00+02:00"]
+    # 31 October 2027: 02:30 comes twice; it runs once.
+    autumn = nightly.next_after(datetime(2027, 10, 30, 12, tzinfo=berlin).timestamp())
+    after = nightly.next_after(autumn or 0)
+    assert local(autumn) == "2027-10-31T02:30:00+02:00" and local(after) == "2027-11-01T02:30:00+01:00"
+    assert nightly.latest_at_or_before((after or 0) - 1) == autumn

@@ -5,7 +5,7 @@ expression in a time zone or at an interval, for an agent, owned by a principal
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from jsonschema import Draft202012Validator
 from pydantic import Field, model_validator
@@ -17,6 +17,8 @@ from parley.core.schedules import NAME_PATTERN, NAME_RULE, Schedule, Timing, Tim
 from parley.core.scopes import LOCAL
 from parley.errors import ConfigError
 
+# A session's tag, as runtime/session_labels.py checks one (the configuration is read first).
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,39}$"
 # The shortest interval a configuration may lower runtime.schedule_min_interval_s to.
 FLOOR_INTERVAL_S = 1.0
 
@@ -41,7 +43,10 @@ class ScheduleConfig(Strict):
     )
     agent: str = Field(description="The agent each session runs.")
     message: str | None = Field(
-        None, description="The first message of each session (a chat agent; a task agent may add one)."
+        None,
+        min_length=1,
+        max_length=100_000,
+        description="The first message of each session (a chat agent; a task agent may add one).",
     )
     input: dict[str, Any] | None = Field(
         None, description="The inputs of each session of a task agent, checked against its input_schema."
@@ -52,10 +57,12 @@ class ScheduleConfig(Strict):
         max_length=300,
         description="The principal the sessions belong to (a token's name, '<issuer>#<subject>', or local).",
     )
-    tags: list[str] = Field(
+    tags: list[Annotated[str, Field(pattern=TAG_PATTERN)]] = Field(
         default_factory=list,
         max_length=10,
-        description="Tags of each session, besides schedule:NAME.",
+        description=(
+            "Tags of each session, besides schedule:NAME: 1 to 40 ASCII letters and digits, then also . _ : / -."
+        ),
     )
     overlap: Literal["skip", "queue", "allow"] = Field(
         "skip",

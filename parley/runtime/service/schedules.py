@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from parley.config import AgentConfig
@@ -207,13 +207,19 @@ class ScheduleCommands:
         what = "pause_schedule" if paused else "resume_schedule"
         self._admin(caller, what)
         self._not_configured(name)
-        if not await self._parts.store.set_schedule_paused(name, paused):
-            raise InvalidArgument("name", f"no schedule named '{name[:40]}'; list_schedules shows them")
-        await self._parts.audit.record(caller, audit.SCHEDULE, session_id=None, target=name, what=what)
         found = [s for s in await self._parts.store.list_schedules() if s.name == name]
         if not found:
+            raise InvalidArgument("name", f"no schedule named '{name[:40]}'; list_schedules shows them")
+        if not paused:
+            # The ticks that passed while it was paused are not run later, not even by catch_up: once.
+            now = self._parts.clock()
+            latest = found[0].timing.latest_at_or_before(now)
+            if latest is not None:
+                await self._parts.store.claim_tick(name, latest, "skipped", now)
+        if not await self._parts.store.set_schedule_paused(name, paused):
             raise InvalidArgument("name", f"schedule '{name[:40]}' was just deleted")
-        return found[0]
+        await self._parts.audit.record(caller, audit.SCHEDULE, session_id=None, target=name, what=what)
+        return replace(found[0], paused=paused)
 
     async def delete(self, caller: Principal, name: str) -> None:
         self._admin(caller, "delete_schedule")
