@@ -196,6 +196,12 @@ def test_configuration_errors_name_the_schedule_field_and_fix(tmp_path: Path) ->
         ({"every": "1m", "agent": "demo", "input": {"a": 1}}, "PARLEY-C024", "schedules.x.input"),
         ({"every": "1m", "cron": "* * * * *", "agent": "demo", "message": "m"}, "PARLEY-C002", "not both"),
         ({"every": "1m", "agent": "demo", "overlap": "sometimes", "message": "m"}, "PARLEY-C002", "overlap"),
+        (
+            {"every": "1m", "agent": "demo", "message": "m", "tags": ["no spaces"]},
+            "PARLEY-C002",
+            "is not a tag",
+        ),
+        ({"every": "1m", "agent": "demo", "message": ""}, "PARLEY-C002", "schedules.x.message"),
     ]
     for fields, code, said in cases:
         found = errors_of(tmp_path, {"x": fields})

@@ -5,10 +5,11 @@ expression in a time zone or at an interval, for an agent, owned by a principal
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Any, Literal
 
 from jsonschema import Draft202012Validator
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from parley.config.agent import AgentConfig
 from parley.config.base import Strict
@@ -18,7 +19,7 @@ from parley.core.scopes import LOCAL
 from parley.errors import ConfigError
 
 # A session's tag, as runtime/session_labels.py checks one (the configuration is read first).
-TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,39}$"
+TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,39}")
 # The shortest interval a configuration may lower runtime.schedule_min_interval_s to.
 FLOOR_INTERVAL_S = 1.0
 
@@ -57,7 +58,7 @@ class ScheduleConfig(Strict):
         max_length=300,
         description="The principal the sessions belong to (a token's name, '<issuer>#<subject>', or local).",
     )
-    tags: list[Annotated[str, Field(pattern=TAG_PATTERN)]] = Field(
+    tags: list[str] = Field(
         default_factory=list,
         max_length=10,
         description=(
@@ -75,6 +76,16 @@ class ScheduleConfig(Strict):
         "skip",
         description="After a downtime: skip the missed ticks, or run once for them.",
     )
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not TAG_PATTERN.fullmatch(tag):
+                raise ValueError(
+                    f"{tag[:45]!r} is not a tag: 1 to 40 ASCII letters and digits, then also . _ : / -"
+                )
+        return tags
 
     @model_validator(mode="after")
     def _when(self) -> ScheduleConfig:
