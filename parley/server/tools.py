@@ -1,6 +1,7 @@
 """The MCP tools parley publishes, on one MCPServer that serves both protocol generations: the
 table below declares each once (its handler, arguments and output live in turn_tools.py,
-session_tools.py and session_labels.py; tool_table.py makes SDK tools of the rows). See
+session_tools.py, session_labels.py and schedule_tools.py; tool_table.py makes SDK tools of the
+rows). See
 docs/design.md#tools."""
 
 from __future__ import annotations
