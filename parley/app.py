@@ -355,12 +355,13 @@ async def running_app(
     async with AsyncExitStack() as stack:
         process_id = new_process_id()
         opened = await stack.enter_async_context(open_store(config, origin=process_id))
-        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
-        wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
-        app = wired.app
+        # Before anything is built on the store: nothing is left half made when it refuses.
         await check_schedule_names(
             list(config.schedules), opened.store, str(config.config_path or "parley.yaml")
         )
+        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
+        wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
+        app = wired.app
         async with anyio.create_task_group() as tg:
             await _start(tg, config, opened, wired)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)

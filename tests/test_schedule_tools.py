@@ -6,6 +6,7 @@ and the database keeps `parley serve` from starting (PARLEY-C025)."""
 
 from __future__ import annotations
 
+import gc
 import secrets
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ async def test_a_name_in_parley_yaml_and_in_the_database_keeps_the_server_from_s
     with pytest.raises(BaseExceptionGroup) as raised:
         async with parley_app(config_of(tokens, {"clash": CONFIGURED}), directory=tmp_path):
             pass
+    gc.collect()  # a stream the refused start left open would be reported here, not in a later test
     refusal = raised.value.exceptions[0]
     assert isinstance(refusal, ConfigErrors)
     (error,) = refusal.errors
