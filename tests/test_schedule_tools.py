@@ -17,7 +17,7 @@ from mcp import Client
 from parley.errors import ConfigErrors
 from parley.testing import ManualClock, ParleyUnderTest, call, call_error, parley_app
 from tests.auth_support import token_client
-from tests.support import tokens_auth
+from tests.support import db_rows, tokens_auth
 
 pytestmark = pytest.mark.anyio
 
@@ -53,6 +53,27 @@ async def test_only_admins_manage_schedules_and_bad_arguments_store_nothing(tmp_
             assert await names(ops) == ["from_file"]
             await manage(parley, ops, alice, clock)
             await over_v1(parley, tokens)
+    trail = db_rows(
+        tmp_path / "parley.db",
+        "SELECT action, principal, client, target, outcome FROM audit WHERE action LIKE 'schedule%' "
+        "AND (target = 'for_alice' OR client = 'schedule:for_alice') ORDER BY id",
+    )
+    acts = [(action, principal, outcome) for action, principal, _, _, outcome in trail]
+    assert acts == [
+        ("schedule", "ops", "ok"),  # created
+        ("scheduled_start", "alice", "ok"),
+        ("schedule", "ops", "ok"),  # paused
+        ("schedule", "ops", "ok"),  # resumed
+        ("scheduled_start", "alice", "ok"),
+        ("schedule", "ops", "ok"),  # deleted
+    ], trail
+    refused = db_rows(
+        tmp_path / "parley.db",
+        "SELECT target FROM audit WHERE action = 'schedule' AND principal = 'alice' AND outcome = 'refused' "
+        "ORDER BY id",
+    )
+    # Her four tool calls and her GET /v1/schedules.
+    assert [target for (target,) in refused] == ["mine", None, "from_file", "from_file", None]
 
 
 async def refusals(ops: Client) -> None:

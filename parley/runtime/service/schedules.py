@@ -142,7 +142,7 @@ class ScheduleCommands:
     # ------------------------------------------------------------------ the admins' commands
 
     async def create(self, caller: Principal, request: ScheduleRequest) -> Schedule:
-        self._admin(caller, "create_schedule")
+        await self._admin(caller, "create_schedule", request.name)
         problem = check_name(request.name)
         if problem:
             raise InvalidArgument("name", problem)
@@ -192,7 +192,7 @@ class ScheduleCommands:
             raise InvalidArgument("inputs" if field == "input" else field, text)
 
     async def views(self, caller: Principal) -> list[ScheduleView]:
-        self._admin(caller, "list_schedules")
+        await self._admin(caller, "list_schedules", None)
         ticks = await self._parts.store.latest_ticks()
         now = self._parts.clock()
         views = []
@@ -205,7 +205,7 @@ class ScheduleCommands:
 
     async def set_paused(self, caller: Principal, name: str, paused: bool) -> Schedule:
         what = "pause_schedule" if paused else "resume_schedule"
-        self._admin(caller, what)
+        await self._admin(caller, what, name)
         self._not_configured(name)
         found = [s for s in await self._parts.store.list_schedules() if s.name == name]
         if not found:
@@ -222,16 +222,20 @@ class ScheduleCommands:
         return replace(found[0], paused=paused)
 
     async def delete(self, caller: Principal, name: str) -> None:
-        self._admin(caller, "delete_schedule")
+        await self._admin(caller, "delete_schedule", name)
         self._not_configured(name)
         if not await self._parts.store.delete_schedule(name):
             raise InvalidArgument("name", f"no schedule named '{name[:40]}'; list_schedules shows them")
         await self._parts.audit.record(caller, audit.SCHEDULE, session_id=None, target=name, what="delete")
 
-    @staticmethod
-    def _admin(caller: Principal, what: str) -> None:
+    async def _admin(self, caller: Principal, what: str, name: str | None) -> None:
+        """Only an admin manages schedules; a refusal is in the audit trail, as `schedule`."""
         if not caller.is_admin:
-            raise NotAdmin(what)
+            refusal = NotAdmin(what)
+            await self._parts.audit.refused(
+                caller, audit.SCHEDULE, None, (name or "")[:100] or None, str(refusal), what=what
+            )
+            raise refusal
 
     def _not_configured(self, name: str) -> None:
         if name in self._configured:
