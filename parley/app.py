@@ -326,9 +326,11 @@ def _wire(
     return _Wired(app, watch, titles, agents)
 
 
-async def _start(tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired: _Wired) -> None:
+async def _start(
+    tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired: _Wired, schedules: bool
+) -> None:
     """Start the background work in `tg`: the change feed, the tool sources, the watch, the
-    scheduler, then the housekeeping."""
+    scheduler, the schedule runner (unless `schedules` is False), then the housekeeping."""
     app = wired.app
     # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
     await tg.start(opened.feed.run, app.signals)
@@ -336,15 +338,21 @@ async def _start(tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired
     await tg.start(wired.watch.run)
     app.sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
     await tg.start(app.scheduler.run)
-    await tg.start(app.schedules.run)
+    if schedules:
+        await tg.start(app.schedules.run)
     await _start_housekeeping(tg, app, config, wired.titles, wired.agents)
 
 
 @asynccontextmanager
 async def running_app(
-    config: ServerConfig, tracing: Tracing | None = None, seams: Seams | None = None
+    config: ServerConfig,
+    tracing: Tracing | None = None,
+    seams: Seams | None = None,
+    *,
+    schedules: bool = True,
 ) -> AsyncIterator[App]:
-    """Open the store and run the scheduler for as long as the context is open.
+    """Open the store and run the scheduler for as long as the context is open; `schedules`:
+    start schedules' sessions too (`parley eval` and `parley replay` do not).
 
     Leaving the context drains: running steps may finish within the shutdown grace period,
     then every driver stops where it is and releases its lease, so the next process resumes
@@ -363,7 +371,7 @@ async def running_app(
         wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
         app = wired.app
         async with anyio.create_task_group() as tg:
-            await _start(tg, config, opened, wired)
+            await _start(tg, config, opened, wired, schedules)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             try:
                 yield app

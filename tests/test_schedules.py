@@ -6,6 +6,8 @@ tests/test_schedule_tools.py; three replicas with one SIGKILLed: tests/test_e2e_
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
@@ -18,11 +20,12 @@ import pytest
 import yaml
 from mcp import Client
 
+from parley.cli import main
 from parley.config import load_config
 from parley.core.schedules import Timing
 from parley.errors import ConfigErrors
-from parley.testing import HeldModel, ManualClock, ParleyUnderTest, call, eventually, parley_app
-from tests.support import Database
+from parley.testing import FAST_RUNTIME, HeldModel, ManualClock, ParleyUnderTest, call, eventually, parley_app
+from tests.support import Database, db_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -232,3 +235,34 @@ def test_cron_ticks_follow_daylight_saving_changes() -> None:
     after = nightly.next_after(autumn or 0)
     assert local(autumn) == "2027-10-31T02:30:00+02:00" and local(after) == "2027-11-01T02:30:00+01:00"
     assert nightly.latest_at_or_before((after or 0) - 1) == autumn
+
+
+def test_parley_replay_starts_no_schedule_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`parley replay` (and `parley eval`) run the engine in their own process on the database: it
+    drives their sessions and starts no schedule's."""
+    path = tmp_path / "parley.yaml"
+    schedule = {"every": "1s", "agent": "demo", "message": "tick", "overlap": "allow"}
+    fields = {
+        "storage": {"path": "parley.db"},
+        "runtime": {**FAST_RUNTIME, "schedule_min_interval_s": 1},
+        "schedules": {"tick": schedule},
+    }
+    path.write_text(yaml.safe_dump(fields))
+
+    async def original() -> str:
+        # An hour ago, on a clock of its own: the schedule's tick of then starts one session.
+        async with (
+            parley_app(path, clock=ManualClock(time.time() - 3600.5)) as parley,
+            parley.mcp() as client,
+        ):
+            await passes(parley)
+            started = await call(client, "start_session", agent="demo", message="hello")
+            return str(started["session_id"])
+
+    sid = anyio.run(original)
+    assert main(["replay", sid, "--config", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["original"] == sid
+    tagged = db_rows(
+        tmp_path / "parley.db", "SELECT count(*) FROM sessions WHERE tags LIKE '%schedule:tick%'"
+    )
+    assert tagged == [(1,)]
