@@ -1,7 +1,8 @@
 """A schedule at a one-second interval on three `parley serve` replicas sharing one PostgreSQL
 schema, with a replica SIGKILLed as soon as it started a tick's session: every tick from the first
-to the last claimed started exactly one session, and every session the schedule started belongs
-to exactly one tick (docs/schedules.md#one-session-per-tick)."""
+to the last claimed started exactly one session, every session the schedule started belongs to
+exactly one tick, and the sessions started before the kill are answered (the killed replica's by
+the others) (docs/schedules.md#one-session-per-tick)."""
 
 from __future__ import annotations
 
@@ -68,6 +69,15 @@ async def test_a_one_second_schedule_on_three_replicas_with_one_killed_starts_on
                 return len(claimed(database)) >= at_kill + TICKS_AFTER_KILL
 
             await eventually(carried_on, f"{TICKS_AFTER_KILL} more ticks after the kill")
+            # The killed replica's turns too are answered, by the others.
+            before_kill = [sid for _, _, sid in claimed(database)[:at_kill]]
+
+            async def answered() -> bool:
+                marks = ", ".join("?" for _ in before_kill)
+                rows = database.rows(f"SELECT status FROM sessions WHERE id IN ({marks})", tuple(before_kill))
+                return len(rows) == len(before_kill) and all(status == "idle" for (status,) in rows)
+
+            await eventually(answered, "the sessions started before the kill to answer")
         ticks = claimed(database)
         times = [t for t, _, _ in ticks]
         assert times == [times[0] + n for n in range(len(times))], f"a tick was missed: {times}"
