@@ -114,13 +114,17 @@ async def test_overlap_skip_starts_nothing_while_the_previous_session_runs(tmp_p
         assert len(await scheduled(client, "slow")) == 2
 
 
-async def test_overlap_queue_runs_one_waiting_tick_when_the_previous_session_ends(tmp_path: Path) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
+async def test_overlap_queue_runs_one_waiting_tick_when_the_previous_session_ends(database: Database) -> None:
     model = HeldModel()
     held = model.hold("slow")
     clock = ManualClock(T0)
-    config = {"schedules": {"queued": every_10s("slow queued", overlap="queue")}}
+    config = {
+        "storage": database.storage(),
+        "schedules": {"queued": every_10s("slow queued", overlap="queue")},
+    }
     async with (
-        parley_app(config, clock=clock, model=model, directory=tmp_path) as parley,
+        parley_app(config, db=database.db_arg, clock=clock, model=model) as parley,
         parley.mcp() as client,
     ):
         await passes(parley)
