@@ -39,6 +39,7 @@ from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.retention import RetentionSweep
 from parley.runtime.scheduler import Scheduler
+from parley.runtime.schedules import ScheduleRunner, check_schedule_names
 from parley.runtime.service import ServiceOptions, SessionService
 from parley.runtime.session_events import EventWatch, SessionEvents
 from parley.runtime.signals import SessionSignals
@@ -109,6 +110,8 @@ class App:
     shutdown: ShutdownPlan
     signals: SessionSignals
     clock: Callable[[], float]
+    # Starts the sessions of schedules' ticks (runtime/schedules.py).
+    schedules: ScheduleRunner
     # Outbound webhooks' delivery worker (None: no webhooks configured).
     webhooks: WebhookWorker | None = None
 
@@ -260,6 +263,7 @@ def _session_service(
             attachments=config.attachments,
             titles=titles,
             faults=faults,
+            schedules=config.schedules,
         ),
     )
 
@@ -330,13 +334,16 @@ def _wire(
         signals=signals,
         clock=clock,
         webhooks=webhooks,
+        schedules=ScheduleRunner(service.schedules, store, clock),
     )
     return _Wired(app, watch, titles, agents)
 
 
-async def _start(tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired: _Wired) -> None:
+async def _start(
+    tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired: _Wired, schedules: bool
+) -> None:
     """Start the background work in `tg`: the change feed, the tool sources, the watch, the
-    scheduler, then the housekeeping."""
+    scheduler, the schedule runner (unless `schedules` is False), then the housekeeping."""
     app = wired.app
     # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
     await tg.start(opened.feed.run, app.signals)
@@ -344,14 +351,21 @@ async def _start(tg: TaskGroup, config: ServerConfig, opened: OpenedStore, wired
     await tg.start(wired.watch.run)
     app.sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
     await tg.start(app.scheduler.run)
+    if schedules:
+        await tg.start(app.schedules.run)
     await _start_housekeeping(tg, app, config, wired.titles, wired.agents)
 
 
 @asynccontextmanager
 async def running_app(
-    config: ServerConfig, tracing: Tracing | None = None, seams: Seams | None = None
+    config: ServerConfig,
+    tracing: Tracing | None = None,
+    seams: Seams | None = None,
+    *,
+    schedules: bool = True,
 ) -> AsyncIterator[App]:
-    """Open the store and run the scheduler for as long as the context is open.
+    """Open the store and run the scheduler for as long as the context is open; `schedules`:
+    start schedules' sessions too (`parley eval` and `parley replay` do not).
 
     Leaving the context drains: running steps may finish within the shutdown grace period,
     then every driver stops where it is and releases its lease, so the next process resumes
@@ -362,11 +376,15 @@ async def running_app(
     async with AsyncExitStack() as stack:
         process_id = new_process_id()
         opened = await stack.enter_async_context(open_store(config, origin=process_id))
+        # Before anything is built on the store: nothing is left half made when it refuses.
+        await check_schedule_names(
+            list(config.schedules), opened.store, str(config.config_path or "parley.yaml")
+        )
         http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
         wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
         app = wired.app
         async with anyio.create_task_group() as tg:
-            await _start(tg, config, opened, wired)
+            await _start(tg, config, opened, wired, schedules)
             logger.info("parley %s started as %s on %s", __version__, process_id, opened.label)
             try:
                 yield app

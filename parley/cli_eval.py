@@ -97,7 +97,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from parley.runtime.evals.report import as_json, as_junit, render
 
     async def run() -> EvalReport | None:
-        async with running_app(config, seams=getattr(args, "seams", None)) as app:
+        # A run of its own: it starts no schedule's sessions (the servers do).
+        async with running_app(config, seams=getattr(args, "seams", None), schedules=False) as app:
             try:
                 return await evaluate(app, config, request, getattr(args, "seams", None))
             except RequestError as exc:  # an agent or version that is not there: nothing ran

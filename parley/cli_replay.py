@@ -89,7 +89,8 @@ def run_replay(args: argparse.Namespace) -> int:
     definition = agent_file(config, Path(args.agent_file)) if args.agent_file else None
 
     async def run() -> int:
-        async with running_app(config, seams=getattr(args, "seams", None)) as app:
+        # A run of its own: it starts no schedule's sessions (the servers do).
+        async with running_app(config, seams=getattr(args, "seams", None), schedules=False) as app:
             reports = []
             for session_id in args.session:
                 try:

@@ -15,6 +15,7 @@ ParleyError
 │  ├─ HumanApprovalOnly     the agent takes decisions only from a person
 │  ├─ ApproversOnly         the agent takes decisions only from the principals it names
 │  ├─ SessionBusy           a turn to delete did not stop within the wait
+│  ├─ NotAdmin              the command needs the scope parley:admin
 │  └─ RateLimited           the caller is over a fair-use limit; says when to try again
 ├─ ConfigError             a configuration file or field is wrong; names the file, field and fix
 ├─ ConfigErrors            every ConfigError found in one load
@@ -43,6 +44,11 @@ class InvalidArgument(RequestError):
     def __init__(self, field: str, problem: str) -> None:
         self.field = field
         super().__init__(f"Invalid argument '{field}': {problem}")
+
+
+class NotAdmin(RequestError):
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} needs the scope parley:admin; ask an administrator. Nothing was changed.")
 
 
 class UnknownAgent(RequestError):

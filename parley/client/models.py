@@ -312,6 +312,44 @@ class QueuedMessageDeleted(_Model):
     status: Literal["deleted", "already deleted"]
 
 
+class ScheduleChange(_Model):
+    """What create, pause, resume and delete_schedule say."""
+
+    name: str
+    status: Literal["created", "paused", "resumed", "deleted"]
+
+
+class LastTick(_Model):
+    tick_at: str
+    status: Literal["started", "skipped", "queued"]
+    session_id: str | None
+
+
+class Schedule(_Model):
+    """A schedule as list_schedules shows it."""
+
+    name: str
+    source: Literal["config", "database"]
+    cron: str | None
+    timezone: str
+    every_s: float | None
+    agent: str
+    owner: str
+    message: str | None
+    inputs: dict[str, Any] | None
+    tags: list[str]
+    overlap: Literal["skip", "queue", "allow"]
+    catch_up: Literal["skip", "once"]
+    paused: bool
+    created_by: str | None
+    last_run: LastTick | None
+    next_run: str | None
+
+
+class ScheduleList(_Model):
+    schedules: list[Schedule]
+
+
 # Which model reads which tool's structured content (the fast test walks this table).
 TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
     "list_agents": AgentList,
@@ -331,4 +369,9 @@ TOOL_OUTPUTS: dict[str, type[BaseModel]] = {
     "fork_session": SessionSummary,
     "replay_session": SessionSummary,
     "delete_queued_message": QueuedMessageDeleted,
+    "create_schedule": ScheduleChange,
+    "list_schedules": ScheduleList,
+    "pause_schedule": ScheduleChange,
+    "resume_schedule": ScheduleChange,
+    "delete_schedule": ScheduleChange,
 }

@@ -3,7 +3,7 @@
 An error keeps a file from loading (or an agent from being served). A notice (C014 to C018) says
 what an agent file asks that parley serves differently: the file loads, and `parley check` prints
 the notice as a warning, or as a note when it is a `ConfigNote`. Every code is here, also those
-raised outside the package: C010 by server/http.py, C019 and C020 (what a running server's reload
+raised outside the package: C010 by server/http.py, C025 by runtime/schedules.py, C019 and C020 (what a running server's reload
 logs) by runtime/agent_reload.py.
 """
 
@@ -25,7 +25,11 @@ E_ENV = "PARLEY-C011"  # a ${NAME} reference names an environment variable that 
 E_SERVER = "PARLEY-C012"  # an agent names an MCP server that parley.yaml does not configure
 E_SERVER_TOOL = "PARLEY-C013"  # a tool named in include/exclude/tools is not listed by its server
 E_PLAN = "PARLEY-C021"  # plan mode without write_todos, or a forced plan tool its model refuses
-E_TRIGGER = "PARLEY-C025"  # a trigger names an agent that is not served, or an input it does not take
+E_SCHEDULE_TIMING = "PARLEY-C022"  # a schedule's name, cron expression, time zone or interval is not valid
+E_SCHEDULE_INTERVAL = "PARLEY-C023"  # a schedule's interval is shorter than runtime.schedule_min_interval_s
+E_SCHEDULE_AGENT = "PARLEY-C024"  # a schedule names an unknown agent, or its message/input does not fit it
+E_SCHEDULE_NAME = "PARLEY-C025"  # a schedule name in parley.yaml is also a schedule made with the tools
+E_TRIGGER = "PARLEY-C026"  # a trigger names an agent that is not served, or an input it does not take
 
 # Codes of notices: the file loads, but something in it is not served as written.
 E_UNSERVABLE_TOOL = "PARLEY-C014"  # a tool parley cannot serve (Claude Code's own Read, Bash...): skipped

@@ -32,6 +32,7 @@ from parley.config.database import (
 )
 from parley.config.env import default_data_dir, expand_env
 from parley.config.files import field_errors, read_raw_yaml
+from parley.config.schedules import schedule_problems
 from parley.config.server import ServerConfig, ServerConfigFile
 from parley.config.webhooks import secret_problems, trigger_problems
 from parley.errors import ConfigError, ConfigErrors
@@ -118,6 +119,10 @@ def _load(
         errors += trigger_problems(file_cfg.triggers, agents, str(config_path))
         token_errors += secret_problems(file_cfg.webhooks, file_cfg.triggers, str(config_path))
 
+    schedules, problems = schedule_problems(
+        file_cfg.schedules, agents, file_cfg.runtime.schedule_min_interval_s, str(config_path)
+    )
+    errors += problems
     db_path: Path | None = None
     db_url: str | None = None
     if isinstance(db_override, str):
@@ -153,6 +158,7 @@ def _load(
         agent_notices=tuple(notices),
         webhooks=file_cfg.webhooks,
         triggers=file_cfg.triggers,
+        schedules=tuple(schedules),
     )
     return config, errors
 

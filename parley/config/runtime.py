@@ -81,6 +81,12 @@ class RuntimeConfig(Strict):
             "0: never; otherwise at least 0.05."
         ),
     )
+    schedule_min_interval_s: float = Field(
+        10.0,
+        ge=1,
+        le=86_400,
+        description="The shortest every: a schedule may have, in seconds (at least 1).",
+    )
 
     @model_validator(mode="after")
     def _reload_interval(self) -> RuntimeConfig:

@@ -18,9 +18,11 @@ from parley.config.mcp import McpServerConfig
 from parley.config.models import ModelSpec
 from parley.config.retention import RetentionConfig
 from parley.config.runtime import RuntimeConfig, TasksConfig
+from parley.config.schedules import ScheduleConfig
 from parley.config.storage import StorageConfig
 from parley.config.ui import UiConfig
 from parley.config.webhooks import TriggerConfig, WebhookSubscription, check_names
+from parley.core.schedules import Schedule
 from parley.errors import ConfigError
 from parley.redaction import mask_url
 
@@ -93,6 +95,13 @@ class ServerConfigFile(Strict):
     ui: UiConfig = Field(
         default_factory=lambda: UiConfig(), description="The page for people at /ui: how it signs people in."
     )
+    schedules: dict[str, ScheduleConfig] = Field(
+        default_factory=dict,
+        description=(
+            "Sessions that start on their own, by a name of yours (letters, digits, _ or -, at most 31): "
+            "read-only for the schedule tools."
+        ),
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -135,6 +144,8 @@ class ServerConfig:
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     ui: UiConfig = field(default_factory=UiConfig)
+    # schedules: as the runtime runs them (checked against the agents).
+    schedules: tuple[Schedule, ...] = ()
     # What agent files ask that parley serves differently (skipped tools, the default model...).
     agent_notices: tuple[ConfigError, ...] = ()
     webhooks: dict[str, WebhookSubscription] = field(default_factory=dict)

@@ -9,7 +9,7 @@ never used as the owner. Everything a call creates belongs to its principal.
 | scope | grants |
 |---|---|
 | `parley:use` | start and talk to one's own sessions; decide their interrupts when the agent's approver policy allows the caller |
-| `parley:admin` | everything `use` does, on every owner's sessions (read, message, decide, cancel, delete), as the CLI on the server does |
+| `parley:admin` | everything `use` does, on every owner's sessions (read, message, decide, cancel, delete), as the CLI on the server does; and managing schedules |
 | `parley:metrics` | the full `/healthz` report |
 
 An agent may restrict who uses it (`users:`) and name who counts as a person for its interrupts

@@ -45,6 +45,8 @@ REPLAY = "replay"  # a replay of a session started (target: the session replayed
 FORK = "fork"  # a session forked (the entry names the fork; its target is the original)
 TASK = "task"  # an MCP task created
 TASK_CANCEL = "task_cancel"
+SCHEDULED = "scheduled_start"  # a schedule's tick started a session (principal: its owner)
+SCHEDULE = "schedule"  # a schedule made, paused, resumed or deleted with the tools (detail: what)
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})
 
 

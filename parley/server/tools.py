@@ -1,6 +1,7 @@
 """The MCP tools parley publishes, on one MCPServer that serves both protocol generations: the
 table below declares each once (its handler, arguments and output live in turn_tools.py,
-session_tools.py and session_labels.py; tool_table.py makes SDK tools of the rows). See
+session_tools.py, session_labels.py and schedule_tools.py; tool_table.py makes SDK tools of the
+rows). See
 docs/design.md#tools."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from mcp.types import SetLevelRequestParams
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
 from parley.sdk_compat import lowlevel_server
+from parley.server import schedule_tools as sch
 from parley.server import session_tools as s
 from parley.server import turn_tools as t
 from parley.server.client_logs import ClientLogRelay
@@ -69,6 +71,15 @@ TOOLS: tuple[Entry, ...] = (
               SessionSummary),
     ToolEntry("replay_session", "Replay session", SENDS, s.replay_session, s.ReplaySessionArguments,
               SessionSummary),
+    ToolEntry("create_schedule", "Create schedule", CREATES, sch.create_schedule, sch.CreateScheduleArguments,
+              sch.ScheduleChange),
+    ToolEntry("list_schedules", "List schedules", READ_ONLY, sch.list_schedules, NoArguments, sch.ScheduleList),
+    ToolEntry("pause_schedule", "Pause schedule", sch.SCHEDULE_CHANGES, sch.pause_schedule,
+              sch.ScheduleNameArguments, sch.ScheduleChange),
+    ToolEntry("resume_schedule", "Resume schedule", sch.SCHEDULE_CHANGES, sch.resume_schedule,
+              sch.ScheduleNameArguments, sch.ScheduleChange),
+    ToolEntry("delete_schedule", "Delete schedule", DELETES, sch.delete_schedule, sch.ScheduleNameArguments,
+              sch.ScheduleChange),
 )
 # fmt: on
 # The tools that may run as MCP tasks (mcp_tasks.py).

@@ -13,6 +13,7 @@ from parley.server.triggers import TriggerEndpoint
 from parley.server.v1_api import JsonEndpoints
 from parley.server.v1_common import V1Context
 from parley.server.v1_events import OwnerStream, SessionStream
+from parley.server.v1_schedules import ScheduleEndpoints
 
 
 def v1_routes(ctx: V1Context) -> list[Route]:
@@ -22,6 +23,7 @@ def v1_routes(ctx: V1Context) -> list[Route]:
         *ChatEndpoints(ctx, ctx.streams.chat_agent).routes(),
         *JsonEndpoints(ctx).routes(),
         *([TriggerEndpoint(ctx.service, ctx.triggers).route()] if ctx.triggers is not None else []),
+        *ScheduleEndpoints(ctx).routes(),
     ]
 
 

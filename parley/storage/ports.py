@@ -32,6 +32,7 @@ from parley.core.records import (
     ToolCallRecord,
     TurnRecord,
 )
+from parley.core.schedules import Schedule, TickClaim, TickRecord, TickStatus
 from parley.core.webhooks import DeliveryRecord, DeliveryStatus, OutboxRoute
 
 T = TypeVar("T")
@@ -72,6 +73,7 @@ class SessionStarts(Protocol):
         audit: AuditRecord | None = None,
         more: Sequence[QueuedMessageRecord] = (),
         shared: Sequence[str] = (),
+        tick: TickClaim | None = None,
     ) -> bool:
         """Store the session and its first queued message as given (see transitions.starting),
         and `more` queued behind it (a replay's messages), with references to the attachments
@@ -80,7 +82,8 @@ class SessionStarts(Protocol):
         False (and nothing written) when the owner already used session.start_client_message_id.
         With `admit`, in the same transaction: the owner's usage is read under its lock and
         `admit.decide` either returns the admissions stored with the session or raises (and
-        nothing is written)."""
+        nothing is written). With `tick`, the schedule's tick is claimed first in the same
+        transaction: False (and nothing written) when another start claimed it."""
         ...
 
     async def find_started(self, owner: str, client_message_id: str) -> SessionRecord | None:
@@ -419,6 +422,41 @@ class WebhookOutbox(Protocol):
         ...
 
 
+class ScheduleStore(Protocol):
+    """The schedules made with the tools, and the ticks claimed of every schedule."""
+
+    async def create_schedule(self, schedule: Schedule) -> bool:
+        """Store a new schedule; False (nothing written) when the name is taken."""
+        ...
+
+    async def list_schedules(self) -> list[Schedule]: ...
+
+    async def set_schedule_paused(self, name: str, paused: bool) -> bool:
+        """False when there is no schedule of that name."""
+        ...
+
+    async def delete_schedule(self, name: str) -> bool:
+        """The schedule and its ticks; False when there is no schedule of that name."""
+        ...
+
+    async def latest_ticks(self) -> dict[str, tuple[TickRecord, str | None]]:
+        """Per schedule, its latest claimed tick and the status of the session of its latest
+        tick that started one (None: none did, or it is gone)."""
+        ...
+
+    async def queued_ticks(self) -> list[TickRecord]:
+        """The ticks waiting for their schedule's previous session (overlap queue)."""
+        ...
+
+    async def claim_tick(self, schedule: str, tick_at: float, status: TickStatus, now: float) -> bool:
+        """Claim a tick that starts no session now (skipped or queued); False when it was claimed."""
+        ...
+
+    async def prune_ticks(self, before: float) -> int:
+        """Delete ticks claimed before `before`, except each schedule's latest and queued ones."""
+        ...
+
+
 class Store(
     WebhookOutbox,
     StepStore,
@@ -435,6 +473,7 @@ class Store(
     AgentVersions,
     SessionLabels,
     RetentionSweeps,
+    ScheduleStore,
     Protocol,
 ):
     """Every port: durable state of every session."""

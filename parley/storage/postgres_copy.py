@@ -39,6 +39,8 @@ TABLE_NAMES = {
     "agent_versions": "agent versions",
     "attachments": "attachments",
     "attachment_refs": "attachment references",
+    "schedules": "schedules",
+    "schedule_ticks": "schedule ticks",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000

@@ -158,6 +158,25 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX webhook_deliveries_listed ON webhook_deliveries(status, created_at)"
         ),
     ),
+    Migration(
+        "24: schedules: the schedules made with the tools (a definition, an owner, paused or not), and one row "
+        "per claimed tick of any schedule, written with the session it starts, so a tick starts at most one "
+        "session across replicas and restarts",
+        sqlite=(
+            "CREATE TABLE schedules (name TEXT PRIMARY KEY, definition TEXT NOT NULL, owner TEXT NOT NULL, "
+            "created_by TEXT NOT NULL, created_at REAL NOT NULL, paused INTEGER NOT NULL DEFAULT 0);"
+            "CREATE TABLE schedule_ticks (schedule TEXT NOT NULL, tick_at REAL NOT NULL, status TEXT NOT NULL, "
+            "session_id TEXT, claimed_at REAL NOT NULL, PRIMARY KEY (schedule, tick_at))"
+        ),
+        postgres=(
+            'CREATE TABLE schedules (name text COLLATE "C" PRIMARY KEY, definition json NOT NULL, '
+            'owner text COLLATE "C" NOT NULL, created_by text COLLATE "C" NOT NULL, '
+            "created_at double precision NOT NULL, paused boolean NOT NULL DEFAULT false);"
+            'CREATE TABLE schedule_ticks (schedule text COLLATE "C" NOT NULL, tick_at double precision NOT NULL, '
+            'status text COLLATE "C" NOT NULL, session_id text COLLATE "C", '
+            "claimed_at double precision NOT NULL, PRIMARY KEY (schedule, tick_at))"
+        ),
+    ),
 )
 
 # The newest version this parley knows.
@@ -188,6 +207,8 @@ DATA_TABLES = (
     "attachment_refs",
     "admissions",
     "webhook_deliveries",
+    "schedules",
+    "schedule_ticks",
 )
 
 

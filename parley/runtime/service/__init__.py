@@ -4,7 +4,8 @@
   `decisions` (approve, answer_question, the retry of an input-required round; decide.py),
   `lifecycle` (cancel_turn, close_session, update_session, delete_session; lifecycle.py),
   `forks` (fork_session; forks.py), `replays` (replays.py) and `evals` (an eval's scripted
-  sessions; evals.py);
+  sessions; evals.py), `schedules` (a schedule's tick started as a session, and the admins'
+  commands on schedules; schedules.py);
 - `waits`: the one bounded wait and the waits built on it (waits.py);
 - `reads`: what a caller is shown (reads.py), of outcomes.py's TurnOutcome and SessionDetails;
 - `persons`: answers given by the person behind a caller's client (persons.py);
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from parley.config import RuntimeConfig
 from parley.config.attachments import AttachmentsConfig
 from parley.config.auth import LimitsConfig
+from parley.core.schedules import Schedule
 from parley.runtime.agent_catalog import AgentCatalog
 from parley.runtime.audit import Audit
 from parley.runtime.decisions import Decisions
@@ -50,6 +52,7 @@ from parley.runtime.service.requests import (
     StartRequest,
     Waiting,
 )
+from parley.runtime.service.schedules import ScheduleCommands
 from parley.runtime.service.waits import Waits
 from parley.runtime.session_access import SessionAccess
 from parley.runtime.session_steps import SessionSteps
@@ -86,6 +89,8 @@ class ServiceOptions:
     titles: ModelTitles | None = None
     # Crash tests' fault points (inert unless armed).
     faults: FaultPoints = field(default_factory=FaultPoints)
+    # parley.yaml's schedules (read-only for the schedule tools).
+    schedules: Sequence[Schedule] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +104,7 @@ class SessionService:
     replays: ReplayCommands
     evals: EvalCommands
     forks: ForkCommands
+    schedules: ScheduleCommands
     waits: Waits
     reads: Reads
     persons: PersonAnswers
@@ -133,6 +139,7 @@ class SessionService:
             replays=ReplayCommands(parts, fair_use),
             evals=EvalCommands(parts, checks, fair_use),
             forks=ForkCommands(parts, checks, fair_use),
+            schedules=ScheduleCommands(parts, checks, fair_use, options.schedules),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

@@ -8,6 +8,7 @@ import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
 import { draftCard, PlanPanel } from './plan.js';
 import { oauthSignIn } from './signin.js';
+import { showSchedules } from './schedules.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
 
@@ -121,7 +122,7 @@ function showSignIn(problem, challenge) {
   byId('app').hidden = true;
   byId('sign-in').hidden = false;
   byId('sign-out').hidden = true;
-  byId('nav-inbox').hidden = byId('nav-sessions').hidden = true;
+  byId('nav-inbox').hidden = byId('nav-sessions').hidden = byId('nav-schedules').hidden = true;
   byId('notice').hidden = true;
   byId('who').textContent = '';
   say(byId('trouble'), '');
@@ -155,7 +156,7 @@ async function signOut() {
 function showApp() {
   byId('sign-in').hidden = true;
   byId('app').hidden = false;
-  byId('nav-inbox').hidden = byId('nav-sessions').hidden = false;
+  byId('nav-inbox').hidden = byId('nav-sessions').hidden = byId('nav-schedules').hidden = false;
   byId('sign-out').hidden = state.open;
   byId('who').textContent = state.open ? 'not signed in (auth: none)' : 'signed in';
   const notice = byId('notice');
@@ -180,14 +181,18 @@ function showApp() {
 function route() {
   const hash = location.hash || '#/';
   const session = hash.match(/^#\/s\/([A-Za-z0-9_-]+)$/);
-  document.body.classList.remove('view-sessions', 'view-session', 'view-inbox');
+  document.body.classList.remove('view-sessions', 'view-session', 'view-inbox', 'view-schedules');
   byId('nav-inbox').classList.toggle('active', hash === '#/inbox');
-  byId('nav-sessions').classList.toggle('active', hash !== '#/inbox');
+  byId('nav-schedules').classList.toggle('active', hash === '#/schedules');
+  byId('nav-sessions').classList.toggle('active', hash !== '#/inbox' && hash !== '#/schedules');
   if (session) {
     document.body.classList.add('view-session');
     openSession(session[1]);
   } else if (hash === '#/inbox') {
     document.body.classList.add('view-inbox');
+  } else if (hash === '#/schedules') {
+    document.body.classList.add('view-schedules');
+    showSchedules();
   } else {
     document.body.classList.add('view-sessions');
     closeSession();

@@ -24,6 +24,7 @@ from parley.core.records import (
     TurnRecord,
     lease_token,
 )
+from parley.core.schedules import TickClaim
 from parley.core.states import RUNNING_SESSION
 from parley.core.webhooks import OutboxRoute
 from parley.errors import LeaseLost, StorageError
@@ -39,6 +40,7 @@ from parley.storage.sql.rows import (
     TURN_COLUMNS,
     listing,
 )
+from parley.storage.sql.schedules import tick_claim
 from parley.storage.sql.steps import audit_params, decide_program, queued_params, snapshot_program
 from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.sql.webhooks import outbox_statements
@@ -58,6 +60,20 @@ _INSERT_BLOB_REF_IF_FRESH = (
     f"INSERT INTO attachment_refs (session_id, sha256, created_at) SELECT ?, ?, ? "
     f"WHERE {_FRESH} ON CONFLICT DO NOTHING"
 )
+
+
+def _plain_start(statements: list[Stmt], announce: list[Announce]) -> Program[bool]:
+    results = yield Batch(statements, last=True, announce=announce)
+    return results[0].count > 0
+
+
+def _claimed_first(claim: Stmt, start: Program[bool]) -> Program[bool]:
+    """`start` after the schedule's tick is claimed in the same transaction: nothing more is
+    written when another start holds the tick (PostgreSQL: the claim waits for that one's commit)."""
+    (claimed,) = yield Batch([claim])
+    if claimed.count == 0:
+        return False
+    return (yield from start)
 
 
 class SqlSessions(SqlBase):
@@ -99,6 +115,7 @@ class SqlSessions(SqlBase):
         audit: AuditRecord | None = None,
         more: Sequence[QueuedMessageRecord] = (),
         shared: Sequence[str] = (),
+        tick: TickClaim | None = None,
     ) -> bool:
         # One batch. The session is inserted unless its id or the owner's client_message_id is
         # taken, with its numbers at 0; its first events, message and bytes go in only while its
@@ -152,12 +169,14 @@ class SqlSessions(SqlBase):
         # A session started with a message needs a driver: other processes hear of it.
         wake = Wake(sid, work=first_message is not None)
         announce = [Announce(wake, where=_SESSION_EXISTS, params=(sid,))]
-        if admit is not None:
-            return await self._execute(
-                self._admitted_start(statements, admit, announce, sid, now), write=True
-            )
-        results = await self._change(*statements, announce=announce)
-        return results[0].count > 0
+        start = (
+            self._admitted_start(statements, admit, announce, sid, now)
+            if admit is not None
+            else _plain_start(statements, announce)
+        )
+        if tick is not None:
+            start = _claimed_first(tick_claim(tick, sid, now), start)
+        return await self._execute(start, write=True)
 
     def _queued_if_fresh(
         self, sid: SessionId, queued: Sequence[QueuedMessageRecord], events: list[tuple[Any, ...]], now: float

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from parley.storage.sql.forks import SqlForks
 from parley.storage.sql.owners import SqlOwners
+from parley.storage.sql.schedules import SqlSchedules
 from parley.storage.sql.sessions import SqlSessions
 from parley.storage.sql.tasks import SqlTasks
 from parley.storage.sql.webhooks import SqlWebhooks
 
 
-class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks, SqlWebhooks):
+class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks, SqlWebhooks, SqlSchedules):
     """Every port of parley/storage/ports.py; a backend adds `_execute`, `dialect` and `codec`."""
