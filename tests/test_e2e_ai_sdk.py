@@ -378,3 +378,48 @@ async def test_a_stale_approval_is_the_chats_error_and_changes_nothing(world: Wo
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
         session = await http.get(f"{world.base}/v1/sessions/{sid}", headers=bearer(world.tokens["alice"]))
     assert session.json()["plan"]["status"] == "draft" and session.json()["turn_count"] == 2, session.text
+
+
+def _shape(messages: list[dict[str, Any]]) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+    """What a person sees of messages: their ids and roles, each part's type, text or tool state."""
+    shown = []
+    for m in messages:
+        parts = [
+            (p["type"], p.get("text") or p.get("state") or json.dumps(p.get("data"), sort_keys=True))
+            for p in m["parts"]
+        ]
+        shown.append((m["id"], m["role"], parts))
+    return shown
+
+
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_use_chat_restores_a_history_through_the_messages_endpoint(world: World, sdk: int) -> None:
+    chat = f"history-{sdk}"
+    todos = '/tool write_todos {"todos": [{"content": "<b>a</b>"}]}'
+    steps = await world.run(
+        "alice",
+        [
+            {"chat": chat, "send": f"first\n{todos}"},
+            {"chat": chat, "send": '/tool fixture__bare {"text": "history no"}'},
+            {"chat": chat, "approve": False, "reason": "not now"},
+            # A reload: a new chat on the same id, restored from GET /v1/chat/{id}/messages.
+            {"chat": chat, "restore": True},
+            {"chat": chat, "send": "after the reload"},
+        ],
+        sdk=sdk,
+    )
+    live, restored, after = steps[2], steps[3], steps[4]
+    assert restored["valid"] is True and after["valid"] is True, restored["valid"]
+    assert _shape(restored["messages"]) == _shape(live["messages"]), (restored["messages"], live["messages"])
+    [denied] = _tools(restored["messages"][-1])
+    assert denied["state"] == "output-denied" and denied["approval"]["approved"] is False, denied
+    # The restored chat goes on: one new user and one new assistant message, no id shown twice.
+    ids = [m["id"] for m in after["messages"]]
+    assert len(ids) == len(set(ids)) == len(restored["messages"]) + 2, ids
+    assert _texts(_assistant(after))[-1].startswith("You said: after the reload (message 3"), after
+    # Another owner's same chat id has no history; a chat nobody used is empty too.
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        other = await http.get(f"{world.base}/v1/chat/{chat}/messages", headers=bearer(world.tokens["bob"]))
+        assert other.status_code == 200 and other.json() == {"id": chat, "messages": []}, other.text
+        anonymous = await http.get(f"{world.base}/v1/chat/{chat}/messages")
+        assert anonymous.status_code == 401

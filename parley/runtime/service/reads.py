@@ -7,7 +7,14 @@ from collections.abc import Sequence
 
 from parley.config import AgentConfig, effective_memory
 from parley.core.ids import QueuedMessageId
-from parley.core.records import AttachmentBlob, InterruptRecord, PendingInterrupt, SessionRecord, TurnRecord
+from parley.core.records import (
+    AttachmentBlob,
+    InterruptRecord,
+    PendingInterrupt,
+    QueuedMessageRecord,
+    SessionRecord,
+    TurnRecord,
+)
 from parley.errors import AttachmentNotFound, InvalidArgument
 from parley.runtime import audit
 from parley.runtime.access import Principal
@@ -117,6 +124,11 @@ class Reads:
             turns=(await store.list_turns(session.id))[-TURNS_SHOWN:],
             forks=await store.list_forks(session.id, None if caller.is_admin else caller.id, FORKS_SHOWN),
         )
+
+    async def sent_messages(self, caller: Principal, session_id: str) -> list[QueuedMessageRecord]:
+        """The messages of the caller's session that a turn took, in order (a chat's history)."""
+        session = await self._parts.access.visible(caller, session_id)
+        return await self._parts.store.consumed_messages(session.id)
 
     async def attachment(self, caller: Principal, session_id: str, sha256: str) -> AttachmentBlob:
         """The bytes of an attachment a message of the caller's session carried."""
