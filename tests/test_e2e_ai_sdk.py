@@ -380,15 +380,18 @@ async def test_a_stale_approval_is_the_chats_error_and_changes_nothing(world: Wo
     assert session.json()["plan"]["status"] == "draft" and session.json()["turn_count"] == 2, session.text
 
 
-def _shape(messages: list[dict[str, Any]]) -> list[tuple[str, str, list[tuple[str, ...]]]]:
+def _shape(messages: list[dict[str, Any]]) -> list[tuple[str, str, list[tuple[str, str]]]]:
     """What a person sees of messages: their ids and roles, each part's type, text or tool state."""
     shown = []
     for m in messages:
         parts = [
-            (p["type"], p.get("text") or p.get("state") or json.dumps(p.get("data"), sort_keys=True))
+            (
+                str(p["type"]),
+                str(p.get("text") or p.get("state") or json.dumps(p.get("data"), sort_keys=True)),
+            )
             for p in m["parts"]
         ]
-        shown.append((m["id"], m["role"], parts))
+        shown.append((str(m["id"]), str(m["role"]), parts))
     return shown
 
 
