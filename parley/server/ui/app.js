@@ -7,6 +7,7 @@ import { decisionCard, showTitle } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
 import { draftCard, PlanPanel } from './plan.js';
+import { followResult, TaskForm } from './taskform.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
 
@@ -33,6 +34,7 @@ async function boot() {
   byId('sign-out').addEventListener('click', signOut);
   byId('new-session').addEventListener('submit', startSession);
   byId('new-agent').addEventListener('change', describeAgent);
+  taskForm = new TaskForm(byId('task-form'));
   byId('composer').addEventListener('submit', (event) => {
     event.preventDefault();
     sendMessage(false);
@@ -192,6 +194,9 @@ function route() {
 
 // ---- the session list and starting one --------------------------------------------------------
 
+// The kind and inputs of "New session" (taskform.js).
+let taskForm = null;
+
 function fillAgents() {
   const select = byId('new-agent');
   select.replaceChildren(...state.agents.map((a) => el('option', { value: a.name, text: a.name })));
@@ -202,6 +207,9 @@ function fillAgents() {
 function describeAgent() {
   const agent = state.agents.find((a) => a.name === byId('new-agent').value);
   byId('new-agent-about').textContent = agent ? agent.description : '';
+  taskForm.show(agent);
+  byId('new-message').required = taskForm.messageRequired;
+  taskForm.kind.addEventListener('change', () => (byId('new-message').required = taskForm.messageRequired));
 }
 
 function refreshSessionsSoon() {
@@ -292,18 +300,24 @@ async function startSession(event) {
   const button = form.querySelector('button');
   button.disabled = true;
   say(byId('new-session-error'), '');
+  const { inputs, ok } = taskForm.collect();
+  if (!ok) {
+    button.disabled = false;
+    say(byId('new-session-error'), 'Some inputs need a fix (marked below each).');
+    return;
+  }
   try {
-    const started = await api.post('/v1/sessions', {
-      agent: byId('new-agent').value,
-      message,
-      wait_seconds: 0,
-      client_message_id: newId(),
-    });
+    const body = { agent: byId('new-agent').value, wait_seconds: 0, client_message_id: newId() };
+    if (message.trim()) body.message = message;
+    if (taskForm.kindValue !== 'chat') body.kind = taskForm.kindValue;
+    if (inputs !== undefined) body.inputs = inputs;
+    const started = await api.post('/v1/sessions', body);
     byId('new-message').value = '';
     location.hash = `#/s/${started.session_id}`;
     refreshSessionsSoon();
   } catch (error) {
-    say(byId('new-session-error'), error.message);
+    const byField = taskForm.showRefusal(error);
+    say(byId('new-session-error'), byField ? 'parley refused some inputs (marked below each).' : error.message);
   } finally {
     button.disabled = false;
   }
@@ -353,6 +367,8 @@ function showSessionState(transcript, streamState, error) {
   if (transcript !== state.transcript) return;
   const session = transcript.session;
   if (session) state.controls.show({ ...session, plan: transcript.plan }, transcript.status);
+  byId('task-result').dataset.sessionId = transcript.sessionId;
+  followResult(byId('task-result'), transcript, () => api.get(sessionPath(transcript.sessionId) + '?messages_limit=1'));
   state.controls.showFailure(transcript.lastFailure);
   const status = byId('session-status');
   status.textContent = statusText(transcript.status);
