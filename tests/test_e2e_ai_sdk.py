@@ -6,6 +6,7 @@ tests/test_ai_sdk.py). parley runs in this process; the SDK's chats run on Node.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -426,3 +427,58 @@ async def test_use_chat_restores_a_history_through_the_messages_endpoint(world: 
         assert other.status_code == 200 and other.json() == {"id": chat, "messages": []}, other.text
         anonymous = await http.get(f"{world.base}/v1/chat/{chat}/messages")
         assert anonymous.status_code == 401
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
+
+
+def _data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+async def test_file_parts_are_attachments_and_only_data_urls_are_taken(world: World) -> None:
+    files = [
+        {
+            "type": "file",
+            "mediaType": "image/png",
+            "filename": "<b>dot</b>.png",
+            "url": _data_url("image/png", PNG),
+        },
+        {
+            "type": "file",
+            "mediaType": "text/plain",
+            "filename": "notes.txt",
+            "url": "data:text/plain,hello%20there",
+        },
+    ]
+    remote = [{"type": "file", "mediaType": "image/png", "url": "https://example.invalid/x.png"}]
+    tampered = [{"type": "file", "mediaType": "image/png", "url": _data_url("image/png", b"not a picture")}]
+    sent, far, fake = await world.run(
+        "alice",
+        [
+            {"chat": "files-ok", "send": "look at these", "files": files},
+            {"chat": "files-remote", "send": "fetch this", "files": remote, "expect_error": True},
+            {"chat": "files-tampered", "send": "a fake picture", "files": tampered, "expect_error": True},
+        ],
+    )
+    session_id = _assistant(sent)["metadata"]["parley"]["sessionId"]
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        headers = bearer(world.tokens["alice"])
+        stored = (
+            await http.get(f"{world.base}/v1/sessions/{session_id}?messages_from=1", headers=headers)
+        ).json()
+        [attached] = [m["attachments"] for m in stored["messages"] if m["attachments"]]
+        assert [(a["kind"], a["name"], a["mime_type"]) for a in attached] == [
+            ("image", "<b>dot</b>.png", "image/png"),
+            ("resource", "notes.txt", "text/plain"),
+        ], attached
+        picture = await http.get(
+            f"{world.base}/v1/sessions/{session_id}/attachments/{attached[0]['sha256']}", headers=headers
+        )
+        assert picture.content == PNG
+        # Neither refused message started anything: their chats have no history.
+        for chat in ("files-remote", "files-tampered"):
+            empty = (await http.get(f"{world.base}/v1/chat/{chat}/messages", headers=headers)).json()
+            assert empty["messages"] == [], empty
+    assert "never fetches" in far["errors"][0], far["errors"]
+    assert "image/png" in fake["errors"][0] or "PNG" in fake["errors"][0], fake["errors"]

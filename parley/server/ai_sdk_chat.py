@@ -44,6 +44,7 @@ from parley.runtime.access import Principal
 from parley.runtime.decisions import Decision
 from parley.runtime.service import QuestionAnswer, SendRequest, StartRequest, Waiting
 from parley.runtime.session_events import EVENT_PAGE, Idle, Reset
+from parley.server.ai_sdk_files import file_attachments
 from parley.server.ai_sdk_history import TurnHistory, UIMessage, turn_messages
 from parley.server.ai_sdk_parts import EXECUTE_PLAN_PART, Chunk, TurnRenderer, plan_chunks
 from parley.server.json_text import check_unicode
@@ -218,6 +219,9 @@ class ChatEndpoints:
     ) -> _Target:
         messages, events = self._ctx.service.messages, self._ctx.events
         text = _user_text(message)
+        # Checked before anything starts: a refused file starts no session.
+        attachments = file_attachments(message)
+        self._ctx.service.reads.check_attachments(attachments)
         plan = _plan_flag(message)
         if plan is None:
             # A chat's first message plans as start_session's would: when its agent has plan mode.
@@ -239,7 +243,13 @@ class ChatEndpoints:
         before = await events.latest_seq(session_id)
         sent = await messages.send_message(
             who,
-            SendRequest(session_id=session_id, message=text, client_message_id=client_message_id, plan=plan),
+            SendRequest(
+                session_id=session_id,
+                message=text,
+                client_message_id=client_message_id,
+                plan=plan,
+                attachments=attachments,
+            ),
             Waiting(seconds=0),
         )
         target = _Target(session_id, before, turn_id=sent.turn_id, message_id=sent.queued_message_id)

@@ -86,7 +86,7 @@ for (const step of scenario.steps) {
     chats[step.chat] = chat(step.chat, (await response.json()).messages);
   }
   const c = (chats[step.chat] ??= chat(step.chat));
-  if (step.send !== undefined) await c.sendMessage({ text: step.send, metadata: step.metadata });
+  if (step.send !== undefined) await c.sendMessage({ text: step.send, files: step.files, metadata: step.metadata });
   if (step.execute_plan !== undefined) {
     // Approve a draft plan: a user message whose only part is a data part (the SDK's UIMessage
     // takes data parts in any role's message), with the revision of the plan part shown, or one given.

@@ -4,6 +4,7 @@ interrupts waiting for it, a turn's outcome."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from parley.config import AgentConfig, effective_memory
 from parley.core.ids import QueuedMessageId
@@ -124,6 +125,10 @@ class Reads:
             turns=(await store.list_turns(session.id))[-TURNS_SHOWN:],
             forks=await store.list_forks(session.id, None if caller.is_admin else caller.id, FORKS_SHOWN),
         )
+
+    def check_attachments(self, attachments: list[Any] | None) -> None:
+        """Refuse attachments this server does not take, before a caller starts anything for them."""
+        self._checks.attachments(attachments)
 
     async def sent_messages(self, caller: Principal, session_id: str) -> list[QueuedMessageRecord]:
         """The messages of the caller's session that a turn took, in order (a chat's history)."""
