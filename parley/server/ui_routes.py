@@ -25,7 +25,7 @@ CONTENT_SECURITY_POLICY = "; ".join(
         "default-src 'none'",
         "script-src 'self'",
         "style-src 'self'",
-        "img-src 'self'",
+        "img-src 'self' blob:",
         "connect-src 'self'",
         "base-uri 'none'",
         "form-action 'none'",

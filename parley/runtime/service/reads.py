@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from parley.config import AgentConfig, effective_memory
+from parley.config.attachments import AttachmentsConfig
 from parley.core.ids import QueuedMessageId
 from parley.core.records import (
     AttachmentBlob,
@@ -125,6 +126,9 @@ class Reads:
             turns=(await store.list_turns(session.id))[-TURNS_SHOWN:],
             forks=await store.list_forks(session.id, None if caller.is_admin else caller.id, FORKS_SHOWN),
         )
+
+    def attachment_limits(self) -> AttachmentsConfig:
+        return self._checks.attachment_limits
 
     def check_attachments(self, attachments: list[Any] | None) -> None:
         """Refuse attachments this server does not take, before a caller starts anything for them."""

@@ -8,6 +8,7 @@ import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
 import { draftCard, PlanPanel } from './plan.js';
 import { followResult, TaskForm } from './taskform.js';
+import { Attachments } from './attach.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
 
@@ -35,6 +36,13 @@ async function boot() {
   byId('new-session').addEventListener('submit', startSession);
   byId('new-agent').addEventListener('change', describeAgent);
   taskForm = new TaskForm(byId('task-form'));
+  attachments = new Attachments({
+    form: byId('composer'),
+    input: byId('attach-input'),
+    list: byId('attach-list'),
+    error: byId('attach-error'),
+  });
+  byId('attach').addEventListener('click', () => byId('attach-input').click());
   byId('composer').addEventListener('submit', (event) => {
     event.preventDefault();
     sendMessage(false);
@@ -102,6 +110,7 @@ async function enter(token) {
   }
   say(byId('trouble'), '');
   state.agents = agents.agents;
+  attachments.setLimits(agents.attachments);
   showApp();
 }
 
@@ -196,6 +205,8 @@ function route() {
 
 // The kind and inputs of "New session" (taskform.js).
 let taskForm = null;
+// The files the composer sends with the next message (attach.js).
+let attachments = null;
 
 function fillAgents() {
   const select = byId('new-agent');
@@ -420,10 +431,13 @@ async function sendMessage(steer) {
   if (state.plan) state.plan.expectRevision();
   try {
     const body = { message, wait_seconds: 0, client_message_id: newId() };
+    const files = await attachments.blocks();
+    if (files) body.attachments = files;
     await api.post(sessionPath(transcript.sessionId, steer ? '/steer' : '/messages'), body);
     box.value = '';
+    attachments.clear();
   } catch (error) {
-    say(byId('composer-error'), error.message);
+    say(byId('composer-error'), attachments.explain(error.message));
   }
 }
 
