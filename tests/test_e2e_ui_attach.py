@@ -15,7 +15,7 @@ import base64
 from collections.abc import AsyncIterator
 
 import pytest
-from playwright.async_api import Browser, expect
+from playwright.async_api import Browser, FilePayload, expect
 
 from tests.support import InProcessServer, write_config
 from tests.test_e2e_ui import MARKUP, SCREENSHOTS, World, compose, no_script_failed, shoot, start
@@ -44,7 +44,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
         assert "Traceback" not in server.log(), server.log()
 
 
-def upload(name: str, mime: str, data: bytes) -> dict[str, object]:
+def upload(name: str, mime: str, data: bytes) -> FilePayload:
     return {"name": name, "mimeType": mime, "buffer": data}
 
 
