@@ -41,6 +41,8 @@ AI_SDK_PACKAGE, AI_SDK_VERSION = "ai", "7.0.173"
 # the newest 6.0.x, in a prefix of its own so that both versions are installed side by side.
 AI_SDK6_VERSION = "6.0.325"
 AI_SDK6_PREFIX = NPM_CACHE / "ai6"
+# The accessibility engine the /ui tests run in Chromium (tests/test_e2e_ui_a11y.py).
+AXE_PACKAGE, AXE_VERSION = "axe-core", "4.14.1"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 EVERYTHING_VERSION = "2026.8.31"
 NPM_INSTALL_TIMEOUT_S = float(os.environ.get("PARLEY_NPM_INSTALL_TIMEOUT", "300"))
@@ -154,3 +156,10 @@ def ai_sdk6_chat(node22: Path) -> list[str]:
     # Version 6 ships CommonJS as index.js and the ES module as index.mjs.
     module = AI_SDK6_PREFIX / "node_modules" / AI_SDK_PACKAGE / "dist" / "index.mjs"
     return [str(node22), str(script), str(module)]
+
+
+@pytest.fixture(scope="session")
+def axe_source() -> str:
+    """axe-core (pinned) as the text of its browser script, to evaluate in a page."""
+    npm_install(AXE_PACKAGE, AXE_VERSION)
+    return (_package_dir(AXE_PACKAGE) / "axe.min.js").read_text()

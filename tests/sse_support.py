@@ -16,9 +16,10 @@ from tests.support import TEST_DEADLINE_S
 
 @dataclass(frozen=True)
 class Frame:
-    """One SSE event (`data` parsed as JSON; `id` its id line) or a comment (a heartbeat)."""
+    """One SSE event (`data` parsed as JSON; `id` its id line: a number, or the owner-wide stream's
+    position as text) or a comment (a heartbeat)."""
 
-    id: int | None = None
+    id: int | str | None = None
     data: Any = None
     comment: str | None = None
 
@@ -28,7 +29,7 @@ class Frame:
 
 
 async def frames(response: httpx2.Response) -> AsyncIterator[Frame]:
-    event_id: int | None = None
+    event_id: int | str | None = None
     data: list[str] = []
     async for line in response.aiter_lines():
         if line == "":
@@ -39,7 +40,7 @@ async def frames(response: httpx2.Response) -> AsyncIterator[Frame]:
         elif line.startswith(":"):
             yield Frame(comment=line[1:].strip())
         elif line.startswith("id: "):
-            event_id = int(line[4:])
+            event_id = int(line[4:]) if line[4:].isdigit() else line[4:]
         elif line.startswith("data: "):
             data.append(line[6:])
 

@@ -97,7 +97,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             attachments={
                 "max_bytes": MAX_BYTES,
                 "max_count": 3,
-                "mime_types": ["image/png", "image/jpeg", "text/*", "audio/wav"],
+                "mime_types": ["image/png", "image/jpeg", "text/*", "audio/wav", "application/pdf"],
                 # Deleted sessions' bytes go within a test's wait.
                 "collect_interval_s": 0.2,
                 "collect_grace_s": 0.05,
@@ -150,6 +150,34 @@ async def test_an_image_reaches_openai_as_an_image_url_part(world: World) -> Non
             {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL_B64}"}},
         ],
     }
+
+
+PDF_B64 = base64.b64encode(b"%PDF-1.4\n%fake but enough\n").decode()
+WAV_B64 = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
+
+
+async def test_a_pdf_reaches_anthropic_as_a_document_and_audio_reaches_openai_as_input_audio(
+    world: World,
+) -> None:
+    pdf = {
+        "type": "resource",
+        "resource": {"uri": "file:///report.pdf", "mimeType": "application/pdf", "blob": PDF_B64},
+    }
+    wav = {"type": "audio", "data": WAV_B64, "mimeType": "audio/wav", "name": "hello.wav"}
+    await call(world.alice, "start_session", agent="claude", message="read this", attachments=[pdf, wav])
+    [user] = world.bodies("anthropic")[-1]["messages"]
+    assert {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": PDF_B64},
+        "title": "report.pdf",
+    } in user["content"], user["content"]
+    # Anthropic takes no audio: it is described as text.
+    assert any(b["type"] == "text" and "hello.wav" in b["text"] for b in user["content"]), user["content"]
+    await call(world.alice, "start_session", agent="gpt", message="listen", attachments=[wav, pdf])
+    content = world.bodies("openai")[-1]["messages"][-1]["content"]
+    assert {"type": "input_audio", "input_audio": {"data": WAV_B64, "format": "wav"}} in content, content
+    # Chat Completions gets no PDF bytes here: it is described as text.
+    assert any(p["type"] == "text" and "report.pdf" in p["text"] for p in content), content
 
 
 async def test_the_demo_model_reads_a_description_and_get_session_shows_references_not_bytes(

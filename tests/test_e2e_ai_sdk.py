@@ -6,6 +6,7 @@ tests/test_ai_sdk.py). parley runs in this process; the SDK's chats run on Node.
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -378,3 +379,106 @@ async def test_a_stale_approval_is_the_chats_error_and_changes_nothing(world: Wo
     async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
         session = await http.get(f"{world.base}/v1/sessions/{sid}", headers=bearer(world.tokens["alice"]))
     assert session.json()["plan"]["status"] == "draft" and session.json()["turn_count"] == 2, session.text
+
+
+def _shape(messages: list[dict[str, Any]]) -> list[tuple[str, str, list[tuple[str, str]]]]:
+    """What a person sees of messages: their ids and roles, each part's type, text or tool state."""
+    shown = []
+    for m in messages:
+        parts = [
+            (
+                str(p["type"]),
+                str(p.get("text") or p.get("state") or json.dumps(p.get("data"), sort_keys=True)),
+            )
+            for p in m["parts"]
+        ]
+        shown.append((str(m["id"]), str(m["role"]), parts))
+    return shown
+
+
+@pytest.mark.parametrize("sdk", [6, 7])
+async def test_use_chat_restores_a_history_through_the_messages_endpoint(world: World, sdk: int) -> None:
+    chat = f"history-{sdk}"
+    todos = '/tool write_todos {"todos": [{"content": "<b>a</b>"}]}'
+    steps = await world.run(
+        "alice",
+        [
+            {"chat": chat, "send": f"first\n{todos}"},
+            {"chat": chat, "send": '/tool fixture__bare {"text": "history no"}'},
+            {"chat": chat, "approve": False, "reason": "not now"},
+            # A reload: a new chat on the same id, restored from GET /v1/chat/{id}/messages.
+            {"chat": chat, "restore": True},
+            {"chat": chat, "send": "after the reload"},
+        ],
+        sdk=sdk,
+    )
+    live, restored, after = steps[2], steps[3], steps[4]
+    assert restored["valid"] is True and after["valid"] is True, restored["valid"]
+    assert _shape(restored["messages"]) == _shape(live["messages"]), (restored["messages"], live["messages"])
+    [denied] = _tools(restored["messages"][-1])
+    assert denied["state"] == "output-denied" and denied["approval"]["approved"] is False, denied
+    # The restored chat goes on: one new user and one new assistant message, no id shown twice.
+    ids = [m["id"] for m in after["messages"]]
+    assert len(ids) == len(set(ids)) == len(restored["messages"]) + 2, ids
+    assert _texts(_assistant(after))[-1].startswith("You said: after the reload (message 3"), after
+    # Another owner's same chat id has no history; a chat nobody used is empty too.
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        other = await http.get(f"{world.base}/v1/chat/{chat}/messages", headers=bearer(world.tokens["bob"]))
+        assert other.status_code == 200 and other.json() == {"id": chat, "messages": []}, other.text
+        anonymous = await http.get(f"{world.base}/v1/chat/{chat}/messages")
+        assert anonymous.status_code == 401
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 24
+
+
+def _data_url(media_type: str, data: bytes) -> str:
+    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+
+
+async def test_file_parts_are_attachments_and_only_data_urls_are_taken(world: World) -> None:
+    files = [
+        {
+            "type": "file",
+            "mediaType": "image/png",
+            "filename": "<b>dot</b>.png",
+            "url": _data_url("image/png", PNG),
+        },
+        {
+            "type": "file",
+            "mediaType": "text/plain",
+            "filename": "notes.txt",
+            "url": "data:text/plain,hello%20there",
+        },
+    ]
+    remote = [{"type": "file", "mediaType": "image/png", "url": "https://example.invalid/x.png"}]
+    tampered = [{"type": "file", "mediaType": "image/png", "url": _data_url("image/png", b"not a picture")}]
+    sent, far, fake = await world.run(
+        "alice",
+        [
+            {"chat": "files-ok", "send": "look at these", "files": files},
+            {"chat": "files-remote", "send": "fetch this", "files": remote, "expect_error": True},
+            {"chat": "files-tampered", "send": "a fake picture", "files": tampered, "expect_error": True},
+        ],
+    )
+    session_id = _assistant(sent)["metadata"]["parley"]["sessionId"]
+    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        headers = bearer(world.tokens["alice"])
+        stored = (
+            await http.get(f"{world.base}/v1/sessions/{session_id}?messages_from=1", headers=headers)
+        ).json()
+        [attached] = [m["attachments"] for m in stored["messages"] if m["attachments"]]
+        assert [(a["kind"], a["name"], a["mime_type"]) for a in attached] == [
+            ("image", "<b>dot</b>.png", "image/png"),
+            ("resource", "notes.txt", "text/plain"),
+        ], attached
+        picture = await http.get(
+            f"{world.base}/v1/sessions/{session_id}/attachments/{attached[0]['sha256']}", headers=headers
+        )
+        assert picture.content == PNG
+        # Neither refused message started anything: their chats have no history.
+        for chat in ("files-remote", "files-tampered"):
+            empty = (await http.get(f"{world.base}/v1/chat/{chat}/messages", headers=headers)).json()
+            assert empty["messages"] == [], empty
+    assert "never fetches" in far["errors"][0], far["errors"]
+    assert "image/png" in fake["errors"][0] or "PNG" in fake["errors"][0], fake["errors"]

@@ -213,11 +213,63 @@ async def test_the_owner_wide_stream_shows_a_snapshot_then_every_session_and_its
     kinds = [f.kind for f in mine]
     assert kinds[:3] == ["session_created", "message_queued", "turn_started"], kinds
     assert mine[-1].data["interrupt"]["tool"] == "fixture__bare"
-    assert all(f.id is None for f in mine), "a live view: no ids to resume by"
+    assert all(isinstance(f.id, str) and f.id.startswith("o1.") for f in mine), "positions to resume by"
     # Reconnecting shows the waiting session and its interrupt in the snapshot.
     snapshot = (await read_until(world.base + "/v1/events", lambda f: f.kind == "snapshot"))[-1]
     assert started["session_id"] in [s["session_id"] for s in snapshot.data["sessions"]]
     assert started["pending"][0]["id"] in [p["interrupt"]["id"] for p in snapshot.data["pending"]]
+
+
+async def test_the_owner_wide_stream_resumes_after_a_reconnect_with_no_gap_and_no_repeat(
+    world: World,
+) -> None:
+    seen: list[Frame] = []
+    body = {"agent": "worker", "message": '/tool fixture__bare {"text": "resumed"}', "wait_seconds": 0}
+    async with anyio.create_task_group() as tg:
+
+        def stop(frame: Frame) -> bool:
+            seen.append(frame)
+            if frame.kind == "snapshot":
+                tg.start_soon(world.post, "/v1/sessions", body, 201)
+            interrupt = dict(frame.data.get("interrupt") or {}) if frame.kind == "interrupt_raised" else {}
+            return interrupt.get("arguments") == {"text": "resumed"}
+
+        await read_until(world.base + "/v1/events", stop)
+    sid = seen[-1].data["session_id"]
+    mine = [f for f in seen if f.data and f.data.get("session_id") == sid and f.kind != "snapshot"]
+    # The client goes away after the turn started; the session goes on without it.
+    [cut] = [f for f in mine if f.kind == "turn_started"]
+    interrupt = mine[-1].data["interrupt"]["id"]
+    await world.post(
+        f"/v1/sessions/{sid}/approve", {"decisions": [{"interrupt_id": interrupt, "approved": True}]}
+    )
+
+    def ended(frame: Frame) -> bool:
+        return frame.kind == "turn_ended" and frame.data.get("session_id") == sid
+
+    assert isinstance(cut.id, str)
+    resumed = await read_until(world.base + "/v1/events", ended, headers={"Last-Event-ID": cut.id})
+    assert "snapshot" not in [f.kind for f in resumed], "a resumed stream sends no new snapshot"
+    again = [f.data["seq"] for f in resumed if f.data and f.data.get("session_id") == sid]
+    assert again == list(range(cut.data["seq"] + 1, again[-1] + 1)), again
+    kinds = [f.kind for f in resumed if f.data and f.data.get("session_id") == sid]
+    assert kinds[0] == "model_step" and "interrupt_resolved" in kinds and kinds[-1] == "turn_ended", kinds
+    # Resuming at the last frame sends nothing of it again: only what comes after.
+    last = resumed[-1].id
+    assert isinstance(last, str)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(world.post, f"/v1/sessions/{sid}/messages", {"message": "after", "wait_seconds": 0})
+        later = await read_until(world.base + "/v1/events", ended, headers={"Last-Event-ID": last})
+    seqs = [f.data["seq"] for f in later if f.data and f.data.get("session_id") == sid]
+    assert seqs == list(range(resumed[-1].data["seq"] + 1, seqs[-1] + 1)), seqs
+
+
+async def test_a_bad_last_event_id_on_the_owner_wide_stream_is_a_400_naming_it(world: World) -> None:
+    too_many = "_".join(f"{n:032x}-1" for n in range(101))
+    for bad in ("42", "o1.12.zz-1", "o1.x.", "o1.1." + too_many):
+        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+            response = await http.get(world.base + "/v1/events", headers={"Last-Event-ID": bad})
+        assert response.status_code == 400 and "Last-Event-ID" in response.json()["detail"], bad
 
 
 async def test_the_owner_wide_streams_snapshot_lists_the_drafts_waiting_for_review(world: World) -> None:

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
+from urllib.parse import unquote
 
 import anyio
 from anyio.abc import TaskStatus
@@ -163,7 +164,8 @@ def _check_resource(
         data = _decode(f"{where}.resource.blob", resource["blob"], config)
         mime_type = _mime(f"{where}.resource.mimeType", resource.get("mimeType"), config, required=True)
         blob = _blob(f"{where}.resource.blob", mime_type, data)
-    name = uri.rstrip("/").rsplit("/", 1)[-1][:MAX_NAME_CHARS] or uri[:MAX_NAME_CHARS]
+    # The URI's last part, as a person wrote it (a file name in a URI is percent-encoded).
+    name = unquote(uri.rstrip("/").rsplit("/", 1)[-1])[:MAX_NAME_CHARS] or uri[:MAX_NAME_CHARS]
     return _ref("resource", name, blob, uri), blob
 
 

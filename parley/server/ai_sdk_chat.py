@@ -16,6 +16,8 @@ knows (ai_sdk_parts.py).
   The answer is the turn's assistant message as a UI message stream: Server-Sent Events of JSON
   parts (ai_sdk_parts.py), the header the SDK requires, then `data: [DONE]`. The stream ends when the
   turn ends, or when it waits for an approval or an answer (finish reason `tool-calls`).
+- `GET /v1/chat/{id}/messages` is the chat's history as UI messages (ai_sdk_history.py), for
+  `useChat({messages})` after a reload; a chat id the caller never used has an empty history.
 - `GET /v1/chat/{id}/stream` replays the unfinished turn of the chat from its first part and follows
   it live (`useChat({resume: true})`); 204 when no turn is unfinished.
 """
@@ -31,17 +33,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
-from parley.core.records import SessionRecord
+from parley.core.records import EventRecord, QueuedMessageRecord, SessionRecord
 from parley.core.states import TURN_ENDED
 from parley.errors import RequestError
 from parley.runtime.access import Principal
 from parley.runtime.decisions import Decision
 from parley.runtime.service import QuestionAnswer, SendRequest, StartRequest, Waiting
-from parley.runtime.session_events import Idle, Reset
+from parley.runtime.session_events import EVENT_PAGE, Idle, Reset
+from parley.server.ai_sdk_files import file_attachments
+from parley.server.ai_sdk_history import TurnHistory, UIMessage, turn_messages
 from parley.server.ai_sdk_parts import EXECUTE_PLAN_PART, Chunk, TurnRenderer, plan_chunks
 from parley.server.json_text import check_unicode
 from parley.server.sse import SseResponse, comment
@@ -120,6 +124,7 @@ class ChatEndpoints:
         return [
             Route("/v1/chat", guarded(self._post), methods=["POST"]),
             Route("/v1/chat/{chat_id}/stream", guarded(self._resume), methods=["GET"]),
+            Route("/v1/chat/{chat_id}/messages", guarded(self._history), methods=["GET"]),
         ]
 
     async def _post(self, request: Request) -> Response:
@@ -167,11 +172,56 @@ class ChatEndpoints:
             return Response(status_code=204)
         return await self._stream(_Target(session.id, start, turn_id=turn_id, v7=v7))
 
+    async def _history(self, request: Request) -> Response:
+        who = caller(request)
+        chat_id = _chat_id(request.path_params["chat_id"])
+        session = await self._ctx.service.reads.find_started(who, chat_key(chat_id))
+        messages: list[UIMessage] = []
+        if session is not None:
+            for turn in await self._turns(who, session.id):
+                messages += turn_messages(session.id, turn)
+        return JSONResponse({"id": chat_id, "messages": messages})
+
+    async def _turns(self, who: Principal, session_id: SessionId) -> list[TurnHistory]:
+        """The chat's ended or waiting turns in order (the running one is the stream's to resume)."""
+        reads = self._ctx.service.reads
+        current = (await self._ctx.service.access.visible(who, session_id)).current_turn_id
+        by_turn: dict[str, list[QueuedMessageRecord]] = {}
+        for queued in await reads.sent_messages(who, session_id):
+            if queued.turn_id is not None:
+                by_turn.setdefault(queued.turn_id, []).append(queued)
+        grouped: dict[str, list[EventRecord]] = {}
+        early: dict[str, list[EventRecord]] = {}
+        waiting: list[EventRecord] = []
+        after = 0
+        while found := await self._ctx.events.read(session_id, after, EVENT_PAGE):
+            after = found[-1].seq
+            for event in found:
+                if event.turn_id is None:
+                    waiting += plan_chunks_of(event)
+                    continue
+                if event.turn_id not in grouped:
+                    grouped[event.turn_id], early[event.turn_id], waiting = [], waiting, []
+                grouped[event.turn_id].append(event)
+        turns: list[TurnHistory] = []
+        for turn_id, events in grouped.items():
+            if turn_id == current:
+                continue
+            ended = next((e for e in events if e.kind == "turn_ended"), None)
+            status = str(ended.data.get("status")) if ended else "waiting_for_input"
+            page = await self._ctx.events.page(session_id, events)
+            error = ended.data.get("error") if ended else None
+            turns.append(TurnHistory(turn_id, by_turn.get(turn_id, []), page, status, error, early[turn_id]))
+        return turns
+
     async def _send(
         self, who: Principal, chat_id: str, agent: str, session: SessionRecord | None, message: dict[str, Any]
     ) -> _Target:
         messages, events = self._ctx.service.messages, self._ctx.events
         text = _user_text(message)
+        # Checked before anything starts: a refused file starts no session.
+        attachments = file_attachments(message)
+        self._ctx.service.reads.check_attachments(attachments)
         plan = _plan_flag(message)
         if plan is None:
             # A chat's first message plans as start_session's would: when its agent has plan mode.
@@ -193,7 +243,13 @@ class ChatEndpoints:
         before = await events.latest_seq(session_id)
         sent = await messages.send_message(
             who,
-            SendRequest(session_id=session_id, message=text, client_message_id=client_message_id, plan=plan),
+            SendRequest(
+                session_id=session_id,
+                message=text,
+                client_message_id=client_message_id,
+                plan=plan,
+                attachments=attachments,
+            ),
             Waiting(seconds=0),
         )
         target = _Target(session_id, before, turn_id=sent.turn_id, message_id=sent.queued_message_id)
@@ -418,3 +474,8 @@ def _user_text(message: dict[str, Any]) -> str:
     if not texts:
         raise BadRequest("the last user message has no text part; parley sends text")
     return "\n\n".join(texts)
+
+
+def plan_chunks_of(event: EventRecord) -> list[EventRecord]:
+    """The event, if it is a plan event the next turn shows first (an approval's)."""
+    return [event] if event.kind in ("plan_updated", "plan_execution_started") else []

@@ -39,7 +39,7 @@ def content_security_policy(connect_origin: str | None = None) -> str:
             "default-src 'none'",
             "script-src 'self'",
             "style-src 'self'",
-            "img-src 'self'",
+            "img-src 'self' blob:",
             connect,
             "base-uri 'none'",
             "form-action 'none'",

@@ -388,6 +388,12 @@ class JsonEndpoints:
 
     async def _agents(self, request: Request) -> Response:
         described = await self._service.reads.describe_agents(caller(request))
-        return _json(
-            AgentList(agents=[agent_view(*d) for d in described], models=self._service.reads.model_names)
-        )
+        listed = AgentList(agents=[agent_view(*d) for d in described], models=self._service.reads.model_names)
+        # What a page checks files against before it uploads them (the server checks them again).
+        limits = self._service.reads.attachment_limits()
+        attachments = {
+            "max_bytes": limits.max_bytes,
+            "max_count": limits.max_count,
+            "mime_types": list(limits.mime_types),
+        }
+        return JSONResponse({**listed.model_dump(mode="json"), "attachments": attachments})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncGenerator
 from contextlib import ExitStack, aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -26,6 +27,8 @@ from parley.errors import SessionNotFound
 from parley.runtime.access import Principal, may_see
 from parley.runtime.service import SessionQuery
 from parley.runtime.session_events import EVENT_PAGE, INTERRUPT_KINDS, EventPage, Idle, Reset
+from parley.server import owner_cursor
+from parley.server.owner_cursor import OwnerPosition
 from parley.server.sse import SseResponse, comment, frame
 from parley.server.v1_common import V1Context, caller, event_position, guarded
 from parley.server.wire import (
@@ -172,6 +175,8 @@ FOREIGN_REMEMBERED = 10_000
 LATE_WINDOW = 50
 # Clock slack between the stream's start and an event's time (another process writes the event).
 LATE_SLACK_S = 2.0
+# The caller's newest sessions a resumed stream looks at for ones that changed while it was away.
+RESUME_NEWEST = 50
 
 
 class OwnerStream:
@@ -179,10 +184,11 @@ class OwnerStream:
     wait for the caller's decision (its own sessions', and those of agents it approves for).
 
     It opens with a `snapshot` event (the caller's running and waiting sessions with their latest
-    event number, the pending interrupts and the draft plans waiting for review), then sends each event as it is committed, in the
-    session stream's form (`session_id`, `seq`). It is a live view: its events carry no `id:`, and a
-    client that reconnects gets a new snapshot; the gapless history of one session is its own
-    stream (`/v1/sessions/{id}/events?after=<seq>`)."""
+    event number, the pending interrupts and the draft plans waiting for review), then sends each
+    event as it is committed, in the session stream's form (`session_id`, `seq`). Every frame's
+    `id:` is the stream's position (owner_cursor.py): a client that reconnects with it as
+    `Last-Event-ID` gets no new snapshot but the events after it, then live ones, with no gap and
+    no repeat for the sessions the stream followed."""
 
     def __init__(self, ctx: V1Context) -> None:
         self._ctx = ctx
@@ -192,67 +198,105 @@ class OwnerStream:
 
     async def _open(self, request: Request) -> Response:
         who = caller(request)
+        resume = owner_cursor.decode(request.headers.get("last-event-id"))
         streams = self._ctx.streams
         return SseResponse(
-            self._frames(who),
+            self._frames(who, resume),
             slow_client_s=streams.slow_client_s,
             cut_off=cut_off_frame(streams.slow_client_s),
         )
 
-    async def _frames(self, who: Principal) -> AsyncGenerator[bytes, None]:
-        reads, events = self._ctx.service.reads, self._ctx.events
-        opened_at = time.time()
+    async def _frames(self, who: Principal, resume: OwnerPosition | None) -> AsyncGenerator[bytes, None]:
+        events = self._ctx.events
         with ExitStack() as following, events.signals.tapping() as tap:
             following.enter_context(events.watch.following_owner(who.id))
-            active: list[SessionRecord] = []
-            for status in sorted(DRIVEN_SESSION):  # sorted: the same order every time
-                found, _ = await reads.list_sessions(who, SessionQuery(limit=100, status=status))
-                active += found
-            positions: dict[SessionId, int] = dict(await events.latest_seqs([s.id for s in active]))
-            for session_id in positions:
+            follow = _Following(positions={}, approving={}, opened_at=time.time())
+            if resume is None:
+                snapshot = await self._snapshot(who, follow)
+            else:
+                await self._resumed(who, resume, follow)
+            for session_id in follow.positions:
                 following.enter_context(events.watch.following(session_id))
-            pending = await reads.list_pending(who, 200)
-            drafts = await reads.list_drafts(who, 200)
             yield f"retry: {RECONNECT_MS}\n\n".encode()
-            yield frame(
-                {
-                    "kind": "snapshot",
-                    "sessions": [
-                        {**session_summary(s).model_dump(mode="json"), "latest_seq": positions.get(s.id, 0)}
-                        for s in active
-                    ],
-                    "pending": [
-                        pending_item(p, reads.decider(who, p)).model_dump(mode="json") for p in pending
-                    ],
-                    # Draft plans waiting for the caller's review, as /v1/pending lists them.
-                    "drafts": [draft_item(d, reads.decider(who, d)).model_dump(mode="json") for d in drafts],
-                }
-            )
-            approving: dict[SessionId, int] = {}
-            foreign: set[SessionId] = set()
+            if resume is None:
+                yield frame(snapshot, event_id=follow.cursor())
+            else:
+                # What happened while the client was away, before anything live.
+                for session_id in sorted({*follow.positions, *follow.approving}):
+                    async for data in self._new_events(session_id, follow):
+                        yield data
             while True:
                 changed = await tap.wait(self._ctx.streams.heartbeat_s)
                 if not changed:
                     yield comment("heartbeat")
                     continue
                 for session_id in sorted(changed):
-                    if session_id in foreign:
+                    if session_id in follow.foreign:
                         continue
-                    if session_id not in positions and session_id not in approving:
-                        interest = await self._interest(who, session_id, opened_at)
-                        if interest is None:
-                            if len(foreign) < FOREIGN_REMEMBERED:
-                                foreign.add(session_id)
+                    if session_id not in follow.positions and session_id not in follow.approving:
+                        if not await self._take(who, session_id, follow):
                             continue
-                        owned, start = interest
-                        if owned and len(positions) < OWNER_SESSIONS:
-                            positions[session_id] = start
+                        if session_id in follow.positions:
                             following.enter_context(events.watch.following(session_id))
-                        else:
-                            approving[session_id] = start
-                    table = positions if session_id in positions else approving
-                    async for data in self._new_events(session_id, table, table is approving):
+                    async for data in self._new_events(session_id, follow):
                         yield data
+
+    async def _snapshot(self, who: Principal, follow: _Following) -> dict[str, Any]:
+        """The opening event, and the sessions it shows followed from their latest event."""
+        reads, events = self._ctx.service.reads, self._ctx.events
+        active: list[SessionRecord] = []
+        for status in sorted(DRIVEN_SESSION):  # sorted: the same order every time
+            found, _ = await reads.list_sessions(who, SessionQuery(limit=100, status=status))
+            active += found
+        follow.positions.update(await events.latest_seqs([s.id for s in active]))
+        pending = await reads.list_pending(who, 200)
+        drafts = await reads.list_drafts(who, 200)
+        return {
+            "kind": "snapshot",
+            "sessions": [
+                {**session_summary(s).model_dump(mode="json"), "latest_seq": follow.positions.get(s.id, 0)}
+                for s in active
+            ],
+            "pending": [pending_item(p, reads.decider(who, p)).model_dump(mode="json") for p in pending],
+            # Draft plans waiting for the caller's review, as /v1/pending lists them.
+            "drafts": [draft_item(d, reads.decider(who, d)).model_dump(mode="json") for d in drafts],
+        }
+
+    async def _resumed(self, who: Principal, resume: OwnerPosition, follow: _Following) -> None:
+        """Positions for a reconnect: those the client names (if it still may see them), and the
+        caller's sessions that changed since, from their events made since the client's frame."""
+        follow.opened_at = resume.at
+        for session_id, seq in resume.seqs.items():
+            try:
+                session = await self._ctx.service.access.decidable(who, session_id)
+            except SessionNotFound:
+                continue
+            latest = await self._ctx.events.latest_seq(session_id)
+            table = follow.positions if may_see(who, session.owner) else follow.approving
+            table[session_id] = min(seq, latest)
+        reads = self._ctx.service.reads
+        recent, _ = await reads.list_sessions(who, SessionQuery(limit=RESUME_NEWEST))
+        for session in recent:
+            if session.updated_at >= resume.at - LATE_SLACK_S and session.id not in follow.positions:
+                await self._take(who, session.id, follow)
+        for pending in await reads.list_pending(who, 200):
+            session_id = pending.interrupt.session_id
+            if session_id not in follow.positions and session_id not in follow.approving:
+                await self._take(who, session_id, follow)
+
+    async def _take(self, who: Principal, session_id: SessionId, follow: _Following) -> bool:
+        """Follow a session first seen after the stream opened (False: nothing of it is shown)."""
+        interest = await self._interest(who, session_id, follow.opened_at)
+        if interest is None:
+            if len(follow.foreign) < FOREIGN_REMEMBERED:
+                follow.foreign.add(session_id)
+            return False
+        owned, start = interest
+        if owned and len(follow.positions) < OWNER_SESSIONS:
+            follow.positions[session_id] = start
+        else:
+            follow.approving[session_id] = start
+        return True
 
     async def _interest(
         self, who: Principal, session_id: SessionId, opened_at: float
@@ -269,16 +313,31 @@ class OwnerStream:
         fresh = [e for e in recent if e.created_at >= opened_at - LATE_SLACK_S]
         return may_see(who, session.owner), (fresh[0].seq - 1 if fresh else latest)
 
-    async def _new_events(
-        self, session_id: SessionId, positions: dict[SessionId, int], decisions_only: bool
-    ) -> AsyncGenerator[bytes, None]:
+    async def _new_events(self, session_id: SessionId, follow: _Following) -> AsyncGenerator[bytes, None]:
+        decisions_only = session_id not in follow.positions
+        table = follow.approving if decisions_only else follow.positions
         while True:
-            found = await self._ctx.events.read(session_id, positions[session_id], EVENT_PAGE)
+            found = await self._ctx.events.read(session_id, table[session_id], EVENT_PAGE)
             if not found:
                 return
-            positions[session_id] = found[-1].seq
             page = await self._ctx.events.page(session_id, found)
             for event in found:
+                # Each frame's position counts it as sent, whether it is shown or not.
+                table[session_id] = event.seq
                 if decisions_only and event.kind not in APPROVER_KINDS:
                     continue
-                yield frame(event_json(event, page))
+                yield frame(event_json(event, page), event_id=follow.cursor())
+
+
+@dataclass(slots=True)
+class _Following:
+    """What an owner-wide stream follows: the caller's sessions and those it approves for, each at
+    the last event sent; sessions known to be of no interest; and since when it looks."""
+
+    positions: dict[SessionId, int]
+    approving: dict[SessionId, int]
+    opened_at: float
+    foreign: set[SessionId] = field(default_factory=set)
+
+    def cursor(self) -> str:
+        return owner_cursor.encode(time.time(), {**self.approving, **self.positions})

@@ -12,7 +12,7 @@ const { AbstractChat, DefaultChatTransport, lastAssistantMessageIsCompleteWithAp
 const scenario = JSON.parse(scenarioJson);
 
 class MemoryState {
-  constructor() { this.status = 'ready'; this.error = undefined; this.messages = []; }
+  constructor(messages = []) { this.status = 'ready'; this.error = undefined; this.messages = messages; }
   pushMessage(m) { this.messages = [...this.messages, m]; }
   popMessage() { this.messages = this.messages.slice(0, -1); }
   replaceMessage(i, m) { this.messages = [...this.messages.slice(0, i), m, ...this.messages.slice(i + 1)]; }
@@ -20,7 +20,7 @@ class MemoryState {
 }
 
 class NodeChat extends AbstractChat {
-  constructor(init) { super({ ...init, state: new MemoryState() }); }
+  constructor(init) { super({ ...init, state: new MemoryState(init.messages) }); }
   get snapshot() { return this.state.messages; }
 }
 
@@ -49,10 +49,11 @@ async function recordingFetch(input, init) {
   return new Response(theirs, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
-function chat(id) {
+function chat(id, messages = []) {
   const errors = [];
   const c = new NodeChat({
     id,
+    messages,
     transport: new DefaultChatTransport({ api: scenario.api, headers: scenario.headers ?? {}, fetch: recordingFetch }),
     sendAutomaticallyWhen: ({ messages }) =>
       lastAssistantMessageIsCompleteWithApprovalResponses({ messages }) ||
@@ -77,8 +78,15 @@ async function settled(c) {
 const chats = {};
 const steps = [];
 for (const step of scenario.steps) {
+  if (step.restore) {
+    // A reload: a new chat restored from the server's history (useChat({id, messages})).
+    const url = scenario.api.replace(/\?.*$/, '') + '/' + encodeURIComponent(step.chat) + '/messages';
+    const response = await fetch(url, { headers: scenario.headers ?? {} });
+    if (!response.ok) throw new Error(`history: ${response.status} ${await response.text()}`);
+    chats[step.chat] = chat(step.chat, (await response.json()).messages);
+  }
   const c = (chats[step.chat] ??= chat(step.chat));
-  if (step.send !== undefined) await c.sendMessage({ text: step.send, metadata: step.metadata });
+  if (step.send !== undefined) await c.sendMessage({ text: step.send, files: step.files, metadata: step.metadata });
   if (step.execute_plan !== undefined) {
     // Approve a draft plan: a user message whose only part is a data part (the SDK's UIMessage
     // takes data parts in any role's message), with the revision of the plan part shown, or one given.

@@ -25,6 +25,8 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 # The image types the Messages API takes as image blocks.
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+# The documents it takes as document blocks (base64).
+PDF = "application/pdf"
 
 
 def _assistant_blocks(message: ChatMessage) -> list[dict[str, Any]]:
@@ -74,13 +76,19 @@ def build_messages(messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
 
 
 def _user_blocks(message: ChatMessage) -> list[dict[str, Any]]:
-    """The text, then each attachment: an image as an image block, anything else (a document's
-    text included) as text."""
+    """The text, then each attachment: an image as an image block, a PDF as a document block,
+    anything else (a text document included) as text."""
     blocks: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
     for item in message.attachments:
-        if item.get("mime_type") in IMAGE_TYPES and isinstance(item.get("data"), str):
+        has_bytes = isinstance(item.get("data"), str)
+        if item.get("mime_type") in IMAGE_TYPES and has_bytes:
             source = {"type": "base64", "media_type": item["mime_type"], "data": item["data"]}
             blocks.append({"type": "image", "source": source})
+        elif item.get("mime_type") == PDF and has_bytes:
+            source = {"type": "base64", "media_type": PDF, "data": item["data"]}
+            blocks.append(
+                {"type": "document", "source": source, "title": str(item.get("name") or "document")}
+            )
         else:
             blocks.append({"type": "text", "text": as_text(item)})
     return blocks

@@ -29,6 +29,14 @@ PROVIDER = "openai"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # The image types Chat Completions takes as image_url parts.
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+# The audio Chat Completions takes as input_audio parts, by the format it names.
+AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
 
 
 def build_messages(instructions: str, messages: tuple[ChatMessage, ...]) -> list[dict[str, Any]]:
@@ -63,7 +71,8 @@ def wire_message(message: ChatMessage) -> dict[str, Any]:
 
 def _user_content(message: ChatMessage) -> str | list[dict[str, Any]]:
     """Plain text, or content parts when the message carries attachments: an image as an
-    image_url part (a data: URL), anything else (a document's text included) as text."""
+    image_url part (a data: URL), WAV or MP3 audio as an input_audio part, anything else (a
+    document's text included) as text."""
     if not message.attachments:
         return message.text
     parts: list[dict[str, Any]] = [{"type": "text", "text": message.text}]
@@ -71,6 +80,9 @@ def _user_content(message: ChatMessage) -> str | list[dict[str, Any]]:
         if item.get("mime_type") in IMAGE_TYPES and isinstance(item.get("data"), str):
             url = f"data:{item['mime_type']};base64,{item['data']}"
             parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif item.get("mime_type") in AUDIO_FORMATS and isinstance(item.get("data"), str):
+            audio = {"data": item["data"], "format": AUDIO_FORMATS[item["mime_type"]]}
+            parts.append({"type": "input_audio", "input_audio": audio})
         else:
             parts.append({"type": "text", "text": as_text(item)})
     return parts

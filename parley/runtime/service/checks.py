@@ -77,6 +77,10 @@ class Checks:
         if refs and text is None:
             raise InvalidArgument("attachments", "go with a message: add one that says what they are for")
 
+    @property
+    def attachment_limits(self) -> AttachmentsConfig:
+        return self._attachments
+
     def attachments(
         self, attachments: list[Any] | None
     ) -> tuple[list[dict[str, Any]], tuple[AttachmentBlob, ...]]:

@@ -4,10 +4,19 @@ interrupts waiting for it, a turn's outcome."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from parley.config import AgentConfig, effective_memory
+from parley.config.attachments import AttachmentsConfig
 from parley.core.ids import QueuedMessageId
-from parley.core.records import AttachmentBlob, InterruptRecord, PendingInterrupt, SessionRecord, TurnRecord
+from parley.core.records import (
+    AttachmentBlob,
+    InterruptRecord,
+    PendingInterrupt,
+    QueuedMessageRecord,
+    SessionRecord,
+    TurnRecord,
+)
 from parley.errors import AttachmentNotFound, InvalidArgument
 from parley.runtime import audit
 from parley.runtime.access import Principal
@@ -117,6 +126,18 @@ class Reads:
             turns=(await store.list_turns(session.id))[-TURNS_SHOWN:],
             forks=await store.list_forks(session.id, None if caller.is_admin else caller.id, FORKS_SHOWN),
         )
+
+    def attachment_limits(self) -> AttachmentsConfig:
+        return self._checks.attachment_limits
+
+    def check_attachments(self, attachments: list[Any] | None) -> None:
+        """Refuse attachments this server does not take, before a caller starts anything for them."""
+        self._checks.attachments(attachments)
+
+    async def sent_messages(self, caller: Principal, session_id: str) -> list[QueuedMessageRecord]:
+        """The messages of the caller's session that a turn took, in order (a chat's history)."""
+        session = await self._parts.access.visible(caller, session_id)
+        return await self._parts.store.consumed_messages(session.id)
 
     async def attachment(self, caller: Principal, session_id: str, sha256: str) -> AttachmentBlob:
         """The bytes of an attachment a message of the caller's session carried."""

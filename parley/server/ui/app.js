@@ -9,6 +9,8 @@ import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter 
 import { draftCard, PlanPanel } from './plan.js';
 import { oauthSignIn } from './signin.js';
 import { showSchedules } from './schedules.js';
+import { followResult, TaskForm } from './taskform.js';
+import { Attachments } from './attach.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
 
@@ -35,6 +37,14 @@ async function boot() {
   byId('sign-out').addEventListener('click', signOut);
   byId('new-session').addEventListener('submit', startSession);
   byId('new-agent').addEventListener('change', describeAgent);
+  taskForm = new TaskForm(byId('task-form'));
+  attachments = new Attachments({
+    form: byId('composer'),
+    input: byId('attach-input'),
+    list: byId('attach-list'),
+    error: byId('attach-error'),
+  });
+  byId('attach').addEventListener('click', () => byId('attach-input').click());
   byId('composer').addEventListener('submit', (event) => {
     event.preventDefault();
     sendMessage(false);
@@ -104,6 +114,7 @@ async function enter(token) {
   }
   say(byId('trouble'), '');
   state.agents = agents.agents;
+  attachments.setLimits(agents.attachments);
   showApp();
 }
 
@@ -202,6 +213,11 @@ function route() {
 
 // ---- the session list and starting one --------------------------------------------------------
 
+// The kind and inputs of "New session" (taskform.js).
+let taskForm = null;
+// The files the composer sends with the next message (attach.js).
+let attachments = null;
+
 function fillAgents() {
   const select = byId('new-agent');
   select.replaceChildren(...state.agents.map((a) => el('option', { value: a.name, text: a.name })));
@@ -212,6 +228,9 @@ function fillAgents() {
 function describeAgent() {
   const agent = state.agents.find((a) => a.name === byId('new-agent').value);
   byId('new-agent-about').textContent = agent ? agent.description : '';
+  taskForm.show(agent);
+  byId('new-message').required = taskForm.messageRequired;
+  taskForm.kind.addEventListener('change', () => (byId('new-message').required = taskForm.messageRequired));
 }
 
 function refreshSessionsSoon() {
@@ -302,18 +321,24 @@ async function startSession(event) {
   const button = form.querySelector('button');
   button.disabled = true;
   say(byId('new-session-error'), '');
+  const { inputs, ok } = taskForm.collect();
+  if (!ok) {
+    button.disabled = false;
+    say(byId('new-session-error'), 'Some inputs need a fix (marked below each).');
+    return;
+  }
   try {
-    const started = await api.post('/v1/sessions', {
-      agent: byId('new-agent').value,
-      message,
-      wait_seconds: 0,
-      client_message_id: newId(),
-    });
+    const body = { agent: byId('new-agent').value, wait_seconds: 0, client_message_id: newId() };
+    if (message.trim()) body.message = message;
+    if (taskForm.kindValue !== 'chat') body.kind = taskForm.kindValue;
+    if (inputs !== undefined) body.inputs = inputs;
+    const started = await api.post('/v1/sessions', body);
     byId('new-message').value = '';
     location.hash = `#/s/${started.session_id}`;
     refreshSessionsSoon();
   } catch (error) {
-    say(byId('new-session-error'), error.message);
+    const byField = taskForm.showRefusal(error);
+    say(byId('new-session-error'), byField ? 'parley refused some inputs (marked below each).' : error.message);
   } finally {
     button.disabled = false;
   }
@@ -363,6 +388,8 @@ function showSessionState(transcript, streamState, error) {
   if (transcript !== state.transcript) return;
   const session = transcript.session;
   if (session) state.controls.show({ ...session, plan: transcript.plan }, transcript.status);
+  byId('task-result').dataset.sessionId = transcript.sessionId;
+  followResult(byId('task-result'), transcript, () => api.get(sessionPath(transcript.sessionId) + '?messages_limit=1'));
   state.controls.showFailure(transcript.lastFailure);
   const status = byId('session-status');
   status.textContent = statusText(transcript.status);
@@ -414,10 +441,13 @@ async function sendMessage(steer) {
   if (state.plan) state.plan.expectRevision();
   try {
     const body = { message, wait_seconds: 0, client_message_id: newId() };
+    const files = await attachments.blocks();
+    if (files) body.attachments = files;
     await api.post(sessionPath(transcript.sessionId, steer ? '/steer' : '/messages'), body);
     box.value = '';
+    attachments.clear();
   } catch (error) {
-    say(byId('composer-error'), error.message);
+    say(byId('composer-error'), attachments.explain(error.message));
   }
 }
 

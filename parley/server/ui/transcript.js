@@ -4,6 +4,7 @@
 // Last-Event-ID after the last event applied, so nothing is shown twice or missed. The events do
 // not carry the person's messages, so those are read from the session (each names its turn).
 
+import { showAttachments } from './attach.js';
 import { api, sessionPath } from './api.js';
 import { decisionCard, resolutionText } from './decision.js';
 import { el, pretty, when } from './dom.js';
@@ -36,6 +37,7 @@ export class Transcript {
     this.interrupts = new Map(); // interrupt id -> card slot
     this.undecided = new Set(); // interrupt ids raised and not resolved
     this.userTexts = new Map(); // turn id -> [text]
+    this.userFiles = new Map(); // turn id -> [attachment reference] (attach.js shows them)
     this.messagesRead = 0; // the highest message seq read
     this.status = 'idle';
     this.lastFailure = null; // the error of a last turn that failed
@@ -125,6 +127,8 @@ export class Transcript {
           const texts = this.userTexts.get(message.turn_id) || [];
           texts.push(message.text);
           this.userTexts.set(message.turn_id, texts);
+          const files = this.userFiles.get(message.turn_id) || [];
+          this.userFiles.set(message.turn_id, [...files, ...(message.attachments || [])]);
         }
       }
       if (page.messages.length < 200) return;
@@ -243,6 +247,7 @@ export class Transcript {
     }
     const texts = this.userTexts.get(turnId);
     slot.querySelector('.text').textContent = texts ? texts.join('\n\n') : '(message not available)';
+    showAttachments(slot, this.sessionId, this.userFiles.get(turnId));
     slot.classList.remove('loading');
   }
 }
