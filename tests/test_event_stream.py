@@ -45,7 +45,7 @@ class World(Served):
     def stream_url(self, session_id: str) -> str:
         return f"{self.base}/v1/sessions/{session_id}/events"
 
-    async def read(self, session_id: str, after: int | None, stop: Any) -> list[Frame]:
+    async def read(self, session_id: str, after: int | str | None, stop: Any) -> list[Frame]:
         headers = {"Last-Event-ID": str(after)} if after is not None else None
         return await read_until(self.stream_url(session_id), stop, headers=headers)
 
