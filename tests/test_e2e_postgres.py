@@ -160,6 +160,8 @@ def _sqlite_counts(db: Path) -> dict[str, int]:
         "agent versions": "agent_versions",
         "attachments": "attachments",
         "attachment references": "attachment_refs",
+        "schedules": "schedules",
+        "schedule ticks": "schedule_ticks",
     }
     with sqlite3.connect(db) as conn:
         return {

@@ -24,7 +24,7 @@ from parley.core.schedules import (
     overlap_outcome,
     previous_at_rest,
 )
-from parley.errors import ConfigError, ConfigErrors, RequestError, StorageUnavailable
+from parley.errors import ConfigError, ConfigErrors, RequestError, StorageError, StorageUnavailable
 from parley.runtime.service.schedules import ScheduleCommands
 from parley.storage.ports import ScheduleStore
 
@@ -81,6 +81,9 @@ class ScheduleRunner:
                 pause = await self.run_due()
             except StorageUnavailable as exc:
                 logger.debug("running schedules failed (%s); retrying", exc.condition)
+            except StorageError as exc:
+                # The database's trouble (a full pool, a restart) is not a bug: say it in one line.
+                logger.warning("running schedules failed (%s); retrying", exc)
             except Exception:
                 # A bug or a broken row must not stop the schedules for good: the next pass retries.
                 logger.exception("running schedules failed; retrying")
