@@ -28,6 +28,7 @@ from anyio.abc import TaskStatus
 from parley.config.attachments import AttachmentsConfig
 from parley.core.records import AttachmentBlob
 from parley.errors import InvalidArgument
+from parley.runtime.background import log_pass_failure
 from parley.runtime.model import ChatMessage
 from parley.storage.ports import AttachmentStore
 
@@ -384,5 +385,5 @@ async def run_collect(
             if collected:
                 logger.info("deleted %d attachment(s) no session refers to any more", collected)
         except Exception:
-            logger.exception("collecting unreferenced attachments failed; trying again later")
+            log_pass_failure(logger, "collecting unreferenced attachments")
         await anyio.sleep(config.collect_interval_s)

@@ -21,6 +21,7 @@ from anyio.abc import TaskStatus
 from parley.core.records import AuditOutcome, AuditRecord
 from parley.errors import StorageError
 from parley.runtime.access import Principal
+from parley.runtime.background import log_pass_failure
 from parley.storage.ports import AuditLog
 
 logger = logging.getLogger(__name__)
@@ -219,5 +220,5 @@ class Audit:
                 if purged:
                     logger.info("deleted %d audit entries older than the retention", purged)
             except Exception:
-                logger.exception("purging the audit trail failed; trying again later")
+                log_pass_failure(logger, "purging the audit trail")
             await anyio.sleep(interval_s)

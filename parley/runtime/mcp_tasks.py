@@ -24,6 +24,7 @@ from parley.core.records import InterruptRecord, Resolution, TaskRecord, TaskSta
 from parley.errors import InvalidArgument, RequestError
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
+from parley.runtime.background import log_pass_failure
 from parley.runtime.service import SessionService, TurnOutcome, Waiting, cursor_time
 from parley.runtime.session_access import AskHuman
 from parley.runtime.signals import SessionSignals, Watch
@@ -340,7 +341,7 @@ class McpTaskService:
             try:
                 current = await self._store.event_seqs(watched)
             except Exception:
-                logger.exception("looking for changes of watched tasks failed; trying again later")
+                log_pass_failure(logger, "looking for changes of watched tasks")
                 continue
             for session_id, seq in current.items():
                 if seen.get(session_id, seq) != seq:
@@ -356,7 +357,7 @@ class McpTaskService:
                 if purged:
                     logger.info("deleted %d expired task(s)", purged)
             except Exception:
-                logger.exception("purging expired tasks failed; trying again later")
+                log_pass_failure(logger, "purging expired tasks")
             await anyio.sleep(self._settings.purge_interval_s)
 
     # ------------------------------------------------------------------ deriving the state

@@ -11,6 +11,7 @@ from anyio.abc import TaskStatus
 
 from parley.core.ids import SessionId
 from parley.errors import StorageUnavailable
+from parley.runtime.background import log_pass_failure
 from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.signals import SessionSignals
 from parley.storage.ports import Store
@@ -86,13 +87,9 @@ class Scheduler:
                     # Sessions named as having work (given it here, or by another process through
                     # the change feed): claimed at once, without a scan.
                     await self._claim(tg, named)
-                except StorageUnavailable as exc:
-                    # The database's condition (away, busy, full), which the store has reported:
-                    # the next tick tries again.
-                    logger.debug("scanning for work failed (%s); retrying", exc.condition)
                 except Exception:
                     # A failed scan (a bug, a disk hiccup) must not stop the process; retry next tick.
-                    logger.exception("scanning for work failed; retrying")
+                    log_pass_failure(logger, "scanning for work")
                 named, scan = await self._signals.wait_for_work(self._timings.poll_interval_s)
 
     async def _scan(self, tg: anyio.abc.TaskGroup) -> None:

@@ -24,7 +24,8 @@ from parley.core.schedules import (
     overlap_outcome,
     previous_at_rest,
 )
-from parley.errors import ConfigError, ConfigErrors, RequestError, StorageError, StorageUnavailable
+from parley.errors import ConfigError, ConfigErrors, RequestError
+from parley.runtime.background import log_pass_failure
 from parley.runtime.service.schedules import ScheduleCommands
 from parley.storage.ports import ScheduleStore
 
@@ -79,14 +80,9 @@ class ScheduleRunner:
             pause = MAX_PAUSE_S
             try:
                 pause = await self.run_due()
-            except StorageUnavailable as exc:
-                logger.debug("running schedules failed (%s); retrying", exc.condition)
-            except StorageError as exc:
-                # The database's trouble (a full pool, a restart) is not a bug: say it in one line.
-                logger.warning("running schedules failed (%s); retrying", exc)
             except Exception:
                 # A bug or a broken row must not stop the schedules for good: the next pass retries.
-                logger.exception("running schedules failed; retrying")
+                log_pass_failure(logger, "running schedules")
             await self._sleep(pause)
 
     async def run_due(self) -> float:

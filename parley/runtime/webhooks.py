@@ -24,6 +24,7 @@ from standardwebhooks import Webhook
 from parley import __version__
 from parley.config import WebhookSubscription, secret_from_env
 from parley.core.webhooks import DeliveryRecord, OutboxRoute, retry_delay
+from parley.runtime.background import log_pass_failure
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.webhook_guard import ReceiverRefused, pin
 from parley.storage.ports import WebhookOutbox
@@ -113,7 +114,7 @@ class WebhookWorker:
         try:
             return await self._store.claim_deliveries(open_, self._owner, self._clock(), self._lease_s, limit)
         except Exception:
-            logger.warning("could not read the webhook outbox; trying again", exc_info=True)
+            log_pass_failure(logger, "reading the webhook outbox")
             return []
 
     async def _deliver_one(self, http: httpx2.AsyncClient, delivery: DeliveryRecord) -> None:
