@@ -15,7 +15,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.support import TEST_DEADLINE_S, InProcessServer, call, write_config
+from tests.support import TEST_DEADLINE_S, InProcessServer, call, eventually, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -146,6 +146,15 @@ async def fuzzed(
         client = await stack.enter_async_context(connected)
         sid = (await call(client, "start_session", agent="demo", message="hello"))["session_id"]
         asking = await call(client, "start_session", agent="demo", message="/ask Colour? | red | blue")
+        asking_sid = asking["session_id"]
+
+        async def asked() -> bool:
+            # The short waits above may return before the question is raised on a loaded machine.
+            nonlocal asking
+            asking = await call(client, "get_session", session_id=asking_sid)
+            return bool(asking.get("pending"))
+
+        await eventually(asked, "the question to be raised")
         valid = {
             "agent": "demo",
             "message": "hello",
