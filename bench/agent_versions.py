@@ -30,7 +30,7 @@ import yaml
 from _common import machine, parse_ints, percentile
 
 from parley.config import AgentConfig, load_config
-from parley.core.ids import new_queued_message_id, new_session_id, new_turn_id
+from parley.core.ids import new_session_id, new_turn_id
 from parley.core.records import AgentVersionRecord, QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.runtime.agent_catalog import AgentCatalog
@@ -73,15 +73,7 @@ async def _store(store: Any, record: AgentVersionRecord) -> None:
     now = time.time()
     sid = new_session_id()
     session = SessionRecord.new(sid, agent=record.agent, owner="bench", kind="chat", now=now)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text="hi",
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
+    first = QueuedMessageRecord.new(sid, "hi", now=now)
     await store.create_session(starting(session, first), first, now)
     lease = (await store.try_acquire_leases([sid], "proc_bench", now, 30.0)).get(sid)
     assert lease is not None

@@ -111,7 +111,7 @@ async def store_once(database: str, messages: int, starts: int, postgres: str) -
     """The store alone: enqueue and create_session with and without a claim, alternating."""
     from parley.config import LimitsConfig
     from parley.core.changes import Admit
-    from parley.core.ids import QueuedMessageId, SessionId, new_queued_message_id, new_session_id
+    from parley.core.ids import QueuedMessageId, SessionId, new_session_id
     from parley.core.records import QueuedMessageRecord, SessionRecord
     from parley.core.transitions import starting
     from parley.runtime.access import Principal
@@ -132,15 +132,7 @@ async def store_once(database: str, messages: int, starts: int, postgres: str) -
         return SessionRecord.new(new_session_id(), agent="demo", owner="alice", kind="chat", now=time.time())
 
     def message(sid: SessionId, now: float) -> QueuedMessageRecord:
-        return QueuedMessageRecord(
-            id=new_queued_message_id(),
-            session_id=sid,
-            seq=0,
-            text="hi",
-            status="queued",
-            turn_id=None,
-            created_at=now,
-        )
+        return QueuedMessageRecord.new(sid, "hi", now=now)
 
     def admit(claim: Claim | None) -> Admit | None:
         return (

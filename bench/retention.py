@@ -53,7 +53,7 @@ from _common import (
 )
 from mcp import Client
 
-from parley.core.ids import new_queued_message_id, new_session_id, new_turn_id
+from parley.core.ids import new_session_id, new_turn_id
 from parley.core.records import ModelStep, QueuedMessageRecord, SessionRecord
 from parley.core.transitions import TurnEnd, starting
 from parley.runtime.session_steps import SessionSteps
@@ -73,15 +73,7 @@ async def write_session(steps: SessionSteps, store: Any, text: str) -> None:
     now = time.time()
     sid = new_session_id()
     record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=now, title="bench")
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text="hello",
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
+    first = QueuedMessageRecord.new(sid, "hello", now=now)
     await store.create_session(starting(record, first), first, now)
     lease = (await store.try_acquire_leases([sid], PROCESS, now, 30.0)).get(sid)
     turn = await steps.start_turn(sid, lease, new_turn_id(), now) if lease is not None else None

@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 
 from parley.config import AgentConfig, RuntimeConfig
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_session_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.runtime.agent_catalog import AgentCatalog
@@ -38,15 +38,7 @@ async def started_session(
     now = time.time()
     sid = new_session_id()
     record = SessionRecord.new(sid, agent=agent, owner="local", kind="chat", now=now, settings=settings)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
+    first = QueuedMessageRecord.new(sid, text, now=now)
     await store.create_session(starting(record, first), first, now)
     return sid
 

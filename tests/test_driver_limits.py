@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from parley.config import AgentConfig, AgentLimits, ModelSpec
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_session_id
 from parley.core.machine import model_call_limit_reason
 from parley.core.records import QueuedMessageRecord, SessionRecord, TurnRecord, lease_holder
 from parley.core.transitions import starting
@@ -66,15 +66,7 @@ async def session_with_message(store: Store, text: str, agent_name: str = "plann
     now = time.time()
     sid = new_session_id()
     record = SessionRecord.new(sid, agent=agent_name, owner="alice", kind="chat", now=now)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
+    first = QueuedMessageRecord.new(sid, text, now=now)
     await store.create_session(starting(record, first), first, now)
     return sid
 

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from parley.config import AgentConfig, ModelSpec
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_session_id
 from parley.core.records import EventRecord, QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.errors import ModelError
@@ -64,15 +64,7 @@ async def _session(store: Store) -> SessionId:
     now = time.time()
     sid = new_session_id()
     record = SessionRecord.new(sid, agent="talker", owner="alice", kind="chat", now=now)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text="hi",
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
+    first = QueuedMessageRecord.new(sid, "hi", now=now)
     await store.create_session(starting(record, first), first, now)
     return sid
 

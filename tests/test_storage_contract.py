@@ -25,7 +25,6 @@ from parley.core.ids import (
     SessionId,
     TurnId,
     new_interrupt_id,
-    new_queued_message_id,
     new_session_id,
     new_tool_call_id,
     new_turn_id,
@@ -179,15 +178,7 @@ def session_record(
 
 
 def queued(session_id: SessionId, text: str, now: float = T0) -> QueuedMessageRecord:
-    return QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=session_id,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )
+    return QueuedMessageRecord.new(session_id, text, now=now)
 
 
 async def new_session(
@@ -1463,14 +1454,6 @@ async def test_a_write_cancelled_while_waiting_for_the_lock_leaves_the_database_
 async def _one_running_session(store: Store) -> SessionId:
     sid = new_session_id()
     record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=1.0)
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text="hi",
-        status="queued",
-        turn_id=None,
-        created_at=1.0,
-    )
+    first = QueuedMessageRecord.new(sid, "hi", now=1.0)
     assert await store.create_session(starting(record, first), first, 1.0)
     return sid

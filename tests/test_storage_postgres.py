@@ -20,7 +20,7 @@ import pytest
 
 from parley.config import ServerConfig, load_config
 from parley.core.changes import CURRENT_TURN, Changes, SessionSnapshot
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_session_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.errors import ConfigErrors, StorageError, StorageUnavailable
@@ -58,15 +58,7 @@ def app_name(schema: PgSchema) -> str:
 
 async def running_session(store: Store, text: str = "hello") -> SessionId:
     sid = new_session_id()
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=T0,
-    )
+    first = QueuedMessageRecord.new(sid, text, now=T0)
     record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=T0)
     assert await store.create_session(starting(record, first), first, T0)
     return sid

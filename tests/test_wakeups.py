@@ -16,7 +16,7 @@ import pytest
 from psycopg import sql
 
 from parley.core.changes import Changes, SessionPatch
-from parley.core.ids import SessionId, TurnId, new_queued_message_id, new_session_id, new_turn_id
+from parley.core.ids import SessionId, TurnId, new_session_id, new_turn_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.core.transitions import starting
 from parley.runtime.session_steps import SessionSteps
@@ -200,30 +200,14 @@ class Heard:
 
 async def _first_message(store: Store, text: str = "hello") -> SessionId:
     sid = new_session_id()
-    first = QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=T0,
-    )
+    first = QueuedMessageRecord.new(sid, text, now=T0)
     record = SessionRecord.new(sid, agent="demo", owner="local", kind="chat", now=T0)
     assert await store.create_session(starting(record, first), first, T0)
     return sid
 
 
 def _message(sid: SessionId, text: str) -> QueuedMessageRecord:
-    return QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=sid,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=T0,
-    )
+    return QueuedMessageRecord.new(sid, text, now=T0)
 
 
 @pytest.fixture

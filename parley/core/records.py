@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId
+from parley.core.ids import QueuedMessageId, SessionId, ToolCallId, TurnId, new_queued_message_id
 
 # The statuses and their sets are parley/core/states.py's; they stay importable from here.
 from parley.core.states import ENDED_SESSION
@@ -279,6 +279,39 @@ class QueuedMessageRecord:
     trace_context: dict[str, str] | None = None
     # The turn it starts plans (plan: true) or executes an approved plan (execute_plan).
     mode: TurnMode | None = None
+
+    @classmethod
+    def new(
+        cls,
+        session_id: SessionId,
+        text: str,
+        *,
+        now: float,
+        client_message_id: str | None = None,
+        steer: bool = False,
+        settings: dict[str, Any] | None = None,
+        attachments: list[dict[str, Any]] | None = None,
+        blobs: tuple[AttachmentBlob, ...] = (),
+        trace_context: dict[str, str] | None = None,
+        mode: TurnMode | None = None,
+    ) -> QueuedMessageRecord:
+        """A message just sent, queued for a turn of `session_id` (the store numbers it)."""
+        return cls(
+            id=new_queued_message_id(),
+            session_id=session_id,
+            seq=0,
+            text=text,
+            status="queued",
+            turn_id=None,
+            created_at=now,
+            client_message_id=client_message_id,
+            steer=steer,
+            settings=settings,
+            attachments=attachments,
+            blobs=blobs,
+            trace_context=trace_context,
+            mode=mode,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any
 from parley.config import AgentConfig
 from parley.core import transitions
 from parley.core.changes import Admit
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import new_session_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, RateLimited
 from parley.runtime import audit
@@ -73,7 +73,7 @@ class EvalCommands:
         checks.first_message(first, [])
         now = p.clock()
         session_id = new_session_id()
-        queued = [_queued(session_id, text, now) for text in [first, *texts[1:]]]
+        queued = [QueuedMessageRecord.new(session_id, text, now=now) for text in [first, *texts[1:]]]
         queued[0] = replace(queued[0], client_message_id=start.client_message_id)
         record = SessionRecord.new(
             session_id,
@@ -140,15 +140,3 @@ class EvalCommands:
                 f"was already used to start session {existing.id}, which is not this eval case's",
             )
         return existing
-
-
-def _queued(session_id: SessionId, text: str, now: float) -> QueuedMessageRecord:
-    return QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=session_id,
-        seq=0,
-        text=text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
-    )

@@ -16,7 +16,6 @@ from parley.core.ids import (
     QueuedMessageId,
     SessionId,
     is_queued_message_id,
-    new_queued_message_id,
     new_session_id,
 )
 from parley.core.records import AttachmentBlob, QueuedMessageRecord, SessionRecord, TurnMode
@@ -237,14 +236,10 @@ class MessageCommands:
         limits = effective_limits(agent.limits, overrides) if agent else None
         max_turns = limits.max_turns if limits is not None else session.turn_count
         now = p.clock()
-        queued = QueuedMessageRecord(
-            id=new_queued_message_id(),
-            session_id=session.id,
-            seq=0,
-            text=message,
-            status="queued",
-            turn_id=None,
-            created_at=now,
+        queued = QueuedMessageRecord.new(
+            session.id,
+            message,
+            now=now,
             client_message_id=request.client_message_id,
             steer=request.steer,
             settings=send.settings,
@@ -388,14 +383,10 @@ def _first_queued(
     """The first message of a new session, queued for its first turn (None: there is none)."""
     if start.text is None:
         return None
-    return QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=session_id,
-        seq=0,
-        text=start.text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
+    return QueuedMessageRecord.new(
+        session_id,
+        start.text,
+        now=now,
         client_message_id=client_message_id,
         attachments=start.refs or None,
         blobs=start.blobs,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from parley.config import effective_limits
 from parley.core import plans
-from parley.core.ids import SessionId, new_queued_message_id
+from parley.core.ids import SessionId
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.errors import (
     InvalidArgument,
@@ -133,14 +133,10 @@ class PlanCommands:
 
 def executing_message(session_id: SessionId, revision: int, now: float) -> QueuedMessageRecord:
     """The queued message an approval of `revision` starts the executing turn with."""
-    return QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=session_id,
-        seq=0,
-        text=plans.execution_note(revision),
-        status="queued",
-        turn_id=None,
-        created_at=now,
+    return QueuedMessageRecord.new(
+        session_id,
+        plans.execution_note(revision),
+        now=now,
         trace_context=current_trace_context(),
         mode="executing",
     )

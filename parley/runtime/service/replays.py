@@ -12,7 +12,7 @@ from dataclasses import replace
 from parley.config import AgentConfig, effective_limits
 from parley.core import transitions
 from parley.core.changes import Admit
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_session_id
 from parley.core.records import AuditRecord, QueuedMessageRecord, SessionRecord
 from parley.errors import InvalidArgument, RateLimited, SessionLimitReached
 from parley.runtime import audit
@@ -153,14 +153,10 @@ def _same_replay(existing: SessionRecord, original: SessionRecord) -> SessionRec
 
 def _again(message: QueuedMessageRecord, session_id: SessionId, now: float) -> QueuedMessageRecord:
     """A message of the original, sent again to the replay (its mode and settings kept)."""
-    return QueuedMessageRecord(
-        id=new_queued_message_id(),
-        session_id=session_id,
-        seq=0,
-        text=message.text,
-        status="queued",
-        turn_id=None,
-        created_at=now,
+    return QueuedMessageRecord.new(
+        session_id,
+        message.text,
+        now=now,
         settings=message.settings,
         attachments=message.attachments,
         mode=message.mode,

@@ -13,7 +13,7 @@ from parley.config import AgentConfig
 from parley.config.schedules import agent_problem_of, check_name, timing_of
 from parley.core import transitions
 from parley.core.changes import Admit
-from parley.core.ids import SessionId, new_queued_message_id, new_session_id
+from parley.core.ids import SessionId, new_session_id
 from parley.core.records import QueuedMessageRecord, SessionRecord
 from parley.core.schedules import CatchUp, Overlap, Schedule, TickClaim, TickRecord, TimingError
 from parley.core.scopes import USE
@@ -96,15 +96,7 @@ class ScheduleCommands:
             raise InvalidArgument("message", f"schedule '{schedule.name}' gives its sessions nothing to do")
         now = p.clock()
         session_id = new_session_id()
-        queued = QueuedMessageRecord(
-            id=new_queued_message_id(),
-            session_id=session_id,
-            seq=0,
-            text=text,
-            status="queued",
-            turn_id=None,
-            created_at=now,
-        )
+        queued = QueuedMessageRecord.new(session_id, text, now=now)
         record = SessionRecord.new(
             session_id,
             agent=agent.name,
