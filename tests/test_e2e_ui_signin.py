@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -23,15 +22,14 @@ from playwright.async_api import Browser, Page, expect
 
 from tests.auth_support import bearer, claims
 from tests.http_balancer import Balancer
-from tests.oauth_server import Misbehaviour, OAuthState, oauth_server
-from tests.support import CALL_DEADLINE_S, InProcessServer, eventually, write_config
+from tests.oauth_server import Misbehaviour, OAuthState
+from tests.support import CALL_DEADLINE_S, InProcessServer, eventually
 from tests.test_e2e_ui import LAPTOP, SCREENSHOTS, shoot
 from tests.test_e2e_ui import browser as browser  # the module's Chromium, a fixture
+from tests.test_ui_signin import PREFIX, prefixed_world
 
 pytestmark = pytest.mark.anyio
 
-PREFIX = "/parley"
-CLIENT_ID = "parley-ui"
 # Short, so the page refreshes during the test (a second before its end, for a token this short).
 ACCESS_TOKEN_S = 2
 
@@ -54,27 +52,11 @@ class Signed:
 
 @pytest.fixture(scope="module")
 async def signed(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> AsyncIterator[Signed]:
-    directory = tmp_path_factory.mktemp("ui_signin_browser")
-    with oauth_server() as auth:
-        auth.access_token_s = ACCESS_TOKEN_S
-        async with Balancer(backends=[]).running() as proxy:
-            root = proxy.url.removesuffix("/mcp")
-            auth.resources.add(root + PREFIX + "/mcp")
-            auth.register(CLIENT_ID, [root + PREFIX + "/ui/callback"])
-            auth.cors_origins.add(root)
-            config = write_config(
-                directory,
-                auth=auth.oauth_config(),
-                http={
-                    "public_url": root + PREFIX + "/mcp",
-                    "base_path": PREFIX,
-                    "allowed_hosts": [urlsplit(root).netloc],
-                },
-                ui={"client_id": CLIENT_ID},
-            )
-            async with InProcessServer(config, http=True) as server:
-                proxy.backends.append(server.base_url)
-                yield Signed(server, proxy, auth, browser)
+    async with prefixed_world(tmp_path_factory.mktemp("ui_signin_browser"), strip_prefix=False) as world:
+        world.auth.access_token_s = ACCESS_TOKEN_S
+        # The page calls the authorization server's token endpoint from the proxy's origin.
+        world.auth.cors_origins.add(world.root)
+        yield Signed(world.server, world.proxy, world.auth, browser)
 
 
 async def storage(page: Page) -> dict[str, str]:

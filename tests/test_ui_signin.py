@@ -17,6 +17,7 @@ import hashlib
 import re
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,12 @@ class World:
         return self.auth.key.sign(claims(self.auth.url, self.public_url, subject))
 
 
-@pytest.fixture(scope="module")
-async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
-    directory = tmp_path_factory.mktemp("ui_signin")
+@asynccontextmanager
+async def prefixed_world(directory: Path, *, strip_prefix: bool) -> AsyncIterator[World]:
+    """parley with `http.base_path: /parley` and /ui sign-in behind a reverse proxy (which strips
+    the prefix or passes it on), and the authorization server that knows its page."""
     with oauth_server() as auth:
-        async with Balancer(backends=[], strip_prefix=PREFIX).running() as proxy:
+        async with Balancer(backends=[], strip_prefix=PREFIX if strip_prefix else "").running() as proxy:
             root = proxy.url.removesuffix("/mcp")
             auth.resources.add(root + PREFIX + "/mcp")
             auth.register(CLIENT_ID, [root + PREFIX + "/ui/callback"])
@@ -84,6 +86,12 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             async with InProcessServer(config, http=True) as server:
                 proxy.backends.append(server.base_url)
                 yield World(server, proxy, auth)
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    async with prefixed_world(tmp_path_factory.mktemp("ui_signin"), strip_prefix=True) as world:
+        yield world
 
 
 def pkce() -> tuple[str, str]:
