@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-from parley.core.webhooks import OutboxRoute
+from parley.config.retention import RetentionConfig
+from parley.core.webhooks import DeliveryStatus, OutboxRoute
+from parley.runtime.retention import DAY_S, RetentionSweep
 from parley.storage.ports import Store
 from tests.test_storage_contract import LEASE_A, T0, _finish, running_turn
 
@@ -90,3 +92,37 @@ async def test_a_failed_attempt_waits_and_a_dead_delivery_is_sent_again_with_its
     assert redelivered.payload == dead.payload
     assert [d.id for d in await store.claim_deliveries(["ends"], "proc_b", T0 + 70, 10.0, 10)] == [dead.id]
     assert await store.redeliver("whd_nothing", T0 + 70) is None
+
+
+async def test_retention_removes_settled_deliveries_past_their_age_and_keeps_pending_ones(
+    store: Store,
+) -> None:
+    store.route_webhooks(ROUTES)
+    for name in ("one", "two", "three"):
+        sid, turn = await running_turn(store, name)
+        await _finish(store, sid, LEASE_A, turn.id, "failed", None, "the model failed", T0 + 2)
+    # Six deliveries: two delivered and two dead at T0 + 10, one delivered at T0 + 500, one pending.
+    claimed = await store.claim_deliveries(["ends", "failures"], "proc_a", T0 + 3, 10.0, 10)
+    assert len(claimed) == 6
+    outcomes: list[tuple[DeliveryStatus, float]] = [
+        ("delivered", T0 + 10),
+        ("delivered", T0 + 10),
+        ("dead", T0 + 10),
+        ("dead", T0 + 10),
+        ("delivered", T0 + 500),
+    ]
+    for delivery, (status, at) in zip(claimed, outcomes, strict=False):
+        await store.settle_delivery(delivery.id, "proc_a", status, at)
+    pending = claimed[-1]
+    await store.settle_delivery(pending.id, "proc_a", "pending", T0 + 10, next_attempt_at=T0 + 9999)
+
+    # An age of 100 s at T0 + 200: the four settled at T0 + 10 go, in batches of 3.
+    config = RetentionConfig(webhook_deliveries_after_days=100 / DAY_S, batch_size=3)
+    report = await RetentionSweep(store, config, lambda: T0 + 200).sweep()
+    assert (report.deliveries, report.batches, report.sessions, report.events) == (4, 2, 0, 0)
+    kept = {d.id: d.status for d in await store.list_deliveries(None, 10)}
+    assert kept == {claimed[4].id: "delivered", pending.id: "pending"}
+    # Long after, the pending delivery still stays: it has not been sent.
+    report = await RetentionSweep(store, config, lambda: T0 + 10_000).sweep()
+    assert report.deliveries == 1
+    assert [d.id for d in await store.list_deliveries(None, 10)] == [pending.id]

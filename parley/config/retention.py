@@ -34,6 +34,13 @@ class RetentionConfig(BaseModel):
         description="Delete events (the /v1 streams' history) older than this many days, of sessions not running a "
         "turn; transcripts stay. A stream resumed from before the cut starts with a reset.",
     )
+    webhook_deliveries_after_days: float | None = Field(
+        None,
+        gt=0,
+        le=_DAYS_MAX,
+        description="Delete delivered and dead webhook deliveries this many days after their last attempt "
+        "(pending ones always stay; `parley webhooks list` shows what is kept).",
+    )
     interval_s: float = Field(600.0, ge=0.1, le=86_400, description="Seconds between two sweeps.")
     batch_size: int = Field(
         100, ge=1, le=10_000, description="Rows of one kind removed per transaction (each batch is short)."
@@ -43,5 +50,10 @@ class RetentionConfig(BaseModel):
     def enabled(self) -> bool:
         return any(
             age is not None
-            for age in (self.ended_sessions_after_days, self.idle_sessions_after_days, self.events_after_days)
+            for age in (
+                self.ended_sessions_after_days,
+                self.idle_sessions_after_days,
+                self.events_after_days,
+                self.webhook_deliveries_after_days,
+            )
         )

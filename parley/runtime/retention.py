@@ -1,5 +1,5 @@
 """The retention sweep: a background task that removes what `retention:` in parley.yaml no
-longer keeps (ended and idle sessions past their age, old events), in small batches, each its
+longer keeps (ended and idle sessions past their age, old events, settled webhook deliveries), in small batches, each its
 own short transaction, yielding between batches so turns never wait behind a sweep. Several
 processes may sweep the same database: each batch takes rows no other one holds."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import anyio
@@ -31,6 +31,7 @@ class SweepReport:
 
     sessions: int
     events: int
+    deliveries: int
     batches: int
     longest_batch_s: float
 
@@ -47,6 +48,8 @@ class RetentionSweep:
         self._config = config
         self._clock = clock
         self._signals = signals
+        # The current sweep's batches and its longest one (for the log line).
+        self._batches, self._longest = 0, 0.0
 
     def _before(self, days: float | None, now: float) -> float | None:
         return now - days * DAY_S if days is not None else None
@@ -58,44 +61,60 @@ class RetentionSweep:
             ended_before=self._before(config.ended_sessions_after_days, now),
             idle_before=self._before(config.idle_sessions_after_days, now),
         )
-        sessions = events = batches = 0
-        longest = 0.0
+        self._batches, self._longest = 0, 0.0
+        sessions = 0
         if rule.ended_before is not None or rule.idle_before is not None:
-            while True:
-                started = time.perf_counter()
-                swept = await self._store.sweep_sessions(rule, now, config.batch_size)
-                longest = max(longest, time.perf_counter() - started)
-                batches += 1
-                sessions += len(swept)
-                for session in swept:
-                    logger.info(
-                        "session %s (%s, %s) removed by retention", session.id, session.owner, session.status
-                    )
-                    if self._signals is not None:
-                        self._signals.notify(session.id)  # its live streams end (session_deleted)
-                if len(swept) < config.batch_size:
-                    break
-                await anyio.lowlevel.checkpoint()  # let turns' writes in between batches
+            sessions = await self._in_batches(lambda: self._sweep_sessions(rule, now))
         events_before = self._before(config.events_after_days, now)
+        events = 0
         if events_before is not None:
-            while True:
-                started = time.perf_counter()
-                purged = await self._store.purge_events(events_before, config.batch_size)
-                longest = max(longest, time.perf_counter() - started)
-                batches += 1
-                events += purged
-                if purged < config.batch_size:
-                    break
-                await anyio.lowlevel.checkpoint()
-        if sessions or events:
+            events = await self._in_batches(
+                lambda: self._store.purge_events(events_before, config.batch_size)
+            )
+        deliveries_before = self._before(config.webhook_deliveries_after_days, now)
+        deliveries = 0
+        if deliveries_before is not None:
+            deliveries = await self._in_batches(
+                lambda: self._store.purge_deliveries(deliveries_before, config.batch_size)
+            )
+        if sessions or events or deliveries:
             logger.info(
-                "retention removed %d session(s) and %d event(s) in %d batch(es), the longest %.1f ms",
+                "retention removed %d session(s), %d event(s) and %d webhook delivery(ies) in %d batch(es), "
+                "the longest %.1f ms",
                 sessions,
                 events,
-                batches,
-                longest * 1000,
+                deliveries,
+                self._batches,
+                self._longest * 1000,
             )
-        return SweepReport(sessions=sessions, events=events, batches=batches, longest_batch_s=longest)
+        return SweepReport(
+            sessions=sessions,
+            events=events,
+            deliveries=deliveries,
+            batches=self._batches,
+            longest_batch_s=self._longest,
+        )
+
+    async def _in_batches(self, batch: Callable[[], Awaitable[int]]) -> int:
+        """Run `batch` until one removes less than a full batch; the rows removed in all."""
+        removed = 0
+        while True:
+            started = time.perf_counter()
+            count = await batch()
+            self._longest = max(self._longest, time.perf_counter() - started)
+            self._batches += 1
+            removed += count
+            if count < self._config.batch_size:
+                return removed
+            await anyio.lowlevel.checkpoint()  # let turns' writes in between batches
+
+    async def _sweep_sessions(self, rule: SweepRule, now: float) -> int:
+        swept = await self._store.sweep_sessions(rule, now, self._config.batch_size)
+        for session in swept:
+            logger.info("session %s (%s, %s) removed by retention", session.id, session.owner, session.status)
+            if self._signals is not None:
+                self._signals.notify(session.id)  # its live streams end (session_deleted)
+        return len(swept)
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Sweep now and every `interval_s` (nothing at all without an age configured)."""

@@ -306,6 +306,11 @@ class RetentionSweeps(Protocol):
         (the transcript and the sessions' event numbers stay); return how many."""
         ...
 
+    async def purge_deliveries(self, before: float, limit: int) -> int:
+        """Delete at most `limit` webhook deliveries, delivered or dead, whose last attempt was
+        before `before` (pending ones stay whatever their age); return how many."""
+        ...
+
 
 class AuditLog(Protocol):
     """The audit trail: append-only, kept for its own retention, independent of sessions."""

@@ -115,6 +115,17 @@ class SqlWebhooks(SqlBase):
         )
         return result.count > 0
 
+    async def purge_deliveries(self, before: float, limit: int) -> int:
+        (result,) = await self._change(
+            Stmt(
+                "DELETE FROM webhook_deliveries WHERE id IN (SELECT id FROM webhook_deliveries "
+                "WHERE status IN ('delivered', 'dead') AND updated_at < ? "
+                f"LIMIT ?{self.dialect.skip_locked})",
+                (before, self.dialect.limit(limit)),
+            )
+        )
+        return result.count
+
     async def list_deliveries(self, status: DeliveryStatus | None, limit: int) -> list[DeliveryRecord]:
         where, params = ("WHERE status = ? ", [status]) if status is not None else ("", [])
         rows = await self._rows(
