@@ -138,8 +138,11 @@ async def start(page: Page, agent: str, message: str) -> str:
     await expect(page.locator("#new-agent option", has_text=agent)).to_have_count(1)
     await page.select_option("#new-agent", agent)
     await page.fill("#new-message", message)
+    # With a session open the URL already names one: wait for another (the new session's).
+    before = page.url.rpartition("#/s/")[2] if "#/s/" in page.url else None
     await page.click("#new-session button[type=submit]")
-    await expect(page).to_have_url(re.compile(r"#/s/ses_"))
+    other = "(?!" + re.escape(before) + "$)" if before else ""
+    await expect(page).to_have_url(re.compile(r"#/s/" + other + r"ses_\w+$"))
     return page.url.rpartition("#/s/")[2]
 
 
