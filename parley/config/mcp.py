@@ -35,6 +35,14 @@ class McpServerConfig(Strict):
     )
     url: str | None = Field(None, description="streamable HTTP: the server's MCP endpoint.")
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP: extra request headers.")
+    headers_by_principal: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description=(
+            "HTTP: request headers by principal (e.g. each user's own token, from ${NAME}). A session's calls "
+            "carry its owner's headers, on a connection of that principal's own; a principal without an "
+            "entry gets a tool error and no call, never another principal's headers."
+        ),
+    )
     trust_annotations: bool = Field(
         True, description="Use the server's tool annotations to classify effects."
     )
@@ -79,7 +87,7 @@ class McpServerConfig(Strict):
         300.0,
         gt=0,
         le=86_400,
-        description="per_session: a connection unused for this many seconds is closed.",
+        description="per_session, headers_by_principal: a session's or a principal's connection unused for this many seconds is closed.",
     )
     max_result_chars: int = Field(
         20_000,
@@ -140,6 +148,8 @@ class McpServerConfig(Strict):
             )
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise ValueError("'url' must start with http:// or https://")
+        if self.headers_by_principal and self.url is None:
+            raise ValueError("'headers_by_principal' is for HTTP servers ('url'); a stdio server takes 'env'")
         if self.task_poll_min_s > self.task_poll_max_s:
             raise ValueError("'task_poll_min_s' must not exceed 'task_poll_max_s'")
         return self

@@ -83,6 +83,9 @@ class SessionRecord:
     parent_turn: int | None = None
     # The agent version every new turn runs on (None: the agent's live definition, as configured now).
     agent_version_pin: str | None = None
+    # Whether its calls to downstream servers may carry the owner's own credentials (per-principal
+    # headers): not when a schedule someone else made for the owner started it.
+    owner_credentials: bool = True
 
     @classmethod
     def new(

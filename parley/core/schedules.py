@@ -126,6 +126,13 @@ class Schedule:
     created_at: float | None = None
 
     @property
+    def carries_owner_credentials(self) -> bool:
+        """Whether its sessions may call downstream servers with the owner's own credentials: not
+        when another principal (an admin) made it for the owner, who never agreed to that. One in
+        parley.yaml is the operator's, who configures those credentials too."""
+        return self.created_by is None or self.created_by == self.owner
+
+    @property
     def session_tags(self) -> list[str]:
         """The tags of every session it starts: its own name first, so a filter finds them."""
         return list(dict.fromkeys([f"schedule:{self.name}", *self.tags]))

@@ -28,7 +28,7 @@ from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
-from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
+from parley.runtime.toolbox import Offer, Toolbox, caller_of, enabled_tools
 from parley.runtime.transcript import assistant_content, latest_messages, to_chat_messages
 
 logger = logging.getLogger(__name__)
@@ -347,7 +347,7 @@ class ModelCaller:
 
     async def _offer(self, session: SessionRecord, agent: AgentConfig, turn: TurnRecord) -> Offer:
         """The tools the turn may call now; a source's warning is logged and recorded."""
-        offer = await self._toolbox.offer(agent, session.kind, session.id)
+        offer = await self._toolbox.offer(agent, session.kind, caller_of(session))
         offer = offer.narrowed(enabled_tools(turn.settings))
         for warning in offer.warnings:
             logger.warning("session %s: %s", session.id, warning, extra=about(session))

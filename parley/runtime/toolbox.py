@@ -27,7 +27,7 @@ from parley.runtime.builtin_tools import (
     ToolOutcome,
     run_builtin,
 )
-from parley.runtime.mcp.connection import Asker
+from parley.runtime.mcp.connection import Asker, Caller
 from parley.runtime.mcp.downstream_tasks import DownstreamTasks
 from parley.runtime.mcp.effects import classify
 from parley.runtime.mcp.naming import assign_names
@@ -39,6 +39,7 @@ from parley.runtime.mcp.sources import (
     CallNotSent,
     CallRefused,
     McpToolSources,
+    NoCredential,
     ToolSourceUnavailable,
 )
 from parley.runtime.model import ToolSpec
@@ -153,6 +154,12 @@ def enabled_tools(settings: Mapping[str, Any]) -> list[str] | None:
     return list(enabled) if isinstance(enabled, list) else None
 
 
+def caller_of(session: SessionRecord) -> Caller:
+    """The session's requests to MCP servers go on its own behalf and, unless it may not carry
+    them (a schedule someone else made for its owner started it), with its owner's credentials."""
+    return Caller(session_id=session.id, principal=session.owner if session.owner_credentials else None)
+
+
 def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
     narrowed = enabled_tools(session.settings)
     builtins = agent.tools if narrowed is None else [t for t in agent.tools if t in narrowed]
@@ -166,8 +173,8 @@ class Toolbox:
 
     # ------------------------------------------------------------------ offering
 
-    async def offer(self, agent: AgentConfig, kind: str, session_id: str | None) -> Offer:
-        """The tools of one model call (or, without a session, of list_agents)."""
+    async def offer(self, agent: AgentConfig, kind: str, caller: Caller) -> Offer:
+        """The tools of one model call (or, without a session, of list_agents), as `caller` sees them."""
         offer = Offer()
         context = ToolContext(enabled=agent.tools, kind=kind, result_schema=agent.result_schema)
         for spec in context.specs():
@@ -183,7 +190,7 @@ class Toolbox:
         listed: list[tuple[str, Tool]] = []
         for ref in agent.mcp_servers:
             try:
-                tools = await self._sources.list_tools(ref.server, session_id)
+                tools = await self._sources.list_tools(ref.server, caller)
             except ToolSourceUnavailable as exc:
                 offer.warnings.append(f"{exc}. Its tools are left out of this step.")
                 offer.unavailable[ref.server] = exc.reason
@@ -289,7 +296,13 @@ class Toolbox:
         if call.source == "resources":
             return await self._run_resources(call, agent, session)
         if call.source == "unknown" and call.server is not None:
-            reason = self._sources.unavailable_reason(call.server) if self._sources else None
+            caller = caller_of(session)
+            if self._sources is not None and self._sources.lacks_credential(call.server, caller):
+                return _failed(
+                    f"Tool '{call.name}' was not called: {NoCredential(call.server, caller.principal)}. "
+                    "Answer without it."
+                )
+            reason = self._sources.unavailable_reason(call.server, caller) if self._sources else None
             return _failed(
                 f"Tool '{call.name}' is not available: MCP server '{call.server}' could not be reached "
                 f"({reason or 'it did not list its tools'}). Answer without it, or try again later."
@@ -313,7 +326,7 @@ class Toolbox:
                 call.effect,
                 f"Its downstream task was lost: MCP server '{call.server}' is not configured any more.",
             )
-        return await self._downstream_tasks.poll(call, session.id, on_input, answers)
+        return await self._downstream_tasks.poll(call, caller_of(session), on_input, answers)
 
     def input_wait_s(self, server: str | None) -> float:
         """How long a server's question during an open call may wait for the user."""
@@ -322,7 +335,7 @@ class Toolbox:
 
     async def cancel_remote(self, call: ToolCallRecord, session: SessionRecord) -> None:
         if self._downstream_tasks is not None:
-            await self._downstream_tasks.cancel(call, session.id)
+            await self._downstream_tasks.cancel(call, caller_of(session))
 
     async def _run_mcp(
         self,
@@ -338,7 +351,8 @@ class Toolbox:
         if call.requires_approval and call.decision != "approved":
             # The driver asks for approval first; this guards against running an undecided call.
             return _failed(f"This call was not run: {call.name} needs a person's approval first.")
-        listed = self._sources.cached_tool(server, tool)
+        caller = caller_of(session)
+        listed = self._sources.cached_tool(server, tool, caller)
         if listed is not None:
             problems = _schema_problems(listed.input_schema, call.arguments)
             if problems:
@@ -346,17 +360,17 @@ class Toolbox:
                     f"Invalid arguments for {call.name}: {problems}. The call was not sent; fix the arguments and call again."
                 )
         if listed is None:
-            listed = await self._listed(server, tool, session.id)
+            listed = await self._listed(server, tool, caller)
         asked = call.remote if call.remote and call.remote.get("kind") == "input" else None
         if call.remote and call.remote.get("kind") == "task" and self._downstream_tasks is not None:
             # The answers to a 2026-07-28 task's input requests go to the task, not to a new call.
-            return await self._downstream_tasks.send_answers(call, session.id, input_responses or {})
+            return await self._downstream_tasks.send_answers(call, caller, input_responses or {})
         if (
             asked is None
             and self._downstream_tasks is not None
             and self._downstream_tasks.wants_task(server, listed)
         ):
-            return await self._downstream_tasks.start(call, session.id)
+            return await self._downstream_tasks.start(call, caller)
         cfg = self._sources.servers[server]
         request_state = asked.get("request_state") if asked else None
         rounds = int(asked.get("rounds", 0)) if asked else 0
@@ -369,13 +383,15 @@ class Toolbox:
                     server,
                     tool,
                     call.arguments,
-                    session_id=session.id,
+                    caller=caller,
                     idempotency_key=call.idempotency_key,
                     on_progress=on_progress,
                     on_input=on_input,
                     input_responses=input_responses,
                     request_state=request_state,
                 )
+            except NoCredential as exc:
+                return _failed(f"This call was not sent: {exc}.")
             except (CallNotSent, CallMaybeSent) as exc:
                 reached = reached or isinstance(exc, CallMaybeSent)
                 if reached and self._sources.closing:
@@ -405,14 +421,14 @@ class Toolbox:
             stored = convert_result(result, cfg.max_result_chars)
             return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
 
-    async def _listed(self, server: str, tool: str, session_id: str) -> Tool | None:
+    async def _listed(self, server: str, tool: str, caller: Caller) -> Tool | None:
         """The tool as its server lists it (after a restart the listing may not be cached yet)."""
         assert self._sources is not None
         try:
-            await self._sources.list_tools(server, session_id)
+            await self._sources.list_tools(server, caller)
         except ToolSourceUnavailable:
             return None
-        return self._sources.cached_tool(server, tool)
+        return self._sources.cached_tool(server, tool, caller)
 
     async def _run_resources(
         self, call: ToolCallRecord, agent: AgentConfig, session: SessionRecord
@@ -426,18 +442,20 @@ class Toolbox:
             return _failed("No MCP servers are configured.")
         try:
             if call.name == "mcp_list_resources":
-                text = await self._sources.run_on(server, session.id, _list_everything)
+                text = await self._sources.run_on(server, caller_of(session), _list_everything)
             elif call.name == "mcp_read_resource":
                 uri = args.get("uri")
                 if not isinstance(uri, str) or not uri:
                     return _failed("'uri' must be a non-empty string (from mcp_list_resources).")
-                text = await self._sources.run_on(server, session.id, lambda c: _read(c, uri))
+                text = await self._sources.run_on(server, caller_of(session), lambda c: _read(c, uri))
             else:
                 name = args.get("name")
                 arguments = args.get("arguments") or {}
                 if not isinstance(name, str) or not isinstance(arguments, dict):
                     return _failed("'name' must be a prompt name and 'arguments' an object of strings.")
-                text = await self._sources.run_on(server, session.id, lambda c: _prompt(c, name, arguments))
+                text = await self._sources.run_on(
+                    server, caller_of(session), lambda c: _prompt(c, name, arguments)
+                )
         except (ToolSourceUnavailable, CallRefused, CallMaybeSent) as exc:
             return _failed(str(exc))
         cap = self._sources.servers[server].max_result_chars

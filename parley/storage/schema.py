@@ -177,6 +177,12 @@ MIGRATIONS: tuple[Migration, ...] = (
             "claimed_at double precision NOT NULL, PRIMARY KEY (schedule, tick_at))"
         ),
     ),
+    Migration(
+        "25: sessions: whether a session's calls to downstream servers may carry its owner's own credentials "
+        "(not when a schedule another principal made for the owner started it)",
+        sqlite="ALTER TABLE sessions ADD COLUMN owner_credentials INTEGER NOT NULL DEFAULT 1",
+        postgres="ALTER TABLE sessions ADD COLUMN owner_credentials boolean NOT NULL DEFAULT true",
+    ),
 )
 
 # The newest version this parley knows.

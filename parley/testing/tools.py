@@ -19,6 +19,7 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
+from starlette.types import ASGIApp
 
 from parley.server.http import QuietUvicorn, bind_listener
 from parley.testing.waiting import DEADLINE_S
@@ -103,11 +104,16 @@ class ToolServer:
 
 
 @asynccontextmanager
-async def served_over_http(server: MCPServer[Any]) -> AsyncIterator[str]:
+async def served_over_http(
+    server: MCPServer[Any], guard: Callable[[ASGIApp], ASGIApp] | None = None
+) -> AsyncIterator[str]:
     """Serve any MCP server of the SDK over streamable HTTP on an ephemeral 127.0.0.1 port in this
-    process, until the context closes; yields its URL (for `mcp_servers: {name: {url: ...}}`)."""
+    process, until the context closes; yields its URL (for `mcp_servers: {name: {url: ...}}`).
+    `guard`: wraps the server's ASGI app (a check of each request's credentials, say)."""
     listener = bind_listener("127.0.0.1", 0)
-    app = server.streamable_http_app(streamable_http_path="/mcp")
+    app: ASGIApp = server.streamable_http_app(streamable_http_path="/mcp")
+    if guard is not None:
+        app = guard(app)
     # Without signal handling of its own: the test's process keeps its own.
     uv = QuietUvicorn(uvicorn.Config(app, log_level="warning", lifespan="on"))
     with listener:

@@ -12,6 +12,7 @@ import anyio
 from parley import __version__
 from parley.config import E_SERVER_TOOL, McpServerConfig, ServerConfig
 from parley.errors import ConfigError
+from parley.runtime.mcp.connection import Caller
 from parley.runtime.mcp.sources import McpToolSources, ToolSourceUnavailable
 
 
@@ -51,10 +52,17 @@ async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], l
     async with anyio.create_task_group() as tg:
         await tg.start(sources.run)
         for name in sorted(config.mcp_servers):
-            try:
-                listed[name] = {t.name for t in await sources.list_tools(name, None)}
-            except ToolSourceUnavailable as exc:
-                warnings.append(f"{exc}; the tool names configured for it were not checked")
+            # A server with each principal's own headers is listed as each of them (a principal
+            # whose credential it refuses is named in a warning).
+            principals: list[str | None] = [*sorted(config.mcp_servers[name].headers_by_principal)] or [None]
+            for principal in principals:
+                as_whom = f" (as principal '{principal}')" if principal is not None else ""
+                try:
+                    tools = await sources.list_tools(name, Caller(principal=principal))
+                except ToolSourceUnavailable as exc:
+                    warnings.append(f"{exc}{as_whom}; the tool names configured for it were not checked")
+                    continue
+                listed.setdefault(name, set()).update(t.name for t in tools)
         tg.cancel_scope.cancel()
 
     where = str(config.config_path) if config.config_path else "parley.yaml"

@@ -14,6 +14,7 @@ import shutil
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +37,44 @@ Asker = Callable[[ElicitRequestFormParams], Awaitable[ElicitResult]]
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """On whose behalf a request goes to an MCP server: the session (a per_session server gets a
+    connection per session) and its owner (a server with headers_by_principal gets a connection per
+    principal, carrying that principal's headers). None where there is no session or owner."""
+
+    session_id: str | None = None
+    principal: str | None = None
+
+
+NOBODY = Caller()
+
+
+def request_headers(config: McpServerConfig, principal: str | None) -> dict[str, str] | None:
+    """The headers of a connection made for `principal`: the server's own, then the principal's.
+    None: the server takes each principal's headers and this principal has none, so nothing may
+    be sent for it (never another principal's, never the bare headers)."""
+    if not config.headers_by_principal:
+        return dict(config.headers)
+    own = config.headers_by_principal.get(principal) if principal is not None else None
+    if own is None:
+        return None
+    return {**config.headers, **own}
+
+
 class McpConnection:
     def __init__(
-        self, server: str, config: McpServerConfig, version: str, stderr_level: int = logging.INFO
+        self,
+        server: str,
+        config: McpServerConfig,
+        version: str,
+        stderr_level: int = logging.INFO,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.server = server
         self._config = config
+        # HTTP: the headers every request carries (the server's, or one principal's).
+        self._headers = headers if headers is not None else dict(config.headers)
         self._version = version
         # The level at which a stdio server's stderr lines are logged.
         self._stderr_level = stderr_level
@@ -107,7 +140,7 @@ class McpConnection:
                     assert cfg.url is not None
                     http = await stack.enter_async_context(
                         httpx2.AsyncClient(
-                            headers=cfg.headers, timeout=httpx2.Timeout(cfg.connect_timeout_s, read=None)
+                            headers=self._headers, timeout=httpx2.Timeout(cfg.connect_timeout_s, read=None)
                         )
                     )
                     target = streamable_http_client(cfg.url, http_client=http)

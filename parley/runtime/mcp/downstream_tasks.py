@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from parley.config import McpServerConfig
 from parley.core.records import ToolCallRecord
-from parley.runtime.mcp.connection import Asker
+from parley.runtime.mcp.connection import Asker, Caller
 from parley.runtime.mcp.remote import CORE_TASKS_VERSION, TASKS_EXTENSION, RemoteTask, TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import CallMaybeSent, CallNotSent, CallRefused, McpToolSources
@@ -50,11 +50,11 @@ class DownstreamTasks:
             support == "optional" and cfg is not None and cfg.call_as_task == "when_offered"
         )
 
-    async def start(self, call: ToolCallRecord, session_id: str) -> ToolRun:
+    async def start(self, call: ToolCallRecord, caller: Caller) -> ToolRun:
         server, tool = call.server or "", call.tool or call.name
         try:
             task = await self._sources.start_task(
-                server, tool, call.arguments, session_id=session_id, idempotency_key=call.idempotency_key
+                server, tool, call.arguments, caller=caller, idempotency_key=call.idempotency_key
             )
         except CallNotSent as exc:
             return failed(f"The call did not run, so it is safe to call again later: {exc}.")
@@ -69,13 +69,13 @@ class DownstreamTasks:
         task = handle.as_remote_task()
         return self._wait(call, _task_remote(TASKS_EXTENSION, task), task)
 
-    async def send_answers(self, call: ToolCallRecord, session_id: str, answers: InputResponses) -> ToolRun:
+    async def send_answers(self, call: ToolCallRecord, caller: Caller, answers: InputResponses) -> ToolRun:
         """Send the user's answers to a 2026-07-28 task's input requests, then keep polling."""
         remote = dict(call.remote or {})
         task_id = str(remote.get("task_id"))
         wire = {k: v.model_dump(by_alias=True, mode="json", exclude_none=True) for k, v in answers.items()}
         try:
-            await self._sources.update_task(call.server or "", session_id, task_id, wire)
+            await self._sources.update_task(call.server or "", caller, task_id, wire)
         except CallRefused as exc:
             return self._lost(call, task_id, f"it did not take the answers ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
@@ -86,16 +86,16 @@ class DownstreamTasks:
         return ToolRun(status="waiting_for_task", result={}, remote=remote, wake_at=self._clock())
 
     async def poll(
-        self, call: ToolCallRecord, session_id: str, on_input: Asker | None, answers: InputResponses | None
+        self, call: ToolCallRecord, caller: Caller, on_input: Asker | None, answers: InputResponses | None
     ) -> ToolRun:
         """Look at the task once; fetch its result when it has ended or needs input. `answers`:
         the user's answers to the task's input requests, when sending them failed before."""
         remote = dict(call.remote or {})
         if remote.get("generation") == TASKS_EXTENSION:
-            return await self._poll_modern(call, session_id, remote, answers)
+            return await self._poll_modern(call, caller, remote, answers)
         server, task_id = call.server or "", str(remote.get("task_id"))
         try:
-            task = await self._sources.get_task(server, session_id, task_id)
+            task = await self._sources.get_task(server, caller, task_id)
         except CallRefused as exc:
             return self._lost(call, task_id, f"the server no longer knows it ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
@@ -109,7 +109,7 @@ class DownstreamTasks:
             )
         # completed, failed, or input_required: tasks/result answers (asking for input first).
         try:
-            result = await self._sources.task_result(server, session_id, task_id, on_input)
+            result = await self._sources.task_result(server, caller, task_id, on_input)
         except CallRefused as exc:
             return self._lost(call, task_id, f"its result could not be fetched ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
@@ -121,11 +121,11 @@ class DownstreamTasks:
         return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
 
     async def _poll_modern(
-        self, call: ToolCallRecord, session_id: str, remote: dict[str, Any], answers: InputResponses | None
+        self, call: ToolCallRecord, caller: Caller, remote: dict[str, Any], answers: InputResponses | None
     ) -> ToolRun:
         server, task_id = call.server or "", str(remote.get("task_id"))
         try:
-            task = await self._sources.get_task_modern(server, session_id, task_id)
+            task = await self._sources.get_task_modern(server, caller, task_id)
         except CallRefused as exc:
             return self._lost(call, task_id, f"the server no longer knows it ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
@@ -163,10 +163,10 @@ class DownstreamTasks:
                 remote = {**remote, "asked": sorted(asked | set(forms)), "forms": forms}
                 return ToolRun(status="awaiting_answer", result={}, remote=remote)
             if remote.get("unsent") and answers:
-                return await self.send_answers(call, session_id, answers)
+                return await self.send_answers(call, caller, answers)
         return self._wait(call, remote, handle)
 
-    async def cancel(self, call: ToolCallRecord, session_id: str) -> None:
+    async def cancel(self, call: ToolCallRecord, caller: Caller) -> None:
         """Ask the server to cancel the task (best effort: the turn ends either way)."""
         remote = call.remote or {}
         task_id = remote.get("task_id")
@@ -174,7 +174,7 @@ class DownstreamTasks:
             return
         try:
             generation = str(remote.get("generation") or CORE_TASKS_VERSION)
-            await self._sources.cancel_task(call.server, session_id, str(task_id), generation)
+            await self._sources.cancel_task(call.server, caller, str(task_id), generation)
         except Exception as exc:
             logger.info("could not cancel downstream task %s of call %s: %s", task_id, call.id, exc)
 

@@ -32,7 +32,7 @@ from mcp.types import (
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp import remote
-from parley.runtime.mcp.connection import Asker, McpConnection, _describe
+from parley.runtime.mcp.connection import NOBODY, Asker, Caller, McpConnection, _describe, request_headers
 from parley.runtime.mcp.remote import RemoteTask, TaskHandle
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,24 @@ class ToolSourceUnavailable(Exception):
 
 class CallNotSent(ToolSourceUnavailable):
     """Connecting failed before the call was sent: it provably did not run."""
+
+
+class NoCredential(CallNotSent):
+    """The server takes each principal's own headers and the caller's principal has none: nothing
+    was sent, and trying again will not help until the operator adds them."""
+
+    def __init__(self, server: str, principal: str | None) -> None:
+        who = (
+            f"principal '{principal}'"
+            if principal is not None
+            else "this session, which carries no principal's credentials (a schedule another principal "
+            "made for its owner started it)"
+        )
+        super().__init__(
+            server,
+            f"it has no credential for {who} (the operator adds headers_by_principal for them to "
+            f"mcp_servers.{server} in parley.yaml)",
+        )
 
 
 class CallMaybeSent(Exception):
@@ -131,8 +149,10 @@ class McpToolSources:
         self._version = version
         # Where stdio servers' stderr lines go in the log (`parley check`: DEBUG, out of sight).
         self._stderr_level = stderr_level
-        self._slots: dict[tuple[str, str | None], _Slot] = {}
-        self._listings: dict[str, _Listing] = {}
+        # By (server, session for per_session, principal for headers_by_principal).
+        self._slots: dict[tuple[str, str | None, str | None], _Slot] = {}
+        # By (server, principal for headers_by_principal): each principal may see other tools.
+        self._listings: dict[tuple[str, str | None], _Listing] = {}
         self._tg: TaskGroup | None = None
         self._closing = False
         self._in_flight = 0
@@ -172,14 +192,25 @@ class McpToolSources:
 
     # ------------------------------------------------------------------ connections
 
-    def _key(self, server: str, session_id: str | None) -> tuple[str, str | None]:
-        return (server, session_id if self._servers[server].scope == "per_session" else None)
+    def _key(self, server: str, caller: Caller) -> tuple[str, str | None, str | None]:
+        cfg = self._servers[server]
+        return (
+            server,
+            caller.session_id if cfg.scope == "per_session" else None,
+            caller.principal if cfg.headers_by_principal else None,
+        )
 
-    async def _connection(self, server: str, session_id: str | None) -> McpConnection:
+    def _listing_key(self, server: str, caller: Caller) -> tuple[str, str | None]:
+        return (server, caller.principal if self._servers[server].headers_by_principal else None)
+
+    async def _connection(self, server: str, caller: Caller) -> McpConnection:
         if self._tg is None:
             raise CallNotSent(server, "parley is shutting down")
         cfg = self._servers[server]
-        slot = self._slots.setdefault(self._key(server, session_id), _Slot())
+        headers = request_headers(cfg, caller.principal)
+        if headers is None:
+            raise NoCredential(server, caller.principal)
+        slot = self._slots.setdefault(self._key(server, caller), _Slot())
         async with slot.lock:
             if slot.connection is not None and slot.connection.alive:
                 slot.connection.touch()
@@ -187,7 +218,7 @@ class McpToolSources:
             tg = self._tg
             if tg is None:
                 raise CallNotSent(server, "parley is shutting down")
-            connection = McpConnection(server, cfg, self._version, self._stderr_level)
+            connection = McpConnection(server, cfg, self._version, self._stderr_level, headers)
             try:
                 with anyio.fail_after(cfg.connect_timeout_s):
                     await tg.start(connection.run)
@@ -204,25 +235,27 @@ class McpToolSources:
 
     def release_session(self, session_id: str) -> None:
         """Close the per-session connections of a session that ended."""
-        for (server, owner), slot in list(self._slots.items()):
-            if owner == session_id:
+        for key, slot in list(self._slots.items()):
+            if key[1] == session_id:
                 if slot.connection is not None:
                     slot.connection.close()
-                del self._slots[(server, owner)]
+                del self._slots[key]
 
     async def _close_idle_forever(self) -> None:
         while True:
             await anyio.sleep(min((c.idle_timeout_s for c in self._servers.values()), default=60.0) / 2)
             now = anyio.current_time()
-            for (server, owner), slot in list(self._slots.items()):
+            for key, slot in list(self._slots.items()):
+                server, session_id, principal = key
                 conn = slot.connection
+                # The one shared connection stays; a session's or a principal's closes when idle.
                 if (
-                    owner is not None
+                    (session_id is not None or principal is not None)
                     and conn is not None
                     and now - conn.last_used > self._servers[server].idle_timeout_s
                 ):
                     conn.close()
-                    del self._slots[(server, owner)]
+                    del self._slots[key]
 
     def warm_up(self, servers: Iterable[str]) -> None:
         """Start the shared servers among `servers` and list their tools in the background, so
@@ -232,14 +265,17 @@ class McpToolSources:
             return
         for server in sorted(set(servers)):
             cfg = self._servers.get(server)
-            if cfg is None or cfg.scope == "per_session" or server in self._listings:
+            # A per-session or per-principal server has no connection to start before a turn.
+            if cfg is None or cfg.scope == "per_session" or cfg.headers_by_principal:
                 continue
-            listing = self._listings[server] = _Listing(refreshing=True, warmed=anyio.Event())
+            if (server, None) in self._listings:
+                continue
+            listing = self._listings[(server, None)] = _Listing(refreshing=True, warmed=anyio.Event())
             self._tg.start_soon(self._warm, server, listing)
 
     async def _warm(self, server: str, listing: _Listing) -> None:
         try:
-            await self._refresh(server, None)
+            await self._refresh(server, NOBODY)
         except ToolSourceUnavailable as exc:
             logger.warning("%s; a turn that needs its tools will try again", exc)
         finally:
@@ -250,48 +286,58 @@ class McpToolSources:
 
     # ------------------------------------------------------------------ listing
 
-    async def list_tools(self, server: str, session_id: str | None) -> list[Tool]:
+    async def list_tools(self, server: str, caller: Caller) -> list[Tool]:
         """The server's tools, from the cache when fresh. Raises ToolSourceUnavailable."""
         if server not in self._servers:
             raise ToolSourceUnavailable(server, "not configured in parley.yaml")
-        listing = self._listings.setdefault(server, _Listing())
+        if request_headers(self._servers[server], caller.principal) is None:
+            # Not the server's failure: no back-off, nothing recorded for other principals.
+            raise NoCredential(server, caller.principal)
+        listing = self._listings.setdefault(self._listing_key(server, caller), _Listing())
         if listing.tools is None and listing.warmed is not None:
             await listing.warmed.wait()  # bounded by the connect and list timeouts
         now = anyio.current_time()
         if listing.tools is not None:
             if now >= listing.expires_at and not listing.refreshing and self._tg is not None:
                 listing.refreshing = True
-                self._tg.start_soon(self._refresh_quietly, server, session_id)
+                self._tg.start_soon(self._refresh_quietly, server, caller)
             return listing.tools
         if now < listing.retry_at:
             raise ToolSourceUnavailable(
                 server, f"{listing.error} (next try in {listing.retry_at - now:.0f}s)"
             )
-        return await self._refresh(server, session_id)
+        return await self._refresh(server, caller)
 
-    def unavailable_reason(self, server: str) -> str | None:
-        listing = self._listings.get(server)
+    def lacks_credential(self, server: str, caller: Caller) -> bool:
+        """Whether the server takes each principal's headers and the caller's principal has none."""
+        cfg = self._servers.get(server)
+        return cfg is not None and request_headers(cfg, caller.principal) is None
+
+    def unavailable_reason(self, server: str, caller: Caller) -> str | None:
+        listing = self._listings.get(self._listing_key(server, caller)) if server in self._servers else None
         return listing.error if listing is not None else None
 
-    def cached_tool(self, server: str, tool: str) -> Tool | None:
-        listing = self._listings.get(server)
+    def cached_tool(self, server: str, tool: str, caller: Caller) -> Tool | None:
+        if server not in self._servers:
+            return None
+        listing = self._listings.get(self._listing_key(server, caller))
         if listing is None or listing.tools is None:
             return None
         return next((t for t in listing.tools if t.name == tool), None)
 
-    async def _refresh_quietly(self, server: str, session_id: str | None) -> None:
+    async def _refresh_quietly(self, server: str, caller: Caller) -> None:
         try:
-            await self._refresh(server, session_id)
+            await self._refresh(server, caller)
         except ToolSourceUnavailable as exc:
             logger.warning("%s; keeping its previous tool list", exc)
         finally:
-            self._listings[server].refreshing = False
+            self._listings[self._listing_key(server, caller)].refreshing = False
 
-    async def _refresh(self, server: str, session_id: str | None) -> list[Tool]:
+    async def _refresh(self, server: str, caller: Caller) -> list[Tool]:
         cfg = self._servers[server]
-        listing = self._listings.setdefault(server, _Listing())
+        listing = self._listings.setdefault(self._listing_key(server, caller), _Listing())
         try:
-            connection = await self._connection(server, session_id)
+            connection = await self._connection(server, caller)
             tools: list[Tool] = []
             cursor: str | None = None
             with anyio.fail_after(cfg.list_timeout_s):
@@ -313,7 +359,7 @@ class McpToolSources:
             listing.retry_at = anyio.current_time() + backoff
             listing.error = reason
             if isinstance(exc, TimeoutError):
-                self._drop_shared(server)
+                self._drop_shared(server, caller)
             raise ToolSourceUnavailable(server, reason) from exc
         listing.tools = tools
         listing.expires_at = anyio.current_time() + cfg.list_ttl_s
@@ -321,8 +367,8 @@ class McpToolSources:
         listing.error = None
         return tools
 
-    def _drop_shared(self, server: str) -> None:
-        slot = self._slots.get((server, None))
+    def _drop_shared(self, server: str, caller: Caller) -> None:
+        slot = self._slots.get((server, None, self._listing_key(server, caller)[1]))
         if slot is not None and slot.connection is not None:
             slot.connection.close()
             slot.connection = None
@@ -335,7 +381,7 @@ class McpToolSources:
         tool: str,
         arguments: dict[str, Any],
         *,
-        session_id: str,
+        caller: Caller,
         idempotency_key: str,
         on_progress: ProgressCallback | None = None,
         on_input: Asker | None = None,
@@ -386,7 +432,7 @@ class McpToolSources:
                     await client.list_tools(cache_mode="bypass")
                     return await send(client)
 
-        return await self._guarded(server, session_id, call, limit=limit)
+        return await self._guarded(server, caller, call, limit=limit)
 
     async def start_task(
         self,
@@ -394,7 +440,7 @@ class McpToolSources:
         tool: str,
         arguments: dict[str, Any],
         *,
-        session_id: str,
+        caller: Caller,
         idempotency_key: str,
     ) -> RemoteTask:
         """Call a tool as a 2025-11-25 task; the server answers at once with the task. Raises as
@@ -415,16 +461,16 @@ class McpToolSources:
                 # It answered, but not with a task: it may have run the tool there and then.
                 raise CallMaybeSent(f"{server}: {exc}") from exc
 
-        return await self._guarded(server, session_id, start)
+        return await self._guarded(server, caller, start)
 
-    async def get_task(self, server: str, session_id: str, task_id: str) -> RemoteTask:
+    async def get_task(self, server: str, caller: Caller, task_id: str) -> RemoteTask:
         async def get(connection: McpConnection, client: Client) -> RemoteTask:
             return await remote.get_task(client, task_id, self._servers[server].call_timeout_s)
 
-        return await self._guarded(server, session_id, get)
+        return await self._guarded(server, caller, get)
 
     async def task_result(
-        self, server: str, session_id: str, task_id: str, on_input: Asker | None = None
+        self, server: str, caller: Caller, task_id: str, on_input: Asker | None = None
     ) -> CallToolResult | None:
         """The result of a downstream task; the server's questions about the task go to
         `on_input`. `tasks/result` blocks while the task runs: after call_timeout_s (plus
@@ -442,9 +488,9 @@ class McpToolSources:
                     return await remote.task_result(client, task_id, None)
             return None
 
-        return await self._guarded(server, session_id, result, timeout_s=math.inf)
+        return await self._guarded(server, caller, result, timeout_s=math.inf)
 
-    async def cancel_task(self, server: str, session_id: str, task_id: str, generation: str) -> None:
+    async def cancel_task(self, server: str, caller: Caller, task_id: str, generation: str) -> None:
         async def cancel(connection: McpConnection, client: Client) -> None:
             timeout = self._servers[server].call_timeout_s
             if generation == remote.CORE_TASKS_VERSION:
@@ -452,9 +498,9 @@ class McpToolSources:
             else:
                 await remote.cancel_task_modern(client, task_id, timeout)
 
-        await self._guarded(server, session_id, cancel)
+        await self._guarded(server, caller, cancel)
 
-    async def get_task_modern(self, server: str, session_id: str, task_id: str) -> dict[str, Any]:
+    async def get_task_modern(self, server: str, caller: Caller, task_id: str) -> dict[str, Any]:
         """A 2026-07-28 task with its input requests, result or error inlined."""
 
         async def get(connection: McpConnection, client: Client) -> dict[str, Any]:
@@ -463,20 +509,20 @@ class McpToolSources:
             except ValueError as exc:
                 raise CallRefused(f"{server}: {exc}") from exc
 
-        return await self._guarded(server, session_id, get)
+        return await self._guarded(server, caller, get)
 
-    async def update_task(self, server: str, session_id: str, task_id: str, answers: dict[str, Any]) -> None:
+    async def update_task(self, server: str, caller: Caller, task_id: str, answers: dict[str, Any]) -> None:
         """Send the user's answers to a 2026-07-28 task's input requests."""
 
         async def update(connection: McpConnection, client: Client) -> None:
             await remote.update_task_modern(client, task_id, answers, self._servers[server].call_timeout_s)
 
-        await self._guarded(server, session_id, update)
+        await self._guarded(server, caller, update)
 
     async def _guarded(
         self,
         server: str,
-        session_id: str,
+        caller: Caller,
         work: Callable[[McpConnection, Client], Awaitable[T]],
         timeout_s: float | None = None,
         limit: _Limit | None = None,
@@ -488,7 +534,7 @@ class McpToolSources:
             raise CallNotSent(server, "not configured in parley.yaml any more")
         cfg = self._servers[server]
         timeout = timeout_s if timeout_s is not None else cfg.call_timeout_s
-        connection = await self._connection(server, session_id)
+        connection = await self._connection(server, caller)
         client = connection.client
         if client is None:
             raise CallNotSent(server, "the connection closed before the call")
@@ -520,12 +566,12 @@ class McpToolSources:
         connection.touch()
         return result
 
-    async def run_on(self, server: str, session_id: str | None, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    async def run_on(self, server: str, caller: Caller, work: Callable[[Any], Awaitable[Any]]) -> Any:
         """Run `work(client)` on the server's connection (resources, prompts), bounded by call_timeout_s."""
         if server not in self._servers:
             raise ToolSourceUnavailable(server, "not configured in parley.yaml")
         cfg = self._servers[server]
-        connection = await self._connection(server, session_id)
+        connection = await self._connection(server, caller)
         try:
             with anyio.fail_after(cfg.call_timeout_s):
                 return await work(connection.client)

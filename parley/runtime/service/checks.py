@@ -19,6 +19,7 @@ from parley.core.records import AttachmentBlob
 from parley.errors import InvalidArgument, UnknownAgent
 from parley.runtime.access import Principal, may_use
 from parley.runtime.attachments import check_attachments
+from parley.runtime.mcp.connection import Caller
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
 from parley.runtime.toolbox import Toolbox
 
@@ -114,7 +115,7 @@ class Checks:
         return settings
 
     async def enabled_tools(
-        self, settings: dict[str, Any] | None, agent: AgentConfig | None, kind: str
+        self, settings: dict[str, Any] | None, agent: AgentConfig | None, kind: str, principal: str
     ) -> None:
         """settings.enabled_tools may name only tools the agent has (settings narrow, never widen);
         a tool of a server that cannot be listed now is taken on trust (it stays narrowed to the
@@ -127,7 +128,7 @@ class Checks:
                 "settings.enabled_tools",
                 'must be a list of tool names from list_agents, e.g. ["ask_user"] (null: all of the agent\'s)',
             )
-        offer = await self._toolbox.offer(agent, kind, None)
+        offer = await self._toolbox.offer(agent, kind, Caller(principal=principal))
         unknown = [
             name
             for name in enabled

@@ -155,7 +155,7 @@ class MessageCommands:
         checks.client_message_id(request.client_message_id)
         kind = checks.kind(agent, request.kind)
         checks.inputs(agent, request.inputs)
-        await checks.enabled_tools(settings, agent, kind)
+        await checks.enabled_tools(settings, agent, kind, caller.id)
         text = render_first_message(request.message, request.inputs)
         checks.first_message(text, refs)
         plans = checks.plan(agent, request.plan)
@@ -215,7 +215,7 @@ class MessageCommands:
                 "session_id", f"agent '{agent.name}' is no longer available to {caller.id}; nothing was sent"
             )
         settings = self._checks.settings(request.settings, agent)
-        await self._checks.enabled_tools(settings, agent, session.kind)
+        await self._checks.enabled_tools(settings, agent, session.kind, session.owner)
         person = p.access.person(caller, session, waiting.ask_human)
         refs, blobs = self._checks.attachments(request.attachments)
         return _Send(session, agent, settings, refs, blobs, person)

@@ -20,6 +20,7 @@ from parley.core.records import (
 from parley.errors import AttachmentNotFound, InvalidArgument
 from parley.runtime import audit
 from parley.runtime.access import Principal
+from parley.runtime.mcp.connection import Caller
 from parley.runtime.service.checks import Checks, check_session_cursor, usable_agents
 from parley.runtime.service.outcomes import SessionDetails, TurnOutcome, turn_outcome
 from parley.runtime.service.parts import Parts
@@ -62,7 +63,7 @@ class Reads:
         described = []
         for agent in self.agents(caller):
             kind = "task" if "task" in agent.kinds else agent.resolved_default_kind
-            offer = await self._toolbox.offer(agent, kind, None)
+            offer = await self._toolbox.offer(agent, kind, Caller(principal=caller.id))
             described.append((agent, offer, self._parts.agents.version(agent.name) or ""))
         return described
 
@@ -78,7 +79,7 @@ class Reads:
         agent = agent or await self.session_agent(session)
         if agent is None:
             return []
-        offer = await self._toolbox.offer(agent, session.kind, None)
+        offer = await self._toolbox.offer(agent, session.kind, Caller(principal=session.owner))
         return [t.name for t in offer.narrowed(enabled_tools(session.settings)).tools]
 
     async def find_started(self, caller: Principal, client_message_id: str) -> SessionRecord | None:

@@ -107,6 +107,7 @@ class ScheduleCommands:
             title=f"{schedule.name}: {agent.name}"[:200],
             tags=schedule.session_tags[:TAGS_MAX],
         )
+        record = replace(record, owner_credentials=schedule.carries_owner_credentials)
         claim = self._fair_use.claim(owner, new_session=True, message=True, now=now)
         admit = (
             None if claim is None else Admit(claim.scope, lambda usage: claim.admit(usage, starts_turn=True))

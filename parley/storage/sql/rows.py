@@ -40,7 +40,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
         "cancel_requested_turn, close_requested, lease_owner, lease_expires_at, result, inputs, "
         "start_client_message_id, wake_at, settings, cached_tokens, lease_epoch, title, tags, "
         "plan_status, plan_revision, plan_approved, planning, parent_session_id, parent_turn, agent_version_pin, "
-        "replay_of"
+        "replay_of, owner_credentials"
     ),
     "turns": columns(
         "id, session_id, seq, status, queued_message_id, started_at, ended_at, answer, error, "
@@ -94,7 +94,7 @@ JSON_VALUES: dict[str, frozenset[str]] = {
     "agent_versions": frozenset({"definition"}),
 }
 # Flags (SQLite keeps 0/1).
-BOOL_COLUMNS = frozenset({"close_requested", "steer", "requires_approval", "planning"})
+BOOL_COLUMNS = frozenset({"close_requested", "steer", "requires_approval", "planning", "owner_credentials"})
 # Columns where an empty value is none (as the records read them).
 _EMPTY_IS_NONE: dict[str, frozenset[str]] = {
     "tool_calls": frozenset({"remote"}),

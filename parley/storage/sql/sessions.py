@@ -128,8 +128,8 @@ class SqlSessions(SqlBase):
             Stmt(
                 "INSERT INTO sessions (id, agent, owner, kind, status, phase, created_at, updated_at, inputs, "
                 "start_client_message_id, settings, title, tags, replay_of, planning, parent_session_id, "
-                "parent_turn, agent_version_pin, event_seq, queue_seq) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
+                "parent_turn, agent_version_pin, owner_credentials, event_seq, queue_seq) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0) ON CONFLICT DO NOTHING",
                 (
                     sid,
                     session.agent,
@@ -149,6 +149,7 @@ class SqlSessions(SqlBase):
                     session.parent_session_id,
                     session.parent_turn,
                     session.agent_version_pin,
+                    param("sessions", "owner_credentials", session.owner_credentials),
                 ),
             )
         ]
