@@ -21,7 +21,7 @@ import httpx2
 from parley.cli_common import load_from_args
 from parley.config import ServerConfig
 from parley.errors import RequestError
-from parley.runtime.access import cli_principal
+from parley.runtime.access import session_starter
 from parley.runtime.evals.dataset import Dataset, DatasetError, Judge, load_dataset
 
 if TYPE_CHECKING:  # the app and the runner import the whole engine: only once the command runs
@@ -132,7 +132,7 @@ async def evaluate(app: App, config: ServerConfig, request: EvalRequest, seams: 
         runner = EvalRunner(
             service=app.service,
             store=app.store,
-            caller=cli_principal(getpass.getuser()),
+            caller=session_starter(getpass.getuser(), config.auth.mode),
             judge=judge_fn,
             dataset_text=request.text,
             wait_s=request.wait_s,

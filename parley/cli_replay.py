@@ -24,7 +24,7 @@ from parley.core.ids import SessionId
 from parley.core.records import ToolCallRecord, TurnRecord
 from parley.core.replays import REPLAYED
 from parley.errors import ConfigError, ConfigErrors, RequestError
-from parley.runtime.access import cli_principal
+from parley.runtime.access import session_starter
 from parley.storage.ports import Store
 
 # How often the command looks at the replays it waits for (their turns run in this process).
@@ -84,7 +84,7 @@ def run_replay(args: argparse.Namespace) -> int:
     config = load_from_args(args)
     from parley.app import running_app
 
-    operator = cli_principal(getpass.getuser())
+    operator = session_starter(getpass.getuser(), config.auth.mode)
     name, _, version = (args.agent or "").partition("@")
     definition = agent_file(config, Path(args.agent_file)) if args.agent_file else None
 

@@ -19,7 +19,7 @@ from parley.app import running_app
 from parley.cli import build_parser, main
 from parley.cli_common import load_from_args
 from parley.cli_eval import EvalRequest, evaluate
-from parley.runtime.access import cli_principal
+from parley.runtime.access import session_starter
 from parley.runtime.evals.dataset import load_dataset
 from parley.runtime.evals.judge import parse_verdict
 from parley.testing import call, eventually, parley_app, write_config
@@ -138,6 +138,17 @@ def test_a_replay_case_runs_the_recorded_session_again(
     code, again = run_json(capsys, str(dataset), "--config", str(config), "--agent", "helper")
     assert code == 0 and again["cases"][0]["candidate"]["session_id"] == replay, "a rerun reuses the replay"
 
+    async def listed() -> tuple[list[str], list[str]]:
+        # With auth: none the sessions an eval starts are the local person's, as /ui lists them.
+        async with parley_app(config) as parley, parley.mcp() as client:
+            page = await call(client, "list_sessions", tag="eval")
+            async with (await parley.http()).client() as http:
+                v1 = (await http.get("/v1/sessions", params={"tag": "eval"})).json()["sessions"]
+            return [s["session_id"] for s in page["sessions"]], [s["session_id"] for s in v1]
+
+    over_mcp, over_v1 = anyio.run(listed)
+    assert over_mcp == over_v1 == [replay]
+
 
 BAD = [
     (
@@ -199,10 +210,10 @@ def test_an_interrupted_eval_resumes_with_the_sessions_it_started(
     dataset, config = demo_copy(tmp_path)
     argv = ["eval", str(dataset), "--config", str(config), "--agent", "helper", "--concurrency", "1"]
     text = dataset.read_text()
-    owner = cli_principal(getpass.getuser()).id
 
     async def interrupted() -> list[str]:
         server = load_from_args(build_parser().parse_args(argv))
+        owner = session_starter(getpass.getuser(), server.auth.mode).id
         checked = load_dataset(str(dataset), text, list(server.models))
         request = EvalRequest(path=str(dataset), text=text, dataset=checked, agent="helper", concurrency=1)
         started: list[str] = []

@@ -64,6 +64,16 @@ def cli_principal(os_user: str) -> Principal:
     return Principal(id="cli", scopes=frozenset({ADMIN}), client=f"os-user:{os_user}", authenticated=True)
 
 
+def session_starter(os_user: str, auth_mode: str) -> Principal:
+    """The operator at the command line starting sessions of its own (`parley eval`, `parley
+    replay`). With `auth: none` the one person at the server is `local`: the sessions are theirs,
+    so `/ui` and every local client list them. With sign-in they belong to `cli`, which admins see."""
+    operator = cli_principal(os_user)
+    if auth_mode != "none":
+        return operator
+    return Principal(id=LOCAL, scopes=frozenset({ADMIN, USE}), client=operator.client, authenticated=True)
+
+
 class Members(Protocol):
     """A list of principals and scopes (an agent's `users:` or `approvers:`)."""
 

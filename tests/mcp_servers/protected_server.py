@@ -103,7 +103,9 @@ def build() -> MCPServer[Any]:
         """The open issues of a project."""
         return f"no open issues in {project}"
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False))
+    @server.tool(
+        annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True, destructive_hint=False)
+    )
     def label_issue(issue: str, label: str) -> str:
         """Put a label on an issue."""
         return f"labelled {issue} {label}"
