@@ -20,6 +20,7 @@ import anyio
 
 from parley import __version__
 from parley.cli_common import load_from_args
+from parley.cli_credentials import add_credentials_command
 from parley.cli_decisions import add_plan_commands, run_decide, run_pending
 from parley.cli_eval import add_eval_command
 from parley.cli_manage import add_session_commands, add_vacuum_command, run_session_action
@@ -456,6 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     _store_options(add_eval_command(sub))
     for webhooks_parser in add_webhooks_command(sub):
         _store_options(webhooks_parser)
+    for credentials_parser in add_credentials_command(sub):
+        _store_options(credentials_parser)
     return parser
 
 

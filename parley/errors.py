@@ -23,6 +23,7 @@ ParleyError
 ├─ StorageError            the database failed or is from a newer parley
 │  ├─ StorageUnavailable    the database is full, read-only, locked, unreachable or failing; says which and the fix
 │  └─ LeaseLost             another process took over the session; this one must stop driving it
+├─ CredentialError         a stored credential does not decrypt (key not configured, or the row was altered)
 └─ ModelError              a model call failed (a turn records it as its error)
 ```
 """
@@ -226,6 +227,12 @@ class LeaseLost(StorageError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id} is now driven by another process")
+
+
+class CredentialError(ParleyError):
+    """A stored credential cannot be opened: the key that encrypted it is not configured, or its
+    ciphertext was altered or copied from another row. The message names the credential and the
+    key id, never a token or a key."""
 
 
 class ModelError(ParleyError):

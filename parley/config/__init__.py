@@ -8,13 +8,14 @@ The package's modules, from the leaves up:
 - the models of parley.yaml's blocks: models.py (`model:`, `models:`), mcp.py (`mcp_servers:`),
   agent.py (an agent's definition, the demo agent), storage.py (`storage:`), runtime.py
   (`runtime:`, `tasks:`), http.py (`http:`), auth.py (`auth:`, `limits:`, `audit:`, an agent's
-  `users:` and `approvers:`), attachments.py, retention.py, ui.py (`ui:`, the page's sign-in); server.py: parley.yaml as a whole
+  `users:` and `approvers:`), attachments.py, retention.py, ui.py (`ui:`, the page's sign-in),
+  credentials.py (`credentials:`, its keys read); server.py: parley.yaml as a whole
   (`ServerConfigFile`) and the loaded configuration (`ServerConfig`);
 - env.py: ${NAME} expansion and the environment variables; files.py: reading a file as YAML;
   database.py: PostgreSQL URLs, --db and PARLEY_DB, what `storage:` says together;
 - agent_markdown.py: Claude Code's Markdown agent files mapped onto an agent's fields;
   agent_files.py: the agent folders, one agent file read and checked;
-- loading.py: `load_config` and `collect_config_errors`, the whole of it.
+- loading.py: `load_config`, `collect_config_errors` and `credential_keys`, the whole of it.
 
 The package is the only part of parley that reads environment variables (PARLEY_CONFIG,
 PARLEY_DB, the data-directory variables, and those a configuration names as ${NAME});

@@ -23,6 +23,7 @@ from parley.config.auth import (
     token_digest,
 )
 from parley.config.codes import E_ENV, E_FIELD
+from parley.config.credentials import CredentialKeys, read_credential_keys
 from parley.config.database import (
     CLEAR_TEXT_FIX,
     URL_FIELDS,
@@ -54,7 +55,29 @@ def load_config(config_path: Path | None, db_override: Path | str | None) -> Ser
 
 def collect_config_errors(config_path: Path | None) -> list[ConfigError]:
     config, errors = _load(config_path, None)
-    return errors + (list(config.token_problems) if config is not None else [])
+    if config is None:
+        return errors
+    key_errors: list[ConfigError] = []
+    if config.credentials is not None:
+        key_errors = _credential_keys(config)[1]
+    return errors + list(config.token_problems) + key_errors
+
+
+def _credential_keys(config: ServerConfig) -> tuple[CredentialKeys | None, list[ConfigError]]:
+    base_dir = config.config_path.resolve().parent if config.config_path is not None else Path.cwd()
+    return read_credential_keys(config.credentials, str(config.config_path or "(defaults)"), base_dir)
+
+
+def credential_keys(config: ServerConfig) -> CredentialKeys:
+    """The keys of credentials:, read from the environment or their files now.
+
+    Raises:
+        ConfigErrors: the block is missing, or a key is unset, unreadable, too open or malformed.
+    """
+    keys, errors = _credential_keys(config)
+    if keys is None:
+        raise ConfigErrors(errors)
+    return keys
 
 
 def read_server_file(config_path: Path) -> tuple[ServerConfigFile | None, list[ConfigError]]:
@@ -159,6 +182,7 @@ def _load(
         webhooks=file_cfg.webhooks,
         triggers=file_cfg.triggers,
         schedules=tuple(schedules),
+        credentials=file_cfg.credentials,
     )
     return config, errors
 

@@ -13,6 +13,7 @@ from parley.config.agent import AgentConfig
 from parley.config.attachments import AttachmentsConfig
 from parley.config.auth import AuditConfig, AuthConfig, LimitsConfig, TokenEntry
 from parley.config.base import Strict
+from parley.config.credentials import CredentialsConfig
 from parley.config.http import HttpConfig
 from parley.config.mcp import McpServerConfig
 from parley.config.models import ModelSpec
@@ -102,6 +103,13 @@ class ServerConfigFile(Strict):
             "read-only for the schedule tools."
         ),
     )
+    credentials: CredentialsConfig | None = Field(
+        None,
+        description=(
+            "The key that encrypts each principal's credentials for downstream servers (tokens stored "
+            "encrypted with AES-GCM), and the previous keys a rotation still reads."
+        ),
+    )
 
     @model_validator(mode="after")
     def _server_names(self) -> ServerConfigFile:
@@ -150,6 +158,8 @@ class ServerConfig:
     agent_notices: tuple[ConfigError, ...] = ()
     webhooks: dict[str, WebhookSubscription] = field(default_factory=dict)
     triggers: dict[str, TriggerConfig] = field(default_factory=dict)
+    # Where the credential keys are (read when needed: credential_keys in loading.py).
+    credentials: CredentialsConfig | None = None
 
     @property
     def db_label(self) -> str:

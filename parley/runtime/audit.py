@@ -48,6 +48,8 @@ TASK = "task"  # an MCP task created
 TASK_CANCEL = "task_cancel"
 SCHEDULED = "scheduled_start"  # a schedule's tick started a session (principal: its owner)
 SCHEDULE = "schedule"  # a schedule made, paused, resumed or deleted with the tools (detail: what)
+REVOKE_CREDENTIALS = "revoke_credentials"  # a principal's downstream credentials deleted (target: whose)
+ROTATE_KEY = "rotate_credential_key"  # every credential encrypted again under the current key
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})
 
 

@@ -353,12 +353,9 @@ class Toolbox:
             return _failed(f"This call was not run: {call.name} needs a person's approval first.")
         caller = caller_of(session)
         listed = self._sources.cached_tool(server, tool, caller)
-        if listed is not None:
-            problems = _schema_problems(listed.input_schema, call.arguments)
-            if problems:
-                return _failed(
-                    f"Invalid arguments for {call.name}: {problems}. The call was not sent; fix the arguments and call again."
-                )
+        invalid = _invalid_arguments(call, listed)
+        if invalid is not None:
+            return invalid
         if listed is None:
             listed = await self._listed(server, tool, caller)
         asked = call.remote if call.remote and call.remote.get("kind") == "input" else None
@@ -462,6 +459,17 @@ class Toolbox:
         if len(text) > cap:
             text = text[:cap] + f"\n[truncated: {len(text)} characters, the first {cap} shown]"
         return ToolRun(status="succeeded", result={"text": text, "is_error": False})
+
+
+def _invalid_arguments(call: ToolCallRecord, listed: Tool | None) -> ToolRun | None:
+    """The call's refusal when its arguments do not fit the tool's listed schema (None: they fit,
+    or the tool is not listed, so the server judges them)."""
+    problems = _schema_problems(listed.input_schema, call.arguments) if listed is not None else ""
+    if not problems:
+        return None
+    return _failed(
+        f"Invalid arguments for {call.name}: {problems}. The call was not sent; fix the arguments and call again."
+    )
 
 
 def _schema_problems(schema: dict[str, Any], arguments: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
+from parley.core.credentials import CredentialKey, Sealed, StoredCredential
 from parley.core.forks import ForkedSession, ForkOutcome, ForkSource
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
@@ -462,7 +463,52 @@ class ScheduleStore(Protocol):
         ...
 
 
+class CredentialStore(Protocol):
+    """Each principal's credentials for downstream servers, by (principal, server, issuer): the
+    ciphertexts only (parley/runtime/credentials.py seals and opens them), and the claim that lets
+    one process at a time refresh a credential."""
+
+    async def put_credential(self, credential: StoredCredential) -> None:
+        """Store the credential, replacing the one of its key (whose creation time stays) and
+        ending any refresh claim on it."""
+        ...
+
+    async def get_credential(self, key: CredentialKey) -> StoredCredential | None: ...
+
+    async def list_credentials(self, principal: str | None) -> list[StoredCredential]:
+        """The credentials of `principal` (None: of everybody), by principal, server and issuer."""
+        ...
+
+    async def delete_credentials(self, principal: str, server: str | None) -> int:
+        """Delete the credentials of `principal` (for `server` only, unless None), nobody else's;
+        return how many."""
+        ...
+
+    async def claim_refresh(
+        self, key: CredentialKey, claimant: str, now: float, claim_s: float
+    ) -> StoredCredential | None:
+        """Claim the credential's refresh for `claimant` until `now + claim_s`, in one atomic
+        step: of two claimants at once exactly one gets it. Returns the credential as claimed;
+        None when there is none, or another claimant holds an unexpired claim."""
+        ...
+
+    async def finish_refresh(self, credential: StoredCredential, claimant: str) -> bool:
+        """Write a refreshed credential (its tokens, scopes, expiry, update time) and end the
+        claim, only while `claimant` still holds it; False (nothing written) otherwise."""
+        ...
+
+    async def release_refresh(self, key: CredentialKey, claimant: str) -> bool:
+        """End `claimant`'s claim with the tokens left as they are (the refresh failed)."""
+        ...
+
+    async def reseal_credential(self, credential: StoredCredential, previous: Sealed) -> bool:
+        """Replace the ciphertexts and key id of a credential (a key rotation), only while its
+        access ciphertext is still `previous`; False when it changed meanwhile or is gone."""
+        ...
+
+
 class Store(
+    CredentialStore,
     WebhookOutbox,
     StepStore,
     SessionForks,

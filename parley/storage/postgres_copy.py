@@ -41,6 +41,7 @@ TABLE_NAMES = {
     "attachment_refs": "attachment references",
     "schedules": "schedules",
     "schedule_ticks": "schedule ticks",
+    "credentials": "credentials",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000

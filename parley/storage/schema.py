@@ -183,6 +183,26 @@ MIGRATIONS: tuple[Migration, ...] = (
         sqlite="ALTER TABLE sessions ADD COLUMN owner_credentials INTEGER NOT NULL DEFAULT 1",
         postgres="ALTER TABLE sessions ADD COLUMN owner_credentials boolean NOT NULL DEFAULT true",
     ),
+    Migration(
+        "26: credentials: each principal's tokens for a downstream server, by (principal, server, issuer), "
+        "encrypted (ciphertexts and nonces, and the id of the key), with their scopes and expiry, and the "
+        "claim of the one replica refreshing them",
+        sqlite=(
+            "CREATE TABLE credentials (principal TEXT NOT NULL, server TEXT NOT NULL, issuer TEXT NOT NULL, "
+            "key_id TEXT NOT NULL, access_nonce BLOB NOT NULL, access_ciphertext BLOB NOT NULL, "
+            "refresh_nonce BLOB, refresh_ciphertext BLOB, scopes TEXT NOT NULL, expires_at REAL, "
+            "claimed_by TEXT, claimed_until REAL, created_at REAL NOT NULL, updated_at REAL NOT NULL, "
+            "PRIMARY KEY (principal, server, issuer))"
+        ),
+        postgres=(
+            'CREATE TABLE credentials (principal text COLLATE "C" NOT NULL, server text COLLATE "C" NOT NULL, '
+            'issuer text COLLATE "C" NOT NULL, key_id text COLLATE "C" NOT NULL, access_nonce bytea NOT NULL, '
+            "access_ciphertext bytea NOT NULL, refresh_nonce bytea, refresh_ciphertext bytea, "
+            'scopes json NOT NULL, expires_at double precision, claimed_by text COLLATE "C", '
+            "claimed_until double precision, created_at double precision NOT NULL, "
+            "updated_at double precision NOT NULL, PRIMARY KEY (principal, server, issuer))"
+        ),
+    ),
 )
 
 # The newest version this parley knows.
@@ -215,6 +235,7 @@ DATA_TABLES = (
     "webhook_deliveries",
     "schedules",
     "schedule_ticks",
+    "credentials",
 )
 
 

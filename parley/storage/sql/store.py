@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from parley.storage.sql.credentials import SqlCredentials
 from parley.storage.sql.forks import SqlForks
 from parley.storage.sql.owners import SqlOwners
 from parley.storage.sql.schedules import SqlSchedules
@@ -11,5 +12,5 @@ from parley.storage.sql.tasks import SqlTasks
 from parley.storage.sql.webhooks import SqlWebhooks
 
 
-class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks, SqlWebhooks, SqlSchedules):
+class SqlStore(SqlSessions, SqlOwners, SqlTasks, SqlForks, SqlWebhooks, SqlSchedules, SqlCredentials):
     """Every port of parley/storage/ports.py; a backend adds `_execute`, `dialect` and `codec`."""
