@@ -185,6 +185,41 @@ def errors_of(tmp_path: Path, schedules: dict[str, Any], **more: Any) -> list[st
     return []
 
 
+async def test_a_schedule_with_input_starts_a_task_session_with_those_inputs(tmp_path: Path) -> None:
+    reporter = {
+        "kinds": ["task"],
+        "input_schema": {
+            "type": "object",
+            "properties": {"region": {"type": "string"}},
+            "required": ["region"],
+        },
+        "result": {"type": "object", "properties": {"summary": {"type": "string"}}},
+    }
+    schedule = {
+        "every": "10s",
+        "agent": "reporter",
+        "input": {"region": "eu-west"},
+        "message": '/result {"summary": "all quiet"}',
+    }
+    clock = ManualClock(T0)
+    config = {"schedules": {"report": schedule}}
+    async with (
+        parley_app(config, clock=clock, agents={"reporter": reporter}, directory=tmp_path) as parley,
+        parley.mcp() as client,
+    ):
+        await passes(parley)
+        (started,) = await scheduled(client, "report")
+
+        async def completed() -> bool:
+            view = await call(client, "get_session", session_id=started["session_id"])
+            return bool(view["status"] == "completed")
+
+        await eventually(completed, "the scheduled task to complete")
+        view = await call(client, "get_session", session_id=started["session_id"])
+    assert view["kind"] == "task" and view["inputs"] == {"region": "eu-west"}, view
+    assert view["result"] == {"summary": "all quiet"}, view
+
+
 def test_configuration_errors_name_the_schedule_field_and_fix(tmp_path: Path) -> None:
     cases: list[tuple[dict[str, Any], str, str]] = [
         ({"cron": "0 8 * *", "agent": "demo", "message": "m"}, "PARLEY-C022", "schedules.x.cron"),

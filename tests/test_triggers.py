@@ -11,19 +11,23 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.abc
 import httpx2
 import pytest
 from standardwebhooks import Webhook
 
 from parley.config import collect_config_errors
+from parley.server import http_limits
 from parley.server.triggers import session_key
 from parley.testing import ParleyUnderTest, parley_app
-from tests.support import tokens_auth, write_config
+from tests.support import TEST_DEADLINE_S, tokens_auth, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -280,3 +284,53 @@ def test_parley_check_reports_an_unset_secret_variable(tmp_path: Path) -> None:
     hooks = {"w": {"url": "https://x.example/", "events": ["turn.ended"], "secret_env": "PT_UNSET_SECRET"}}
     errors = collect_config_errors(write_config(tmp_path, webhooks=hooks))
     assert [(e.code, e.field) for e in errors] == [("PARLEY-C011", "webhooks.w.secret_env")]
+
+
+async def test_a_trickling_trigger_body_is_cut_at_the_short_deadline_under_the_address_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A trigger's body is read within SIGNED_BODY_TIMEOUT_S however long http.body_read_timeout_s
+    is (here 60 s; the constant is shortened so the test does not wait its 5 s), and a trigger's
+    unauthenticated connections count against the per-address cap like any others."""
+    monkeypatch.setattr(http_limits, "SIGNED_BODY_TIMEOUT_S", 1.0)
+    monkeypatch.setenv("PT_SW_SECRET", SW_SECRET)
+    trigger = {"agent": "demo", "owner": "ops", "auth": "standard_webhooks", "secret_env": "PT_SW_SECRET"}
+    config = {
+        "http": {"body_read_timeout_s": 60, "max_connections_per_address": 3},
+        "triggers": {"sw": trigger},
+    }
+    async with parley_app(config) as parley:
+        port = int((await parley.http()).base_url.rsplit(":", 1)[1])
+        head = (
+            b"POST /v1/triggers/sw HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{" % port
+        )
+        async with AsyncExitStack() as held:
+            streams = [
+                await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port)) for _ in range(3)
+            ]
+            started = anyio.current_time()
+            for stream in streams:
+                await stream.send(head)
+            # A fourth connection from the same address is refused before its request is read.
+            async with await anyio.connect_tcp("127.0.0.1", port) as fourth:
+                refused = await read_until_closed(fourth)
+            assert refused.startswith(b"HTTP/1.1 503") and b"http.max_connections_per_address" in refused, (
+                refused
+            )
+            answers = [await read_until_closed(stream) for stream in streams]
+            took = anyio.current_time() - started
+        assert all(a.startswith(b"HTTP/1.1 408") for a in answers), answers
+        assert took < 30, "cut at the trigger's deadline, not http.body_read_timeout_s"
+        sessions = await parley.app.store.list_sessions(None, None, None, None, 10)
+        assert sessions.sessions == [], "a trickled trigger starts nothing"
+
+
+async def read_until_closed(stream: anyio.abc.SocketStream) -> bytes:
+    received = b""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        try:
+            while True:
+                received += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return received

@@ -20,7 +20,7 @@ from standardwebhooks import Webhook
 
 from parley.cli import main as parley_main
 from parley.core.webhooks import DeliveryRecord
-from parley.testing import ParleyUnderTest, eventually, parley_app
+from parley.testing import ParleyUnderTest, ToolServer, eventually, parley_app
 from tests.support import Database
 from tests.webhook_support import SECRET, Receiver, serving_receiver
 
@@ -152,6 +152,43 @@ async def test_a_receiver_that_fails_three_times_gets_every_event_once_with_the_
     waiting = {r.payload["data"]["reason"] for r in ok if r.payload["type"] == "session.waiting_for_input"}
     assert waiting == {"question", "plan"}
     assert by_type["turn.failed"]["data"]["status"] == "failed"
+
+
+async def test_a_failed_task_and_a_pending_approval_each_fire_their_event(tmp_path: Path) -> None:
+    tools = ToolServer("ops")
+
+    @tools.tool(destructive=True)
+    async def deploy(target: str) -> str:
+        return f"deployed {target}"
+
+    async with serving_receiver(Receiver()) as receiver, tools.serve():
+        config = {
+            "runtime": {"max_model_attempts": 1},
+            "mcp_servers": {"ops": tools.entry},
+            "webhooks": {"hook": subscription(receiver.url("/hook"), allow_private=True)},
+        }
+        agents = {"deployer": {"mcp_servers": ["ops"]}}
+        with secret_set():
+            async with parley_app(config, directory=tmp_path, agents=agents) as parley:
+                world = World(parley, receiver, tmp_path)
+                failed = await start(world, kind="task", message="/fail forever")
+                parked = await start(world, agent="deployer", message='/tool ops__deploy {"target": "prod"}')
+                assert parked["status"] == "waiting_for_input", parked
+                await world.settled("hook", 3)
+    events = sorted((r.payload["type"], r.payload["data"]["session_id"]) for r in receiver.at("/hook", 200))
+    assert events == sorted(
+        [
+            ("turn.failed", failed["session_id"]),
+            ("session.failed", failed["session_id"]),
+            ("session.waiting_for_input", parked["session_id"]),
+        ]
+    )
+    by_type = {r.payload["type"]: r.payload["data"] for r in receiver.at("/hook", 200)}
+    assert by_type["session.failed"]["status"] == "failed" and by_type["session.failed"]["error"]
+    waiting = by_type["session.waiting_for_input"]
+    assert waiting["reason"] == "approval", waiting
+    assert [waiting["interrupt_id"]] == [p["id"] for p in parked["pending"]], (waiting, parked)
+    assert tools.ran("deploy") == [], "the approval was never given"
 
 
 async def test_a_receiver_at_a_private_address_is_refused_without_the_allowance(world: World) -> None:
