@@ -27,7 +27,7 @@ import anyio
 import httpx2
 import mcp.types as types
 import yaml
-from anyio.abc import Process
+from anyio.abc import Process, SocketStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp import Client
 from mcp.shared.message import SessionMessage
@@ -629,3 +629,14 @@ def db_rows(db_path: Path, sql: str, params: tuple[Any, ...] = ()) -> list[tuple
 
 def dumps(value: Any) -> str:
     return json.dumps(value)
+
+
+async def read_until_closed(stream: SocketStream) -> bytes:
+    """Everything the server sends on a raw connection until it closes it (the test deadline)."""
+    received = b""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        try:
+            while True:
+                received += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return received

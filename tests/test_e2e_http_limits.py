@@ -25,6 +25,7 @@ from tests.support import (
     ServerProcess,
     call,
     eventually,
+    read_until_closed,
     tokens_auth,
     write_config,
 )
@@ -181,21 +182,11 @@ async def test_over_the_connection_cap_a_request_gets_503_saying_what_to_do(serv
     await eventually(served, "the server to serve again once the connections closed")
 
 
-async def _read_until_closed(stream: anyio.abc.SocketStream) -> bytes:
-    received = b""
-    with anyio.fail_after(TEST_DEADLINE_S):
-        try:
-            while True:
-                received += await stream.receive()
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            return received
-
-
 async def test_a_connection_that_never_finishes_its_headers_is_closed(server: ServerProcess) -> None:
     stream = await anyio.connect_tcp("127.0.0.1", _port(server))
     async with stream:
         await stream.send(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
-        assert await _read_until_closed(stream) == b""
+        assert await read_until_closed(stream) == b""
 
 
 async def test_a_body_that_never_arrives_gets_408(server: ServerProcess) -> None:
@@ -206,7 +197,7 @@ async def test_a_body_that_never_arrives_gets_408(server: ServerProcess) -> None
             b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
             b"Accept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{" % port
         )
-        answer = await _read_until_closed(stream)
+        answer = await read_until_closed(stream)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert b"http.body_read_timeout_s" in answer, answer
 
@@ -426,7 +417,7 @@ async def test_one_address_cannot_hold_every_connection_and_healthz_keeps_a_rese
         over = await held.enter_async_context(
             await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.3")
         )
-        answer = await _read_until_closed(over)
+        answer = await read_until_closed(over)
         assert answer.startswith(b"HTTP/1.1 503"), answer
         assert b"http.max_connections_per_address" in answer, answer
 
@@ -454,6 +445,6 @@ async def test_an_unauthenticated_body_is_refused_401_before_it_is_sent(fair: Se
         )
         async with stream:
             await stream.send(b"{")  # and the rest never comes
-            answer = await _read_until_closed(stream)  # closed: it holds no slot
+            answer = await read_until_closed(stream)  # closed: it holds no slot
         assert answer.startswith(b"HTTP/1.1 401"), answer
         assert b"www-authenticate: bearer" in answer.lower(), answer

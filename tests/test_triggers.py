@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.abc
 import httpx2
 import pytest
 from standardwebhooks import Webhook
@@ -27,7 +26,7 @@ from parley.config import collect_config_errors
 from parley.server import http_limits
 from parley.server.triggers import session_key
 from parley.testing import ParleyUnderTest, parley_app
-from tests.support import TEST_DEADLINE_S, tokens_auth, write_config
+from tests.support import read_until_closed, tokens_auth, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -324,13 +323,3 @@ async def test_a_trickling_trigger_body_is_cut_at_the_short_deadline_under_the_a
         assert took < 30, "cut at the trigger's deadline, not http.body_read_timeout_s"
         sessions = await parley.app.store.list_sessions(None, None, None, None, 10)
         assert sessions.sessions == [], "a trickled trigger starts nothing"
-
-
-async def read_until_closed(stream: anyio.abc.SocketStream) -> bytes:
-    received = b""
-    with anyio.fail_after(TEST_DEADLINE_S):
-        try:
-            while True:
-                received += await stream.receive()
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            return received
