@@ -567,7 +567,7 @@ def _metrics(app: App) -> MetricsSources:
 
 def _v1(config: ServerConfig, app: App) -> V1Context:
     triggers = TriggerRoutes(config.triggers, app.store.find_started) if config.triggers else None
-    return V1Context(app.service, app.events, StreamSettings.of(config.http), triggers)
+    return V1Context(app.service, app.events, StreamSettings.of(config.http), triggers, config.http.base_path)
 
 
 async def _announce(

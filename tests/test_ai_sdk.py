@@ -4,14 +4,19 @@ driven by the real npm `ai` package on Node.js, are tests/test_e2e_ai_sdk.py."""
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import anyio
 import httpx2
 import pytest
 
+from parley.testing import parley_app
 from tests.auth_support import bearer
+from tests.sse_support import frames
 from tests.support import TEST_DEADLINE_S, InProcessServer, tokens_auth, write_config
 
 pytestmark = pytest.mark.anyio
@@ -50,3 +55,40 @@ async def test_every_v1_route_refuses_without_a_valid_token(world: World, method
         wrong = await http.request(method, world.base + path, json={}, headers=bearer("parley_not-a-token"))
     assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")
     assert wrong.status_code == 401
+
+
+async def test_a_chats_history_carries_its_files_at_their_download_path(tmp_path: Path) -> None:
+    """A file part sent to /v1/chat comes back in GET /v1/chat/{id}/messages as a file part whose
+    url is the bytes' download path under http.base_path, which serves the same bytes."""
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    file_part = {
+        "type": "file",
+        "mediaType": "image/png",
+        "filename": "dot.png",
+        "url": f"data:image/png;base64,{pixel}",
+    }
+    message = {"id": "u1", "role": "user", "parts": [{"type": "text", "text": "look"}, file_part]}
+    async with (
+        parley_app({"http": {"base_path": "/parley"}}, directory=tmp_path) as parley,
+        (await parley.http()).client() as http,
+    ):
+        async with http.stream(
+            "POST", "/parley/v1/chat?agent=demo", json={"id": "c1", "messages": [message]}
+        ) as sent:
+            assert sent.status_code == 200, await sent.aread()
+            with anyio.fail_after(TEST_DEADLINE_S):
+                async for frame in frames(sent):
+                    if frame.data == "[DONE]":
+                        break
+        history = (await http.get("/parley/v1/chat/c1/messages")).json()["messages"]
+        user = history[0]
+        assert user["id"] == "u1" and user["parts"][0] == {"type": "text", "text": "look"}, user
+        (restored,) = user["parts"][1:]
+        assert (restored["type"], restored["mediaType"], restored["filename"]) == (
+            "file",
+            "image/png",
+            "dot.png",
+        )
+        assert restored["url"].startswith("/parley/v1/sessions/ses_"), restored
+        served = await http.get(restored["url"])
+    assert served.status_code == 200 and served.content == base64.b64decode(pixel)

@@ -179,7 +179,7 @@ class ChatEndpoints:
         messages: list[UIMessage] = []
         if session is not None:
             for turn in await self._turns(who, session.id):
-                messages += turn_messages(session.id, turn)
+                messages += turn_messages(session.id, turn, self._ctx.base_path)
         return JSONResponse({"id": chat_id, "messages": messages})
 
     async def _turns(self, who: Principal, session_id: SessionId) -> list[TurnHistory]:

@@ -52,11 +52,28 @@ def user_message_id(message: QueuedMessageRecord) -> str:
     return key[2:] if key.startswith("m:") else message.id
 
 
-def user_message(message: QueuedMessageRecord) -> UIMessage:
-    return {"id": user_message_id(message), "role": "user", "parts": [{"type": "text", "text": message.text}]}
+def user_message(message: QueuedMessageRecord, base_path: str = "") -> UIMessage:
+    """The message's text, then a file part for each attachment whose bytes parley keeps: its
+    `url` is the bytes' download path (`GET /v1/sessions/{id}/attachments/{sha256}`, under
+    `http.base_path`), fetched with the app's own credentials. A resource link has no bytes here."""
+    parts: list[Part] = [{"type": "text", "text": message.text}]
+    for ref in message.attachments or []:
+        sha256 = ref.get("sha256")
+        if not isinstance(sha256, str):
+            continue
+        url = f"{base_path}/v1/sessions/{message.session_id}/attachments/{sha256}"
+        part: Part = {
+            "type": "file",
+            "mediaType": ref.get("mime_type") or "application/octet-stream",
+            "url": url,
+        }
+        if ref.get("name"):
+            part["filename"] = ref["name"]
+        parts.append(part)
+    return {"id": user_message_id(message), "role": "user", "parts": parts}
 
 
-def turn_messages(session_id: str, turn: TurnHistory) -> list[UIMessage]:
+def turn_messages(session_id: str, turn: TurnHistory, base_path: str = "") -> list[UIMessage]:
     """The turn's user messages, then its assistant message."""
     renderer = TurnRenderer(session_id, turn.turn_id, v7=True)
     events = turn.page.events
@@ -67,7 +84,7 @@ def turn_messages(session_id: str, turn: TurnHistory) -> list[UIMessage]:
     for event in events:
         chunks += renderer.event(event, turn.page)
     chunks += renderer.finish(turn.status, turn.error)
-    return [*(user_message(m) for m in turn.messages), fold(chunks)]
+    return [*(user_message(m, base_path) for m in turn.messages), fold(chunks)]
 
 
 def fold(chunks: list[Chunk]) -> UIMessage:

@@ -79,6 +79,8 @@ class V1Context:
     streams: StreamSettings
     # POST /v1/triggers/{name} (server/triggers.py); None: no triggers configured.
     triggers: TriggerRoutes | None = None
+    # http.base_path: the prefix of the paths parley hands out (a history's attachment URLs).
+    base_path: str = ""
 
 
 def caller(request: Request) -> Principal:
