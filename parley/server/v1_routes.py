@@ -10,6 +10,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.server.ai_sdk_chat import ChatEndpoints
 from parley.server.triggers import TriggerEndpoint
+from parley.server.v1_accounts import AccountEndpoints
 from parley.server.v1_api import JsonEndpoints
 from parley.server.v1_common import V1Context
 from parley.server.v1_events import OwnerStream, SessionStream
@@ -24,6 +25,7 @@ def v1_routes(ctx: V1Context) -> list[Route]:
         *JsonEndpoints(ctx).routes(),
         *([TriggerEndpoint(ctx.service, ctx.triggers).route()] if ctx.triggers is not None else []),
         *ScheduleEndpoints(ctx).routes(),
+        *AccountEndpoints(ctx).routes(),
     ]
 
 

@@ -32,6 +32,7 @@ from parley.runtime.decisions import Decisions
 from parley.runtime.fair_use import FairUse
 from parley.runtime.faults import FaultPoints
 from parley.runtime.model_titles import ModelTitles
+from parley.runtime.service.accounts import AccountCommands, ConnectedAccount
 from parley.runtime.service.checks import Checks, cursor_time, render_first_message
 from parley.runtime.service.decide import DecisionCommands
 from parley.runtime.service.evals import EvalCommands
@@ -61,6 +62,7 @@ from parley.runtime.toolbox import Toolbox
 from parley.storage.ports import Store
 
 __all__ = [
+    "ConnectedAccount",
     "ForkRequest",
     "MessagesPage",
     "QuestionAnswer",
@@ -105,6 +107,7 @@ class SessionService:
     evals: EvalCommands
     forks: ForkCommands
     schedules: ScheduleCommands
+    accounts: AccountCommands
     waits: Waits
     reads: Reads
     persons: PersonAnswers
@@ -140,6 +143,7 @@ class SessionService:
             evals=EvalCommands(parts, checks, fair_use),
             forks=ForkCommands(parts, checks, fair_use),
             schedules=ScheduleCommands(parts, checks, fair_use, options.schedules),
+            accounts=AccountCommands(store, audit, clock),
             waits=waits,
             reads=Reads(parts, checks, waits, toolbox, options.model_names),
             persons=persons,

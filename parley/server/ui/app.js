@@ -8,11 +8,15 @@ import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
 import { draftCard, PlanPanel } from './plan.js';
 import { oauthSignIn } from './signin.js';
+import { showAccounts } from './accounts.js';
 import { showSchedules } from './schedules.js';
 import { followResult, TaskForm } from './taskform.js';
 import { Attachments } from './attach.js';
 import { follow } from './sse.js';
 import { Transcript } from './transcript.js';
+
+// The tabs, shown once signed in.
+const NAV = ['nav-sessions', 'nav-inbox', 'nav-schedules', 'nav-accounts'];
 
 const state = {
   open: false, // auth: none: nobody signs in, and decisions here are not a person's
@@ -133,7 +137,7 @@ function showSignIn(problem, challenge) {
   byId('app').hidden = true;
   byId('sign-in').hidden = false;
   byId('sign-out').hidden = true;
-  byId('nav-inbox').hidden = byId('nav-sessions').hidden = byId('nav-schedules').hidden = true;
+  for (const id of NAV) byId(id).hidden = true;
   byId('notice').hidden = true;
   byId('who').textContent = '';
   say(byId('trouble'), '');
@@ -167,7 +171,7 @@ async function signOut() {
 function showApp() {
   byId('sign-in').hidden = true;
   byId('app').hidden = false;
-  byId('nav-inbox').hidden = byId('nav-sessions').hidden = byId('nav-schedules').hidden = false;
+  for (const id of NAV) byId(id).hidden = false;
   byId('sign-out').hidden = state.open;
   byId('who').textContent = state.open ? 'not signed in (auth: none)' : 'signed in';
   const notice = byId('notice');
@@ -192,10 +196,9 @@ function showApp() {
 function route() {
   const hash = location.hash || '#/';
   const session = hash.match(/^#\/s\/([A-Za-z0-9_-]+)$/);
-  document.body.classList.remove('view-sessions', 'view-session', 'view-inbox', 'view-schedules');
-  byId('nav-inbox').classList.toggle('active', hash === '#/inbox');
-  byId('nav-schedules').classList.toggle('active', hash === '#/schedules');
-  byId('nav-sessions').classList.toggle('active', hash !== '#/inbox' && hash !== '#/schedules');
+  document.body.classList.remove('view-sessions', 'view-session', 'view-inbox', 'view-schedules', 'view-accounts');
+  const views = { '#/inbox': 'nav-inbox', '#/schedules': 'nav-schedules', '#/accounts': 'nav-accounts' };
+  for (const id of NAV) byId(id).classList.toggle('active', (views[hash] || 'nav-sessions') === id);
   if (session) {
     document.body.classList.add('view-session');
     openSession(session[1]);
@@ -204,6 +207,9 @@ function route() {
   } else if (hash === '#/schedules') {
     document.body.classList.add('view-schedules');
     showSchedules();
+  } else if (hash === '#/accounts') {
+    document.body.classList.add('view-accounts');
+    showAccounts();
   } else {
     document.body.classList.add('view-sessions');
     closeSession();
