@@ -388,9 +388,11 @@ def plan_events(db: Path, sid: str) -> int:
     return int(count)
 
 
-def refused_approvals(session: dict[str, Any]) -> int:
-    """How many of the session's execute_plan decisions were refused (its audit trail)."""
-    return sum(1 for d in session["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "refused")
+def refused_approvals(session: dict[str, Any]) -> list[str]:
+    """Why each of the session's refused execute_plan decisions was refused (its audit trail)."""
+    return [
+        d["via"] for d in session["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "refused"
+    ]
 
 
 async def test_approving_a_plan_of_a_closed_session_is_refused_and_changes_nothing(tmp_path: Path) -> None:
@@ -441,7 +443,8 @@ async def test_approving_while_a_message_is_queued_is_refused_as_busy(tmp_path: 
     assert "Nothing was changed" in refused
     assert [m["id"] for m in during["queued_messages"]] == [queued["queued_message_id"]]
     assert during["plan"] == planned["plan"], "the draft is as it was"
-    assert refused_approvals(during) == 1
+    [why] = refused_approvals(during)
+    assert "not waiting for a message" in why, why
     assert settled["turn_count"] == 3 and settled["last_turn"]["mode"] == "planning", "nothing executed"
     assert plan_events(tmp_path / "parley.db", sid) == 0
 
@@ -467,7 +470,8 @@ async def test_approving_while_an_approval_is_pending_is_refused_as_busy(tmp_pat
     assert [p["tool"] for p in waiting["pending"]] == ["ops__inspect"]
     assert waiting["plan"]["status"] == "draft" and waiting["plan"]["revision"] == 1
     assert "execute_plan refused: it is not waiting for a message" in refused, refused
-    assert refused_approvals(during) == 1
+    [why] = refused_approvals(during)
+    assert "not waiting for a message" in why, why
     assert during["plan"] == waiting["plan"] and [p["id"] for p in during["pending"]] == [
         p["id"] for p in waiting["pending"]
     ], "the draft and the pending approval are as they were"

@@ -164,13 +164,15 @@ async def test_a_downstream_task_follows_its_tools_class_in_a_replay(tmp_path: P
     MCP task. The outer agent calls it through two entries: one configured as read, one not. In
     the replay the read runs as a task again (the inner parley starts a session); the other gets
     the original's recorded result and never reaches the inner server."""
-    inner_config = write_config(tmp_path / "inner", {}, agents={"helper": {"tools": []}})
+    # Short pauses between polls of a task, suggested by the inner server and kept by the outer one.
+    inner_settings = {"tasks": {"poll_interval_s": 0.05}}
+    inner_config = write_config(tmp_path / "inner", inner_settings, agents={"helper": {"tools": []}})
     look = {"agent": "helper", "message": "look around"}
     act = {"agent": "helper", "message": "change something"}
     message = f"/tool look__start_session {json.dumps(look)}\n/tool act__start_session {json.dumps(act)}"
     async with parley_app(inner_config) as inner:
         endpoint = await inner.http()
-        polling = {"url": endpoint.url, "task_poll_min_s": 0.1, "task_poll_max_s": 0.5}
+        polling = {"url": endpoint.url, "task_poll_min_s": 0.05, "task_poll_max_s": 0.1}
         servers = {
             "look": {**polling, "tools": {"start_session": {"effect": "read", "approval": "never"}}},
             "act": {**polling, "tools": {"start_session": {"approval": "never"}}},
