@@ -213,3 +213,66 @@ async def test_a_downstream_task_follows_its_tools_class_in_a_replay(tmp_path: P
     assert titles == ["change something", "look around", "look around"], (
         "the inner server ran the read twice (original and replay) and the write once"
     )
+
+
+def _asking(question: str) -> dict[str, Any]:
+    return {"agent": "asker", "message": f"/ask {question} | small | large"}
+
+
+# How the outer parley reaches the inner one: the 2026-07-28 tasks extension, whose input
+# requests become questions sent back with tasks/update; or a 2025-11-25 task the server offers,
+# whose question is asked in place on tasks/result.
+GENERATIONS = {"modern": {}, "legacy": {"protocol": "legacy", "call_as_task": "when_offered"}}
+
+
+@pytest.mark.parametrize("generation", list(GENERATIONS))
+async def test_a_downstream_question_in_a_replay_gets_the_recorded_answer_or_is_declined(
+    tmp_path: Path, generation: str
+) -> None:
+    """A configured read runs in a replay, so its server may ask again. The question the original
+    answered gets that answer; a question the original never had is declined. Nobody is asked and
+    the replay never waits for a person."""
+    inner_settings = {"tasks": {"poll_interval_s": 0.05}}
+    inner_config = write_config(tmp_path / "inner", inner_settings, agents={"asker": {"tools": ["ask_user"]}})
+    known, new = _asking("Which box?"), _asking("Which bag?")
+    model = ScriptedModel(
+        [
+            calls_tool("look__start_session", known),  # the original
+            reply("Packed."),
+            calls_tool("look__start_session", known),  # the replay: the same question...
+            calls_tool("look__start_session", new),  # ...and one the original never had
+            reply("Packed again."),
+        ]
+    )
+    async with parley_app(inner_config) as inner:
+        endpoint = await inner.http()
+        look = {
+            "url": endpoint.url,
+            "task_poll_min_s": 0.05,
+            "task_poll_max_s": 0.1,
+            "tools": {"start_session": {"effect": "read", "approval": "never"}},
+            **GENERATIONS[generation],
+        }
+        boss = {"mcp_servers": [{"server": "look", "include": ["start_session"]}]}
+        outer_dir = tmp_path / "outer"
+        running = parley_app(
+            {"mcp_servers": {"look": look}}, agents={"boss": boss}, directory=outer_dir, model=model
+        )
+        async with running as parley, parley.mcp() as client:
+            first = await call(client, "start_session", agent="boss", message="pack")
+            [question] = first["pending"]
+            answer = {"interrupt_id": question["id"], "answer": "large"}
+            await call(client, "answer_question", session_id=first["session_id"], **answer)
+            started = await call(client, "replay_session", session_id=first["session_id"])
+            replay = await settled(client, started["session_id"])
+            inbox = await call(client, "list_pending")
+
+    model.assert_complete()
+    assert replay["pending"] == [] and inbox["pending"] == [], "nobody was asked"
+    sql = "SELECT status, resolved_by FROM interrupts WHERE session_id = ? ORDER BY created_at"
+    resolved = db_rows(outer_dir / "parley.db", sql, (replay["session_id"],))
+    assert resolved == [("answered", "replay"), ("declined", "replay")]
+    results = [m["text"] for m in replay["messages"] if m["role"] == "tool"]
+    assert len(results) == 2 and "The user answered: large" in results[0], results
+    assert "The user declined to answer" in results[1], results
+    assert replay["last_turn"]["answer"] == "Packed again."
