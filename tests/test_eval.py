@@ -150,6 +150,87 @@ def test_a_replay_case_runs_the_recorded_session_again(
     assert over_mcp == over_v1 == [replay]
 
 
+# Each case fails exactly one assertion, on the demo model (and the demo model as the judge).
+FAILING_CASES: list[tuple[dict[str, Any], str]] = [
+    (
+        {"name": "says_goodbye", "messages": ["hello"], "expect": {"text_contains": "goodbye"}},
+        "text_contains: the final text has no 'goodbye'",
+    ),
+    (
+        {"name": "opens_with_goodbye", "messages": ["hello"], "expect": {"text_matches": "^Goodbye"}},
+        "text_matches: the final text does not match '^Goodbye'",
+    ),
+    (
+        {"name": "in_one_turn", "messages": ["one", "two"], "expect": {"max_turns": 1}},
+        "max_turns: 2 turns, more than 1",
+    ),
+    (
+        {"name": "cheaply", "messages": ["hello"], "expect": {"max_tokens": 1}},
+        "max_tokens: {tokens} tokens, more than 1",
+    ),
+    (
+        {
+            "name": "reports_text",
+            "kind": "task",
+            "messages": ['/result {"summary": 3}'],
+            "expect": {"result_schema": {"type": "object", "properties": {"summary": {"type": "string"}}}},
+        },
+        "result_schema: summary: 3 is not of type 'string'",
+    ),
+    (
+        {"name": "reports_nothing", "messages": ["hello"], "expect": {"result_schema": {"type": "object"}}},
+        "result_schema: the session handed in no result",
+    ),
+    (
+        {
+            "name": "judged",
+            "messages": ["hello"],
+            "expect": {"judge": {"model": "judge", "rubric": 'The answer says "goodbye".'}},
+        },
+        'judge: FAIL: the answer lacks "goodbye"',
+    ),
+]
+
+
+def test_each_assertion_that_fails_is_named_in_the_table_json_and_junit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a baseline every failing case is a regression (exit 1); each names the assertion it
+    failed, the judge's FAIL with the judge's reason."""
+    config = write_config(tmp_path, {"models": {"judge": {"provider": "demo"}}}, agents={"helper": HELPER})
+    passing = {"name": "greets", "messages": ["hello"], "expect": {"text_contains": "You said: hello"}}
+    dataset = tmp_path / "failing.yaml"
+    dataset.write_text(yaml.safe_dump({"cases": [passing, *(case for case, _ in FAILING_CASES)]}))
+    junit = tmp_path / "junit.xml"
+    argv = [str(dataset), "--config", str(config), "--agent", "helper"]
+
+    code, report = run_json(capsys, *argv, "--junit", str(junit))
+    assert code == 1
+    failing = [str(case["name"]) for case, _ in FAILING_CASES]
+    assert outcomes(report) == {"greets": True, **dict.fromkeys(failing, False)}
+    by_name = {c["name"]: c["candidate"] for c in report["cases"]}
+    expected = {
+        str(case["name"]): why.format(tokens=by_name[case["name"]]["tokens"]) for case, why in FAILING_CASES
+    }
+    assert {name: by_name[name]["failed"] for name in failing} == {n: [why] for n, why in expected.items()}
+    assert by_name["judged"]["judge"] == {"passed": False, "reason": 'the answer lacks "goodbye"'}
+    assert report["summary"] == {"cases": 8, "passed": 1, "failed": 7, "regressions": failing}
+    cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert cases["greets"].find("failure") is None
+    for name, why in expected.items():
+        failure = cases[name].find("failure")
+        assert failure is not None and failure.get("message") == why, name
+
+    assert main(["eval", *argv]) == 1
+    table = capsys.readouterr().out.splitlines()
+    # Each case's row, then one indented line per assertion it failed.
+    rows = [line.split()[:2] for line in table[2:-1] if not line.startswith(" ")]
+    assert rows == [["greets", "PASS"], *([name, "FAIL"] for name in failing)]
+    notes = [line.strip() for line in table[2:-1] if line.startswith(" ")]
+    assert notes == [f"candidate: {why}" for why in expected.values()]
+    assert table[-1] == f"8 cases: 1 passed, 7 failed; 7 failing cases ({', '.join(failing)})"
+
+
 BAD = [
     (
         {"cases": [{"name": "a", "messages": ["hi"], "expect": {"max_turns": 0}}]},

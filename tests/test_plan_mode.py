@@ -15,8 +15,17 @@ from mcp import Client
 
 from parley.cli import main
 from parley.sdk_compat import InMemoryTransport
-from parley.testing import CALL_DEADLINE_S, ToolServer, call, call_error, parley_app, write_config
-from tests.support import Database
+from parley.testing import (
+    CALL_DEADLINE_S,
+    HeldModel,
+    ToolServer,
+    call,
+    call_error,
+    eventually,
+    parley_app,
+    write_config,
+)
+from tests.support import Database, db_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -370,3 +379,120 @@ def test_an_operator_approves_or_discards_a_plan_from_the_command_line(
     approvals = [d for d in done["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "ok"]
     assert [d["principal"] for d in approvals] == ["cli"]
     assert discarded["plan"]["status"] == "cleared"
+
+
+def plan_events(db: Path, sid: str) -> int:
+    """How many executing turns approvals of the session's plans started (plan_execution_started)."""
+    sql = "SELECT COUNT(*) FROM events WHERE session_id = ? AND kind = 'plan_execution_started'"
+    [(count,)] = db_rows(db, sql, (sid,))
+    return int(count)
+
+
+def refused_approvals(session: dict[str, Any]) -> list[str]:
+    """Why each of the session's refused execute_plan decisions was refused (its audit trail)."""
+    return [
+        d["via"] for d in session["decisions"] if d["action"] == "execute_plan" and d["outcome"] == "refused"
+    ]
+
+
+async def test_approving_a_plan_of_a_closed_session_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    async with (
+        parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley,
+        parley.mcp() as client,
+    ):
+        planned = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        sid = planned["session_id"]
+        await call(client, "close_session", session_id=sid)
+        refused = await call_error(client, "execute_plan", session_id=sid, revision=1)
+        after = await call(client, "get_session", session_id=sid)
+
+    assert f"Session {sid} is closed" in refused and "takes no more messages" in refused, refused
+    assert after["status"] == "closed" and after["turn_count"] == 1
+    assert after["plan"] == planned["plan"] and after["plan"]["status"] == "draft", "the draft is as it was"
+    assert after["queued_messages"] == []
+    assert plan_events(tmp_path / "parley.db", sid) == 0, "no executing turn was started"
+
+
+async def test_approving_while_a_message_is_queued_is_refused_as_busy(tmp_path: Path) -> None:
+    """A planning turn on the draft runs (held in its model call) with another message queued
+    behind it: the approval is refused, the queue keeps its message, and neither turn executes."""
+    model = HeldModel()
+    held = model.hold("hold")
+    agents = {"planner": planner(mcp_servers=[])}
+    async with (
+        parley_app(agents=agents, directory=tmp_path, model=model) as parley,
+        parley.mcp() as client,
+    ):
+        planned = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        sid = planned["session_id"]
+        await call(client, "send_message", session_id=sid, message="hold on", wait_seconds=0)
+        await held.wait_held()
+        queued = await call(client, "send_message", session_id=sid, message="and then?", wait_seconds=0)
+        refused = await call_error(client, "execute_plan", session_id=sid, revision=1)
+        during = await call(client, "get_session", session_id=sid)
+        held.release()
+        settled: dict[str, Any] = {}
+
+        async def rested() -> bool:
+            settled.update(await call(client, "get_session", session_id=sid))
+            return settled["status"] == "idle" and not settled["queued_messages"]
+
+        await eventually(rested, "both planning turns to run")
+
+    assert "execute_plan refused: it is not waiting for a message" in refused, refused
+    assert "Nothing was changed" in refused
+    assert [m["id"] for m in during["queued_messages"]] == [queued["queued_message_id"]]
+    assert during["plan"] == planned["plan"], "the draft is as it was"
+    [why] = refused_approvals(during)
+    assert "not waiting for a message" in why, why
+    assert settled["turn_count"] == 3 and settled["last_turn"]["mode"] == "planning", "nothing executed"
+    assert plan_events(tmp_path / "parley.db", sid) == 0
+
+
+async def test_approving_while_an_approval_is_pending_is_refused_as_busy(tmp_path: Path) -> None:
+    """The planning turn wrote its draft and waits for a person to approve a read it makes: the
+    plan cannot be approved until that is decided."""
+    ops = ops_tools()
+    message = "\n".join([todos_line("back up db"), '/tool ops__inspect {"target": "db"}'])
+    asks = {"inspect": {"effect": "read", "approval": "always"}}
+    async with ops.serve():
+        settings = {"mcp_servers": {"ops": {**ops.entry, "tools": asks}}}
+        async with (
+            parley_app(settings, agents={"planner": planner()}, directory=tmp_path) as parley,
+            parley.mcp() as client,
+        ):
+            waiting = await call(client, "start_session", agent="planner", message=message)
+            sid = waiting["session_id"]
+            refused = await call_error(client, "execute_plan", session_id=sid, revision=1)
+            during = await call(client, "get_session", session_id=sid)
+
+    assert waiting["status"] == "waiting_for_input", waiting
+    assert [p["tool"] for p in waiting["pending"]] == ["ops__inspect"]
+    assert waiting["plan"]["status"] == "draft" and waiting["plan"]["revision"] == 1
+    assert "execute_plan refused: it is not waiting for a message" in refused, refused
+    [why] = refused_approvals(during)
+    assert "not waiting for a message" in why, why
+    assert during["plan"] == waiting["plan"] and [p["id"] for p in during["pending"]] == [
+        p["id"] for p in waiting["pending"]
+    ], "the draft and the pending approval are as they were"
+    assert ops.ran("inspect") == [] and plan_events(tmp_path / "parley.db", sid) == 0
+
+
+async def test_the_executing_turn_opens_with_a_note_naming_the_approved_revision(tmp_path: Path) -> None:
+    async with (
+        parley_app(agents={"planner": planner(mcp_servers=[])}, directory=tmp_path) as parley,
+        parley.mcp() as client,
+    ):
+        first = await call(client, "start_session", agent="planner", message=todos_line("one"))
+        sid = first["session_id"]
+        await call(client, "send_message", session_id=sid, message=todos_line("one", "two"))
+        done = await call(client, "execute_plan", session_id=sid, revision=2)
+        session = await call(client, "get_session", session_id=sid, messages_from=1, messages_limit=200)
+
+    assert done["mode"] == "executing" and done["status"] == "answered", done
+    opening = next(m for m in session["messages"] if m["turn_id"] == done["turn_id"])
+    assert opening["role"] == "user"
+    assert opening["text"] == (
+        "Plan revision 2 is approved. Carry it out now, and keep each todo's status current with "
+        "write_todos as you work (in_progress when you start it, completed when done)."
+    )

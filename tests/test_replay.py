@@ -14,8 +14,16 @@ import anyio
 import pytest
 
 from parley.cli import main
-from parley.core.records import ToolCallRecord
-from parley.core.replays import NEW_QUESTION, NOT_REPLAYED, WAITED, ReplayBook
+from parley.core.records import InterruptRecord, Resolution, ToolCallRecord
+from parley.core.replays import (
+    NEW_QUESTION,
+    NEW_SERVER_QUESTION,
+    NOT_REPLAYED,
+    REPLAY_RESOLVER,
+    WAITED,
+    ReplayAnswers,
+    ReplayBook,
+)
 from parley.testing import ToolServer, call, call_error, eventually, parley_app, write_config
 from tests.support import db_rows
 
@@ -156,6 +164,40 @@ def test_a_replay_resumed_after_a_crash_does_not_use_a_record_twice() -> None:
     book = ReplayBook.of(recorded, [taken])
     settled = book.settle("pay", {"a": 1}, runs=False)
     assert settled is not None and settled.result["text"] == NOT_REPLAYED
+
+
+def _asked(
+    call: ToolCallRecord, question: str, status: str, by: str | None = None, **resolution: Any
+) -> InterruptRecord:
+    """A question the server of `call` asked, as stored: resolved by `by` (pending without one)."""
+    return InterruptRecord(
+        id=f"int_{question}",
+        session_id=call.session_id,
+        turn_id=call.turn_id,
+        tool_call_id=call.id,
+        kind="question",
+        status=status,  # type: ignore[arg-type]
+        payload={"question": question, "downstream": {"mode": "retry"}},
+        created_at=0.0,
+        resolution=resolution or None,
+        resolved_by=by,
+    )
+
+
+def test_a_servers_question_in_a_replay_takes_the_recorded_answer_once_then_is_declined() -> None:
+    look = _call("look", {"at": "box"}, "succeeded", "a box")
+    recorded = [_asked(look, "Which box?", "answered", by="alice", answer="large")]
+    answers = ReplayAnswers.of(([look], recorded), ([], []))
+    replayed = replace(look, id="call_" + "1" * 32)  # type: ignore[arg-type]
+    assert answers.resolve(replayed, _asked(replayed, "Which box?", "pending")) == Resolution(answer="large")
+    again = answers.resolve(replayed, _asked(replayed, "Which box?", "pending"))
+    assert again == Resolution(declined=True, reason=NEW_SERVER_QUESTION), "each recorded answer once"
+    other = replace(look, id="call_" + "2" * 32, arguments={"at": "bag"})  # type: ignore[arg-type]
+    assert answers.resolve(other, _asked(other, "Which box?", "pending")).declined, "other arguments"
+    # After a crash: the replay's own resolved question counts as used.
+    taken = _asked(replayed, "Which box?", "answered", answer="large", by=REPLAY_RESOLVER)
+    resumed = ReplayAnswers.of(([look], recorded), ([replayed], [taken]))
+    assert resumed.resolve(replayed, _asked(replayed, "Which box?", "pending")).declined
 
 
 def test_parley_replay_reports_each_turn_beside_the_original(

@@ -5,13 +5,14 @@ question becomes a `question` interrupt that belongs to the tool call; the sessi
 `waiting_for_input` and the user answers it like any question (answer_question, elicitation or
 task input upstream, the CLI). The answer goes back to the server as the form's content, a
 decline as a decline; when nobody answers within the server's `input_wait_s`, the server is told
-`cancel` and the question is closed as expired.
+`cancel` and the question is closed as expired. In a replay nobody is asked: each question is
+resolved at once as the original resolved it, or declined (core/replays.py, ReplayAnswers).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -19,6 +20,7 @@ from mcp.types import ElicitRequestFormParams, ElicitResult, InputResponses
 
 from parley.core.ids import new_interrupt_id
 from parley.core.records import InterruptRecord, Resolution, SessionRecord, ToolCallRecord
+from parley.core.replays import REPLAY_RESOLVER, ReplayAnswers
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
@@ -165,6 +167,9 @@ class DownstreamQuestions:
             interrupt = _question(call, question_payload(params, call), now, wait_s)
             await self._steps.raise_interrupt(session.id, lease, interrupt, now)
             self._signals.notify(session.id)
+            if await self.settle_in_replay(session, call, [interrupt]):
+                settled = await self._current(interrupt)
+                return elicit_result(settled) if settled is not None else ElicitResult(action="decline")
             with anyio.move_on_after(wait_s), self._signals.watching(session.id) as changes:
                 while not cancelled():
                     current = await self._current(interrupt)
@@ -185,6 +190,26 @@ class DownstreamQuestions:
             return ElicitResult(action="cancel")
 
         return ask
+
+    async def settle_in_replay(
+        self, session: SessionRecord, call: ToolCallRecord, questions: Sequence[InterruptRecord]
+    ) -> bool:
+        """In a replay, resolve the questions just raised at once, as the original resolved the
+        same ones, or declined (False: not a replay, the questions wait for a person)."""
+        if session.replay_of is None:
+            return False
+        store = self._store
+        answers = ReplayAnswers.of(
+            (await store.calls_of(session.replay_of), await store.list_interrupts(session.replay_of, False)),
+            (await store.calls_of(session.id), await store.list_interrupts(session.id, False)),
+        )
+        for question in questions:
+            resolution = answers.resolve(call, question)
+            await self._steps.resolve_interrupt(
+                session.id, question.id, resolution, REPLAY_RESOLVER, self._clock()
+            )
+        self._signals.notify(session.id)
+        return True
 
     def retry_questions(
         self, session: SessionRecord, call: ToolCallRecord, forms: dict[str, Any], wait_s: float

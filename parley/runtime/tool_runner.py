@@ -262,6 +262,8 @@ class ToolRunner:
             await self._ctx.steps.ask_remote(
                 session.id, lease, call.id, run.remote, questions, self._ctx.clock()
             )
+            # A replay asks nobody: its questions are resolved now, and the call goes on.
+            await self._questions.settle_in_replay(session, call, questions)
             return
         if run.waits:
             assert run.remote is not None
