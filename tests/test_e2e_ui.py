@@ -17,7 +17,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -59,6 +58,23 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = REPO / "tests" / "screenshots"
 LAPTOP = {"width": 1280, "height": 800}
+# Visible elements whose right edge is past the screen's (a phone's page must not scroll sideways;
+# what scrolls inside its own box, like a wide table, is fine).
+WIDER_THAN_THE_SCREEN = """() => {
+  const width = document.documentElement.clientWidth;
+  const inScroller = (node) => {
+    for (let up = node.parentElement; up; up = up.parentElement) {
+      const style = getComputedStyle(up);
+      if (['auto', 'scroll', 'hidden'].includes(style.overflowX) && up !== document.body) return true;
+    }
+    return false;
+  };
+  return [...document.querySelectorAll('body *')]
+    .filter((node) => node.getClientRects().length && node.getBoundingClientRect().right > width + 1)
+    .filter((node) => !inScroller(node))
+    .map((node) => node.id || node.className || node.tagName)
+    .slice(0, 10);
+}"""
 PHONE = {"width": 390, "height": 844}
 MARKUP = '<img src=x onerror="window.__pwned = 1"><script>window.__pwned = 2</script><b>bold</b>'
 
@@ -111,8 +127,8 @@ async def browser() -> AsyncIterator[Browser]:
 @pytest.fixture(scope="module")
 async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("ui")
-    shutil.rmtree(SCREENSHOTS, ignore_errors=True)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # tests/test_e2e_ui_plan.py writes there too
+    # Not emptied first: the other ui test files write theirs there too, maybe at the same time.
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     async with (
         serving_fake_providers() as fake,
         fixture_in_process(directory / FIXTURE_LOG) as fixture,
@@ -153,11 +169,14 @@ async def compose(page: Page, message: str) -> None:
 
 
 async def shoot(page: Page, name: str) -> None:
-    """The page at laptop and phone widths, as tests/screenshots/<name>-laptop.png and -phone.png."""
+    """The page at laptop and phone widths, as tests/screenshots/<name>-laptop.png and -phone.png;
+    on the phone nothing may stick out sideways (the page scrolls only down)."""
     await page.set_viewport_size(LAPTOP)  # type: ignore[arg-type]
     await page.screenshot(path=SCREENSHOTS / f"{name}-laptop.png")
     await page.set_viewport_size(PHONE)  # type: ignore[arg-type]
     await page.screenshot(path=SCREENSHOTS / f"{name}-phone.png")
+    wider = await page.evaluate(WIDER_THAN_THE_SCREEN)
+    assert wider == [], f"{name}: on a phone these stick out of the screen: {wider}"
     await page.set_viewport_size(LAPTOP)  # type: ignore[arg-type]
 
 

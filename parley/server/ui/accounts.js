@@ -46,10 +46,10 @@ function row(account) {
     'tr',
     { data: { server: account.server } },
     el('th', { scope: 'row', text: account.server }),
-    el('td', { text: account.issuer }),
-    el('td', { text: account.scopes.join(' ') || '-' }),
-    el('td', { text: when(account.connected_at) }),
-    el('td', { text: account.expires_at ? when(account.expires_at) : '-' }),
+    el('td', { text: account.issuer, data: { label: 'Issuer' } }),
+    el('td', { text: account.scopes.join(' ') || '-', data: { label: 'Scopes' } }),
+    el('td', { text: when(account.connected_at), data: { label: 'Connected' } }),
+    el('td', { text: account.expires_at ? when(account.expires_at) : '-', data: { label: 'Token expires' } }),
     action,
   );
   action.append(revokeButton(account, action, () => showAccounts(true)));
