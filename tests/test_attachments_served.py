@@ -420,3 +420,37 @@ async def test_deleting_a_session_deletes_the_bytes_only_it_carried(world: World
     assert world.db.rows("SELECT count(*) FROM attachment_refs WHERE session_id = ?", (sid,)) == [(0,)]
     # Bytes other sessions still carry stay.
     assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (PIXEL_SHA,)) == [(1,)]
+
+
+async def test_removing_a_queued_message_frees_the_bytes_only_it_carried(world: World) -> None:
+    def image(data: bytes) -> dict[str, Any]:
+        return {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"}
+
+    own, shared = (b"\x89PNG\r\n\x1a\n" + secrets.token_bytes(32) for _ in range(2))
+    own_sha, shared_sha = hashlib.sha256(own).hexdigest(), hashlib.sha256(shared).hexdigest()
+    parked = await call(world.alice, "start_session", agent="demo", message="/ask Ready? | yes | no")
+    sid = parked["session_id"]
+    assert parked["status"] == "waiting_for_input", parked
+    queued = []
+    for attachments in ([image(own), image(shared)], [image(shared)]):
+        sent = await world.v1(
+            "POST",
+            f"/v1/sessions/{sid}/messages",
+            json={"message": "later", "attachments": attachments, "wait_seconds": 0},
+        )
+        assert sent.status_code == 200, sent.text
+        queued.append(sent.json()["queued_message_id"])
+    removed = await world.v1("DELETE", f"/v1/sessions/{sid}/queue/{queued[0]}")
+    assert removed.json()["status"] == "deleted", removed.text
+    refs = world.db.rows("SELECT sha256 FROM attachment_refs WHERE session_id = ?", (sid,))
+    # The other queued message still carries the shared bytes; nothing carries the own ones.
+    assert [r[0] for r in refs] == [shared_sha], refs
+    gone = await world.v1("GET", f"/v1/sessions/{sid}/attachments/{own_sha}")
+    kept = await world.v1("GET", f"/v1/sessions/{sid}/attachments/{shared_sha}")
+    assert gone.status_code == 404 and kept.status_code == 200 and kept.content == shared
+
+    async def collected() -> bool:
+        return world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (own_sha,)) == [(0,)]
+
+    await eventually(collected, "the removed message's own bytes to be collected")
+    assert world.db.rows("SELECT count(*) FROM attachments WHERE sha256 = ?", (shared_sha,)) == [(1,)]

@@ -107,3 +107,35 @@ async def test_collecting_drops_the_bytes_of_deleted_sessions_and_spares_those_s
     assert await store.collect_attachments(T0 + 10) == 1
     assert await store.attachment_data([shared.sha256, alone.sha256]) == {shared.sha256: shared}
     assert await store.session_attachment(kept.id, shared.sha256) == shared
+
+
+async def test_a_dropped_queued_message_releases_the_bytes_nothing_else_of_its_session_carries(
+    store: Store,
+) -> None:
+    alone, shared, sent = (_blob(b"\x89PNG\r\n\x1a\n" + n) for n in (b"alone", b"shared", b"sent"))
+    record = session_record()
+    first = replace(queued(record.id, "first"), attachments=[_ref(sent)], blobs=(sent,))
+    assert await store.create_session(starting(record, first), first, T0)
+    lease = await try_acquire_lease(store, record.id, PROC_A, T0, TTL)
+    assert lease is not None
+    assert await SessionSteps(store).start_turn(record.id, lease, new_turn_id(), T0 + 1) is not None
+    steps = SessionSteps(store)
+    dropped = replace(
+        queued(record.id, "drop me"),
+        attachments=[_ref(alone), _ref(shared), _ref(sent)],
+        blobs=(alone, shared, sent),
+    )
+    kept = replace(queued(record.id, "keep me"), attachments=[_ref(shared)], blobs=(shared,))
+    for message in (dropped, kept):
+        assert await steps.enqueue_message(record.id, "alice", message, 10, T0 + 2) == "queued"
+    assert await steps.delete_queued(record.id, "alice", dropped.id, T0 + 3) is not None
+    # `alone` was only the dropped message's; `shared` another queued message carries, and `sent`
+    # the transcript's first message.
+    assert await store.session_attachment(record.id, alone.sha256) is None
+    assert await store.session_attachment(record.id, shared.sha256) == shared
+    assert await store.session_attachment(record.id, sent.sha256) == sent
+    assert await store.collect_attachments(T0 + 10) == 1
+    assert await store.attachment_data([alone.sha256, shared.sha256, sent.sha256]) == {
+        shared.sha256: shared,
+        sent.sha256: sent,
+    }

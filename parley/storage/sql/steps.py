@@ -243,6 +243,17 @@ def _check(snapshot: SessionSnapshot, changes: Changes) -> None:
         raise StorageError(f"a change to the turn of session {snapshot.session.id}, which has none loaded")
 
 
+# A session's reference to bytes no other message of it names (sha256 is hex: LIKE finds it in
+# the JSON as it is written).
+_RELEASE_BLOB_REF = (
+    "DELETE FROM attachment_refs WHERE session_id = ? AND sha256 = ? "
+    "AND NOT EXISTS (SELECT 1 FROM queued_messages q WHERE q.session_id = attachment_refs.session_id "
+    "AND q.status <> 'dropped' AND CAST(q.attachments AS TEXT) LIKE ?) "
+    "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = attachment_refs.session_id "
+    "AND CAST(m.content AS TEXT) LIKE ?)"
+)
+
+
 class ChangeWriter:
     """The statements that write one decision's `Changes` to the snapshot it was made on."""
 
@@ -267,11 +278,29 @@ class ChangeWriter:
         ):
             for row_id, fields in patches.items():
                 self._update(table, row_id, fields)
+        self._release_dropped_attachments(changes)
         self._appended(changes)
         if changes.audit:
             self._many(INSERT_AUDIT, [audit_params(self._codec, e) for e in changes.audit])
         self.statements.extend(admission_writes(changes.admitted, self._now))
         return self.statements
+
+    def _release_dropped_attachments(self, changes: Changes) -> None:
+        """A dropped message's attachments that nothing else of the session carries (another
+        message, queued or sent, or the transcript) lose their reference: they are no longer the
+        session's, and the collector frees bytes no session refers to."""
+        snapshot = self._snapshot
+        messages = {m.id: m for m in (*snapshot.queued, *([snapshot.message] if snapshot.message else []))}
+        rows = []
+        for message_id, fields in changes.queued.items():
+            message = messages.get(message_id)
+            if fields.get("status") != "dropped" or message is None:
+                continue
+            for ref in message.attachments or []:
+                sha256 = ref.get("sha256")
+                if isinstance(sha256, str) and sha256.isalnum():
+                    rows.append((snapshot.session.id, sha256, f"%{sha256}%", f"%{sha256}%"))
+        self._many(_RELEASE_BLOB_REF, rows)
 
     def _many(self, sql: str, rows: list[Any]) -> None:
         if rows:
