@@ -41,6 +41,8 @@ NEVER_PATCHED: dict[type, set[str]] = {
         "parent_session_id",
         "parent_turn",
         "agent_version_pin",
+        # Whether it may carry its owner's credentials: set when a schedule starts it.
+        "owner_credentials",
     },
     TurnRecord: {
         "id",

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -46,6 +47,9 @@ FENCE = re.compile(
 )
 # Long enough to pass as a token too (auth.tokens[].token_env wants 24 characters or more).
 DUMMY = "dummy-value-of-a-doc-example-0123456789"
+# The credential store's key variables (credentials.key_env, previous_keys_env) hold a key.
+KEY_FIELDS = frozenset({"key_env", "previous_keys_env"})
+DUMMY_KEY = base64.urlsafe_b64encode(b"k" * 32).decode()
 RUN_TIMEOUT_S = 120.0
 
 
@@ -94,15 +98,19 @@ class NotAConfiguration(Exception):
     """A yaml block whose first line does not say which file it is."""
 
 
-def env_names(text: str, data: Any) -> set[str]:
-    """The environment variables a configuration reads: ${NAME} and the values of *_env fields."""
-    names = {m.group(1) for m in ENV_REF.finditer(text) if m.group(1)}
+def env_names(text: str, data: Any) -> dict[str, str]:
+    """The environment variables a configuration reads (${NAME} and the values of *_env fields),
+    each with a dummy value: a credential key's is a key (32 bytes, URL-safe base64)."""
+    names = {m.group(1): DUMMY for m in ENV_REF.finditer(text) if m.group(1)}
 
     def walk(item: Any) -> None:
         if isinstance(item, dict):
             for key, inner in item.items():
-                if str(key).endswith("_env") and isinstance(inner, str):
-                    names.add(inner)
+                if str(key) in KEY_FIELDS:
+                    for name in inner if isinstance(inner, list) else [inner]:
+                        names[str(name)] = DUMMY_KEY
+                elif str(key).endswith("_env") and isinstance(inner, str):
+                    names[inner] = DUMMY
                 walk(inner)
         elif isinstance(item, list):
             for inner in item:
@@ -180,8 +188,8 @@ def check_example(
 ) -> str | None:
     """Why `block` fails `parley check --offline`, or None when it passes."""
     config, agent = write_example(block, folder)
-    for name in env_names(block.text, _parsed(block.text)):
-        monkeypatch.setenv(name, DUMMY)
+    for name, value in env_names(block.text, _parsed(block.text)).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.delenv("PARLEY_CONFIG", raising=False)
     code, printed = check_offline(config, capsys)
     if code != 0:
