@@ -103,6 +103,16 @@ async def test_axe_finds_no_serious_violation_and_the_keyboard_reaches_every_con
     ):
         assert control in reached, (control, reached)
     assert all(reached.values()), [c for c, seen in reached.items() if not seen]
+    # A file waiting in the composer, and the delete confirmation.
+    await page.locator("#attach-input").set_input_files(
+        [{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"n"}]
+    )
+    await expect(page.locator("#attach-list .name")).to_have_text(["notes.txt"])
+    await page.click("#delete-session")
+    await expect(page.locator("#delete-confirm")).to_be_visible()
+    assert await serious(page, axe_source) == []
+    await page.click("#delete-no")
+    await page.click("#attach-list .remove-file")
     await page.click("#nav-inbox")
     await expect(page.locator("#inbox li.decision")).to_have_count(1)
     assert await serious(page, axe_source) == []

@@ -55,8 +55,11 @@ async def accounts_of(world: World, who: str) -> httpx2.Response:
         return await http.get(world.base + "/v1/accounts", headers=bearer(TOKENS[who]))
 
 
-async def signed_in(world: World, who: str) -> Page:
+async def signed_in(world: World, who: str, axe: str | None = None) -> Page:
     page = await world.page()
+    if axe is not None:  # the sign-in card, before anyone signs in
+        await expect(page.locator("#sign-in")).to_be_visible()
+        assert await serious(page, axe) == []
     await page.fill("#token", TOKENS[who])
     await page.click("#sign-in-form button")
     await expect(page.locator("#app")).to_be_visible()
@@ -83,7 +86,7 @@ async def test_a_person_revokes_their_own_account_after_confirming(
     world: World,
     axe_source: str,  # noqa: F811
 ) -> None:
-    page = await signed_in(world, "alice")
+    page = await signed_in(world, "alice", axe_source)
     rows = page.locator("#account-rows tr")
     await expect(rows).to_have_count(2)
     tracker = page.locator("#account-rows tr[data-server=tracker]")

@@ -89,3 +89,39 @@ async def test_files_are_checked_sent_and_shown_in_the_transcript(world: World) 
     assert await page.evaluate("window.__pwned") is None
     no_script_failed(world, page)
     await page.context.close()
+
+
+# A DataTransfer holding one file, as a drop or a paste brings it.
+FILE_TRANSFER = """([name, type, text]) => {
+  const transfer = new DataTransfer();
+  transfer.items.add(new File([text], name, { type }));
+  return transfer;
+}"""
+
+
+async def test_a_dropped_file_and_a_pasted_one_are_checked_and_sent_like_picked_ones(world: World) -> None:
+    page = await world.page()
+    await start(page, "demo", "hello")
+    await expect(page.locator("#transcript .turn[data-status=answered]")).to_have_count(1)
+    dropped = await page.evaluate_handle(FILE_TRANSFER, ["dropped.txt", "text/plain", "from the desktop"])
+    await page.dispatch_event("#composer", "dragover", {"dataTransfer": dropped})
+    await page.dispatch_event("#composer", "drop", {"dataTransfer": dropped})
+    await expect(page.locator("#attach-list .name")).to_have_text(["dropped.txt"])
+    # A paste of a type the server does not take is refused with the reason, like a picked one.
+    await page.evaluate(
+        """([transfer]) => document.getElementById('composer-text').dispatchEvent(
+             new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true }))""",
+        [await page.evaluate_handle(FILE_TRANSFER, ["clip.mp3", "audio/mpeg", "ID3"])],
+    )
+    await expect(page.locator("#attach-error")).to_contain_text("audio/mpeg; this server takes")
+    await page.evaluate(
+        """([transfer]) => document.getElementById('composer-text').dispatchEvent(
+             new ClipboardEvent('paste', { clipboardData: transfer, bubbles: true }))""",
+        [await page.evaluate_handle(FILE_TRANSFER, ["pasted.txt", "text/plain", "from the clipboard"])],
+    )
+    await expect(page.locator("#attach-list .name")).to_have_text(["dropped.txt", "pasted.txt"])
+    await compose(page, "two files")
+    turn = page.locator("#transcript .turn").nth(1)
+    await expect(turn.locator(".attachments a.file")).to_have_text(["dropped.txt", "pasted.txt"])
+    no_script_failed(world, page)
+    await page.context.close()

@@ -20,9 +20,11 @@ import httpx2
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from tests.npm_servers import axe_source  # noqa: F401  (a fixture)
 from tests.support import CALL_DEADLINE_S, InProcessServer, write_config
 from tests.test_e2e_ui import MARKUP, SCREENSHOTS, World, compose, no_script_failed, shoot, start
 from tests.test_e2e_ui import browser as browser  # the module's Chromium, a fixture
+from tests.test_e2e_ui_a11y import serious
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +60,10 @@ async def draft_shown(page: Page, revision: int, contents: list[str]) -> None:
     await expect(plan.locator(".todo[data-status=pending]")).to_have_count(len(contents))
 
 
-async def test_a_draft_is_listed_opened_executed_and_followed_to_completed(world: World) -> None:
+async def test_a_draft_is_listed_opened_executed_and_followed_to_completed(
+    world: World,
+    axe_source: str,  # noqa: F811
+) -> None:
     page = await world.page()
     session_id = await start(page, "planner", todos("step one", "step two"))
     await draft_shown(page, 1, ["step one", "step two"])
@@ -68,6 +73,7 @@ async def test_a_draft_is_listed_opened_executed_and_followed_to_completed(world
         page.locator(f"#session-list li[data-session-id='{session_id}'] .plan-badge")
     ).to_be_visible()
     await shoot(page, "plan-draft")
+    assert await serious(page, axe_source) == []
 
     # The inbox lists it with its todos; its link opens the session, where it is executed.
     await page.click("#nav-inbox")
