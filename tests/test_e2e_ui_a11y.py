@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, FilePayload, Page, expect
 
 from tests.npm_servers import axe_source  # noqa: F401  (a fixture)
 from tests.support import FIXTURE_LOG, InProcessServer, fixture_in_process, write_config
@@ -104,9 +104,8 @@ async def test_axe_finds_no_serious_violation_and_the_keyboard_reaches_every_con
         assert control in reached, (control, reached)
     assert all(reached.values()), [c for c, seen in reached.items() if not seen]
     # A file waiting in the composer, and the delete confirmation.
-    await page.locator("#attach-input").set_input_files(
-        [{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"n"}]
-    )
+    notes: FilePayload = {"name": "notes.txt", "mimeType": "text/plain", "buffer": b"n"}
+    await page.locator("#attach-input").set_input_files([notes])
     await expect(page.locator("#attach-list .name")).to_have_text(["notes.txt"])
     await page.click("#delete-session")
     await expect(page.locator("#delete-confirm")).to_be_visible()
