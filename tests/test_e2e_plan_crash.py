@@ -1,6 +1,8 @@
-"""Plan approval survives a crash: the server kills itself (SIGKILL) as execute_plan commits the
-approval, or right after it; a restarted server on the same database runs the executing turn
-exactly once, and a retried approval is answered without running the plan twice."""
+"""Plan mode survives a crash, on SQLite and PostgreSQL: the server kills itself (SIGKILL) as
+execute_plan commits the approval, or right after it, in the middle of a planning turn, or in the
+middle of the executing turn; a restarted server on the same database finishes the planning turn
+still planning (its draft written, the write it names not run), runs the executing turn exactly
+once, never runs a write twice, and answers a retried approval without running the plan twice."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from tests.support import (
     running_server,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)]
 
 # A plan whose second todo the demo model carries out when it executes: a write that must run once.
 PLAN = "/tool write_todos " + json.dumps(
@@ -106,3 +108,46 @@ async def test_a_crash_right_after_the_approval_commits_runs_the_executing_turn_
     assert retried.is_error and "already approved" in str(retried.content[0])
     assert len(setup.notes()) == 1 and _executions(setup, sid) == 1
     assert after["turn_count"] == 2
+
+
+async def _settled(client: Any, sid: str, done: Any) -> dict[str, Any]:
+    """get_session until `done(view)` (each call returns when the session changed)."""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        view: dict[str, Any] = await call(client, "get_session", session_id=sid)
+        while not done(view):
+            view = await call(client, "get_session", session_id=sid, wait_seconds=TEST_DEADLINE_S)
+    return view
+
+
+async def test_a_crash_in_the_middle_of_a_planning_turn_resumes_it_still_planning(setup: Setup) -> None:
+    doomed = ServerProcess(setup.config, name="doomed", fault="tool_ran:write_todos", db=setup.db.db_arg)
+    async with doomed as server, server.client() as client:
+        with contextlib.suppress(MCPError):
+            await call(client, "start_session", agent="planner", message=PLAN, wait_seconds=0)
+        assert await server.wait_exit() == -9, server.log()
+    [(sid,)] = setup.db.rows("SELECT id FROM sessions")
+    async with running_server(setup.config, name="restarted", db=setup.db.db_arg) as (_, client):
+        planned = await _settled(client, sid, lambda v: v["status"] == "idle" and v["plan"] is not None)
+        # The resumed turn was still a planning turn: it left a draft and ran none of its writes.
+        assert planned["plan"]["status"] == "draft" and planned["plan"]["revision"] == 1, planned
+        assert setup.notes() == [] and _executions(setup, str(sid)) == 0
+        done = await call(client, "execute_plan", session_id=sid, revision=1)
+    assert done["plan"]["status"] == "completed", done
+    assert len(setup.notes()) == 1 and _executions(setup, str(sid)) == 1
+
+
+async def test_a_crash_in_the_middle_of_the_executing_turn_never_runs_its_write_twice(setup: Setup) -> None:
+    doomed = ServerProcess(setup.config, name="doomed", fault="tool_ran:append_note", db=setup.db.db_arg)
+    async with doomed as server, server.client() as client:
+        planned = await call(client, "start_session", agent="planner", message=PLAN)
+        with contextlib.suppress(MCPError):
+            await call(client, "execute_plan", session_id=planned["session_id"], revision=1)
+        assert await server.wait_exit() == -9, server.log()
+    sid = str(planned["session_id"])
+    assert len(setup.notes()) == 1, "the write ran before the crash"
+    async with running_server(setup.config, name="restarted", db=setup.db.db_arg) as (_, client):
+        after = await _settled(client, sid, lambda v: v["status"] == "idle" and v["turn_count"] == 2)
+    # The write's outcome was unknown after the crash: it was not sent again.
+    assert len(setup.notes()) == 1 and _executions(setup, sid) == 1
+    (note,) = [c for c in after["last_turn"]["tool_calls"] if c["tool"] == "fixture__append_note"]
+    assert note["status"] == "outcome_unknown" and "check before calling it again" in note["result"], note
