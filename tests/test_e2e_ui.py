@@ -268,6 +268,10 @@ async def test_an_approval_is_decided_from_the_inbox_and_others_in_the_transcrip
     arguments = json.dumps({"text": MARKUP})
     session_id = await start(page, "worker", f"/tool fixture__bare {arguments}")
     await expect(page.locator("#inbox-count")).to_be_visible()
+    # A screen reader hears of it once (a polite live region), as it does not see the badge.
+    live = page.locator("#live")
+    await expect(live).to_have_attribute("aria-live", "polite")
+    await expect(live).to_contain_text(re.compile(r"waits? for you in the inbox"))
     await page.click("#nav-inbox")
     card = page.locator(f"#inbox li.decision[data-session-id='{session_id}']")
     await expect(card).to_have_count(1)

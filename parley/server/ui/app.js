@@ -538,9 +538,14 @@ function showPending(pending, drafts) {
   showDrafts(drafts);
   const waiting = pending.length + drafts.length;
   const count = byId('inbox-count');
+  const before = count.hidden ? 0 : Number(count.textContent);
   count.textContent = String(waiting);
   count.hidden = waiting === 0;
   byId('inbox-empty').hidden = waiting > 0;
+  // Said once to a screen reader when more comes in (the badge alone is silent).
+  if (waiting > before) {
+    byId('live').textContent = waiting === 1 ? 'One decision waits for you in the inbox.' : `${waiting} decisions wait for you in the inbox.`;
+  }
 }
 
 /** A session's title, read once (a session the list does not show); '' when it cannot be read. */
