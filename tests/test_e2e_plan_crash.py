@@ -1,6 +1,6 @@
-"""Plan mode survives a crash, on SQLite and PostgreSQL: the server kills itself (SIGKILL) as
-execute_plan commits the approval, or right after it, in the middle of a planning turn, or in the
-middle of the executing turn; a restarted server on the same database finishes the planning turn
+"""Plan mode survives a crash: the server kills itself (SIGKILL) as execute_plan commits the
+approval, or right after it (on SQLite and PostgreSQL), in the middle of a planning turn, or in
+the middle of the executing turn; a restarted server on the same database finishes the planning turn
 still planning (its draft written, the write it names not run), runs the executing turn exactly
 once, never runs a write twice, and answers a retried approval without running the plan twice."""
 
@@ -28,7 +28,7 @@ from tests.support import (
     running_server,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)]
+pytestmark = pytest.mark.anyio
 
 # A plan whose second todo the demo model carries out when it executes: a write that must run once.
 PLAN = "/tool write_todos " + json.dumps(
@@ -93,6 +93,7 @@ async def test_a_crash_before_the_approval_commits_leaves_the_draft_and_a_retry_
     assert len(setup.notes()) == 1 and _executions(setup, sid) == 1
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgres"], indirect=True)
 async def test_a_crash_right_after_the_approval_commits_runs_the_executing_turn_once(setup: Setup) -> None:
     sid = await _approve_and_die(setup, "plan_approved")
     assert _executions(setup, sid) == 1, "the approval was committed before the crash"
