@@ -359,3 +359,28 @@ async def test_a_queued_message_is_deleted_once_and_a_bad_id_is_a_400(world: Wor
     session = await world.get(f"/v1/sessions/{sid}")
     assert session["queued_messages"] == []
     await world.post(f"/v1/sessions/{sid}/close", {})
+
+
+async def test_a_session_started_while_the_owner_stream_was_away_is_sent_whole_on_resume(
+    world: World,
+) -> None:
+    [snapshot] = [
+        f
+        for f in await read_until(world.base + "/v1/events", lambda f: f.kind == "snapshot")
+        if f.kind == "snapshot"
+    ]
+    assert isinstance(snapshot.id, str)
+    # While no stream is open, a new session runs a whole turn.
+    started = await world.post("/v1/sessions", {"agent": "demo", "message": "while you were away"}, 201)
+    sid = started["session_id"]
+
+    def ended(frame: Frame) -> bool:
+        return frame.kind == "turn_ended" and frame.data.get("session_id") == sid
+
+    resumed = await read_until(world.base + "/v1/events", ended, headers={"Last-Event-ID": snapshot.id})
+    assert "snapshot" not in [f.kind for f in resumed]
+    seqs = [f.data["seq"] for f in resumed if f.data and f.data.get("session_id") == sid]
+    # Every event of the new session, from its first, with no gap.
+    assert seqs == list(range(1, seqs[-1] + 1)), seqs
+    kinds = [f.kind for f in resumed if f.data and f.data.get("session_id") == sid]
+    assert kinds[0] == "session_created" and kinds[-1] == "turn_ended", kinds
