@@ -60,6 +60,8 @@ Misbehaviour = Literal["wrong_iss", "wrong_state", "no_iss"] | None
 ACCESS_TOKEN_S = 300
 AUTH_METHODS = ["none", "client_secret_basic", "client_secret_post"]
 CODE_S = 60
+# parley's own scopes, and a downstream tracker's (parley as a client of it, tests/test_user_oauth.py).
+SCOPES = ["parley:use", "parley:admin", "parley:metrics", "tracker:read", "tracker:write"]
 
 
 class InvalidTargetError(OAuth2Error):  # type: ignore[misc]
@@ -351,7 +353,7 @@ class OAuthState:
                 "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": AUTH_METHODS,
                 "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
-                "scopes_supported": ["parley:use", "parley:admin", "parley:metrics"],
+                "scopes_supported": SCOPES,
                 "authorization_response_iss_parameter_supported": True,
             }
         )
@@ -373,7 +375,7 @@ class OAuthState:
 
 class OAuthServer(AuthorizationServer):  # type: ignore[misc]
     def __init__(self, state: OAuthState) -> None:
-        super().__init__(scopes_supported=["parley:use", "parley:admin", "parley:metrics"])
+        super().__init__(scopes_supported=SCOPES)
         self.state = state
         self.register_grant(CodeGrant, [S256Only(required=True)])
         self.register_grant(RefreshGrant)

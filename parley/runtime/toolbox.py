@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -19,7 +19,7 @@ from parley.config import AgentConfig
 from parley.core.effect_policy import Mishap, judge
 from parley.core.machine import SET_RESULT_NAME
 from parley.core.plans import PLANNING_BUILTINS
-from parley.core.records import SessionRecord, ToolCallRecord
+from parley.core.records import InterruptRecord, SessionRecord, ToolCallRecord
 from parley.runtime.builtin_tools import (
     BUILTIN_EFFECTS,
     RESERVED_NAMES,
@@ -30,19 +30,21 @@ from parley.runtime.builtin_tools import (
 from parley.runtime.mcp.connection import Asker, Caller
 from parley.runtime.mcp.downstream_tasks import DownstreamTasks
 from parley.runtime.mcp.effects import classify
-from parley.runtime.mcp.naming import assign_names
-from parley.runtime.mcp.remote import TaskHandle
-from parley.runtime.mcp.results import convert_result
-from parley.runtime.mcp.sources import (
+from parley.runtime.mcp.failures import (
     CallCutByShutdown,
     CallMaybeSent,
     CallNotSent,
     CallRefused,
-    McpToolSources,
+    NeedsAuthorization,
     NoCredential,
     ToolSourceUnavailable,
 )
+from parley.runtime.mcp.naming import assign_names
+from parley.runtime.mcp.remote import TaskHandle
+from parley.runtime.mcp.results import convert_result
+from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.model import ToolSpec
+from parley.runtime.oauth.flows import OAuthFlows
 from parley.runtime.tool_run import ToolRun, by_effect, ended
 from parley.runtime.tool_run import failed as _failed
 
@@ -148,6 +150,13 @@ def _input_asked(
     return ToolRun(status="awaiting_answer", result={}, remote=remote)
 
 
+def _needs_authorization(exc: NeedsAuthorization) -> ToolRun:
+    """The call waits for its session's owner to connect (a session of nobody's fails instead)."""
+    if exc.principal is None:
+        return _failed(f"This call was not sent: {exc}. Answer without it.")
+    return ToolRun(status="awaiting_answer", result={}, authorize=exc.scopes)
+
+
 def enabled_tools(settings: Mapping[str, Any]) -> list[str] | None:
     """The tools a session's settings narrow it to (None: every tool of its agent)."""
     enabled = settings.get("enabled_tools")
@@ -167,8 +176,10 @@ def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
 
 
 class Toolbox:
-    def __init__(self, sources: McpToolSources | None) -> None:
+    def __init__(self, sources: McpToolSources | None, flows: OAuthFlows | None = None) -> None:
         self._sources = sources
+        # The pending authorizations of user_oauth servers (None: no server has auth).
+        self._flows = flows
         self._downstream_tasks = DownstreamTasks(sources, time.time) if sources is not None else None
 
     # ------------------------------------------------------------------ offering
@@ -297,6 +308,9 @@ class Toolbox:
             return await self._run_resources(call, agent, session)
         if call.source == "unknown" and call.server is not None:
             caller = caller_of(session)
+            cfg = self._sources.servers.get(call.server) if self._sources is not None else None
+            if cfg is not None and cfg.auth is not None:
+                return await self._run_unlisted(call, agent, session, on_progress, on_input)
             if self._sources is not None and self._sources.lacks_credential(call.server, caller):
                 return _failed(
                     f"Tool '{call.name}' was not called: {NoCredential(call.server, caller.principal)}. "
@@ -308,6 +322,15 @@ class Toolbox:
                 f"({reason or 'it did not list its tools'}). Answer without it, or try again later."
             )
         return _from_builtin(run_builtin(call.name, call.arguments, tool_context(agent, session)))
+
+    async def authorization(
+        self, session: SessionRecord, call: ToolCallRecord, scopes: tuple[str, ...]
+    ) -> InterruptRecord | None:
+        """The authorization_required interrupt (and its flow) a call parks on; None when parley
+        has no flows for its server."""
+        if self._flows is None or not self._flows.applies(call.server) or session.owner is None:
+            return None
+        return await self._flows.open(session, call, session.owner, scopes)
 
     def release_session(self, session_id: str) -> None:
         if self._sources is not None:
@@ -389,6 +412,8 @@ class Toolbox:
                 )
             except NoCredential as exc:
                 return _failed(f"This call was not sent: {exc}.")
+            except NeedsAuthorization as exc:
+                return _needs_authorization(exc)
             except (CallNotSent, CallMaybeSent) as exc:
                 reached = reached or isinstance(exc, CallMaybeSent)
                 if reached and self._sources.closing:
@@ -417,6 +442,47 @@ class Toolbox:
                 continue
             stored = convert_result(result, cfg.max_result_chars)
             return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
+
+    async def _run_unlisted(
+        self,
+        call: ToolCallRecord,
+        agent: AgentConfig,
+        session: SessionRecord,
+        on_progress: ToolProgress | None,
+        on_input: Asker | None,
+    ) -> ToolRun:
+        """A call of a user_oauth server's tool that was not offered (its owner had not connected
+        then): it parks until they do, and then runs as the tool it names, if one does not need
+        a person's approval."""
+        assert self._sources is not None and call.server is not None
+        server, caller = call.server, caller_of(session)
+        try:
+            tools = await self._sources.list_tools(server, caller)
+        except NeedsAuthorization as exc:
+            return _needs_authorization(exc)
+        except ToolSourceUnavailable as exc:
+            return _failed(
+                f"Tool '{call.name}' is not available: {exc}. Answer without it, or try again later."
+            )
+        name = call.name.removeprefix(f"{server}__")
+        tool = next((t for t in tools if t.name == name), None)
+        ref = next((r for r in agent.mcp_servers if r.server == server), None)
+        if tool is None or ref is None:
+            return _failed(f"{server} has no tool '{name}'. Its tools are offered from the next step.")
+        cfg = self._sources.servers[server]
+        classified = classify(
+            tool.annotations,
+            trust_annotations=cfg.trust_annotations,
+            server_policy=cfg.tools.get(tool.name),
+            agent_policy=ref.tools.get(tool.name),
+        )
+        if classified.requires_approval:
+            return _failed(
+                f"The account at {server} is connected now, but {call.name} needs a person's approval: "
+                "call it again (it is offered from the next step)."
+            )
+        bound = replace(call, source="mcp", tool=tool.name, effect=classified.effect)
+        return await self._run_mcp(bound, session, on_progress, on_input, None)
 
     async def _listed(self, server: str, tool: str, caller: Caller) -> Tool | None:
         """The tool as its server lists it (after a restart the listing may not be cached yet)."""

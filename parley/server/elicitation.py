@@ -153,6 +153,8 @@ def input_requests(pending: list[InterruptRecord]) -> dict[str, ElicitRequest]:
     """One form per interrupt, keyed by the interrupt (so a key is never reused for another)."""
     requests = {}
     for interrupt in pending:
+        if interrupt.kind == "authorization_required":
+            continue  # the owner's browser completes it through the connect link, not a form
         message, schema = form(interrupt)
         requests[input_key(interrupt)] = ElicitRequest(
             params=ElicitRequestFormParams(message=message, requested_schema=schema)

@@ -41,6 +41,7 @@ from parley.runtime.tracing import request_ended, request_span
 from parley.server.auth_tokens import principal_of
 
 if TYPE_CHECKING:
+    from parley.server.oauth_routes import OAuthRoutes
     from parley.server.triggers import TriggerRoutes
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,8 @@ class V1Context:
     streams: StreamSettings
     # POST /v1/triggers/{name} (server/triggers.py); None: no triggers configured.
     triggers: TriggerRoutes | None = None
+    # Connect links and the OAuth callback (server/oauth_routes.py); None: no server has auth.
+    oauth: OAuthRoutes | None = None
 
 
 def caller(request: Request) -> Principal:

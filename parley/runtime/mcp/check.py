@@ -13,7 +13,8 @@ from parley import __version__
 from parley.config import E_SERVER_TOOL, McpServerConfig, ServerConfig
 from parley.errors import ConfigError
 from parley.runtime.mcp.connection import Caller
-from parley.runtime.mcp.sources import McpToolSources, ToolSourceUnavailable
+from parley.runtime.mcp.failures import ToolSourceUnavailable
+from parley.runtime.mcp.sources import McpToolSources
 
 
 def contacted(servers: Mapping[str, McpServerConfig]) -> str:

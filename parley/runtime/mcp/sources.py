@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -32,7 +32,23 @@ from mcp.types import (
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp import remote
-from parley.runtime.mcp.connection import NOBODY, Asker, Caller, McpConnection, _describe, request_headers
+from parley.runtime.mcp.connection import (
+    NOBODY,
+    Asker,
+    BearerAuth,
+    Caller,
+    McpConnection,
+    _describe,
+    request_headers,
+)
+from parley.runtime.mcp.failures import (
+    CallMaybeSent,
+    CallNotSent,
+    CallRefused,
+    NeedsAuthorization,
+    NoCredential,
+    ToolSourceUnavailable,
+)
 from parley.runtime.mcp.remote import RemoteTask, TaskHandle
 
 logger = logging.getLogger(__name__)
@@ -46,57 +62,6 @@ _TRANSPORT_CODES = frozenset({-32000, -32001})
 
 ProgressCallback = ProgressFnT
 T = TypeVar("T")
-
-
-class ToolSourceUnavailable(Exception):
-    """The server could not be reached or listed; nothing was sent to it."""
-
-    def __init__(self, server: str, reason: str) -> None:
-        self.server, self.reason = server, reason
-        super().__init__(f"MCP server '{server}' is unavailable: {reason}")
-
-
-class CallNotSent(ToolSourceUnavailable):
-    """Connecting failed before the call was sent: it provably did not run."""
-
-
-class NoCredential(CallNotSent):
-    """The server takes each principal's own headers and the caller's principal has none: nothing
-    was sent, and trying again will not help until the operator adds them."""
-
-    def __init__(self, server: str, principal: str | None) -> None:
-        who = (
-            f"principal '{principal}'"
-            if principal is not None
-            else "this session, which carries no principal's credentials (a schedule another principal "
-            "made for its owner started it)"
-        )
-        super().__init__(
-            server,
-            f"it has no credential for {who} (the operator adds headers_by_principal for them to "
-            f"mcp_servers.{server} in parley.yaml)",
-        )
-
-
-class CallMaybeSent(Exception):
-    """The connection broke or the call timed out after it was sent: it may have run."""
-
-
-class CallCutByShutdown(Exception):
-    """The call's connection closed because parley is stopping: the call may have run. It is left
-    unfinished, as a crash leaves it, so the next process judges it (a read runs again)."""
-
-    def __init__(self, server: str) -> None:
-        self.server = server
-        super().__init__(f"a call to MCP server '{server}' was cut by parley's shutdown")
-
-
-class CallRefused(Exception):
-    """The server answered with a JSON-RPC error (unknown tool, bad params...): it did not run the tool."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(slots=True)
@@ -141,11 +106,30 @@ class _Limit:
         return ask
 
 
+class BearerTokens(Protocol):
+    """Each principal's bearer token for a user_oauth server (runtime/oauth/bearer.py)."""
+
+    async def access_token(self, server: str, principal: str) -> str | None: ...
+
+    def rejected(self, server: str, principal: str, token: str) -> None: ...
+
+
+def per_principal(cfg: McpServerConfig) -> bool:
+    """Whether the server's connections and listings are each principal's own."""
+    return bool(cfg.headers_by_principal) or cfg.auth is not None
+
+
 class McpToolSources:
     def __init__(
-        self, servers: Mapping[str, McpServerConfig], version: str, stderr_level: int = logging.INFO
+        self,
+        servers: Mapping[str, McpServerConfig],
+        version: str,
+        stderr_level: int = logging.INFO,
+        tokens: BearerTokens | None = None,
     ) -> None:
         self._servers = dict(servers)
+        # The principals' tokens for servers with auth user_oauth (runtime/oauth/bearer.py).
+        self._tokens = tokens
         self._version = version
         # Where stdio servers' stderr lines go in the log (`parley check`: DEBUG, out of sight).
         self._stderr_level = stderr_level
@@ -197,11 +181,22 @@ class McpToolSources:
         return (
             server,
             caller.session_id if cfg.scope == "per_session" else None,
-            caller.principal if cfg.headers_by_principal else None,
+            caller.principal if per_principal(cfg) else None,
         )
 
     def _listing_key(self, server: str, caller: Caller) -> tuple[str, str | None]:
-        return (server, caller.principal if self._servers[server].headers_by_principal else None)
+        return (server, caller.principal if per_principal(self._servers[server]) else None)
+
+    async def _bearer(self, server: str, caller: Caller) -> str | None:
+        """The caller's token for a user_oauth server (None: not one). Raises NeedsAuthorization."""
+        if self._servers[server].auth is None:
+            return None
+        token = None
+        if caller.principal is not None and self._tokens is not None:
+            token = await self._tokens.access_token(server, caller.principal)
+        if token is None:
+            raise NeedsAuthorization(server, caller.principal)
+        return token
 
     async def _connection(self, server: str, caller: Caller) -> McpConnection:
         if self._tg is None:
@@ -210,15 +205,21 @@ class McpToolSources:
         headers = request_headers(cfg, caller.principal)
         if headers is None:
             raise NoCredential(server, caller.principal)
+        token = await self._bearer(server, caller)
         slot = self._slots.setdefault(self._key(server, caller), _Slot())
         async with slot.lock:
             if slot.connection is not None and slot.connection.alive:
+                if slot.connection.auth is not None:
+                    slot.connection.auth.token = token
                 slot.connection.touch()
                 return slot.connection
             tg = self._tg
             if tg is None:
                 raise CallNotSent(server, "parley is shutting down")
-            connection = McpConnection(server, cfg, self._version, self._stderr_level, headers)
+            auth = BearerAuth() if token is not None else None
+            if auth is not None:
+                auth.token = token
+            connection = McpConnection(server, cfg, self._version, self._stderr_level, headers, auth)
             try:
                 with anyio.fail_after(cfg.connect_timeout_s):
                     await tg.start(connection.run)
@@ -228,10 +229,26 @@ class McpToolSources:
                     server, f"no answer to the connection within {cfg.connect_timeout_s:g}s"
                 ) from exc
             except Exception as exc:
+                self._refused_token(server, caller, connection, 0)
                 self.connection_errors[server] += 1
                 raise CallNotSent(server, f"cannot connect: {_describe(exc)}") from exc
             slot.connection = connection
             return connection
+
+    def _refused_token(self, server: str, caller: Caller, connection: McpConnection, before: int) -> None:
+        """Raise NeedsAuthorization when the server answered 401 (after `before` of them) or 403
+        insufficient_scope to the connection's token: the request was not served."""
+        auth = connection.auth
+        if auth is None or caller.principal is None:
+            return
+        wider, auth.wider_scope = auth.wider_scope, None
+        if auth.unauthorized > before:
+            if self._tokens is not None and auth.token is not None:
+                self._tokens.rejected(server, caller.principal, auth.token)
+            connection.close()
+            raise NeedsAuthorization(server, caller.principal)
+        if wider is not None:
+            raise NeedsAuthorization(server, caller.principal, wider)
 
     def release_session(self, session_id: str) -> None:
         """Close the per-session connections of a session that ended."""
@@ -266,7 +283,7 @@ class McpToolSources:
         for server in sorted(set(servers)):
             cfg = self._servers.get(server)
             # A per-session or per-principal server has no connection to start before a turn.
-            if cfg is None or cfg.scope == "per_session" or cfg.headers_by_principal:
+            if cfg is None or cfg.scope == "per_session" or per_principal(cfg):
                 continue
             if (server, None) in self._listings:
                 continue
@@ -340,14 +357,22 @@ class McpToolSources:
             connection = await self._connection(server, caller)
             tools: list[Tool] = []
             cursor: str | None = None
+            before = connection.auth.unauthorized if connection.auth is not None else 0
             with anyio.fail_after(cfg.list_timeout_s):
                 while True:
                     assert connection.client is not None
-                    page = await connection.client.list_tools(cursor=cursor, cache_mode="bypass")
+                    try:
+                        page = await connection.client.list_tools(cursor=cursor, cache_mode="bypass")
+                    except MCPError:
+                        self._refused_token(server, caller, connection, before)
+                        raise
                     tools.extend(page.tools)
                     cursor = page.next_cursor
                     if not cursor:
                         break
+        except (NoCredential, NeedsAuthorization):
+            # Not the server's failure: no back-off, nothing recorded for other principals.
+            raise
         except Exception as exc:
             reason = (
                 f"listing its tools took longer than {cfg.list_timeout_s:g}s"
@@ -539,6 +564,7 @@ class McpToolSources:
         if client is None:
             raise CallNotSent(server, "the connection closed before the call")
         self._in_flight += 1
+        before = connection.auth.unauthorized if connection.auth is not None else 0
         try:
             with anyio.fail_after(timeout) as scope:
                 if limit is not None:
@@ -550,6 +576,7 @@ class McpToolSources:
                 f"no answer from {server} within {timeout:g}s (or the time it was given)"
             ) from exc
         except MCPError as exc:
+            self._refused_token(server, caller, connection, before)
             if exc.error.code in _TRANSPORT_CODES:
                 connection.close()
                 raise CallMaybeSent(

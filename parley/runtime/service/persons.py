@@ -44,6 +44,9 @@ class PersonAnswers:
     async def put_to_person(self, person: Person, interrupt: InterruptRecord, deadline: float) -> None:
         """Ask the person behind a caller's client about one interrupt (withdrawn if it is resolved
         some other way first, or at `deadline` on anyio's clock) and apply what they answer."""
+        if interrupt.kind == "authorization_required":
+            # Not a form: only the owner's browser completes it, through the connect link.
+            return
         resolution = await self._ask(person.ask, interrupt, deadline)
         if resolution is not None:
             await self._resolve(person.caller, interrupt.session_id, interrupt, resolution, "elicitation")
@@ -56,6 +59,8 @@ class PersonAnswers:
         resolution: Resolution,
         via: str,
     ) -> None:
+        if interrupt.kind == "authorization_required":
+            return  # resolved by the OAuth callback only, never by an answer
         if resolution.answer is not None:
             # The form's choices are a hint to the client, not a guarantee.
             checked = checked_answer(interrupt, resolution.answer)

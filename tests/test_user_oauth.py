@@ -1,0 +1,345 @@
+"""Per-principal OAuth to a downstream MCP server (`auth: {mode: user_oauth}`, issue #38 items 1
+and 2), in-process over HTTP: one parley with `auth: tokens` for alice, bob and carol, in front of
+a protected MCP server that accepts only the JWTs of a real authorization server (authlib, which
+enforces PKCE S256, `resource`, the exact redirect URI and `iss`) and records whose token each
+call carried. The browser is played with httpx2: the owner POSTs the connect link, follows the
+authorization URL to the consent page, allows, and brings the redirect back to /oauth/callback
+with the cookie the connect step set."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import anyio
+import httpx2
+import pytest
+
+from parley.cli import main as parley_main
+from parley.config.loading import load_config
+from parley.errors import ConfigErrors
+from parley.runtime.credentials import new_key
+from parley.runtime.model import ModelRequest, ModelResponse, RequestedCall
+from parley.testing import eventually
+from tests.auth_support import token_client
+from tests.mcp_servers.oauth_protected_server import OAuthProtectedServer, oauth_protected_in_process
+from tests.oauth_server import OAuthState, oauth_server
+from tests.support import TEST_DEADLINE_S, InProcessServer, call, db_rows, tokens_auth, write_config
+
+pytestmark = pytest.mark.anyio
+
+PEOPLE = ("alice", "bob", "carol")
+CLIENT_ID = "parley-tracker"
+KEY_ENV = "PARLEY_TEST_CREDENTIALS_KEY"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class CallsNamedTool:
+    """A model that calls the tool its user message names ("use NAME {json}"), offered or not (as
+    a model may from the conversation), then answers: each session on its own, in any order."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        last = request.messages[-1]
+        if last.role == "tool":
+            return ModelResponse(text=f"done: {last.text[:200]}")
+        _, name, arguments = last.text.split(" ", 2)
+        return ModelResponse(
+            text="calling", tool_calls=(RequestedCall(name=name, arguments=json.loads(arguments)),)
+        )
+
+
+@dataclass
+class World:
+    server: InProcessServer
+    directory: Path
+    tracker: OAuthProtectedServer
+    auth: OAuthState
+    tokens: dict[str, str]  # parley's own bearer tokens, by person
+
+    @property
+    def db(self) -> Path:
+        return self.directory / "parley.db"
+
+    async def run(self, person: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A session of `person` whose model calls `tool` once, then answers."""
+        assert self.server.url is not None
+        async with token_client(self.server.url, self.tokens[person]) as client:
+            message = f"use {tool} {json.dumps(arguments)}"
+            return await call(client, "start_session", agent="triage", message=message)
+
+    async def session(self, person: str, session_id: str) -> dict[str, Any]:
+        assert self.server.url is not None
+        async with token_client(self.server.url, self.tokens[person]) as client:
+            return await call(client, "get_session", session_id=session_id)
+
+    async def settled(self, person: str, session_id: str) -> dict[str, Any]:
+        """The session once its turn has ended (it resumes by itself after the callback)."""
+        found: dict[str, Any] = {}
+
+        async def done() -> bool:
+            found.update(await self.session(person, session_id))
+            return found.get("status") not in ("running", "waiting_for_input")
+
+        await eventually(done, f"session {session_id} to finish its turn")
+        return found
+
+    def browser(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(timeout=TEST_DEADLINE_S, follow_redirects=False)
+
+    async def connect(self, browser: httpx2.AsyncClient, person: str, connect_url: str) -> httpx2.Response:
+        flow_id = connect_url.rsplit("/", 1)[1]
+        return await browser.post(
+            f"{self.server.base_url}/v1/connect/{flow_id}",
+            json={},
+            headers={"Authorization": f"Bearer {self.tokens[person]}"},
+        )
+
+    async def consent(self, browser: httpx2.AsyncClient, authorize_url: str, subject: str) -> str:
+        """The authorization server's page, allowed as `subject`: the redirect back to parley."""
+        page = await browser.get(authorize_url)
+        assert page.status_code == 200, page.text
+        allowed = await browser.post(authorize_url, data={"subject": subject})
+        assert allowed.status_code == 302, allowed.text
+        return allowed.headers["location"]
+
+    async def authorize(self, person: str, outcome: dict[str, Any]) -> httpx2.Response:
+        """The owner completes the flow in their browser; the callback's answer."""
+        (pending,) = outcome["pending"]
+        async with self.browser() as browser:
+            connected = await self.connect(browser, person, pending["connect_url"])
+            assert connected.status_code == 200, connected.text
+            back = await self.consent(browser, connected.json()["authorize_url"], person)
+            return await browser.get(back)
+
+    def credentials(self) -> list[tuple[Any, ...]]:
+        return db_rows(
+            self.db, "SELECT principal, server, issuer, updated_at FROM credentials ORDER BY principal"
+        )
+
+
+@pytest.fixture(scope="module")
+async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+    directory = tmp_path_factory.mktemp("user_oauth")
+    port = free_port()
+    public_base = f"http://127.0.0.1:{port}"
+    tokens = {p: f"parley-{p}-" + os.urandom(16).hex() for p in PEOPLE}
+    with oauth_server() as auth:
+        async with oauth_protected_in_process(
+            auth.url, auth.key.public_jwk, wider={"label_issue": "tracker:write"}
+        ) as tracker:
+            auth.resources.add(tracker.url)
+            auth.register(CLIENT_ID, [public_base + "/oauth/callback"], scope="tracker:read tracker:write")
+            config = write_config(
+                directory,
+                agents={"triage": {"mcp_servers": ["tracker"]}},
+                mcp_servers={
+                    "tracker": {
+                        "url": tracker.url,
+                        "auth": {"mode": "user_oauth", "client_id": CLIENT_ID, "scopes": ["tracker:read"]},
+                    }
+                },
+                auth=tokens_auth(tokens),
+                http={"public_url": public_base + "/mcp"},
+                credentials={"key_env": KEY_ENV},
+            )
+            env = {KEY_ENV: new_key()}
+            async with InProcessServer(
+                config, http=True, port=port, env=env, model=CallsNamedTool()
+            ) as server:
+                yield World(server, directory, tracker, auth, tokens)
+
+
+def _parked(outcome: dict[str, Any], world: World) -> dict[str, Any]:
+    assert outcome["status"] == "waiting_for_input", outcome
+    (pending,) = outcome["pending"]
+    assert pending["kind"] == "authorization_required", pending
+    assert pending["server"] == "tracker" and pending["host"] == urlsplit(world.tracker.url).netloc
+    assert pending["connect_url"].startswith(world.server.base_url + "/ui/#/connect/flow_")
+    # A parley link only: never the authorization server's URL.
+    assert world.auth.url not in str(outcome)
+    return dict(pending)
+
+
+def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:
+    calls = session["last_turn"]["tool_calls"] if "last_turn" in session else session["tool_calls"]
+    (found,) = [c for c in calls if c["tool"] == tool]
+    return dict(found)
+
+
+async def test_the_first_call_parks_and_runs_once_after_the_owner_connects(world: World) -> None:
+    before = len(world.tracker.calls())
+    outcome = await world.run("alice", "tracker__list_issues", {"project": "apollo"})
+    _parked(outcome, world)
+    assert world.tracker.calls()[before:] == []  # nothing was sent
+
+    back = await world.authorize("alice", outcome)
+    assert back.status_code == 303, back.text
+    assert back.headers["location"] == f"{world.server.base_url}/ui/#/s/{outcome['session_id']}"
+
+    session = await world.settled("alice", outcome["session_id"])
+    assert _call(session, "tracker__list_issues")["status"] == "succeeded", session
+    assert [(s.user, s.arguments) for s in world.tracker.calls()[before:]] == [
+        ("alice", {"project": "apollo"})
+    ]
+    assert [row[:3] for row in world.credentials()] == [("alice", "tracker", world.auth.url)]
+
+
+async def test_each_persons_calls_reach_the_server_as_them(world: World) -> None:
+    outcome = await world.run("bob", "tracker__list_issues", {"project": "borealis"})
+    _parked(outcome, world)
+    assert (await world.authorize("bob", outcome)).status_code == 303
+    await world.settled("bob", outcome["session_id"])
+    # alice is connected already: her call goes at once, as her, on one shared server.
+    again = await world.run("alice", "tracker__list_issues", {"project": "artemis"})
+    assert again["status"] == "answered", again
+    calls = [(s.user, s.arguments["project"]) for s in world.tracker.calls("list_issues")]
+    assert calls[-2:] == [("bob", "borealis"), ("alice", "artemis")]
+
+
+async def test_someone_elses_connect_link_is_refused_and_nothing_is_stored(world: World) -> None:
+    outcome = await world.run("carol", "tracker__list_issues", {"project": "ceres"})
+    pending = _parked(outcome, world)
+    stored = world.credentials()
+    async with world.browser() as browser:
+        refused = await world.connect(browser, "alice", pending["connect_url"])
+        assert refused.status_code == 403, refused.text
+        assert "authorize_url" not in refused.text and not browser.cookies
+    assert world.credentials() == stored
+    # The link still works for its owner, once.
+    assert (await world.authorize("carol", outcome)).status_code == 303
+    session = await world.settled("carol", outcome["session_id"])
+    assert _call(session, "tracker__list_issues")["status"] == "succeeded"
+    assert world.tracker.calls("list_issues")[-1].user == "carol"
+
+
+async def test_a_forged_replayed_or_expired_state_is_refused_and_changes_nothing(world: World) -> None:
+    outcome = await world.run("bob", "tracker__label_issue", {"issue": "T-1", "label": "x"})
+    # bob is connected with tracker:read only: labelling needs tracker:write (step-up).
+    pending = _parked(outcome, world)
+    assert pending.get("tool") == "tracker__label_issue"
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "bob", pending["connect_url"])
+        authorize_url = connected.json()["authorize_url"]
+        assert "tracker:write" in parse_qs(urlsplit(authorize_url).query)["scope"][0]
+        back = await world.consent(browser, authorize_url, "bob")
+        stored = world.credentials()
+        forged = back.replace("state=", "state=forged")
+        assert (await browser.get(forged)).status_code == 400
+        # Another browser (without the cookie) cannot bring the code back either.
+        async with world.browser() as other:
+            assert (await other.get(back)).status_code == 400
+        assert world.credentials() == stored
+        assert (await browser.get(back)).status_code == 303
+        replayed = await browser.get(back)
+        assert replayed.status_code == 400, replayed.text
+    session = await world.settled("bob", outcome["session_id"])
+    assert _call(session, "tracker__label_issue")["status"] == "succeeded", session
+    assert len([s for s in world.tracker.calls("label_issue") if s.arguments["issue"] == "T-1"]) == 1
+
+    # An expired flow: its link and its callback are refused.
+    late = await world.run("alice", "tracker__label_issue", {"issue": "T-2", "label": "y"})
+    late_pending = _parked(late, world)
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "alice", late_pending["connect_url"])
+        back = await world.consent(browser, connected.json()["authorize_url"], "alice")
+        stored = world.credentials()
+        _expire(world.db, late_pending["connect_url"].rsplit("/", 1)[1])
+        assert (await browser.get(back)).status_code == 400
+        assert (await world.connect(browser, "alice", late_pending["connect_url"])).status_code == 410
+    assert world.credentials() == stored
+
+
+def _expire(db: Path, flow_id: str) -> None:
+    import sqlite3
+
+    with sqlite3.connect(db, timeout=TEST_DEADLINE_S) as conn:
+        conn.execute("UPDATE oauth_flows SET expires_at = 0 WHERE id = ?", (flow_id,))
+
+
+async def test_declining_gives_the_model_a_clear_tool_error(world: World) -> None:
+    outcome = await world.run("carol", "tracker__label_issue", {"issue": "T-3", "label": "z"})
+    pending = _parked(outcome, world)
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "carol", pending["connect_url"])
+        state = parse_qs(urlsplit(connected.json()["authorize_url"]).query)["state"][0]
+        # What the authorization server sends back when the person declines.
+        declined = await browser.get(
+            f"{world.server.base_url}/oauth/callback",
+            params={"error": "access_denied", "state": state, "iss": world.auth.url},
+        )
+        assert declined.status_code == 303
+    session = await world.settled("carol", outcome["session_id"])
+    failed = _call(session, "tracker__label_issue")
+    assert failed["status"] == "failed" and "declined" in failed["result"], failed
+    assert not [s for s in world.tracker.calls("label_issue") if s.arguments["issue"] == "T-3"]
+
+
+async def test_a_revoked_credential_parks_again(world: World) -> None:
+    config = world.server.config_path
+    code = await anyio.to_thread.run_sync(
+        parley_main, ["credentials", "revoke", "alice", "tracker", "--config", str(config)]
+    )
+    assert code == 0
+    assert all(row[0] != "alice" for row in world.credentials())
+    outcome = await world.run("alice", "tracker__list_issues", {"project": "after-revoke"})
+    _parked(outcome, world)
+    assert not [s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "after-revoke"]
+    assert (await world.authorize("alice", outcome)).status_code == 303
+    await world.settled("alice", outcome["session_id"])
+    assert world.tracker.calls("list_issues")[-1].user == "alice"
+
+
+async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:
+    secrets_seen = set(world.tracker.tokens_seen)
+    secrets_seen |= {t["refresh_token"] for t in world.auth.issued if t.get("refresh_token")}
+    secrets_seen |= {t["access_token"] for t in world.auth.issued}
+    assert secrets_seen
+    stored = b"".join(p.read_bytes() for p in world.directory.glob("parley.db*") if p.is_file())
+    # The test's own authorization server (authlib) logs its token responses in this process.
+    log = world.server.parley.log(without=("authlib",))
+    events = "".join(str(row) for row in db_rows(world.db, "SELECT data FROM events"))
+    calls = "".join(str(row) for row in db_rows(world.db, "SELECT result, remote FROM tool_calls"))
+    interrupts = "".join(str(row) for row in db_rows(world.db, "SELECT payload, resolution FROM interrupts"))
+    for token in secrets_seen:
+        assert token.encode() not in stored
+        assert token not in log and token not in events and token not in calls and token not in interrupts
+    # Nor a PKCE verifier or a state: the flows keep digests and ciphertexts.
+    for row in db_rows(world.db, "SELECT state_digest, verifier_ciphertext FROM oauth_flows"):
+        assert row[1] is None or isinstance(row[1], bytes)
+
+
+def test_user_oauth_needs_the_credentials_key_and_the_public_url(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        mcp_servers={"tracker": {"url": "https://tracker.example.test/mcp", "auth": {"mode": "user_oauth"}}},
+    )
+    with pytest.raises(ConfigErrors) as caught:
+        load_config(config, None)
+    text = str(caught.value)
+    assert "credentials" in text and "http.public_url" in text and "tracker" in text, text
+
+
+def test_user_oauth_and_headers_by_principal_do_not_go_together(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        mcp_servers={
+            "tracker": {
+                "url": "https://tracker.example.test/mcp",
+                "auth": {"mode": "user_oauth"},
+                "headers_by_principal": {"alice": {"Authorization": "Bearer x"}},
+            }
+        },
+    )
+    with pytest.raises(ConfigErrors, match="headers_by_principal"):
+        load_config(config, None)
