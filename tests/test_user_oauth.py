@@ -34,7 +34,7 @@ from tests.support import TEST_DEADLINE_S, InProcessServer, call, db_rows, token
 
 pytestmark = pytest.mark.anyio
 
-PEOPLE = ("alice", "bob", "carol")
+PEOPLE = ("alice", "bob", "carol", "dave")
 CLIENT_ID = "parley-tracker"
 KEY_ENV = "PARLEY_TEST_CREDENTIALS_KEY"
 
@@ -49,7 +49,12 @@ class CallsNamedTool:
     """A model that calls the tool its user message names ("use NAME {json}"), offered or not (as
     a model may from the conversation), then answers: each session on its own, in any order."""
 
+    def __init__(self) -> None:
+        # The names of the tools each request offered, by the text of its first message.
+        self.offered: dict[str, list[str]] = {}
+
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.offered[request.messages[0].text] = [t.name for t in request.tools]
         last = request.messages[-1]
         if last.role == "tool":
             return ModelResponse(text=f"done: {last.text[:200]}")
@@ -66,6 +71,7 @@ class World:
     tracker: OAuthProtectedServer
     auth: OAuthState
     tokens: dict[str, str]  # parley's own bearer tokens, by person
+    model: CallsNamedTool
 
     @property
     def db(self) -> Path:
@@ -154,10 +160,9 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 credentials={"key_env": KEY_ENV},
             )
             env = {KEY_ENV: new_key()}
-            async with InProcessServer(
-                config, http=True, port=port, env=env, model=CallsNamedTool()
-            ) as server:
-                yield World(server, directory, tracker, auth, tokens)
+            model = CallsNamedTool()
+            async with InProcessServer(config, http=True, port=port, env=env, model=model) as server:
+                yield World(server, directory, tracker, auth, tokens, model)
 
 
 def _parked(outcome: dict[str, Any], world: World) -> dict[str, Any]:
@@ -193,6 +198,23 @@ async def test_the_first_call_parks_and_runs_once_after_the_owner_connects(world
         ("alice", {"project": "apollo"})
     ]
     assert [row[:3] for row in world.credentials()] == [("alice", "tracker", world.auth.url)]
+
+
+async def test_an_unconnected_person_is_offered_a_connect_tool_instead(world: World) -> None:
+    """The model is not shown tools it cannot call yet; it is shown one that asks to connect."""
+    outcome = await world.run("dave", "tracker__connect_account", {})
+    offered = world.model.offered["use tracker__connect_account {}"]
+    assert "tracker__connect_account" in offered and "tracker__list_issues" not in offered
+    _parked(outcome, world)
+    assert (await world.authorize("dave", outcome)).status_code == 303
+    session = await world.settled("dave", outcome["session_id"])
+    connected = _call(session, "tracker__connect_account")
+    assert connected["status"] == "succeeded" and "connected" in connected["result"], connected
+    assert not [s for s in world.tracker.calls() if s.user == "dave"]  # no tool ran for it
+    # From now on dave is shown the tracker's own tools.
+    await world.run("dave", "tracker__list_issues", {"project": "dione"})
+    assert "tracker__list_issues" in world.model.offered['use tracker__list_issues {"project": "dione"}']
+    assert world.tracker.calls("list_issues")[-1].user == "dave"
 
 
 async def test_each_persons_calls_reach_the_server_as_them(world: World) -> None:
@@ -298,6 +320,29 @@ async def test_a_revoked_credential_parks_again(world: World) -> None:
     assert (await world.authorize("alice", outcome)).status_code == 303
     await world.settled("alice", outcome["session_id"])
     assert world.tracker.calls("list_issues")[-1].user == "alice"
+
+
+async def test_a_token_about_to_expire_is_refreshed_before_the_call(world: World) -> None:
+    """Tokens are refreshed a minute before they expire: with 30-second tokens, every call
+    spends the refresh token (which the authorization server rotates) and goes with a new one."""
+    code = await anyio.to_thread.run_sync(
+        parley_main, ["credentials", "revoke", "carol", "--config", str(world.server.config_path)]
+    )
+    assert code == 0
+    world.auth.access_token_s = 30
+    try:
+        outcome = await world.run("carol", "tracker__list_issues", {"project": "refresh-1"})
+        assert (await world.authorize("carol", outcome)).status_code == 303
+        await world.settled("carol", outcome["session_id"])
+        refreshes = [r for r in world.auth.requests if r.params.get("grant_type") == "refresh_token"]
+        again = await world.run("carol", "tracker__list_issues", {"project": "refresh-2"})
+        assert again["status"] == "answered", again
+    finally:
+        world.auth.access_token_s = 300
+    spent = [r for r in world.auth.requests if r.params.get("grant_type") == "refresh_token"]
+    assert len(spent) > len(refreshes) >= 1
+    assert all(r.params["resource"] == world.tracker.url for r in spent)
+    assert [s.user for s in world.tracker.calls("list_issues")[-2:]] == ["carol", "carol"]
 
 
 async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:

@@ -39,7 +39,7 @@ from parley.runtime.mcp.failures import (
     NoCredential,
     ToolSourceUnavailable,
 )
-from parley.runtime.mcp.naming import assign_names
+from parley.runtime.mcp.naming import assign_names, exposed_name
 from parley.runtime.mcp.remote import TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import McpToolSources
@@ -109,6 +109,9 @@ class Offer:
         server = next((s for s in self.unavailable if name.startswith(f"{s}__")), None)
         return Binding(name=name, source="unknown", effect="unclassified", server=server)
 
+
+# The tool offered in place of a user_oauth server's tools until the owner connects.
+CONNECT_TOOL = "connect_account"
 
 # Rounds of questions one call may ask before it is given up.
 MAX_INPUT_ROUNDS = 10
@@ -205,6 +208,12 @@ class Toolbox:
             except ToolSourceUnavailable as exc:
                 offer.warnings.append(f"{exc}. Its tools are left out of this step.")
                 offer.unavailable[ref.server] = exc.reason
+                if (
+                    isinstance(exc, NeedsAuthorization)
+                    and exc.principal is not None
+                    and self._flows is not None
+                ):
+                    self._offer_connect(ref.server, offer)
                 continue
             for tool in tools:
                 if ref.include is not None and tool.name not in ref.include:
@@ -247,6 +256,24 @@ class Toolbox:
         if agent.mcp_resources:
             self._offer_resource_tools(agent, offer)
         return offer
+
+    def _offer_connect(self, server: str, offer: Offer) -> None:
+        """In place of the tools of a user_oauth server the owner has not connected: one tool that
+        asks them to (the model cannot call tools it is not shown)."""
+        name = exposed_name(server, CONNECT_TOOL)
+        offer.tools.append(
+            ToolSpec(
+                name=name,
+                description=(
+                    f"Ask the user to connect their account at {server}, whose tools need it. Call this when the "
+                    "request needs that server; once they have, its tools are offered."
+                ),
+                input_schema={"type": "object", "properties": {}},
+            )
+        )
+        offer.bindings[name] = Binding(
+            name=name, source="unknown", effect="read", server=server, tool=CONNECT_TOOL
+        )
 
     def _offer_resource_tools(self, agent: AgentConfig, offer: Offer) -> None:
         servers = sorted({ref.server for ref in agent.mcp_servers})
@@ -464,7 +491,15 @@ class Toolbox:
             return _failed(
                 f"Tool '{call.name}' is not available: {exc}. Answer without it, or try again later."
             )
-        name = call.name.removeprefix(f"{server}__")
+        name = call.tool or call.name.removeprefix(f"{server}__")
+        if name == CONNECT_TOOL and call.tool == CONNECT_TOOL:
+            return ToolRun(
+                status="succeeded",
+                result={
+                    "text": f"The user's account at {server} is connected; its tools are offered from the next step.",
+                    "is_error": False,
+                },
+            )
         tool = next((t for t in tools if t.name == name), None)
         ref = next((r for r in agent.mcp_servers if r.server == server), None)
         if tool is None or ref is None:
