@@ -12,6 +12,7 @@ import json
 import os
 import socket
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,10 @@ from parley.runtime.credentials import new_key
 from parley.runtime.model import ModelRequest, ModelResponse, RequestedCall
 from parley.testing import eventually
 from tests.auth_support import token_client
+from tests.conftest import database_for
 from tests.mcp_servers.oauth_protected_server import OAuthProtectedServer, oauth_protected_in_process
 from tests.oauth_server import OAuthState, oauth_server
-from tests.support import TEST_DEADLINE_S, InProcessServer, call, db_rows, tokens_auth, write_config
+from tests.support import TEST_DEADLINE_S, Database, InProcessServer, call, tokens_auth, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -72,10 +74,16 @@ class World:
     auth: OAuthState
     tokens: dict[str, str]  # parley's own bearer tokens, by person
     model: CallsNamedTool
+    database: Database
 
-    @property
-    def db(self) -> Path:
-        return self.directory / "parley.db"
+    def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self.database.rows(query, params)
+
+    async def cli(self, *argv: str) -> int:
+        """The command line on this parley's database, in a thread (it runs its own event loop)."""
+        db = ["--db", self.database.db_arg] if self.database.db_arg else []
+        args = [*argv, "--config", str(self.server.config_path), *db]
+        return await anyio.to_thread.run_sync(parley_main, args)
 
     async def run(self, person: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A session of `person` whose model calls `tool` once, then answers."""
@@ -129,14 +137,21 @@ class World:
             return await browser.get(back)
 
     def credentials(self) -> list[tuple[Any, ...]]:
-        return db_rows(
-            self.db, "SELECT principal, server, issuer, updated_at FROM credentials ORDER BY principal"
-        )
+        return self.rows("SELECT principal, server, issuer, updated_at FROM credentials ORDER BY principal")
 
 
-@pytest.fixture(scope="module")
-async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World]:
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+async def world(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
     directory = tmp_path_factory.mktemp("user_oauth")
+    with database_for(request.param, directory, "user_oauth") as database:
+        async with _world(directory, database) as world:
+            yield world
+
+
+@asynccontextmanager
+async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
     port = free_port()
     public_base = f"http://127.0.0.1:{port}"
     tokens = {p: f"parley-{p}-" + os.urandom(16).hex() for p in PEOPLE}
@@ -158,11 +173,14 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
                 auth=tokens_auth(tokens),
                 http={"public_url": public_base + "/mcp"},
                 credentials={"key_env": KEY_ENV},
+                database=database,
             )
             env = {KEY_ENV: new_key()}
             model = CallsNamedTool()
-            async with InProcessServer(config, http=True, port=port, env=env, model=model) as server:
-                yield World(server, directory, tracker, auth, tokens, model)
+            async with InProcessServer(
+                config, http=True, db=database.db_arg, port=port, env=env, model=model
+            ) as server:
+                yield World(server, directory, tracker, auth, tokens, model, database)
 
 
 def _parked(outcome: dict[str, Any], world: World) -> dict[str, Any]:
@@ -276,17 +294,13 @@ async def test_a_forged_replayed_or_expired_state_is_refused_and_changes_nothing
         connected = await world.connect(browser, "alice", late_pending["connect_url"])
         back = await world.consent(browser, connected.json()["authorize_url"], "alice")
         stored = world.credentials()
-        _expire(world.db, late_pending["connect_url"].rsplit("/", 1)[1])
+        world.rows(
+            "UPDATE oauth_flows SET expires_at = 0 WHERE id = ?",
+            (late_pending["connect_url"].rsplit("/", 1)[1],),
+        )
         assert (await browser.get(back)).status_code == 400
         assert (await world.connect(browser, "alice", late_pending["connect_url"])).status_code == 410
     assert world.credentials() == stored
-
-
-def _expire(db: Path, flow_id: str) -> None:
-    import sqlite3
-
-    with sqlite3.connect(db, timeout=TEST_DEADLINE_S) as conn:
-        conn.execute("UPDATE oauth_flows SET expires_at = 0 WHERE id = ?", (flow_id,))
 
 
 async def test_declining_gives_the_model_a_clear_tool_error(world: World) -> None:
@@ -308,11 +322,7 @@ async def test_declining_gives_the_model_a_clear_tool_error(world: World) -> Non
 
 
 async def test_a_revoked_credential_parks_again(world: World) -> None:
-    config = world.server.config_path
-    code = await anyio.to_thread.run_sync(
-        parley_main, ["credentials", "revoke", "alice", "tracker", "--config", str(config)]
-    )
-    assert code == 0
+    assert await world.cli("credentials", "revoke", "alice", "tracker") == 0
     assert all(row[0] != "alice" for row in world.credentials())
     outcome = await world.run("alice", "tracker__list_issues", {"project": "after-revoke"})
     _parked(outcome, world)
@@ -325,10 +335,7 @@ async def test_a_revoked_credential_parks_again(world: World) -> None:
 async def test_a_token_about_to_expire_is_refreshed_before_the_call(world: World) -> None:
     """Tokens are refreshed a minute before they expire: with 30-second tokens, every call
     spends the refresh token (which the authorization server rotates) and goes with a new one."""
-    code = await anyio.to_thread.run_sync(
-        parley_main, ["credentials", "revoke", "carol", "--config", str(world.server.config_path)]
-    )
-    assert code == 0
+    assert await world.cli("credentials", "revoke", "carol") == 0
     world.auth.access_token_s = 30
     try:
         outcome = await world.run("carol", "tracker__list_issues", {"project": "refresh-1"})
@@ -350,17 +357,27 @@ async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:
     secrets_seen |= {t["refresh_token"] for t in world.auth.issued if t.get("refresh_token")}
     secrets_seen |= {t["access_token"] for t in world.auth.issued}
     assert secrets_seen
+    # SQLite: the database file itself; PostgreSQL: every row of every table, as text.
     stored = b"".join(p.read_bytes() for p in world.directory.glob("parley.db*") if p.is_file())
+    if world.database.url is not None:
+        tables = [
+            r[0]
+            for r in world.rows(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+            )
+        ]
+        stored = "".join(str(world.rows(f"SELECT * FROM {table}")) for table in tables).encode()
+    assert stored
     # The test's own authorization server (authlib) logs its token responses in this process.
     log = world.server.parley.log(without=("authlib",))
-    events = "".join(str(row) for row in db_rows(world.db, "SELECT data FROM events"))
-    calls = "".join(str(row) for row in db_rows(world.db, "SELECT result, remote FROM tool_calls"))
-    interrupts = "".join(str(row) for row in db_rows(world.db, "SELECT payload, resolution FROM interrupts"))
+    events = "".join(str(row) for row in world.rows("SELECT data FROM events"))
+    calls = "".join(str(row) for row in world.rows("SELECT result, remote FROM tool_calls"))
+    interrupts = "".join(str(row) for row in world.rows("SELECT payload, resolution FROM interrupts"))
     for token in secrets_seen:
         assert token.encode() not in stored
         assert token not in log and token not in events and token not in calls and token not in interrupts
     # Nor a PKCE verifier or a state: the flows keep digests and ciphertexts.
-    for row in db_rows(world.db, "SELECT state_digest, verifier_ciphertext FROM oauth_flows"):
+    for row in world.rows("SELECT state_digest, verifier_ciphertext FROM oauth_flows"):
         assert row[1] is None or isinstance(row[1], bytes)
 
 
