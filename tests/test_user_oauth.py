@@ -26,6 +26,7 @@ from parley.cli import main as parley_main
 from parley.config.loading import load_config
 from parley.errors import ConfigErrors
 from parley.runtime.credentials import new_key
+from parley.runtime.mcp.check import check_server_tools
 from parley.runtime.model import ModelRequest, ModelResponse, RequestedCall
 from parley.testing import eventually
 from tests.auth_support import token_client
@@ -352,6 +353,28 @@ async def test_a_token_about_to_expire_is_refreshed_before_the_call(world: World
     assert [s.user for s in world.tracker.calls("list_issues")[-2:]] == ["carol", "carol"]
 
 
+async def test_a_refused_token_is_refreshed_and_the_call_goes_on(world: World) -> None:
+    """The server stops accepting bob's access token (401): parley does not send it again but
+    refreshes it and goes on, without asking bob; when the refresh token is revoked as well, the
+    call parks for bob to connect again."""
+    world.tracker.revoked |= world.tracker.tokens_seen
+    outcome = await world.run("bob", "tracker__list_issues", {"project": "after-401"})
+    assert outcome["status"] == "answered", outcome
+    assert world.tracker.calls("list_issues")[-1].arguments == {"project": "after-401"}
+
+    world.tracker.revoked |= world.tracker.tokens_seen
+    for token in world.auth.refresh_tokens.values():
+        token.revoked = True
+    parked = await world.run("bob", "tracker__list_issues", {"project": "after-revoke-at-as"})
+    _parked(parked, world)
+    assert not [
+        s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "after-revoke-at-as"
+    ]
+    assert (await world.authorize("bob", parked)).status_code == 303
+    await world.settled("bob", parked["session_id"])
+    assert world.tracker.calls("list_issues")[-1].arguments == {"project": "after-revoke-at-as"}
+
+
 async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:
     secrets_seen = set(world.tracker.tokens_seen)
     secrets_seen |= {t["refresh_token"] for t in world.auth.issued if t.get("refresh_token")}
@@ -405,3 +428,15 @@ def test_user_oauth_and_headers_by_principal_do_not_go_together(tmp_path: Path) 
     )
     with pytest.raises(ConfigErrors, match="headers_by_principal"):
         load_config(config, None)
+
+
+async def test_parley_check_says_a_user_oauth_server_is_not_listed(tmp_path: Path) -> None:
+    config = write_config(
+        tmp_path,
+        mcp_servers={"tracker": {"url": "https://tracker.example.test/mcp", "auth": {"mode": "user_oauth"}}},
+        http={"public_url": "https://parley.example.test/mcp"},
+        credentials={"key_env": KEY_ENV},
+    )
+    errors, warnings = await check_server_tools(load_config(config, None))
+    assert errors == []
+    assert ["user_oauth" in w and "tracker" in w for w in warnings] == [True], warnings

@@ -35,6 +35,8 @@ class OAuthProtectedServer:
     seen: list[Seen] = field(default_factory=list)
     refused: int = 0
     tokens_seen: set[str] = field(default_factory=set)
+    # Access tokens the server no longer accepts (as if revoked at the authorization server).
+    revoked: set[str] = field(default_factory=set)
 
     @property
     def origin(self) -> str:
@@ -45,7 +47,7 @@ class OAuthProtectedServer:
 
     def claims(self, authorization: str) -> dict[str, Any] | None:
         token = authorization.removeprefix("Bearer ")
-        if not authorization.startswith("Bearer ") or not token:
+        if not authorization.startswith("Bearer ") or not token or token in self.revoked:
             return None
         key = ECAlgorithm.from_jwk(json.dumps(self.public_jwk))
         try:

@@ -39,9 +39,13 @@ class NeedsAuthorization(CallNotSent):
     usable one: none yet, revoked, not refreshable, or refused with 401 (or a wider scope is
     needed: `scopes`). Nothing was sent; the call parks until the session's owner connects."""
 
-    def __init__(self, server: str, principal: str | None, scopes: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, server: str, principal: str | None, scopes: tuple[str, ...] = (), refused: bool = False
+    ) -> None:
         self.principal = principal
         self.scopes = scopes
+        # The server answered 401 to the token it was sent (a refresh may mend that).
+        self.refused = refused
         who = (
             f"principal '{principal}'"
             if principal is not None

@@ -246,7 +246,7 @@ class McpToolSources:
             if self._tokens is not None and auth.token is not None:
                 self._tokens.rejected(server, caller.principal, auth.token)
             connection.close()
-            raise NeedsAuthorization(server, caller.principal)
+            raise NeedsAuthorization(server, caller.principal, refused=True)
         if wider is not None:
             raise NeedsAuthorization(server, caller.principal, wider)
 
@@ -351,6 +351,15 @@ class McpToolSources:
             self._listings[self._listing_key(server, caller)].refreshing = False
 
     async def _refresh(self, server: str, caller: Caller) -> list[Tool]:
+        try:
+            return await self._list(server, caller)
+        except NeedsAuthorization as exc:
+            if not exc.refused:
+                raise
+            # A 401 to a user_oauth token: once more, with a refreshed one if there is one.
+            return await self._list(server, caller)
+
+    async def _list(self, server: str, caller: Caller) -> list[Tool]:
         cfg = self._servers[server]
         listing = self._listings.setdefault(self._listing_key(server, caller), _Listing())
         try:
@@ -554,7 +563,24 @@ class McpToolSources:
     ) -> T:
         """Run one request on the server's connection, bounded by `timeout_s` (call_timeout_s by
         default; `limit` may extend it while the user answers a question), with its failures
-        sorted by whether the request may have reached the server."""
+        sorted by whether the request may have reached the server. A user_oauth server's 401 is
+        met with one more try: the token it refused is not sent again (a refresh replaces it, or
+        the caller needs to authorize)."""
+        try:
+            return await self._guarded_once(server, caller, work, timeout_s, limit)
+        except NeedsAuthorization as exc:
+            if not exc.refused:
+                raise
+            return await self._guarded_once(server, caller, work, timeout_s, limit)
+
+    async def _guarded_once(
+        self,
+        server: str,
+        caller: Caller,
+        work: Callable[[McpConnection, Client], Awaitable[T]],
+        timeout_s: float | None,
+        limit: _Limit | None,
+    ) -> T:
         if server not in self._servers:
             raise CallNotSent(server, "not configured in parley.yaml any more")
         cfg = self._servers[server]

@@ -5,6 +5,7 @@ and client identity, found once per process and shared by the flows."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -37,8 +38,12 @@ class _Authority:
 class _ServerState:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     authority: _Authority | None = None
-    # Access tokens a server answered 401 to, by principal (a digest would do; they are in memory only).
+    # Digests of the access tokens the server answered 401 to, by principal.
     rejected: dict[str, str] = field(default_factory=dict)
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class DownstreamAuth:
@@ -101,7 +106,7 @@ class DownstreamAuth:
         if credential is None:
             return None
         state, now = self._state[server], self._clock()
-        rejected = state.rejected.get(principal) == credential.access_token
+        rejected = state.rejected.get(principal) == _digest(credential.access_token)
         if not rejected and not needs_refresh(credential.expires_at, now):
             return credential.access_token
         if credential.refresh_token is None:
@@ -138,4 +143,4 @@ class DownstreamAuth:
 
     def rejected(self, server: str, principal: str, token: str) -> None:
         """The server answered 401 to `token`: it is not used again (a refresh may replace it)."""
-        self._state[server].rejected[principal] = token
+        self._state[server].rejected[principal] = _digest(token)
