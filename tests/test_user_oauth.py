@@ -257,11 +257,25 @@ async def test_someone_elses_connect_link_is_refused_and_nothing_is_stored(world
         assert refused.status_code == 403, refused.text
         assert "authorize_url" not in refused.text and not browser.cookies
     assert world.credentials() == stored
+    audited = world.rows(
+        "SELECT principal, outcome, target FROM audit WHERE action = 'connect_account' AND session_id = ?",
+        (outcome["session_id"],),
+    )
+    assert audited == [("alice", "refused", "tracker")], audited
     # The link still works for its owner, once.
     assert (await world.authorize("carol", outcome)).status_code == 303
     session = await world.settled("carol", outcome["session_id"])
     assert _call(session, "tracker__list_issues")["status"] == "succeeded"
     assert world.tracker.calls("list_issues")[-1].user == "carol"
+    trail = world.rows(
+        "SELECT principal, action, outcome FROM audit WHERE action LIKE '%_account' AND session_id = ? ORDER BY id",
+        (outcome["session_id"],),
+    )
+    assert trail == [
+        ("alice", "connect_account", "refused"),
+        ("carol", "connect_account", "ok"),
+        ("carol", "authorize_account", "ok"),
+    ], trail
 
 
 async def test_a_forged_replayed_or_expired_state_is_refused_and_changes_nothing(world: World) -> None:

@@ -58,7 +58,7 @@ class OAuthRoutes:
         require_json(request)
         who = caller(request)
         try:
-            started = await self._flows.connect(str(request.path_params["flow_id"]), who.id)
+            started = await self._flows.connect(str(request.path_params["flow_id"]), who)
         except FlowRefused as exc:
             kind = {403: "forbidden", 404: "not-found", 410: "gone"}.get(exc.status, "bad-gateway")
             return problem(exc.status, kind, str(exc))

@@ -30,6 +30,8 @@ from parley.core.ids import SessionId, new_flow_id, new_interrupt_id
 from parley.core.oauth_flows import FLOW_S, OAuthFlow, same_digest
 from parley.core.records import AUTHORIZED, InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 from parley.errors import CredentialError, OAuthClientError, ParleyError
+from parley.runtime.access import Principal
+from parley.runtime.audit import AUTHORIZE, CONNECT, Audit
 from parley.runtime.credentials import CredentialVault, Keyring
 from parley.runtime.oauth.bearer import DownstreamAuth
 from parley.runtime.oauth.client import authorization_url, exchange_code, pkce_pair
@@ -88,6 +90,7 @@ class OAuthFlows:
         self._signals = signals
         self._steps = SessionSteps(store)
         self._clock = clock
+        self._audit = Audit(store, clock)
 
     @property
     def auth(self) -> DownstreamAuth:
@@ -145,8 +148,9 @@ class OAuthFlows:
         pending = await self._store.list_interrupts(SessionId(flow.session_id), pending_only=True)
         return next((i for i in pending if i.id == flow.interrupt_id), None)
 
-    async def connect(self, flow_id: str, principal: str) -> Connect:
-        """The owner opens the connect link. Anyone else is refused (403) and nothing changes.
+    async def connect(self, flow_id: str, who: Principal) -> Connect:
+        """The owner opens the connect link. Anyone else is refused (403, audited) and nothing
+        changes.
 
         Raises:
             FlowRefused: unknown (404), not the owner's (403), used or expired (410).
@@ -154,7 +158,8 @@ class OAuthFlows:
         flow = await self._store.get_flow(flow_id)
         if flow is None:
             raise FlowRefused(404, "no such connect link")
-        if not hmac.compare_digest(flow.principal.encode(), principal.encode()):
+        if not hmac.compare_digest(flow.principal.encode(), who.id.encode()):
+            await self._audit.refused(who, CONNECT, flow.session_id, flow.server, "not the session's owner")
             raise FlowRefused(
                 403, "this connect link belongs to the session's owner; sign in as them to open it"
             )
@@ -182,6 +187,9 @@ class OAuthFlows:
         if not await self._store.start_flow(started, now):
             raise FlowRefused(410, "this connect link was used or has expired; ask the agent again")
         url = authorization_url(found, identity, self._auth.public_base, scopes, state, challenge)
+        await self._audit.record(
+            who, CONNECT, session_id=flow.session_id, target=flow.server, issuer=found.issuer
+        )
         return Connect(url, binding)
 
     async def callback(
@@ -243,6 +251,16 @@ class OAuthFlows:
         return page
 
     async def _resolve(self, flow: OAuthFlow, resolution: Resolution) -> None:
+        result = "connected" if resolution.answer == AUTHORIZED else "not connected"
+        owner = Principal(id=flow.principal, client="browser", authenticated=True)
+        await self._audit.record(
+            owner,
+            AUTHORIZE,
+            session_id=flow.session_id,
+            target=flow.server,
+            issuer=flow.issuer,
+            result=result,
+        )
         session_id = SessionId(flow.session_id)
         await self._steps.resolve_interrupt(
             session_id, flow.interrupt_id, resolution, flow.principal, self._clock()
