@@ -204,7 +204,13 @@ def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:
 async def test_the_first_call_parks_and_runs_once_after_the_owner_connects(world: World) -> None:
     before = len(world.tracker.calls())
     outcome = await world.run("alice", "tracker__list_issues", {"project": "apollo"})
-    _parked(outcome, world)
+    pending = _parked(outcome, world)
+    # What a client shows its user (the tools' text) names the link too.
+    assert world.server.url is not None
+    async with token_client(world.server.url, world.tokens["alice"]) as client:
+        shown = await client.call_tool("list_pending", {})
+    text = " ".join(getattr(c, "text", "") for c in shown.content)
+    assert f"authorization_required {pending['id']}" in text and pending["connect_url"] in text, text
     assert world.tracker.calls()[before:] == []  # nothing was sent
 
     back = await world.authorize("alice", outcome)
@@ -213,6 +219,7 @@ async def test_the_first_call_parks_and_runs_once_after_the_owner_connects(world
 
     session = await world.settled("alice", outcome["session_id"])
     assert _call(session, "tracker__list_issues")["status"] == "succeeded", session
+    assert session["pending"] == []
     assert [(s.user, s.arguments) for s in world.tracker.calls()[before:]] == [
         ("alice", {"project": "apollo"})
     ]
