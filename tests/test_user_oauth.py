@@ -396,6 +396,22 @@ async def test_a_refused_token_is_refreshed_and_the_call_goes_on(world: World) -
     assert world.tracker.calls("list_issues")[-1].arguments == {"project": "after-revoke-at-as"}
 
 
+async def test_two_links_opened_in_one_browser_both_complete(world: World) -> None:
+    """Each flow has its own binding cookie: starting a second does not undo the first."""
+    assert await world.cli("credentials", "revoke", "alice", "tracker") == 0
+    first = await world.run("alice", "tracker__list_issues", {"project": "tab-1"})
+    second = await world.run("alice", "tracker__list_issues", {"project": "tab-2"})
+    async with world.browser() as browser:
+        backs = []
+        for outcome in (first, second):
+            connected = await world.connect(browser, "alice", _parked(outcome, world)["connect_url"])
+            backs.append(await world.consent(browser, connected.json()["authorize_url"], "alice"))
+        assert [(await browser.get(back)).status_code for back in reversed(backs)] == [303, 303]
+    for outcome, project in ((first, "tab-1"), (second, "tab-2")):
+        await world.settled("alice", outcome["session_id"])
+        assert len([s for s in world.tracker.calls("list_issues") if s.arguments["project"] == project]) == 1
+
+
 async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:
     secrets_seen = set(world.tracker.tokens_seen)
     secrets_seen |= {t["refresh_token"] for t in world.auth.issued if t.get("refresh_token")}

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from parley.core.oauth_flows import FLOW_S
 from parley.errors import OAuthClientError
 from parley.runtime.oauth.client import client_metadata
-from parley.runtime.oauth.flows import FlowRefused, OAuthFlows
+from parley.runtime.oauth.flows import FlowRefused, OAuthFlows, cookie_name
 from parley.server.v1_common import caller, guarded, problem, require_json
 
 logger = logging.getLogger(__name__)
@@ -31,7 +31,6 @@ CALLBACK_PATH = "/oauth/callback"
 METADATA_PATH = "/oauth/client-metadata.json"
 # The paths the bearer gate lets through: their requests are checked here, not by a token.
 OPEN_PATHS = frozenset({CALLBACK_PATH, METADATA_PATH})
-COOKIE = "parley_oauth_binding"
 
 _REFUSED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Not connected</title></head>
 <body><h1>The account was not connected</h1><p>{detail}</p><p>Nothing was stored. Ask the agent again
@@ -66,7 +65,7 @@ class OAuthRoutes:
             {"authorize_url": started.authorize_url}, headers={"Cache-Control": "no-store"}
         )
         response.set_cookie(
-            COOKIE,
+            started.cookie,
             started.binding,
             max_age=int(FLOW_S),
             path=self._cookie_path,
@@ -84,7 +83,7 @@ class OAuthRoutes:
                 query.get("code"),
                 query.get("iss"),
                 query.get("error"),
-                request.cookies.get(COOKIE),
+                request.cookies,
             )
         except FlowRefused as exc:
             return self._refused(exc.status, str(exc))
@@ -92,7 +91,11 @@ class OAuthRoutes:
             return self._refused(502, f"the authorization server cannot be used now: {exc}")
         response = RedirectResponse(page, status_code=303, headers={"Cache-Control": "no-store"})
         response.delete_cookie(
-            COOKIE, path=self._cookie_path, secure=self._secure, httponly=True, samesite="lax"
+            cookie_name(query.get("state") or ""),
+            path=self._cookie_path,
+            secure=self._secure,
+            httponly=True,
+            samesite="lax",
         )
         return response
 

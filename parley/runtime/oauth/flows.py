@@ -16,9 +16,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +62,8 @@ class Connect:
 
     authorize_url: str
     binding: str
+    # The cookie's name: one per flow, so two flows started in one browser do not undo each other.
+    cookie: str
 
     def __repr__(self) -> str:
         return "Connect(...)"
@@ -68,6 +71,11 @@ class Connect:
 
 def digest(value: str) -> str:
     return hashlib.sha256(b"parley oauth flow\0" + value.encode()).hexdigest()
+
+
+def cookie_name(state: str) -> str:
+    """The name of the browser-binding cookie of the flow with this state."""
+    return "parley_oauth_" + hashlib.sha256(b"parley oauth cookie\0" + state.encode()).hexdigest()[:16]
 
 
 def _verifier_key(flow: OAuthFlow) -> CredentialKey:
@@ -190,10 +198,15 @@ class OAuthFlows:
         await self._audit.record(
             who, CONNECT, session_id=flow.session_id, target=flow.server, issuer=found.issuer
         )
-        return Connect(url, binding)
+        return Connect(url, binding, cookie_name(state))
 
     async def callback(
-        self, state: str | None, code: str | None, iss: str | None, error: str | None, binding: str | None
+        self,
+        state: str | None,
+        code: str | None,
+        iss: str | None,
+        error: str | None,
+        cookies: Mapping[str, str],
     ) -> str:
         """The authorization server's redirect back; returns where the browser goes next.
 
@@ -207,6 +220,7 @@ class OAuthFlows:
         now = self._clock()
         if flow is None or not same_digest(flow.state_digest, digest(state)) or not flow.live(now):
             raise FlowRefused(400, "this authorization is unknown, used or expired")
+        binding = cookies.get(cookie_name(state))
         if binding is None or not same_digest(flow.binding_digest, digest(binding)):
             raise FlowRefused(400, "this authorization was started in another browser")
         try:
@@ -223,10 +237,12 @@ class OAuthFlows:
             raise FlowRefused(400, "this authorization is unknown, used or expired")
         page = self._auth.public_base + SESSION_PAGE.format(session=flow.session_id)
         if error is not None or not code:
+            # The error code only, as a word: the text is the browser's to choose, not the model's to read.
+            code_word = re.sub(r"[^a-z_]", "", str(error or "no code").lower())[:40]
             reason = (
                 "the person declined at the authorization server"
                 if error == "access_denied"
-                else (f"the authorization server answered {str(error)[:60]}")
+                else f"the authorization server answered {code_word}"
             )
             await self._resolve(flow, Resolution(declined=True, reason=reason))
             return page
