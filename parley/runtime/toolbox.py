@@ -153,6 +153,14 @@ def _input_asked(
     return ToolRun(status="awaiting_answer", result={}, remote=remote)
 
 
+def _not_sent(exc: NoCredential | NeedsAuthorization) -> ToolRun:
+    """A call the caller's credentials kept from its server: parked for the owner to connect, or a
+    tool error (headers_by_principal has no entry for them)."""
+    if isinstance(exc, NeedsAuthorization):
+        return _needs_authorization(exc)
+    return _failed(f"This call was not sent: {exc}.")
+
+
 def _needs_authorization(exc: NeedsAuthorization) -> ToolRun:
     """The call waits for its session's owner to connect (a session of nobody's fails instead)."""
     if exc.principal is None:
@@ -437,10 +445,8 @@ class Toolbox:
                     input_responses=input_responses,
                     request_state=request_state,
                 )
-            except NoCredential as exc:
-                return _failed(f"This call was not sent: {exc}.")
-            except NeedsAuthorization as exc:
-                return _needs_authorization(exc)
+            except (NoCredential, NeedsAuthorization) as exc:
+                return _not_sent(exc)
             except (CallNotSent, CallMaybeSent) as exc:
                 reached = reached or isinstance(exc, CallMaybeSent)
                 if reached and self._sources.closing:
