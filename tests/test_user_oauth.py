@@ -412,6 +412,42 @@ async def test_two_links_opened_in_one_browser_both_complete(world: World) -> No
         assert len([s for s in world.tracker.calls("list_issues") if s.arguments["project"] == project]) == 1
 
 
+async def test_connecting_once_resumes_the_owners_other_parked_calls(world: World) -> None:
+    assert await world.cli("credentials", "revoke", "alice", "tracker") == 0
+    first = await world.run("alice", "tracker__list_issues", {"project": "one-of-two"})
+    second = await world.run("alice", "tracker__list_issues", {"project": "two-of-two"})
+    assert (await world.authorize("alice", first)).status_code == 303
+    for outcome, project in ((first, "one-of-two"), (second, "two-of-two")):
+        session = await world.settled("alice", outcome["session_id"])
+        assert _call(session, "tracker__list_issues")["status"] == "succeeded", session
+        assert len([s for s in world.tracker.calls("list_issues") if s.arguments["project"] == project]) == 1
+    # The second link is done with: it opens nothing any more.
+    async with world.browser() as browser:
+        late = await world.connect(browser, "alice", _parked(second, world)["connect_url"])
+    assert late.status_code == 410, late.text
+
+
+async def test_a_call_whose_owner_connected_goes_on_at_its_deadline(world: World) -> None:
+    """If the callback's process stopped after storing the credential but before resuming the
+    call (here: the link was opened, then the account connected through another one), the
+    interrupt's deadline finds the account connected and the call runs instead of failing."""
+    assert await world.cli("credentials", "revoke", "alice", "tracker") == 0
+    stuck = await world.run("alice", "tracker__list_issues", {"project": "stuck"})
+    pending = _parked(stuck, world)
+    async with world.browser() as browser:
+        # Under way in a browser: connecting elsewhere leaves it to finish.
+        assert (await world.connect(browser, "alice", pending["connect_url"])).status_code == 200
+    other = await world.run("alice", "tracker__list_issues", {"project": "other"})
+    assert (await world.authorize("alice", other)).status_code == 303
+    await world.settled("alice", other["session_id"])
+    assert (await world.session("alice", stuck["session_id"]))["status"] == "waiting_for_input"
+    world.rows("UPDATE interrupts SET deadline = 1 WHERE id = ?", (pending["id"],))
+    world.rows("UPDATE sessions SET wake_at = 1 WHERE id = ?", (stuck["session_id"],))
+    session = await world.settled("alice", stuck["session_id"])
+    assert _call(session, "tracker__list_issues")["status"] == "succeeded", session
+    assert len([s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "stuck"]) == 1
+
+
 async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:
     secrets_seen = set(world.tracker.tokens_seen)
     secrets_seen |= {t["refresh_token"] for t in world.auth.issued if t.get("refresh_token")}

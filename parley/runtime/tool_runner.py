@@ -15,7 +15,14 @@ from opentelemetry.trace import Span
 from parley.config import AgentConfig
 from parley.core.effect_policy import Mishap, judge
 from parley.core.ids import TurnId, new_interrupt_id
-from parley.core.records import InterruptKind, InterruptRecord, Resolution, SessionRecord, ToolCallRecord
+from parley.core.records import (
+    AUTHORIZED,
+    InterruptKind,
+    InterruptRecord,
+    Resolution,
+    SessionRecord,
+    ToolCallRecord,
+)
 from parley.core.states import RUNNABLE_CALLS
 from parley.runtime.builtin_tools import ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.downstream_questions import DownstreamQuestions
@@ -175,9 +182,14 @@ class ToolRunner:
     async def _expire_deadlines(self, session: SessionRecord, now: float) -> None:
         for interrupt in await self._ctx.store.list_interrupts(session.id, pending_only=True):
             if interrupt.deadline is not None and interrupt.deadline <= now:
-                await self._ctx.steps.resolve_interrupt(
-                    session.id, interrupt.id, Resolution(expired=True), "deadline", now
-                )
+                resolution = Resolution(expired=True)
+                if interrupt.kind == "authorization_required" and await self._toolbox.connected(
+                    session, interrupt.payload.get("server")
+                ):
+                    # The owner connected after all (the callback's process stopped before it
+                    # resolved this, or another link did it): the call goes on instead.
+                    resolution = Resolution(answer=AUTHORIZED)
+                await self._ctx.steps.resolve_interrupt(session.id, interrupt.id, resolution, "deadline", now)
 
     async def _run_tool(
         self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, control: TurnControl

@@ -367,6 +367,14 @@ class Toolbox:
             return None
         return await self._flows.open(session, call, session.owner, scopes)
 
+    async def connected(self, session: SessionRecord, server: object) -> bool:
+        """Whether the session's owner has a usable token for the user_oauth server `server`."""
+        caller = caller_of(session)
+        if self._flows is None or not isinstance(server, str) or not self._flows.applies(server):
+            return False
+        principal = caller.principal
+        return principal is not None and await self._flows.auth.access_token(server, principal) is not None
+
     def release_session(self, session_id: str) -> None:
         if self._sources is not None:
             self._sources.release_session(session_id)

@@ -524,6 +524,15 @@ class OAuthFlowStore(Protocol):
         it is unused and unexpired at `now`; False (nothing written) otherwise."""
         ...
 
+    async def live_flows(self, principal: str, server: str, now: float) -> list[OAuthFlow]:
+        """The unused, unexpired flows of `principal` for `server`, oldest first."""
+        ...
+
+    async def close_flow(self, flow_id: str, now: float) -> bool:
+        """Mark the flow used without a callback (another flow connected the account); False when
+        it was used already."""
+        ...
+
     async def use_flow(self, flow_id: str, state_digest: str, now: float) -> bool:
         """Mark the flow used, once: True only for the first use, while it still has this state
         and is unexpired at `now`."""

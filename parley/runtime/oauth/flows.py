@@ -264,7 +264,18 @@ class OAuthFlows:
             scopes=granted,
         )
         await self._resolve(flow, Resolution(answer=AUTHORIZED))
+        await self._resume_others(flow, granted)
         return page
+
+    async def _resume_others(self, done: OAuthFlow, granted: tuple[str, ...]) -> None:
+        """The owner's other calls parked for this server (other sessions, other links) go on
+        too with the account now connected, unless they wait for a scope it was not granted. A
+        flow already under way in a browser is left to finish (its callback would be refused)."""
+        for other in await self._store.live_flows(done.principal, done.server, self._clock()):
+            if other.state_digest is not None or not set(other.scopes) <= set(granted):
+                continue
+            if await self._store.close_flow(other.id, self._clock()):
+                await self._resolve(other, Resolution(answer=AUTHORIZED))
 
     async def _resolve(self, flow: OAuthFlow, resolution: Resolution) -> None:
         result = "connected" if resolution.answer == AUTHORIZED else "not connected"

@@ -85,6 +85,20 @@ class SqlOAuthFlows(SqlBase):
         )
         return result.count > 0
 
+    async def live_flows(self, principal: str, server: str, now: float) -> list[OAuthFlow]:
+        rows = await self._rows(
+            f"SELECT {_COLUMNS} FROM oauth_flows WHERE principal = ? AND server = ? AND used_at IS NULL "
+            "AND expires_at > ? ORDER BY created_at",
+            (principal, server, now),
+        )
+        return [self._flow(row) for row in rows]
+
+    async def close_flow(self, flow_id: str, now: float) -> bool:
+        (result,) = await self._change(
+            Stmt("UPDATE oauth_flows SET used_at = ? WHERE id = ? AND used_at IS NULL", (now, flow_id))
+        )
+        return result.count > 0
+
     async def use_flow(self, flow_id: str, state_digest: str, now: float) -> bool:
         (result,) = await self._change(
             Stmt(
