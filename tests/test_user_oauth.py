@@ -76,6 +76,8 @@ class World:
     tokens: dict[str, str]  # parley's own bearer tokens, by person
     model: CallsNamedTool
     database: Database
+    # Servers whose client parley registers itself: by dynamic registration, by its metadata document.
+    others: dict[str, OAuthProtectedServer]
 
     def rows(self, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return self.database.rows(query, params)
@@ -86,12 +88,14 @@ class World:
         args = [*argv, "--config", str(self.server.config_path), *db]
         return await anyio.to_thread.run_sync(parley_main, args)
 
-    async def run(self, person: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def run(
+        self, person: str, tool: str, arguments: dict[str, Any], agent: str = "triage"
+    ) -> dict[str, Any]:
         """A session of `person` whose model calls `tool` once, then answers."""
         assert self.server.url is not None
         async with token_client(self.server.url, self.tokens[person]) as client:
             message = f"use {tool} {json.dumps(arguments)}"
-            return await call(client, "start_session", agent="triage", message=message)
+            return await call(client, "start_session", agent=agent, message=message)
 
     async def session(self, person: str, session_id: str) -> dict[str, Any]:
         assert self.server.url is not None
@@ -138,7 +142,9 @@ class World:
             return await browser.get(back)
 
     def credentials(self) -> list[tuple[Any, ...]]:
-        return self.rows("SELECT principal, server, issuer, updated_at FROM credentials ORDER BY principal")
+        return self.rows(
+            "SELECT principal, server, issuer, updated_at FROM credentials WHERE server = 'tracker' ORDER BY principal"
+        )
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
@@ -157,19 +163,28 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
     public_base = f"http://127.0.0.1:{port}"
     tokens = {p: f"parley-{p}-" + os.urandom(16).hex() for p in PEOPLE}
     with oauth_server() as auth:
-        async with oauth_protected_in_process(
-            auth.url, auth.key.public_jwk, wider={"label_issue": "tracker:write"}
-        ) as tracker:
-            auth.resources.add(tracker.url)
+        auth.open_registration = True
+        async with (
+            oauth_protected_in_process(
+                auth.url, auth.key.public_jwk, wider={"label_issue": "tracker:write"}
+            ) as tracker,
+            oauth_protected_in_process(auth.url, auth.key.public_jwk) as wiki,
+            oauth_protected_in_process(auth.url, auth.key.public_jwk) as docs,
+        ):
+            for protected in (tracker, wiki, docs):
+                auth.resources.add(protected.url)
             auth.register(CLIENT_ID, [public_base + "/oauth/callback"], scope="tracker:read tracker:write")
             config = write_config(
                 directory,
-                agents={"triage": {"mcp_servers": ["tracker"]}},
+                agents={"triage": {"mcp_servers": ["tracker"]}, "reader": {"mcp_servers": ["wiki", "docs"]}},
                 mcp_servers={
                     "tracker": {
                         "url": tracker.url,
                         "auth": {"mode": "user_oauth", "client_id": CLIENT_ID, "scopes": ["tracker:read"]},
-                    }
+                    },
+                    "wiki": {"url": wiki.url, "auth": {"mode": "user_oauth", "registration": "dynamic"}},
+                    # auto, without a client id: the metadata document, which the server supports.
+                    "docs": {"url": docs.url, "auth": {"mode": "user_oauth"}},
                 },
                 auth=tokens_auth(tokens),
                 http={"public_url": public_base + "/mcp"},
@@ -181,18 +196,46 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
             async with InProcessServer(
                 config, http=True, db=database.db_arg, port=port, env=env, model=model
             ) as server:
-                yield World(server, directory, tracker, auth, tokens, model, database)
+                yield World(
+                    server, directory, tracker, auth, tokens, model, database, {"wiki": wiki, "docs": docs}
+                )
 
 
-def _parked(outcome: dict[str, Any], world: World) -> dict[str, Any]:
+def _parked(outcome: dict[str, Any], world: World, server: str = "tracker") -> dict[str, Any]:
     assert outcome["status"] == "waiting_for_input", outcome
     (pending,) = outcome["pending"]
     assert pending["kind"] == "authorization_required", pending
-    assert pending["server"] == "tracker" and pending["host"] == urlsplit(world.tracker.url).netloc
+    url = world.tracker.url if server == "tracker" else world.others[server].url
+    assert pending["server"] == server and pending["host"] == urlsplit(url).netloc
     assert pending["connect_url"].startswith(world.server.base_url + "/ui/#/connect/flow_")
     # A parley link only: never the authorization server's URL.
     assert world.auth.url not in str(outcome)
     return dict(pending)
+
+
+@pytest.mark.parametrize("server", ["wiki", "docs"])
+async def test_parley_registers_itself_without_a_client_id(world: World, server: str) -> None:
+    """wiki: dynamic registration (RFC 7591); docs: a Client ID Metadata Document parley serves,
+    which the authorization server fetches."""
+    outcome = await world.run("bob", f"{server}__list_issues", {"project": server}, agent="reader")
+    pending = _parked(outcome, world, server)
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "bob", pending["connect_url"])
+        authorize_url = connected.json()["authorize_url"]
+        client_id = parse_qs(urlsplit(authorize_url).query)["client_id"][0]
+        back = await world.consent(browser, authorize_url, "bob")
+        assert (await browser.get(back)).status_code == 303
+    await world.settled("bob", outcome["session_id"])
+    assert [(s.user, s.arguments) for s in world.others[server].calls()] == [("bob", {"project": server})]
+    if server == "wiki":
+        assert client_id.startswith("dyn-"), client_id
+    else:
+        assert client_id == world.server.base_url + "/oauth/client-metadata.json"
+        assert client_id in world.auth.fetched_documents
+        async with world.browser() as plain:
+            document = (await plain.get(client_id)).json()
+        assert document["client_id"] == client_id
+        assert document["redirect_uris"] == [world.server.base_url + "/oauth/callback"]
 
 
 def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:
