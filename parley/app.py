@@ -476,6 +476,11 @@ async def serve_stdio(
     async with running_app(config, tracing, seams) as app, anyio.create_task_group() as tg:
         server = await mcp_server(config, app, tg)
         await tg.start(_on_signal, tg.cancel_scope.cancel)
+        if app.oauth is not None:
+            # Connect links and the callback are HTTP routes: over stdio alone nobody can finish one.
+            logger.warning(
+                "servers with auth user_oauth need parley served over HTTP too (parley serve --http)"
+            )
         if ready_hint:
             sys.stderr.write(ready_hint)
             sys.stderr.flush()

@@ -92,6 +92,14 @@ async def _document(http: httpx2.AsyncClient, url: str) -> dict[str, Any] | None
     return value if isinstance(value, dict) else None
 
 
+def _web_url(url: str) -> bool:
+    """https, or http to a loopback address only (a person's browser is sent to these)."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.netloc:
+        return True
+    return parts.scheme == "http" and (parts.hostname or "") in ("127.0.0.1", "localhost", "::1")
+
+
 def _same_resource(resource: str, server_url: str) -> bool:
     """RFC 9728 §3.3: the metadata's resource is the server's URL, or a prefix of it on its origin."""
     a, b = urlsplit(resource), urlsplit(server_url)
@@ -143,6 +151,15 @@ async def authorization_server(http: httpx2.AsyncClient, issuer: str) -> ServerM
             metadata = ServerMetadata.model_validate(document)
         except ValidationError as exc:
             raise OAuthClientError(f"the metadata at {url} is incomplete: {exc.errors()[0]['loc']}") from None
+        for endpoint in (
+            metadata.authorization_endpoint,
+            metadata.token_endpoint,
+            metadata.registration_endpoint,
+        ):
+            if endpoint is not None and not _web_url(endpoint):
+                raise OAuthClientError(
+                    f"the metadata at {url} names an endpoint that is not https: {endpoint[:100]}"
+                )
         if metadata.issuer != issuer:
             raise OAuthClientError(f"the metadata at {url} names issuer {metadata.issuer}, not {issuer}")
         if "code" not in metadata.response_types_supported:
