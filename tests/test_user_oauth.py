@@ -21,6 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 import anyio
 import httpx2
 import pytest
+from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult
 
 from parley.cli import main as parley_main
 from parley.config.loading import load_config
@@ -489,6 +490,39 @@ async def test_a_call_whose_owner_connected_goes_on_at_its_deadline(world: World
     session = await world.settled("alice", stuck["session_id"])
     assert _call(session, "tracker__list_issues")["status"] == "succeeded", session
     assert len([s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "stuck"]) == 1
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_a_client_with_url_elicitation_is_sent_the_connect_link(world: World, mode: str) -> None:
+    """An MCP client that declares URL-mode elicitation is shown parley's connect link: while
+    start_session waits (2025-11-25), or in its input-required round (2026-07-28). Here it
+    completes the flow in the person's browser at once, and the same start_session call comes
+    back with the call run once."""
+    assert await world.cli("credentials", "revoke", "alice", "tracker") == 0
+    shown: list[ElicitRequestURLParams] = []
+
+    async def on_elicit(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestURLParams), params
+        shown.append(params)
+        async with world.browser() as browser:
+            connected = await world.connect(browser, "alice", params.url)
+            back = await world.consent(browser, connected.json()["authorize_url"], "alice")
+            assert (await browser.get(back)).status_code == 303
+        return ElicitResult(action="accept")
+
+    project = f"by-{mode}"
+    assert world.server.url is not None
+    async with token_client(
+        world.server.url, world.tokens["alice"], mode=mode, elicitation_callback=on_elicit
+    ) as client:
+        message = f"use tracker__list_issues {json.dumps({'project': project})}"
+        outcome = await call(client, "start_session", agent="triage", message=message)
+    assert outcome["status"] == "answered", (shown, outcome)
+    (params,) = shown
+    assert params.url.startswith(world.server.base_url + "/ui/#/connect/flow_"), params
+    assert "tracker" in params.message and world.auth.url not in params.url
+    ran = [s for s in world.tracker.calls("list_issues") if s.arguments["project"] == project]
+    assert len(ran) == 1
 
 
 async def test_no_token_is_found_in_clear_anywhere(world: World) -> None:

@@ -44,9 +44,6 @@ class PersonAnswers:
     async def put_to_person(self, person: Person, interrupt: InterruptRecord, deadline: float) -> None:
         """Ask the person behind a caller's client about one interrupt (withdrawn if it is resolved
         some other way first, or at `deadline` on anyio's clock) and apply what they answer."""
-        if interrupt.kind == "authorization_required":
-            # Not a form: only the owner's browser completes it, through the connect link.
-            return
         resolution = await self._ask(person.ask, interrupt, deadline)
         if resolution is not None:
             await self._resolve(person.caller, interrupt.session_id, interrupt, resolution, "elicitation")
