@@ -78,6 +78,12 @@ def cookie_name(state: str) -> str:
     return "parley_oauth_" + hashlib.sha256(b"parley oauth cookie\0" + state.encode()).hexdigest()[:16]
 
 
+def _host(url: str) -> str:
+    """The server's host (and port) as people are shown it: never a user name or password the URL holds."""
+    parts = urlsplit(url)
+    return f"{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}"
+
+
 def _verifier_key(flow: OAuthFlow) -> CredentialKey:
     # The associated data of a flow's verifier names the flow: it opens for this flow only.
     return CredentialKey(principal=flow.principal, server=flow.server, issuer=f"flow {flow.id}")
@@ -128,14 +134,14 @@ class OAuthFlows:
             scopes=scopes,
         )
         await self._store.put_flow(flow)
-        url = self._auth.server_url(server)
+        host = _host(self._auth.server_url(server))
         payload: dict[str, Any] = {
             "server": server,
-            "host": urlsplit(url).netloc,
+            "host": host,
             "tool": call.name,
             "flow_id": flow.id,
             "connect_url": self._auth.public_base + CONNECT_PAGE.format(flow=flow.id),
-            "question": f"Connect your account at {server} ({urlsplit(url).netloc}) so the agent can call "
+            "question": f"Connect your account at {server} ({host}) so the agent can call "
             f"{call.name} as you.",
         }
         if scopes:
