@@ -35,6 +35,7 @@ from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.model import ModelClient
 from parley.runtime.model_titles import ModelTitles
+from parley.runtime.oauth.flows import OAuthFlows, build_oauth
 from parley.runtime.providers.anthropic import AnthropicModelClient
 from parley.runtime.providers.openai import OpenAIModelClient
 from parley.runtime.retention import RetentionSweep
@@ -57,6 +58,7 @@ from parley.server.http import (
     uvicorn_config,
 )
 from parley.server.metrics_route import MetricsSources
+from parley.server.oauth_routes import OAuthRoutes
 from parley.server.results import as_wire, outcome_result
 from parley.server.stdio import run_stdio
 from parley.server.tools import build_mcp_server
@@ -114,6 +116,8 @@ class App:
     schedules: ScheduleRunner
     # Outbound webhooks' delivery worker (None: no webhooks configured).
     webhooks: WebhookWorker | None = None
+    # OAuth to downstream servers with auth user_oauth (None: no server has it).
+    oauth: OAuthFlows | None = None
 
     async def health(self) -> dict[str, Any]:
         # `storage`: how the latest write ended ("ok", "full", "read_only", "busy", "error: ..."),
@@ -280,8 +284,11 @@ def _wire(
     store, clock = opened.store, seams.clock
     signals = SessionSignals(config.runtime.poll_interval_s, config.storage.listen_poll_interval_s)
     timings = _drive_settings(config)
-    sources = McpToolSources(config.mcp_servers, __version__)
-    toolbox = Toolbox(sources)
+    oauth = build_oauth(config, store, signals, process_id, clock)
+    sources = McpToolSources(
+        config.mcp_servers, __version__, tokens=oauth.auth if oauth is not None else None
+    )
+    toolbox = Toolbox(sources, oauth)
     agents = AgentCatalog(config.agents, store)
     metrics = RuntimeMetrics()
     driver = SessionDriver(
@@ -335,6 +342,7 @@ def _wire(
         clock=clock,
         webhooks=webhooks,
         schedules=ScheduleRunner(service.schedules, store, clock),
+        oauth=oauth,
     )
     return _Wired(app, watch, titles, agents)
 
@@ -468,6 +476,11 @@ async def serve_stdio(
     async with running_app(config, tracing, seams) as app, anyio.create_task_group() as tg:
         server = await mcp_server(config, app, tg)
         await tg.start(_on_signal, tg.cancel_scope.cancel)
+        if app.oauth is not None:
+            # Connect links and the callback are HTTP routes: over stdio alone nobody can finish one.
+            logger.warning(
+                "servers with auth user_oauth need parley served over HTTP too (parley serve --http)"
+            )
         if ready_hint:
             sys.stderr.write(ready_hint)
             sys.stderr.flush()
@@ -567,7 +580,10 @@ def _metrics(app: App) -> MetricsSources:
 
 def _v1(config: ServerConfig, app: App) -> V1Context:
     triggers = TriggerRoutes(config.triggers, app.store.find_started) if config.triggers else None
-    return V1Context(app.service, app.events, StreamSettings.of(config.http), triggers, config.http.base_path)
+    http = config.http
+    secure = (http.public_url or "").startswith("https:")
+    oauth = OAuthRoutes(app.oauth, http.base_path, secure) if app.oauth is not None else None
+    return V1Context(app.service, app.events, StreamSettings.of(http), triggers, http.base_path, oauth)
 
 
 async def _announce(

@@ -235,6 +235,11 @@ class CredentialError(ParleyError):
     key id, never a token or a key."""
 
 
+class OAuthClientError(ParleyError):
+    """parley as an OAuth client of a downstream server failed: discovery, registration, or the
+    token endpoint refused or answered badly. The message names what and where, never a token."""
+
+
 class ModelError(ParleyError):
     """A model call failed; the turn that made it records the message.
 

@@ -32,6 +32,7 @@ import json
 import secrets
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ Misbehaviour = Literal["wrong_iss", "wrong_state", "no_iss"] | None
 ACCESS_TOKEN_S = 300
 AUTH_METHODS = ["none", "client_secret_basic", "client_secret_post"]
 CODE_S = 60
+# parley's own scopes, and a downstream tracker's (parley as a client of it, tests/test_user_oauth.py).
+SCOPES = ["parley:use", "parley:admin", "parley:metrics", "tracker:read", "tracker:write"]
 
 
 class InvalidTargetError(OAuth2Error):  # type: ignore[misc]
@@ -333,6 +336,10 @@ class OAuthState:
     misbehave: Misbehaviour = None
     access_token_s: int = ACCESS_TOKEN_S
     url: str = ""
+    # Clients may also register themselves (RFC 7591 at /register) or be named by the URL of
+    # their Client ID Metadata Document, which the server fetches; the metadata says so.
+    open_registration: bool = False
+    fetched_documents: list[str] = field(default_factory=list)
 
     @property
     def issuer(self) -> str:
@@ -351,12 +358,34 @@ class OAuthState:
                 "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": AUTH_METHODS,
                 "revocation_endpoint_auth_methods_supported": AUTH_METHODS,
-                "scopes_supported": ["parley:use", "parley:admin", "parley:metrics"],
+                "scopes_supported": SCOPES,
                 "authorization_response_iss_parameter_supported": True,
             }
         )
+        if self.open_registration:
+            document["registration_endpoint"] = self.url + "/register"
+            document["client_id_metadata_document_supported"] = True
         document.validate()
         return dict(document)
+
+    def client(self, client_id: str) -> Client | None:
+        """A registered client, or one named by its metadata document's URL (fetched once)."""
+        known = self.clients.get(client_id)
+        if (
+            known is not None
+            or not self.open_registration
+            or not client_id.startswith(("http://", "https://"))
+        ):
+            return known
+        self.fetched_documents.append(client_id)
+        try:
+            with urllib.request.urlopen(client_id, timeout=TEST_DEADLINE_S) as response:
+                document = json.loads(response.read())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(document, dict) or document.get("client_id") != client_id:
+            return None
+        return self.register(client_id, list(document.get("redirect_uris") or []), " ".join(SCOPES))
 
     def register(
         self, client_id: str, redirect_uris: list[str], scope: str = "parley:use", secret: str | None = None
@@ -373,7 +402,7 @@ class OAuthState:
 
 class OAuthServer(AuthorizationServer):  # type: ignore[misc]
     def __init__(self, state: OAuthState) -> None:
-        super().__init__(scopes_supported=["parley:use", "parley:admin", "parley:metrics"])
+        super().__init__(scopes_supported=SCOPES)
         self.state = state
         self.register_grant(CodeGrant, [S256Only(required=True)])
         self.register_grant(RefreshGrant)
@@ -381,7 +410,7 @@ class OAuthServer(AuthorizationServer):  # type: ignore[misc]
         self.register_extension(Issuer(state))
 
     def query_client(self, client_id: str) -> Client | None:
-        return self.state.clients.get(client_id)
+        return self.state.client(client_id)
 
     def save_token(self, token: dict[str, Any], request: Request) -> None:
         self.state.issued.append(dict(token))
@@ -545,6 +574,9 @@ def oauth_server(key: SigningKey | None = None) -> Iterator[OAuthState]:
                 self._answer(response)
 
         def do_POST(self) -> None:
+            if urlsplit(self.path).path == "/register" and state.open_registration:
+                self._register()  # a JSON body, not a form
+                return
             form = self._read_form()
             self._record(form)
             path = urlsplit(self.path).path
@@ -565,6 +597,20 @@ def oauth_server(key: SigningKey | None = None) -> Iterator[OAuthState]:
                 self._answer(server.create_endpoint_response("revocation", self._request(form)))
             else:
                 self._json(404, {"error": "not_found"})
+
+        def _register(self) -> None:
+            """RFC 7591: a public client with the redirect URIs it asks for."""
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                body = None
+            uris = body.get("redirect_uris") if isinstance(body, dict) else None
+            if not isinstance(uris, list) or not uris:
+                self._json(400, {"error": "invalid_redirect_uri"})
+                return
+            client = state.register("dyn-" + secrets.token_hex(8), [str(u) for u in uris], " ".join(SCOPES))
+            self._json(201, {"client_id": client.client_id, "redirect_uris": client.redirect_uris})
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -25,8 +25,8 @@ from parley.errors import InvalidArgument
 from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.builtin_tools import ASK_USER
 from parley.runtime.model import ModelResponse, RequestedCall, ToolSpec
+from parley.runtime.offer import Binding, Offer
 from parley.runtime.service import SendRequest, SessionQuery, SessionService, StartRequest
-from parley.runtime.toolbox import Binding, Offer
 from parley.storage.ports import Store
 from parley.testing.model import ScriptedModelClient
 from tests.driver_support import NO_WAIT, service, started_session

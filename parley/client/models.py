@@ -50,13 +50,18 @@ class ToolCall(_Model):
 
 
 class Interrupt(_Model):
-    """A pending approval (`kind == "approval"`: `tool`, `arguments`, `effect`) or question
-    (`kind == "question"`: `question`, `choices`, `allows_free_text`)."""
+    """A pending approval (`kind == "approval"`: `tool`, `arguments`, `effect`), question
+    (`kind == "question"`: `question`, `choices`, `allows_free_text`) or authorization
+    (`kind == "authorization_required"`: `server`, `host`, `connect_url`)."""
 
     id: str
-    kind: Literal["approval", "question"]
+    kind: Literal["approval", "question", "authorization_required"]
     tool_call_id: str | None = None
     tool: str | None = None
+    # authorization_required: the server, its host, and the connect link the session's owner opens.
+    server: str | None = None
+    host: str | None = None
+    connect_url: str | None = None
     arguments: dict[str, Any] | None = None
     effect: str | None = None
     question: str | None = None

@@ -338,7 +338,7 @@ def check_public_url(value: str) -> str | None:
 
 
 # parley's own first path segments: a prefix named like one would take requests meant for it.
-_OWN_SEGMENTS = ("ui", "v1", "mcp", "healthz", "metrics", ".well-known")
+_OWN_SEGMENTS = ("ui", "v1", "mcp", "healthz", "metrics", ".well-known", "oauth")
 _PATH_SEGMENT = re.compile(r"[A-Za-z0-9._~-]+")
 
 

@@ -265,6 +265,37 @@ def _base_path_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigErr
     return problems
 
 
+def _user_oauth_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
+    """A server with auth user_oauth keeps tokens (credentials:) and sends people to parley's own
+    connect links and callback (http.public_url)."""
+    problems = []
+    for name, server in sorted(file_cfg.mcp_servers.items()):
+        if server.auth is None:
+            continue
+        if file_cfg.credentials is None:
+            problems.append(
+                ConfigError(
+                    E_FIELD,
+                    file,
+                    "credentials",
+                    f"mcp_servers.{name} has auth user_oauth, whose tokens are stored encrypted: add "
+                    "credentials: {key_env: NAME} (or key_file), with a key from `parley credentials new-key`",
+                )
+            )
+        if file_cfg.http.public_url is None:
+            problems.append(
+                ConfigError(
+                    E_FIELD,
+                    file,
+                    "http.public_url",
+                    f"mcp_servers.{name} has auth user_oauth: set http.public_url (e.g. "
+                    "https://parley.example.com/mcp), the base of the connect links people open and of the "
+                    "OAuth callback",
+                )
+            )
+    return problems
+
+
 def _http_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
     """What http: and auth: say together."""
     http, auth = file_cfg.http, file_cfg.auth
@@ -284,6 +315,7 @@ def _http_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
             )
         )
     problems += _base_path_problems(file_cfg, file)
+    problems += _user_oauth_problems(file_cfg, file)
     for i, host in enumerate(http.allowed_hosts):
         problem = check_allowed_host(host)
         if problem:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from parley.config.base import Strict
+from parley.config.mcp_auth import UserOAuthConfig
 
 Effect = Literal["read", "idempotent_write", "non_idempotent_write", "unclassified"]
 ApprovalPolicy = Literal["always", "never", "auto"]
@@ -41,6 +42,13 @@ class McpServerConfig(Strict):
             "HTTP: request headers by principal (e.g. each user's own token, from ${NAME}). A session's calls "
             "carry its owner's headers, on a connection of that principal's own; a principal without an "
             "entry gets a tool error and no call, never another principal's headers."
+        ),
+    )
+    auth: UserOAuthConfig | None = Field(
+        None,
+        description=(
+            "HTTP: how each principal's token for this server is obtained ({mode: user_oauth, ...}); needs "
+            "credentials: and http.public_url. Unset: the server gets headers only."
         ),
     )
     trust_annotations: bool = Field(
@@ -87,7 +95,10 @@ class McpServerConfig(Strict):
         300.0,
         gt=0,
         le=86_400,
-        description="per_session, headers_by_principal: a session's or a principal's connection unused for this many seconds is closed.",
+        description=(
+            "per_session, headers_by_principal, user_oauth: a session's or a principal's connection unused for "
+            "this many seconds is closed."
+        ),
     )
     max_result_chars: int = Field(
         20_000,
@@ -150,6 +161,13 @@ class McpServerConfig(Strict):
             raise ValueError("'url' must start with http:// or https://")
         if self.headers_by_principal and self.url is None:
             raise ValueError("'headers_by_principal' is for HTTP servers ('url'); a stdio server takes 'env'")
+        if self.auth is not None and self.url is None:
+            raise ValueError("'auth' is for HTTP servers ('url'): a stdio server is started by parley itself")
+        if self.auth is not None and self.headers_by_principal:
+            raise ValueError(
+                "give 'auth' (user_oauth: each principal's token from OAuth) or 'headers_by_principal' "
+                "(each principal's token from the environment), not both"
+            )
         if self.task_poll_min_s > self.task_poll_max_s:
             raise ValueError("'task_poll_min_s' must not exceed 'task_poll_max_s'")
         return self

@@ -15,7 +15,8 @@ from typing import Literal
 
 # What a ciphertext is of: its kind is part of the associated data, so an access token's
 # ciphertext does not decrypt as the refresh token of the same row.
-TokenKind = Literal["access", "refresh"]
+# A pending flow's PKCE verifier is sealed the same way, as its own kind, with the flow in its key.
+TokenKind = Literal["access", "refresh", "pkce_verifier"]
 
 # A token is refreshed this long before it expires, so a call started just before the expiry
 # does not reach the server with a token that lapses on the way.

@@ -37,6 +37,11 @@ def new_queued_message_id() -> QueuedMessageId:
     return QueuedMessageId(_new("qm"))
 
 
+def new_flow_id() -> str:
+    """A pending authorization at a downstream server (its connect link names it)."""
+    return _new("flow")
+
+
 def new_interrupt_id() -> str:
     return _new("int")
 

@@ -28,7 +28,11 @@ from parley.core.states import ToolCallStatus as ToolCallStatus
 from parley.core.states import TurnMode as TurnMode
 from parley.core.states import TurnStatus as TurnStatus
 
-InterruptKind = Literal["approval", "question"]
+# authorization_required: a call waits for its session's owner to connect their account at a
+# downstream server (runtime/oauth/); the person's browser resolves it, never a tool's answer.
+InterruptKind = Literal["approval", "question", "authorization_required"]
+# The answer an authorization_required interrupt is resolved with once the owner connected.
+AUTHORIZED = "authorized"
 ResolveOutcome = Literal["resolved", "already_resolved", "conflict", "not_found", "wrong_kind", "not_pending"]
 Role = Literal["user", "assistant", "tool"]
 

@@ -48,6 +48,18 @@ from parley.core.states import (
 
 def resolution_text(kind: str, resolution: Resolution) -> tuple[str, ToolCallStatus, InterruptStatus]:
     """The tool result the model reads, the call's final status, and the interrupt's status."""
+    if kind == "authorization_required":
+        if resolution.expired:
+            text = "The user did not connect their account before the connect link expired; the call was not sent."
+            return text, "failed", "expired"
+        if resolution.declined:
+            reason = f" ({resolution.reason})" if resolution.reason else ""
+            return (
+                f"The user declined to connect their account{reason}; the call was not sent.",
+                "failed",
+                "declined",
+            )
+        return "The user connected their account.", "pending", "answered"
     if kind == "approval":
         if resolution.expired:
             return "No one approved this call before its deadline, so it was not run.", "rejected", "expired"
@@ -134,12 +146,15 @@ def resolve_interrupt(
         retry_ready = call is not None and call.status == "awaiting_answer" and not others_pending
         if retry_ready and call is not None and not asked_in_place(interrupt):
             changes.calls[call.id] = {"status": "pending"}
+    elif call is not None and interrupt.kind == "authorization_required" and call_status == "pending":
+        # Connected: the call goes to its server now, once, with the owner's new token.
+        changes.calls[call.id] = {"status": "pending"}
     elif call is not None:
         if interrupt_status == "approved":
             # Ready to run: the driver runs approved calls without asking again.
             changes.calls[call.id] = {"status": "pending", "decision": "approved"}
         else:
-            result: dict[str, Any] = {"text": text, "is_error": call_status == "rejected"}
+            result: dict[str, Any] = {"text": text, "is_error": call_status in ("rejected", "failed")}
             if interrupt.kind == "question":
                 result["answer"] = resolution.answer
                 result["declined"] = resolution.declined or resolution.expired

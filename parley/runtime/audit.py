@@ -50,6 +50,8 @@ SCHEDULED = "scheduled_start"  # a schedule's tick started a session (principal:
 SCHEDULE = "schedule"  # a schedule made, paused, resumed or deleted with the tools (detail: what)
 REVOKE_CREDENTIALS = "revoke_credentials"  # a principal's downstream credentials deleted (target: whose)
 ROTATE_KEY = "rotate_credential_key"  # every credential encrypted again under the current key
+CONNECT = "connect_account"  # a connect link opened (target: the server); refused for anyone but the owner
+AUTHORIZE = "authorize_account"  # a connect flow's callback: the account connected, declined or failed
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})
 
 

@@ -171,6 +171,13 @@ class CredentialVault:
         stored = await self._store.get_credential(key)
         return None if stored is None else self._open(stored)
 
+    async def of_server(self, principal: str, server: str) -> ClearCredential | None:
+        """`principal`'s credential for `server`, opened: the newest, whatever its issuer."""
+        rows = [c for c in await self._store.list_credentials(principal) if c.key.server == server]
+        if not rows:
+            return None
+        return self._open(max(rows, key=lambda c: c.updated_at))
+
     async def revoke(self, principal: str, server: str | None = None) -> int:
         """Delete `principal`'s credentials (for `server` only, unless None); return how many."""
         return await self._store.delete_credentials(principal, server)

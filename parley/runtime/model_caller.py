@@ -26,9 +26,10 @@ from parley.runtime.attachments import AttachmentBytes, with_attachment_data
 from parley.runtime.builtin_tools import WRITE_TODOS
 from parley.runtime.leased_transcript import LeasedTranscript
 from parley.runtime.model import ChatMessage, ModelClient, ModelRequest, ModelResponse, ToolSpec
+from parley.runtime.offer import Offer
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
-from parley.runtime.toolbox import Offer, Toolbox, caller_of, enabled_tools
+from parley.runtime.toolbox import Toolbox, caller_of, enabled_tools
 from parley.runtime.transcript import assistant_content, latest_messages, to_chat_messages
 
 logger = logging.getLogger(__name__)

@@ -21,6 +21,9 @@ class ToolRun:
     todos: list[dict[str, Any]] | None = None
     remote: dict[str, Any] | None = None
     wake_at: float | None = None
+    # awaiting_answer for want of the owner's token at a user_oauth server: the call parks with
+    # an authorization_required interrupt, asking for these scopes (empty: the configured ones).
+    authorize: tuple[str, ...] | None = None
 
     @property
     def waits(self) -> bool:

@@ -15,12 +15,19 @@ from opentelemetry.trace import Span
 from parley.config import AgentConfig
 from parley.core.effect_policy import Mishap, judge
 from parley.core.ids import TurnId, new_interrupt_id
-from parley.core.records import InterruptKind, InterruptRecord, Resolution, SessionRecord, ToolCallRecord
+from parley.core.records import (
+    AUTHORIZED,
+    InterruptKind,
+    InterruptRecord,
+    Resolution,
+    SessionRecord,
+    ToolCallRecord,
+)
 from parley.core.states import RUNNABLE_CALLS
 from parley.runtime.builtin_tools import ToolOutcome, parse_ask_user, parse_durable_wait
 from parley.runtime.downstream_questions import DownstreamQuestions
 from parley.runtime.mcp.connection import Asker
-from parley.runtime.mcp.sources import CallCutByShutdown
+from parley.runtime.mcp.failures import CallCutByShutdown
 from parley.runtime.session_log import about
 from parley.runtime.step_context import StepContext, TurnControl
 from parley.runtime.tool_run import ToolRun, ended
@@ -30,6 +37,11 @@ logger = logging.getLogger(__name__)
 
 # How much of a failed tool call's text its log line repeats.
 LOGGED_RESULT_CHARS = 300
+_WAITING_FOR = {
+    "question": "an answer to question",
+    "approval": "a decision on approval",
+    "authorization_required": "the owner to connect an account for",
+}
 # How long an ending turn waits for the servers to take the cancels of its downstream tasks.
 REMOTE_CANCEL_S = 5.0
 
@@ -130,9 +142,10 @@ class ToolRunner:
         payload: dict[str, Any],
         deadline: float | None,
         now: float,
+        interrupt_id: str | None = None,
     ) -> None:
         interrupt = InterruptRecord(
-            id=new_interrupt_id(),
+            id=interrupt_id or new_interrupt_id(),
             session_id=session.id,
             turn_id=call.turn_id,
             tool_call_id=call.id,
@@ -148,7 +161,7 @@ class ToolRunner:
         logger.info(
             "session %s: waiting for %s %s on call %s (%s)",
             session.id,
-            "an answer to question" if kind == "question" else "a decision on approval",
+            _WAITING_FOR[kind],
             interrupt.id,
             call.id,
             call.name,
@@ -169,9 +182,14 @@ class ToolRunner:
     async def _expire_deadlines(self, session: SessionRecord, now: float) -> None:
         for interrupt in await self._ctx.store.list_interrupts(session.id, pending_only=True):
             if interrupt.deadline is not None and interrupt.deadline <= now:
-                await self._ctx.steps.resolve_interrupt(
-                    session.id, interrupt.id, Resolution(expired=True), "deadline", now
-                )
+                resolution = Resolution(expired=True)
+                if interrupt.kind == "authorization_required" and await self._toolbox.connected(
+                    session, interrupt.payload.get("server")
+                ):
+                    # The owner connected after all (the callback's process stopped before it
+                    # resolved this, or another link did it): the call goes on instead.
+                    resolution = Resolution(answer=AUTHORIZED)
+                await self._ctx.steps.resolve_interrupt(session.id, interrupt.id, resolution, "deadline", now)
 
     async def _run_tool(
         self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, control: TurnControl
@@ -255,6 +273,9 @@ class ToolRunner:
     async def _commit_run(
         self, session: SessionRecord, call: ToolCallRecord, run: ToolRun, lease: str
     ) -> None:
+        if run.authorize is not None:
+            await self._park_for_authorization(session, call, run.authorize, lease)
+            return
         if run.status == "awaiting_answer":
             assert run.remote is not None
             wait_s = self._toolbox.input_wait_s(call.server)
@@ -287,6 +308,22 @@ class ToolRunner:
             todos=run.todos,
         )
         _log_tool_result(session, call, run)
+
+    async def _park_for_authorization(
+        self, session: SessionRecord, call: ToolCallRecord, scopes: tuple[str, ...], lease: str
+    ) -> None:
+        """Nothing was sent: the call waits for the session's owner to connect their account."""
+        interrupt = await self._toolbox.authorization(session, call, scopes)
+        now = self._ctx.clock()
+        if interrupt is None:
+            text = f"This call was not sent: {call.server} needs an account connected, which parley cannot ask for here."
+            await self._ctx.steps.commit_tool_result(
+                session.id, lease, call.id, "failed", {"text": text, "is_error": True}, now
+            )
+            return
+        await self._raise(
+            session, call, lease, interrupt.kind, interrupt.payload, interrupt.deadline, now, interrupt.id
+        )
 
     async def cancel_remote_tasks(self, session: SessionRecord, turn_id: TurnId) -> None:
         """Ask the servers to cancel the downstream tasks the ending turn still waits on (best

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -17,9 +17,8 @@ from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResul
 
 from parley.config import AgentConfig
 from parley.core.effect_policy import Mishap, judge
-from parley.core.machine import SET_RESULT_NAME
 from parley.core.plans import PLANNING_BUILTINS
-from parley.core.records import SessionRecord, ToolCallRecord
+from parley.core.records import InterruptRecord, SessionRecord, ToolCallRecord
 from parley.runtime.builtin_tools import (
     BUILTIN_EFFECTS,
     RESERVED_NAMES,
@@ -30,19 +29,22 @@ from parley.runtime.builtin_tools import (
 from parley.runtime.mcp.connection import Asker, Caller
 from parley.runtime.mcp.downstream_tasks import DownstreamTasks
 from parley.runtime.mcp.effects import classify
-from parley.runtime.mcp.naming import assign_names
-from parley.runtime.mcp.remote import TaskHandle
-from parley.runtime.mcp.results import convert_result
-from parley.runtime.mcp.sources import (
+from parley.runtime.mcp.failures import (
     CallCutByShutdown,
     CallMaybeSent,
     CallNotSent,
     CallRefused,
-    McpToolSources,
+    NeedsAuthorization,
     NoCredential,
     ToolSourceUnavailable,
 )
+from parley.runtime.mcp.naming import assign_names, exposed_name
+from parley.runtime.mcp.remote import TaskHandle
+from parley.runtime.mcp.results import convert_result
+from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.model import ToolSpec
+from parley.runtime.oauth.flows import OAuthFlows
+from parley.runtime.offer import Binding, Offer
 from parley.runtime.tool_run import ToolRun, by_effect, ended
 from parley.runtime.tool_run import failed as _failed
 
@@ -53,60 +55,8 @@ RESOURCE_TOOLS = ("mcp_list_resources", "mcp_read_resource", "mcp_get_prompt")
 ToolProgress = ProgressFnT
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Binding:
-    """What a name the model may call stands for."""
-
-    name: str
-    source: str  # builtin | mcp | resources
-    effect: str
-    requires_approval: bool = False
-    server: str | None = None
-    tool: str | None = None
-    # May run in a planning turn: write_todos, ask_user, resource reads, and MCP tools that
-    # parley's configuration classifies as read (never on a server's own annotations).
-    plans: bool = False
-
-
-@dataclass(slots=True)
-class Offer:
-    tools: list[ToolSpec] = field(default_factory=list)
-    bindings: dict[str, Binding] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    unavailable: dict[str, str] = field(default_factory=dict)
-
-    def narrowed(self, enabled: Sequence[str] | None) -> Offer:
-        """Only the tools a session's settings.enabled_tools names (None: all of them), never more:
-        a name the offer lacks stays out. A task session keeps set_result, the way it ends."""
-        if enabled is None:
-            return self
-        keep = {*enabled, SET_RESULT_NAME}
-        return Offer(
-            tools=[t for t in self.tools if t.name in keep],
-            bindings={name: b for name, b in self.bindings.items() if name in keep},
-            warnings=self.warnings,
-            unavailable={
-                s: why for s, why in self.unavailable.items() if any(n.startswith(f"{s}__") for n in keep)
-            },
-        )
-
-    def for_planning(self) -> Offer:
-        """Only what a planning turn may call."""
-        return Offer(
-            tools=[t for t in self.tools if (b := self.bindings.get(t.name)) is not None and b.plans],
-            bindings={name: b for name, b in self.bindings.items() if b.plans},
-            warnings=self.warnings,
-            unavailable=self.unavailable,
-        )
-
-    def binding(self, name: str) -> Binding:
-        found = self.bindings.get(name)
-        if found is not None:
-            return found
-        # A name of a server that could not be listed: remember the server to explain later.
-        server = next((s for s in self.unavailable if name.startswith(f"{s}__")), None)
-        return Binding(name=name, source="unknown", effect="unclassified", server=server)
-
+# The tool offered in place of a user_oauth server's tools until the owner connects.
+CONNECT_TOOL = "connect_account"
 
 # Rounds of questions one call may ask before it is given up.
 MAX_INPUT_ROUNDS = 10
@@ -148,6 +98,21 @@ def _input_asked(
     return ToolRun(status="awaiting_answer", result={}, remote=remote)
 
 
+def _not_sent(exc: NoCredential | NeedsAuthorization) -> ToolRun:
+    """A call the caller's credentials kept from its server: parked for the owner to connect, or a
+    tool error (headers_by_principal has no entry for them)."""
+    if isinstance(exc, NeedsAuthorization):
+        return _needs_authorization(exc)
+    return _failed(f"This call was not sent: {exc}.")
+
+
+def _needs_authorization(exc: NeedsAuthorization) -> ToolRun:
+    """The call waits for its session's owner to connect (a session of nobody's fails instead)."""
+    if exc.principal is None:
+        return _failed(f"This call was not sent: {exc}. Answer without it.")
+    return ToolRun(status="awaiting_answer", result={}, authorize=exc.scopes)
+
+
 def enabled_tools(settings: Mapping[str, Any]) -> list[str] | None:
     """The tools a session's settings narrow it to (None: every tool of its agent)."""
     enabled = settings.get("enabled_tools")
@@ -167,8 +132,10 @@ def tool_context(agent: AgentConfig, session: SessionRecord) -> ToolContext:
 
 
 class Toolbox:
-    def __init__(self, sources: McpToolSources | None) -> None:
+    def __init__(self, sources: McpToolSources | None, flows: OAuthFlows | None = None) -> None:
         self._sources = sources
+        # The pending authorizations of user_oauth servers (None: no server has auth).
+        self._flows = flows
         self._downstream_tasks = DownstreamTasks(sources, time.time) if sources is not None else None
 
     # ------------------------------------------------------------------ offering
@@ -194,6 +161,12 @@ class Toolbox:
             except ToolSourceUnavailable as exc:
                 offer.warnings.append(f"{exc}. Its tools are left out of this step.")
                 offer.unavailable[ref.server] = exc.reason
+                if (
+                    isinstance(exc, NeedsAuthorization)
+                    and exc.principal is not None
+                    and self._flows is not None
+                ):
+                    self._offer_connect(ref.server, offer)
                 continue
             for tool in tools:
                 if ref.include is not None and tool.name not in ref.include:
@@ -236,6 +209,24 @@ class Toolbox:
         if agent.mcp_resources:
             self._offer_resource_tools(agent, offer)
         return offer
+
+    def _offer_connect(self, server: str, offer: Offer) -> None:
+        """In place of the tools of a user_oauth server the owner has not connected: one tool that
+        asks them to (the model cannot call tools it is not shown)."""
+        name = exposed_name(server, CONNECT_TOOL)
+        offer.tools.append(
+            ToolSpec(
+                name=name,
+                description=(
+                    f"Ask the user to connect their account at {server}, whose tools need it. Call this when the "
+                    "request needs that server; once they have, its tools are offered."
+                ),
+                input_schema={"type": "object", "properties": {}},
+            )
+        )
+        offer.bindings[name] = Binding(
+            name=name, source="unknown", effect="read", server=server, tool=CONNECT_TOOL
+        )
 
     def _offer_resource_tools(self, agent: AgentConfig, offer: Offer) -> None:
         servers = sorted({ref.server for ref in agent.mcp_servers})
@@ -297,6 +288,9 @@ class Toolbox:
             return await self._run_resources(call, agent, session)
         if call.source == "unknown" and call.server is not None:
             caller = caller_of(session)
+            cfg = self._sources.servers.get(call.server) if self._sources is not None else None
+            if cfg is not None and cfg.auth is not None:
+                return await self._run_unlisted(call, agent, session, on_progress, on_input)
             if self._sources is not None and self._sources.lacks_credential(call.server, caller):
                 return _failed(
                     f"Tool '{call.name}' was not called: {NoCredential(call.server, caller.principal)}. "
@@ -308,6 +302,23 @@ class Toolbox:
                 f"({reason or 'it did not list its tools'}). Answer without it, or try again later."
             )
         return _from_builtin(run_builtin(call.name, call.arguments, tool_context(agent, session)))
+
+    async def authorization(
+        self, session: SessionRecord, call: ToolCallRecord, scopes: tuple[str, ...]
+    ) -> InterruptRecord | None:
+        """The authorization_required interrupt (and its flow) a call parks on; None when parley
+        has no flows for its server."""
+        if self._flows is None or not self._flows.applies(call.server) or session.owner is None:
+            return None
+        return await self._flows.open(session, call, session.owner, scopes)
+
+    async def connected(self, session: SessionRecord, server: object) -> bool:
+        """Whether the session's owner has a usable token for the user_oauth server `server`."""
+        caller = caller_of(session)
+        if self._flows is None or not isinstance(server, str) or not self._flows.applies(server):
+            return False
+        principal = caller.principal
+        return principal is not None and await self._flows.auth.access_token(server, principal) is not None
 
     def release_session(self, session_id: str) -> None:
         if self._sources is not None:
@@ -387,8 +398,8 @@ class Toolbox:
                     input_responses=input_responses,
                     request_state=request_state,
                 )
-            except NoCredential as exc:
-                return _failed(f"This call was not sent: {exc}.")
+            except (NoCredential, NeedsAuthorization) as exc:
+                return _not_sent(exc)
             except (CallNotSent, CallMaybeSent) as exc:
                 reached = reached or isinstance(exc, CallMaybeSent)
                 if reached and self._sources.closing:
@@ -417,6 +428,55 @@ class Toolbox:
                 continue
             stored = convert_result(result, cfg.max_result_chars)
             return ToolRun(status="failed" if stored["is_error"] else "succeeded", result=stored)
+
+    async def _run_unlisted(
+        self,
+        call: ToolCallRecord,
+        agent: AgentConfig,
+        session: SessionRecord,
+        on_progress: ToolProgress | None,
+        on_input: Asker | None,
+    ) -> ToolRun:
+        """A call of a user_oauth server's tool that was not offered (its owner had not connected
+        then): it parks until they do, and then runs as the tool it names, if one does not need
+        a person's approval."""
+        assert self._sources is not None and call.server is not None
+        server, caller = call.server, caller_of(session)
+        try:
+            tools = await self._sources.list_tools(server, caller)
+        except NeedsAuthorization as exc:
+            return _needs_authorization(exc)
+        except ToolSourceUnavailable as exc:
+            return _failed(
+                f"Tool '{call.name}' is not available: {exc}. Answer without it, or try again later."
+            )
+        name = call.tool or call.name.removeprefix(f"{server}__")
+        if name == CONNECT_TOOL and call.tool == CONNECT_TOOL:
+            return ToolRun(
+                status="succeeded",
+                result={
+                    "text": f"The user's account at {server} is connected; its tools are offered from the next step.",
+                    "is_error": False,
+                },
+            )
+        tool = next((t for t in tools if t.name == name), None)
+        ref = next((r for r in agent.mcp_servers if r.server == server), None)
+        if tool is None or ref is None:
+            return _failed(f"{server} has no tool '{name}'. Its tools are offered from the next step.")
+        cfg = self._sources.servers[server]
+        classified = classify(
+            tool.annotations,
+            trust_annotations=cfg.trust_annotations,
+            server_policy=cfg.tools.get(tool.name),
+            agent_policy=ref.tools.get(tool.name),
+        )
+        if classified.requires_approval:
+            return _failed(
+                f"The account at {server} is connected now, but {call.name} needs a person's approval: "
+                "call it again (it is offered from the next step)."
+            )
+        bound = replace(call, source="mcp", tool=tool.name, effect=classified.effect)
+        return await self._run_mcp(bound, session, on_progress, on_input, None)
 
     async def _listed(self, server: str, tool: str, caller: Caller) -> Tool | None:
         """The tool as its server lists it (after a restart the listing may not be cached yet)."""

@@ -13,10 +13,18 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.session import ServerSession
 from mcp.shared.message import ServerMessageMetadata
-from mcp.types import ElicitRequest, ElicitRequestFormParams, ElicitResult, InputRequiredResult, RequestId
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    InputRequiredResult,
+    RequestId,
+)
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
@@ -95,6 +103,35 @@ def resolution_from(interrupt: InterruptRecord, result: ElicitResult) -> Resolut
     return Resolution(answer=str(answer)) if isinstance(answer, str) and answer.strip() else None
 
 
+def connect_request(interrupt: InterruptRecord) -> ElicitRequest | None:
+    """The URL-mode elicitation of an authorization_required interrupt: its connect link."""
+    url = interrupt.payload.get("connect_url")
+    if not isinstance(url, str):
+        return None
+    message = str(interrupt.payload.get("question") or "Connect your account to go on.")
+    return ElicitRequest(params=ElicitRequestURLParams(message=message, url=url, elicitation_id=interrupt.id))
+
+
+async def point_to_connect_link(
+    session: ServerSession, request_id: RequestId | None, interrupt: InterruptRecord
+) -> bool:
+    """URL-mode elicitation (2025-11-25) of an authorization_required interrupt, to a client that
+    declared it: the person is shown parley's connect link (never the authorization server's
+    URL). Whatever the client answers, the interrupt waits for the owner's callback. False: the
+    client takes no URL elicitation, or the request failed."""
+    request = connect_request(interrupt)
+    if request is None or not takes_urls(session):
+        return False
+    try:
+        await session.send_request(
+            request, ElicitResult, metadata=ServerMessageMetadata(related_request_id=request_id)
+        )
+    except Exception as exc:
+        logger.info("URL elicitation for %s failed: %s", interrupt.id, type(exc).__name__)
+        return False
+    return True
+
+
 def ask_human_through(ctx: Context) -> AskHuman | None:
     """An AskHuman for this request, or None when the client cannot be asked now."""
     if not _can_elicit(ctx):
@@ -107,6 +144,12 @@ def asking(session: ServerSession, request_id: RequestId | None, task_id: str | 
     elicitation names the task it belongs to (a 2025-11-25 task's tasks/result)."""
 
     async def ask(interrupt: InterruptRecord) -> Resolution | None:
+        if interrupt.kind == "authorization_required":
+            if await point_to_connect_link(session, request_id, interrupt):
+                # The callback resolves it once the owner has connected; then the asking is
+                # withdrawn (or at the caller's deadline), and the wait goes on.
+                await anyio.sleep_forever()
+            return None
         message, schema = form(interrupt)
         meta = {RELATED_TASK_META: {"taskId": task_id}} if task_id else None
         request = ElicitRequest(
@@ -149,10 +192,28 @@ def form(interrupt: InterruptRecord) -> tuple[str, dict[str, Any]]:
     return approval_form(interrupt) if interrupt.kind == "approval" else question_form(interrupt)
 
 
-def input_requests(pending: list[InterruptRecord]) -> dict[str, ElicitRequest]:
-    """One form per interrupt, keyed by the interrupt (so a key is never reused for another)."""
+def takes_urls(session: ServerSession) -> bool:
+    """Whether the client declared URL-mode elicitation."""
+    caps = session.client_capabilities
+    return caps is not None and caps.elicitation is not None and caps.elicitation.url is not None
+
+
+def askable(interrupt: InterruptRecord, url_mode: bool) -> bool:
+    """Whether an input-required round can put the interrupt to the person: an authorization only
+    as its connect link, to a client that takes URLs."""
+    return interrupt.kind != "authorization_required" or url_mode
+
+
+def input_requests(pending: list[InterruptRecord], url_mode: bool = False) -> dict[str, ElicitRequest]:
+    """One form per interrupt, keyed by the interrupt (so a key is never reused for another); an
+    authorization as its connect link (URL mode), or not at all."""
     requests = {}
     for interrupt in pending:
+        if interrupt.kind == "authorization_required":
+            request = connect_request(interrupt)
+            if url_mode and request is not None:
+                requests[input_key(interrupt)] = request
+            continue
         message, schema = form(interrupt)
         requests[input_key(interrupt)] = ElicitRequest(
             params=ElicitRequestFormParams(message=message, requested_schema=schema)
@@ -160,8 +221,11 @@ def input_requests(pending: list[InterruptRecord]) -> dict[str, ElicitRequest]:
     return requests
 
 
-def input_required(pending: list[InterruptRecord], state: dict[str, Any]) -> InputRequiredResult:
-    return InputRequiredResult(input_requests=dict(input_requests(pending)), request_state=json.dumps(state))
+def input_required(
+    pending: list[InterruptRecord], state: dict[str, Any], url_mode: bool = False
+) -> InputRequiredResult:
+    requests = input_requests(pending, url_mode)
+    return InputRequiredResult(input_requests=dict(requests), request_state=json.dumps(state))
 
 
 def answers_from(ctx: Context, pending: list[InterruptRecord]) -> list[tuple[InterruptRecord, Resolution]]:
@@ -175,6 +239,8 @@ def match_answers(
     """Answers keyed as input_requests keyed them; unknown keys and malformed answers are ignored."""
     answered = []
     for interrupt in pending:
+        if interrupt.kind == "authorization_required":
+            continue  # only the owner's callback resolves it
         response = responses.get(input_key(interrupt))
         if isinstance(response, Mapping):
             try:

@@ -32,6 +32,7 @@ from parley.server.http_limits import BodyDeadline, CallerShare, ConnectionLimit
 from parley.server.http_prefix import strip_base_path
 from parley.server.http_sessions import SessionLimits, SessionTable
 from parley.server.metrics_route import MetricsSources, metrics_route
+from parley.server.oauth_routes import OPEN_PATHS as OAUTH_OPEN_PATHS
 from parley.server.ui_routes import with_ui
 from parley.server.ui_signin import UiSignIn
 from parley.server.v1_common import V1Context
@@ -168,6 +169,8 @@ def build_http_app(
 
     routes = [Route("/mcp", endpoint=sessions), Route("/healthz", healthz, methods=["GET"])]
     routes += v1_routes(v1) if v1 is not None else []
+    oauth = v1.oauth if v1 is not None else None
+    routes += oauth.open_routes() if oauth is not None else []
     routes += [metrics_route(metrics)] if metrics is not None else []
     starlette_app = Starlette(routes=routes + (auth.routes if auth else []), lifespan=lifespan)
     limits = connection_limits(config, multi_user=auth is not None)
@@ -182,7 +185,8 @@ def build_http_app(
     app: ASGIApp = BodyDeadline(starlette_app, limits)
     app = CallerShare(app, limits)
     if auth is not None:
-        app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths | signed)
+        oauth_paths = OAUTH_OPEN_PATHS if oauth is not None else frozenset()
+        app = BearerGate(app, auth.verifier, auth.challenge, auth.open_paths | signed | oauth_paths)
     if v1 is not None:
         # The page for people (/ui): open, since it asks for the token; its data comes from /v1.
         app = with_ui(app, sign_in)

@@ -52,6 +52,7 @@ from parley.server.elicitation import (
     can_elicit,
     input_requests,
     match_answers,
+    takes_urls,
 )
 from parley.server.wire import iso
 
@@ -307,7 +308,7 @@ class McpTaskGateway(Extension):
         if task.status == "input_required":
             view["inputRequests"] = {
                 key: request.model_dump(by_alias=True, mode="json", exclude_none=True)
-                for key, request in input_requests(state.pending).items()
+                for key, request in input_requests(state.pending, takes_urls(ctx.session)).items()
             }
         elif task.status == "completed":
             view["result"] = task.result or {"content": []}

@@ -64,7 +64,7 @@ def _pending_by_age(pending: list[InterruptRecord], now: float) -> GaugeMetricFa
         age = now - interrupt.created_at
         label = next(name for name, bound in AGE_BUCKETS if age < bound)
         counts[(interrupt.kind, label)] = counts.get((interrupt.kind, label), 0) + 1
-    for kind in ("approval", "question"):
+    for kind in ("approval", "question", "authorization_required"):
         for label, _ in AGE_BUCKETS:
             family.add_metric(["database", kind, label], counts.get((kind, label), 0))
     return family

@@ -96,7 +96,12 @@ def render_pending(sid: str, pending: list[PendingView]) -> list[str]:
     lines = []
     for p in pending:
         until = f" (deadline {p.deadline})" if p.deadline else ""
-        if p.kind == "approval":
+        if p.kind == "authorization_required":
+            lines += [
+                f"- authorization_required {p.id}{until}: {p.question}",
+                f"  the session's owner opens {p.connect_url} in a browser, signed in to parley, to connect",
+            ]
+        elif p.kind == "approval":
             lines += [
                 f"- approval {p.id}{until}: {p.tool} ({p.effect}) with {json.dumps(p.arguments, ensure_ascii=False)}",
                 f'  approve(session_id="{sid}", decisions=[{{"interrupt_id": "{p.id}", "approved": true}}])'

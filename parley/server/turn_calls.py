@@ -24,9 +24,11 @@ from parley.runtime.session_access import AskHuman
 from parley.server.elicitation import (
     answers_from,
     ask_human_through,
+    askable,
     can_ask_by_input_required,
     input_required,
     retry_state,
+    takes_urls,
 )
 from parley.server.plan_review import PlanReview
 from parley.server.results import error, outcome_result
@@ -153,21 +155,24 @@ class ToolCalls:
         """The turn outcome, or, for a 2026-07-28 client that can show forms (and whose person the
         agent takes decisions from), an input-required result asking for the interrupts it was not
         asked about yet in this call."""
-        fresh = [i for i in outcome.pending if i.id not in asked]
+        url_mode = takes_urls(ctx.request_context.session)
+        fresh = [i for i in outcome.pending if i.id not in asked and askable(i, url_mode)]
         if (
             outcome.status == "waiting_for_input"
             and fresh
             and can_ask_by_input_required(ctx)
             and await self._service.access.may_answer_as_person(caller.who, outcome.session_id)
         ):
-            return _input_required(outcome, asked, fresh)
+            return _input_required(outcome, asked, fresh, url_mode)
         return outcome_result(outcome)
 
 
-def _input_required(outcome: TurnOutcome, asked: list[str], fresh: list[InterruptRecord]) -> CallToolResult:
+def _input_required(
+    outcome: TurnOutcome, asked: list[str], fresh: list[InterruptRecord], url_mode: bool
+) -> CallToolResult:
     state = {
         "session_id": outcome.session_id,
         "turn_id": outcome.turn_id,
         "asked": [*asked, *(i.id for i in fresh)],
     }
-    return cast(CallToolResult, input_required(outcome.pending, state))
+    return cast(CallToolResult, input_required(outcome.pending, state, url_mode))

@@ -41,6 +41,7 @@ from parley.runtime.tracing import request_ended, request_span
 from parley.server.auth_tokens import principal_of
 
 if TYPE_CHECKING:
+    from parley.server.oauth_routes import OAuthRoutes
     from parley.server.triggers import TriggerRoutes
 
 logger = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class V1Context:
     triggers: TriggerRoutes | None = None
     # http.base_path: the prefix of the paths parley hands out (a history's attachment URLs).
     base_path: str = ""
+    # Connect links and the OAuth callback (server/oauth_routes.py); None: no server has auth.
+    oauth: OAuthRoutes | None = None
 
 
 def caller(request: Request) -> Principal:

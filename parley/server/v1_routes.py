@@ -26,6 +26,7 @@ def v1_routes(ctx: V1Context) -> list[Route]:
         *([TriggerEndpoint(ctx.service, ctx.triggers).route()] if ctx.triggers is not None else []),
         *ScheduleEndpoints(ctx).routes(),
         *AccountEndpoints(ctx).routes(),
+        *(ctx.oauth.v1_routes() if ctx.oauth is not None else []),
     ]
 
 

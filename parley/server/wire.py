@@ -21,10 +21,10 @@ from parley.core.records import (
     TurnRecord,
 )
 from parley.core.states import OutcomeStatus
+from parley.runtime.offer import Offer
 from parley.runtime.service import SessionDetails, TurnOutcome
 from parley.runtime.session_access import Decider
 from parley.runtime.session_labels import format_time
-from parley.runtime.toolbox import Offer
 
 # Tool results in outcomes are cut to this length; get_session shows the transcript in full.
 RESULT_PREVIEW_CHARS = 2000
@@ -58,9 +58,20 @@ class ToolCallView(BaseModel):
 
 class PendingView(BaseModel):
     id: str = Field(description="Pass as interrupt_id to approve or answer_question.")
-    kind: Literal["approval", "question"]
+    kind: Literal["approval", "question", "authorization_required"]
     tool_call_id: str | None = None
     tool: str | None = Field(None, description="Approvals: the tool the agent wants to call.")
+    server: str | None = Field(
+        None, description="authorization_required: the MCP server whose account the owner connects."
+    )
+    host: str | None = Field(None, description="authorization_required: that server's host.")
+    connect_url: str | None = Field(
+        None,
+        description=(
+            "authorization_required: parley's connect link, which only the session's owner can complete "
+            "(signed in to parley); never the authorization server's own URL."
+        ),
+    )
     arguments: dict[str, Any] | None = None
     effect: str | None = None
     question: str | None = None
@@ -436,6 +447,9 @@ def pending_view(interrupt: InterruptRecord) -> PendingView:
         question=p.get("question"),
         choices=list(p.get("choices") or []),
         allows_free_text=bool(p.get("allows_free_text", False)),
+        server=p.get("server") if interrupt.kind == "authorization_required" else None,
+        host=p.get("host"),
+        connect_url=p.get("connect_url"),
         deadline=iso(interrupt.deadline),
         created_at=iso(interrupt.created_at),
     )

@@ -12,6 +12,7 @@ from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
 from parley.core.credentials import CredentialKey, Sealed, StoredCredential
 from parley.core.forks import ForkedSession, ForkOutcome, ForkSource
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
+from parley.core.oauth_flows import OAuthFlow
 from parley.core.records import (
     AgentVersionRecord,
     AttachmentBlob,
@@ -507,7 +508,39 @@ class CredentialStore(Protocol):
         ...
 
 
+class OAuthFlowStore(Protocol):
+    """Pending authorizations at downstream servers (core/oauth_flows.py), each used once."""
+
+    async def put_flow(self, flow: OAuthFlow) -> None:
+        """Store a new flow (no state, binding or verifier yet)."""
+        ...
+
+    async def get_flow(self, flow_id: str) -> OAuthFlow | None: ...
+
+    async def flow_by_state(self, state_digest: str) -> OAuthFlow | None: ...
+
+    async def start_flow(self, flow: OAuthFlow, now: float) -> bool:
+        """Write the flow's state digest, browser binding, issuer, scopes and sealed verifier, while
+        it is unused and unexpired at `now`; False (nothing written) otherwise."""
+        ...
+
+    async def live_flows(self, principal: str, server: str, now: float) -> list[OAuthFlow]:
+        """The unused, unexpired flows of `principal` for `server`, oldest first."""
+        ...
+
+    async def close_flow(self, flow_id: str, now: float) -> bool:
+        """Mark the flow used without a callback (another flow connected the account); False when
+        it was used already."""
+        ...
+
+    async def use_flow(self, flow_id: str, state_digest: str, now: float) -> bool:
+        """Mark the flow used, once: True only for the first use, while it still has this state
+        and is unexpired at `now`."""
+        ...
+
+
 class Store(
+    OAuthFlowStore,
     CredentialStore,
     WebhookOutbox,
     StepStore,

@@ -42,6 +42,7 @@ TABLE_NAMES = {
     "schedules": "schedules",
     "schedule_ticks": "schedule ticks",
     "credentials": "credentials",
+    "oauth_flows": "pending authorizations",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000

@@ -203,6 +203,27 @@ MIGRATIONS: tuple[Migration, ...] = (
             "updated_at double precision NOT NULL, PRIMARY KEY (principal, server, issuer))"
         ),
     ),
+    Migration(
+        "27: oauth_flows: pending authorizations of a principal at a downstream server, each for one parked "
+        "call's interrupt: the state and browser binding as digests, the PKCE verifier encrypted, the "
+        "issuer, the expiry and when it was used (once)",
+        sqlite=(
+            "CREATE TABLE oauth_flows (id TEXT PRIMARY KEY, principal TEXT NOT NULL, server TEXT NOT NULL, "
+            "session_id TEXT NOT NULL, interrupt_id TEXT NOT NULL, scopes TEXT NOT NULL, state_digest TEXT, "
+            "binding_digest TEXT, issuer TEXT, key_id TEXT, verifier_nonce BLOB, verifier_ciphertext BLOB, "
+            "created_at REAL NOT NULL, expires_at REAL NOT NULL, used_at REAL);"
+            "CREATE UNIQUE INDEX oauth_flows_state ON oauth_flows (state_digest)"
+        ),
+        postgres=(
+            'CREATE TABLE oauth_flows (id text COLLATE "C" PRIMARY KEY, principal text COLLATE "C" NOT NULL, '
+            'server text COLLATE "C" NOT NULL, session_id text COLLATE "C" NOT NULL, '
+            'interrupt_id text COLLATE "C" NOT NULL, scopes json NOT NULL, state_digest text COLLATE "C", '
+            'binding_digest text COLLATE "C", issuer text COLLATE "C", key_id text COLLATE "C", '
+            "verifier_nonce bytea, verifier_ciphertext bytea, created_at double precision NOT NULL, "
+            "expires_at double precision NOT NULL, used_at double precision);"
+            "CREATE UNIQUE INDEX oauth_flows_state ON oauth_flows (state_digest)"
+        ),
+    ),
 )
 
 # The newest version this parley knows.
@@ -236,6 +257,7 @@ DATA_TABLES = (
     "schedules",
     "schedule_ticks",
     "credentials",
+    "oauth_flows",
 )
 
 

@@ -13,7 +13,8 @@ from parley import __version__
 from parley.config import E_SERVER_TOOL, McpServerConfig, ServerConfig
 from parley.errors import ConfigError
 from parley.runtime.mcp.connection import Caller
-from parley.runtime.mcp.sources import McpToolSources, ToolSourceUnavailable
+from parley.runtime.mcp.failures import ToolSourceUnavailable
+from parley.runtime.mcp.sources import McpToolSources
 
 
 def contacted(servers: Mapping[str, McpServerConfig]) -> str:
@@ -52,6 +53,13 @@ async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], l
     async with anyio.create_task_group() as tg:
         await tg.start(sources.run)
         for name in sorted(config.mcp_servers):
+            if config.mcp_servers[name].auth is not None:
+                # Listed only with a person's own token, which the check does not have.
+                warnings.append(
+                    f"MCP server '{name}' takes each person's own OAuth token (auth user_oauth): its tools are "
+                    "not listed here, so the tool names configured for it were not checked"
+                )
+                continue
             # A server with each principal's own headers is listed as each of them (a principal
             # whose credential it refuses is named in a warning).
             principals: list[str | None] = [*sorted(config.mcp_servers[name].headers_by_principal)] or [None]

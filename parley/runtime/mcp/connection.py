@@ -10,9 +10,10 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import shutil
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,32 @@ def request_headers(config: McpServerConfig, principal: str | None) -> dict[str,
     return {**config.headers, **own}
 
 
+class BearerAuth(httpx2.Auth):
+    """The bearer token of a user_oauth server's connection, set before each request (a refresh
+    changes it without a new connection), and what the server answered about it: a 401 (the token
+    is not accepted) or a 403 insufficient_scope (it needs a wider scope)."""
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+        self.unauthorized = 0
+        self.wider_scope: tuple[str, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"BearerAuth(unauthorized={self.unauthorized})"
+
+    def auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
+        if self.token is not None:
+            request.headers["Authorization"] = f"Bearer {self.token}"
+        response = yield request
+        if response.status_code == 401:
+            self.unauthorized += 1
+        elif response.status_code == 403:
+            challenge = response.headers.get("www-authenticate", "")
+            if "insufficient_scope" in challenge:
+                scope = re.search(r'scope="([^"]*)"', challenge)
+                self.wider_scope = tuple(scope.group(1).split()) if scope else ()
+
+
 class McpConnection:
     def __init__(
         self,
@@ -70,8 +97,11 @@ class McpConnection:
         version: str,
         stderr_level: int = logging.INFO,
         headers: dict[str, str] | None = None,
+        auth: BearerAuth | None = None,
     ) -> None:
         self.server = server
+        # user_oauth: the principal's bearer token, kept current by the sources.
+        self.auth = auth
         self._config = config
         # HTTP: the headers every request carries (the server's, or one principal's).
         self._headers = headers if headers is not None else dict(config.headers)
@@ -140,7 +170,9 @@ class McpConnection:
                     assert cfg.url is not None
                     http = await stack.enter_async_context(
                         httpx2.AsyncClient(
-                            headers=self._headers, timeout=httpx2.Timeout(cfg.connect_timeout_s, read=None)
+                            headers=self._headers,
+                            timeout=httpx2.Timeout(cfg.connect_timeout_s, read=None),
+                            auth=self.auth,
                         )
                     )
                     target = streamable_http_client(cfg.url, http_client=http)

@@ -21,9 +21,10 @@ from pydantic import ValidationError
 from parley.config import McpServerConfig
 from parley.core.records import ToolCallRecord
 from parley.runtime.mcp.connection import Asker, Caller
+from parley.runtime.mcp.failures import CallMaybeSent, CallNotSent, CallRefused
 from parley.runtime.mcp.remote import CORE_TASKS_VERSION, TASKS_EXTENSION, RemoteTask, TaskHandle
 from parley.runtime.mcp.results import convert_result
-from parley.runtime.mcp.sources import CallMaybeSent, CallNotSent, CallRefused, McpToolSources
+from parley.runtime.mcp.sources import McpToolSources
 from parley.runtime.tool_run import ToolRun, by_effect, failed
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,6 @@ import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -22,8 +21,6 @@ from mcp import Client, MCPError
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.types import (
     CallToolResult,
-    ElicitRequestFormParams,
-    ElicitResult,
     InputRequiredResult,
     InputResponses,
     RequestParamsMeta,
@@ -32,8 +29,25 @@ from mcp.types import (
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp import remote
-from parley.runtime.mcp.connection import NOBODY, Asker, Caller, McpConnection, _describe, request_headers
+from parley.runtime.mcp.connection import (
+    NOBODY,
+    Asker,
+    BearerAuth,
+    Caller,
+    McpConnection,
+    _describe,
+    request_headers,
+)
+from parley.runtime.mcp.failures import (
+    CallMaybeSent,
+    CallNotSent,
+    CallRefused,
+    NeedsAuthorization,
+    NoCredential,
+    ToolSourceUnavailable,
+)
 from parley.runtime.mcp.remote import RemoteTask, TaskHandle
+from parley.runtime.mcp.source_state import BearerTokens, Limit, Listing, Slot, per_principal
 
 logger = logging.getLogger(__name__)
 
@@ -48,111 +62,24 @@ ProgressCallback = ProgressFnT
 T = TypeVar("T")
 
 
-class ToolSourceUnavailable(Exception):
-    """The server could not be reached or listed; nothing was sent to it."""
-
-    def __init__(self, server: str, reason: str) -> None:
-        self.server, self.reason = server, reason
-        super().__init__(f"MCP server '{server}' is unavailable: {reason}")
-
-
-class CallNotSent(ToolSourceUnavailable):
-    """Connecting failed before the call was sent: it provably did not run."""
-
-
-class NoCredential(CallNotSent):
-    """The server takes each principal's own headers and the caller's principal has none: nothing
-    was sent, and trying again will not help until the operator adds them."""
-
-    def __init__(self, server: str, principal: str | None) -> None:
-        who = (
-            f"principal '{principal}'"
-            if principal is not None
-            else "this session, which carries no principal's credentials (a schedule another principal "
-            "made for its owner started it)"
-        )
-        super().__init__(
-            server,
-            f"it has no credential for {who} (the operator adds headers_by_principal for them to "
-            f"mcp_servers.{server} in parley.yaml)",
-        )
-
-
-class CallMaybeSent(Exception):
-    """The connection broke or the call timed out after it was sent: it may have run."""
-
-
-class CallCutByShutdown(Exception):
-    """The call's connection closed because parley is stopping: the call may have run. It is left
-    unfinished, as a crash leaves it, so the next process judges it (a read runs again)."""
-
-    def __init__(self, server: str) -> None:
-        self.server = server
-        super().__init__(f"a call to MCP server '{server}' was cut by parley's shutdown")
-
-
-class CallRefused(Exception):
-    """The server answered with a JSON-RPC error (unknown tool, bad params...): it did not run the tool."""
-
-    def __init__(self, message: str, code: int | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(slots=True)
-class _Listing:
-    tools: list[Tool] | None = None
-    expires_at: float = 0.0
-    failures: int = 0
-    retry_at: float = 0.0
-    error: str | None = None
-    refreshing: bool = False
-    # Set once the warm-up's first listing ended (a turn that needs the tools waits for it
-    # instead of listing a second time).
-    warmed: anyio.Event | None = None
-
-
-@dataclass(slots=True)
-class _Slot:
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    connection: McpConnection | None = None
-
-
-class _Limit:
-    """A request's time limit, put back while the server's question waits for the user: the time
-    to answer is the asker's own bound (input_wait_s), not the call's."""
-
-    def __init__(self) -> None:
-        self.scope: anyio.CancelScope | None = None
-
-    def extended_by(self, asker: Asker) -> Asker:
-        async def ask(params: ElicitRequestFormParams) -> ElicitResult:
-            scope = self.scope
-            started, deadline = anyio.current_time(), scope.deadline if scope is not None else math.inf
-            if scope is not None:
-                scope.deadline = math.inf
-            try:
-                return await asker(params)
-            finally:
-                if scope is not None:
-                    # The question's time does not count against the call.
-                    scope.deadline = deadline + (anyio.current_time() - started)
-
-        return ask
-
-
 class McpToolSources:
     def __init__(
-        self, servers: Mapping[str, McpServerConfig], version: str, stderr_level: int = logging.INFO
+        self,
+        servers: Mapping[str, McpServerConfig],
+        version: str,
+        stderr_level: int = logging.INFO,
+        tokens: BearerTokens | None = None,
     ) -> None:
         self._servers = dict(servers)
+        # The principals' tokens for servers with auth user_oauth (runtime/oauth/bearer.py).
+        self._tokens = tokens
         self._version = version
         # Where stdio servers' stderr lines go in the log (`parley check`: DEBUG, out of sight).
         self._stderr_level = stderr_level
         # By (server, session for per_session, principal for headers_by_principal).
-        self._slots: dict[tuple[str, str | None, str | None], _Slot] = {}
+        self._slots: dict[tuple[str, str | None, str | None], Slot] = {}
         # By (server, principal for headers_by_principal): each principal may see other tools.
-        self._listings: dict[tuple[str, str | None], _Listing] = {}
+        self._listings: dict[tuple[str, str | None], Listing] = {}
         self._tg: TaskGroup | None = None
         self._closing = False
         self._in_flight = 0
@@ -197,11 +124,22 @@ class McpToolSources:
         return (
             server,
             caller.session_id if cfg.scope == "per_session" else None,
-            caller.principal if cfg.headers_by_principal else None,
+            caller.principal if per_principal(cfg) else None,
         )
 
     def _listing_key(self, server: str, caller: Caller) -> tuple[str, str | None]:
-        return (server, caller.principal if self._servers[server].headers_by_principal else None)
+        return (server, caller.principal if per_principal(self._servers[server]) else None)
+
+    async def _bearer(self, server: str, caller: Caller) -> str | None:
+        """The caller's token for a user_oauth server (None: not one). Raises NeedsAuthorization."""
+        if self._servers[server].auth is None:
+            return None
+        token = None
+        if caller.principal is not None and self._tokens is not None:
+            token = await self._tokens.access_token(server, caller.principal)
+        if token is None:
+            raise NeedsAuthorization(server, caller.principal)
+        return token
 
     async def _connection(self, server: str, caller: Caller) -> McpConnection:
         if self._tg is None:
@@ -210,15 +148,21 @@ class McpToolSources:
         headers = request_headers(cfg, caller.principal)
         if headers is None:
             raise NoCredential(server, caller.principal)
-        slot = self._slots.setdefault(self._key(server, caller), _Slot())
+        token = await self._bearer(server, caller)
+        slot = self._slots.setdefault(self._key(server, caller), Slot())
         async with slot.lock:
             if slot.connection is not None and slot.connection.alive:
+                if slot.connection.auth is not None:
+                    slot.connection.auth.token = token
                 slot.connection.touch()
                 return slot.connection
             tg = self._tg
             if tg is None:
                 raise CallNotSent(server, "parley is shutting down")
-            connection = McpConnection(server, cfg, self._version, self._stderr_level, headers)
+            auth = BearerAuth() if token is not None else None
+            if auth is not None:
+                auth.token = token
+            connection = McpConnection(server, cfg, self._version, self._stderr_level, headers, auth)
             try:
                 with anyio.fail_after(cfg.connect_timeout_s):
                     await tg.start(connection.run)
@@ -228,10 +172,26 @@ class McpToolSources:
                     server, f"no answer to the connection within {cfg.connect_timeout_s:g}s"
                 ) from exc
             except Exception as exc:
+                self._refused_token(server, caller, connection, 0)
                 self.connection_errors[server] += 1
                 raise CallNotSent(server, f"cannot connect: {_describe(exc)}") from exc
             slot.connection = connection
             return connection
+
+    def _refused_token(self, server: str, caller: Caller, connection: McpConnection, before: int) -> None:
+        """Raise NeedsAuthorization when the server answered 401 (after `before` of them) or 403
+        insufficient_scope to the connection's token: the request was not served."""
+        auth = connection.auth
+        if auth is None or caller.principal is None:
+            return
+        wider, auth.wider_scope = auth.wider_scope, None
+        if auth.unauthorized > before:
+            if self._tokens is not None and auth.token is not None:
+                self._tokens.rejected(server, caller.principal, auth.token)
+            connection.close()
+            raise NeedsAuthorization(server, caller.principal, refused=True)
+        if wider is not None:
+            raise NeedsAuthorization(server, caller.principal, wider)
 
     def release_session(self, session_id: str) -> None:
         """Close the per-session connections of a session that ended."""
@@ -266,14 +226,14 @@ class McpToolSources:
         for server in sorted(set(servers)):
             cfg = self._servers.get(server)
             # A per-session or per-principal server has no connection to start before a turn.
-            if cfg is None or cfg.scope == "per_session" or cfg.headers_by_principal:
+            if cfg is None or cfg.scope == "per_session" or per_principal(cfg):
                 continue
             if (server, None) in self._listings:
                 continue
-            listing = self._listings[(server, None)] = _Listing(refreshing=True, warmed=anyio.Event())
+            listing = self._listings[(server, None)] = Listing(refreshing=True, warmed=anyio.Event())
             self._tg.start_soon(self._warm, server, listing)
 
-    async def _warm(self, server: str, listing: _Listing) -> None:
+    async def _warm(self, server: str, listing: Listing) -> None:
         try:
             await self._refresh(server, NOBODY)
         except ToolSourceUnavailable as exc:
@@ -293,7 +253,7 @@ class McpToolSources:
         if request_headers(self._servers[server], caller.principal) is None:
             # Not the server's failure: no back-off, nothing recorded for other principals.
             raise NoCredential(server, caller.principal)
-        listing = self._listings.setdefault(self._listing_key(server, caller), _Listing())
+        listing = self._listings.setdefault(self._listing_key(server, caller), Listing())
         if listing.tools is None and listing.warmed is not None:
             await listing.warmed.wait()  # bounded by the connect and list timeouts
         now = anyio.current_time()
@@ -334,20 +294,37 @@ class McpToolSources:
             self._listings[self._listing_key(server, caller)].refreshing = False
 
     async def _refresh(self, server: str, caller: Caller) -> list[Tool]:
+        try:
+            return await self._list(server, caller)
+        except NeedsAuthorization as exc:
+            if not exc.refused:
+                raise
+            # A 401 to a user_oauth token: once more, with a refreshed one if there is one.
+            return await self._list(server, caller)
+
+    async def _list(self, server: str, caller: Caller) -> list[Tool]:
         cfg = self._servers[server]
-        listing = self._listings.setdefault(self._listing_key(server, caller), _Listing())
+        listing = self._listings.setdefault(self._listing_key(server, caller), Listing())
         try:
             connection = await self._connection(server, caller)
             tools: list[Tool] = []
             cursor: str | None = None
+            before = connection.auth.unauthorized if connection.auth is not None else 0
             with anyio.fail_after(cfg.list_timeout_s):
                 while True:
                     assert connection.client is not None
-                    page = await connection.client.list_tools(cursor=cursor, cache_mode="bypass")
+                    try:
+                        page = await connection.client.list_tools(cursor=cursor, cache_mode="bypass")
+                    except MCPError:
+                        self._refused_token(server, caller, connection, before)
+                        raise
                     tools.extend(page.tools)
                     cursor = page.next_cursor
                     if not cursor:
                         break
+        except (NoCredential, NeedsAuthorization):
+            # Not the server's failure: no back-off, nothing recorded for other principals.
+            raise
         except Exception as exc:
             reason = (
                 f"listing its tools took longer than {cfg.list_timeout_s:g}s"
@@ -417,7 +394,7 @@ class McpToolSources:
                 f"{server} answered the call with a result parley does not know: {result!r}"[:300]
             )
 
-        limit = _Limit()
+        limit = Limit()
 
         async def call(
             connection: McpConnection, client: Client
@@ -477,7 +454,7 @@ class McpToolSources:
         input_wait_s for a question) the request is given up and None returned — the task goes
         on, and is polled again."""
         cfg = self._servers[server]
-        limit = _Limit()
+        limit = Limit()
 
         async def result(connection: McpConnection, client: Client) -> CallToolResult | None:
             asker = limit.extended_by(on_input) if on_input is not None else None
@@ -525,11 +502,28 @@ class McpToolSources:
         caller: Caller,
         work: Callable[[McpConnection, Client], Awaitable[T]],
         timeout_s: float | None = None,
-        limit: _Limit | None = None,
+        limit: Limit | None = None,
     ) -> T:
         """Run one request on the server's connection, bounded by `timeout_s` (call_timeout_s by
         default; `limit` may extend it while the user answers a question), with its failures
-        sorted by whether the request may have reached the server."""
+        sorted by whether the request may have reached the server. A user_oauth server's 401 is
+        met with one more try: the token it refused is not sent again (a refresh replaces it, or
+        the caller needs to authorize)."""
+        try:
+            return await self._guarded_once(server, caller, work, timeout_s, limit)
+        except NeedsAuthorization as exc:
+            if not exc.refused:
+                raise
+            return await self._guarded_once(server, caller, work, timeout_s, limit)
+
+    async def _guarded_once(
+        self,
+        server: str,
+        caller: Caller,
+        work: Callable[[McpConnection, Client], Awaitable[T]],
+        timeout_s: float | None,
+        limit: Limit | None,
+    ) -> T:
         if server not in self._servers:
             raise CallNotSent(server, "not configured in parley.yaml any more")
         cfg = self._servers[server]
@@ -539,6 +533,7 @@ class McpToolSources:
         if client is None:
             raise CallNotSent(server, "the connection closed before the call")
         self._in_flight += 1
+        before = connection.auth.unauthorized if connection.auth is not None else 0
         try:
             with anyio.fail_after(timeout) as scope:
                 if limit is not None:
@@ -550,6 +545,7 @@ class McpToolSources:
                 f"no answer from {server} within {timeout:g}s (or the time it was given)"
             ) from exc
         except MCPError as exc:
+            self._refused_token(server, caller, connection, before)
             if exc.error.code in _TRANSPORT_CODES:
                 connection.close()
                 raise CallMaybeSent(

@@ -56,6 +56,8 @@ class PersonAnswers:
         resolution: Resolution,
         via: str,
     ) -> None:
+        if interrupt.kind == "authorization_required":
+            return  # resolved by the OAuth callback only, never by an answer
         if resolution.answer is not None:
             # The form's choices are a hint to the client, not a guarantee.
             checked = checked_answer(interrupt, resolution.answer)

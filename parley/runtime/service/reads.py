@@ -21,13 +21,14 @@ from parley.errors import AttachmentNotFound, InvalidArgument
 from parley.runtime import audit
 from parley.runtime.access import Principal
 from parley.runtime.mcp.connection import Caller
+from parley.runtime.offer import Offer
 from parley.runtime.service.checks import Checks, check_session_cursor, usable_agents
 from parley.runtime.service.outcomes import SessionDetails, TurnOutcome, turn_outcome
 from parley.runtime.service.parts import Parts
 from parley.runtime.service.requests import MessagesPage, SessionQuery, Waiting
 from parley.runtime.service.waits import Waits
 from parley.runtime.session_access import Decider
-from parley.runtime.toolbox import Offer, Toolbox, enabled_tools
+from parley.runtime.toolbox import Toolbox, enabled_tools
 
 # Decisions get_session shows (newest first; `parley audit` has them all).
 DECISIONS_SHOWN = 50

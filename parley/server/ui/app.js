@@ -3,6 +3,7 @@
 // owner-wide stream (/v1/events).
 
 import { api, ApiError, sessionPath, tokens, whenRefused } from './api.js';
+import { openConnect } from './connect.js';
 import { decisionCard, showTitle } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
@@ -196,12 +197,16 @@ function showApp() {
 function route() {
   const hash = location.hash || '#/';
   const session = hash.match(/^#\/s\/([A-Za-z0-9_-]+)$/);
+  const connecting = hash.match(/^#\/connect\/(flow_[0-9a-f]+)$/);
   document.body.classList.remove('view-sessions', 'view-session', 'view-inbox', 'view-schedules', 'view-accounts');
   const views = { '#/inbox': 'nav-inbox', '#/schedules': 'nav-schedules', '#/accounts': 'nav-accounts' };
   for (const id of NAV) byId(id).classList.toggle('active', (views[hash] || 'nav-sessions') === id);
   if (session) {
     document.body.classList.add('view-session');
     openSession(session[1]);
+  } else if (connecting) {
+    document.body.classList.add('view-inbox');
+    openConnect(connecting[1], byId('inbox-note'));
   } else if (hash === '#/inbox') {
     document.body.classList.add('view-inbox');
   } else if (hash === '#/schedules') {

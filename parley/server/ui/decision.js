@@ -47,6 +47,17 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
   if (created) head.append(el('span', { class: 'muted when', text: created }));
   card.append(head);
 
+  if (interrupt.kind === 'authorization_required') {
+    // Only the session's owner can complete it; parley refuses anyone else when they open it.
+    card.append(
+      el('p', { class: 'decision-title question-text', text: interrupt.question || `Connect your account at ${interrupt.server}` }),
+      el('p', { class: 'muted', text: `Server: ${interrupt.server} (${interrupt.host})` }),
+      el('div', { class: 'decision-actions' }, el('a', { class: 'button connect', href: interrupt.connect_url, text: 'Connect' })),
+    );
+    if (interrupt.deadline) card.append(el('p', { class: 'muted', text: `The link expires at ${when(interrupt.deadline)}` }));
+    card.append(error);
+    return card;
+  }
   if (interrupt.kind === 'approval') {
     card.append(
       el('p', { class: 'decision-title' }, 'Run ', el('code', { text: interrupt.tool || '?' }), '?'),
@@ -132,6 +143,7 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
 export function resolutionText(interrupt) {
   const res = interrupt.resolution || {};
   if (res.expired) return 'ran out of time';
+  if (interrupt.kind === 'authorization_required') return res.declined ? 'not connected' : 'connected';
   if (interrupt.kind === 'approval') {
     return res.approved ? 'approved' : `rejected${res.reason ? `: ${res.reason}` : ''}`;
   }
