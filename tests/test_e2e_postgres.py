@@ -163,6 +163,7 @@ def _sqlite_counts(db: Path) -> dict[str, int]:
         "schedules": "schedules",
         "schedule ticks": "schedule_ticks",
         "credentials": "credentials",
+        "pending authorizations": "oauth_flows",
     }
     with sqlite3.connect(db) as conn:
         return {
@@ -205,9 +206,9 @@ async def test_db_copy_copies_everything_a_server_wrote_and_refuses_a_target_wit
     db = await _fill_sqlite(tmp_path / "sqlite")
     config = _pg_config(tmp_path / "pg", fresh.url, fresh.schema)
     expected = _sqlite_counts(db)
-    # The run wrote some of everything but schedules and credentials (the server has none; their copy
-    # is counted).
-    unwritten = ("schedule", "credentials")
+    # The run wrote some of everything but schedules, credentials and authorizations (the server has
+    # none; their copy is counted).
+    unwritten = ("schedule", "credentials", "pending authorizations")
     assert all(n for name, n in expected.items() if not name.startswith(unwritten)), expected
 
     copied = _parley("db", "copy", "--from", str(db), "--to", fresh.url, "--config", str(config))

@@ -77,7 +77,7 @@ class PostgresChangeFeed:
         while True:
             try:
                 conn = await AsyncConnection.connect(**self._params, autocommit=True)
-                async with conn:
+                try:
                     await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
                     if failing:
                         logger.info("listening for other replicas' changes again on %s", self._label)
@@ -87,6 +87,11 @@ class PostgresChangeFeed:
                         started = True
                         task_status.started()
                     await self._listen(conn, sink)
+                finally:
+                    # Shielded: when the store closes, this task is cancelled, and an unshielded
+                    # close would be cancelled too, leaving the connection open (a ResourceWarning).
+                    with anyio.CancelScope(shield=True):
+                        await conn.close()
             except (psycopg.Error, OSError, TimeoutError) as exc:
                 sink.feed_live(False)
                 if not failing:
