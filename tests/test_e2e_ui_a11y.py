@@ -66,6 +66,12 @@ FOCUSED = """() => {
   const visible = style.outlineStyle !== 'none' && parseFloat(style.outlineWidth) > 0 || style.boxShadow !== 'none';
   return {id: node.id || node.className || node.tagName, visible};
 }"""
+# Every control a person can see and use now (visible, enabled, not taken out of the tab order).
+CONTROLS = """() => [...document.querySelectorAll(
+    'a[href], button, input:not([type=hidden]), select, textarea, summary, [tabindex]')]
+  .filter((n) => n.getClientRects().length && !n.disabled && n.tabIndex >= 0
+    && getComputedStyle(n).visibility !== 'hidden' && !n.closest('[inert]'))
+  .map((n) => n.id || n.className || n.tagName)"""
 
 
 async def tabbed(page: Page, presses: int) -> dict[str, bool]:
@@ -91,7 +97,9 @@ async def test_axe_finds_no_serious_violation_and_the_keyboard_reaches_every_con
     await expect(page.locator("#transcript .decision")).to_have_count(1)
     assert await serious(page, axe_source) == []
     await expect(page.locator("#transcript")).to_have_attribute("aria-live", "polite")
-    reached = await tabbed(page, 40)
+    controls = await page.evaluate(CONTROLS)
+    reached = await tabbed(page, len(controls) + 10)
+    assert set(controls) <= set(reached), sorted(set(controls) - set(reached))
     for control in (
         "new-agent",
         "new-message",
