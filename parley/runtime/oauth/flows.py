@@ -35,7 +35,8 @@ from parley.runtime.access import Principal
 from parley.runtime.audit import AUTHORIZE, CONNECT, Audit
 from parley.runtime.credentials import CredentialVault, Keyring
 from parley.runtime.oauth.bearer import DownstreamAuth
-from parley.runtime.oauth.client import authorization_url, exchange_code, pkce_pair
+from parley.runtime.oauth.client import ClientIdentity, authorization_url, exchange_code, pkce_pair
+from parley.runtime.oauth.discovery import Discovered
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.storage.ports import Store
@@ -158,6 +159,16 @@ class OAuthFlows:
             deadline=flow.expires_at,
         )
 
+    async def _authority(self, flow: OAuthFlow) -> tuple[Discovered, ClientIdentity]:
+        """The flow's server's authorization server, as discovered; FlowRefused (502) when it
+        cannot be read now."""
+        try:
+            return await self._auth.authority(flow.server)
+        except OAuthClientError as exc:
+            raise FlowRefused(
+                502, f"the authorization server of {flow.server} cannot be used now: {exc}"
+            ) from None
+
     async def _pending_interrupt(self, flow: OAuthFlow) -> InterruptRecord | None:
         pending = await self._store.list_interrupts(SessionId(flow.session_id), pending_only=True)
         return next((i for i in pending if i.id == flow.interrupt_id), None)
@@ -180,12 +191,7 @@ class OAuthFlows:
         now = self._clock()
         if not flow.live(now) or await self._pending_interrupt(flow) is None:
             raise FlowRefused(410, "this connect link was used or has expired; ask the agent again")
-        try:
-            found, identity = await self._auth.authority(flow.server)
-        except OAuthClientError as exc:
-            raise FlowRefused(
-                502, f"the authorization server of {flow.server} cannot be used: {exc}"
-            ) from None
+        found, identity = await self._authority(flow)
         scopes = tuple(dict.fromkeys((*self._auth.scopes(flow.server, found), *flow.scopes)))
         state, binding = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         verifier, challenge = pkce_pair()
@@ -229,12 +235,7 @@ class OAuthFlows:
         binding = cookies.get(cookie_name(state))
         if binding is None or not same_digest(flow.binding_digest, digest(binding)):
             raise FlowRefused(400, "this authorization was started in another browser")
-        try:
-            found, identity = await self._auth.authority(flow.server)
-        except OAuthClientError as exc:
-            raise FlowRefused(
-                502, f"the authorization server of {flow.server} cannot be used now: {exc}"
-            ) from None
+        found, identity = await self._authority(flow)
         if iss is None and found.server.authorization_response_iss_parameter_supported:
             raise FlowRefused(400, "the authorization response has no iss (RFC 9207)")
         if iss is not None and not hmac.compare_digest(iss.encode(), (flow.issuer or "").encode()):
