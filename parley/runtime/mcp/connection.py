@@ -51,16 +51,23 @@ class Caller:
 NOBODY = Caller()
 
 
+def lacks_headers(config: McpServerConfig, principal: str | None) -> bool:
+    """Whether the server takes each principal's headers and `principal` has none."""
+    return bool(config.headers_by_principal) and (
+        principal is None or principal not in config.headers_by_principal
+    )
+
+
 def request_headers(config: McpServerConfig, principal: str | None) -> dict[str, str] | None:
     """The headers of a connection made for `principal`: the server's own, then the principal's.
     None: the server takes each principal's headers and this principal has none, so nothing may
     be sent for it (never another principal's, never the bare headers)."""
+    if lacks_headers(config, principal):
+        return None
     if not config.headers_by_principal:
         return dict(config.headers)
-    own = config.headers_by_principal.get(principal) if principal is not None else None
-    if own is None:
-        return None
-    return {**config.headers, **own}
+    assert principal is not None
+    return {**config.headers, **config.headers_by_principal[principal]}
 
 
 class BearerAuth(httpx2.Auth):

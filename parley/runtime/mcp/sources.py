@@ -36,6 +36,7 @@ from parley.runtime.mcp.connection import (
     Caller,
     McpConnection,
     _describe,
+    lacks_headers,
     request_headers,
 )
 from parley.runtime.mcp.failures import (
@@ -145,8 +146,7 @@ class McpToolSources:
         if self._tg is None:
             raise CallNotSent(server, "parley is shutting down")
         cfg = self._servers[server]
-        headers = request_headers(cfg, caller.principal)
-        if headers is None:
+        if self.lacks_credential(server, caller):
             raise NoCredential(server, caller.principal)
         token = await self._bearer(server, caller)
         slot = self._slots.setdefault(self._key(server, caller), Slot())
@@ -162,6 +162,8 @@ class McpToolSources:
             auth = BearerAuth() if token is not None else None
             if auth is not None:
                 auth.token = token
+            # The headers are built only for a new connection (a reused one already carries them).
+            headers = request_headers(cfg, caller.principal)
             connection = McpConnection(server, cfg, self._version, self._stderr_level, headers, auth)
             try:
                 with anyio.fail_after(cfg.connect_timeout_s):
@@ -250,7 +252,7 @@ class McpToolSources:
         """The server's tools, from the cache when fresh. Raises ToolSourceUnavailable."""
         if server not in self._servers:
             raise ToolSourceUnavailable(server, "not configured in parley.yaml")
-        if request_headers(self._servers[server], caller.principal) is None:
+        if self.lacks_credential(server, caller):
             # Not the server's failure: no back-off, nothing recorded for other principals.
             raise NoCredential(server, caller.principal)
         listing = self._listings.setdefault(self._listing_key(server, caller), Listing())
@@ -271,7 +273,7 @@ class McpToolSources:
     def lacks_credential(self, server: str, caller: Caller) -> bool:
         """Whether the server takes each principal's headers and the caller's principal has none."""
         cfg = self._servers.get(server)
-        return cfg is not None and request_headers(cfg, caller.principal) is None
+        return cfg is not None and lacks_headers(cfg, caller.principal)
 
     def unavailable_reason(self, server: str, caller: Caller) -> str | None:
         listing = self._listings.get(self._listing_key(server, caller)) if server in self._servers else None
