@@ -68,6 +68,7 @@ from parley.server.v1_common import StreamSettings, V1Context
 from parley.storage.ports import Store
 from parley.storage.status import StorageStatus
 from parley.stores import OpenedStore, open_store
+from parley.tls import http_client
 
 logger = logging.getLogger(__name__)
 
@@ -388,7 +389,7 @@ async def running_app(
         await check_schedule_names(
             list(config.schedules), opened.store, str(config.config_path or "parley.yaml")
         )
-        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)))
+        http = await stack.enter_async_context(http_client(timeout=httpx2.Timeout(30.0, read=300.0)))
         wired = _wire(config, opened, build_models(config, http, seams.model), process_id, tracing, seams)
         app = wired.app
         async with anyio.create_task_group() as tg:
@@ -539,7 +540,7 @@ async def serve_app_http(
     host = host or str(listener.getsockname()[0])
     async with (
         # The authorization server's keys and introspection; never a caller's token elsewhere.
-        httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
+        http_client(timeout=httpx2.Timeout(10.0), follow_redirects=False) as auth_http,
         anyio.create_task_group() as tg,
     ):
         server = await mcp_server(config, app, tg)

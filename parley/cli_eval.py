@@ -23,6 +23,7 @@ from parley.config import ServerConfig
 from parley.errors import RequestError
 from parley.runtime.access import session_starter
 from parley.runtime.evals.dataset import Dataset, DatasetError, Judge, load_dataset
+from parley.tls import http_client
 
 if TYPE_CHECKING:  # the app and the runner import the whole engine: only once the command runs
     from parley.app import App
@@ -121,7 +122,7 @@ async def evaluate(app: App, config: ServerConfig, request: EvalRequest, seams: 
     from parley.runtime.evals.report import EvalReport
     from parley.runtime.evals.runner import EvalRunner, JudgeFn
 
-    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0, read=300.0)) as http:
+    async with http_client(timeout=httpx2.Timeout(30.0, read=300.0)) as http:
         models = ModelClients(http, getattr(seams, "model", None))
 
         async def ask(judged: Judge, sent: list[str], answer: str | None) -> Verdict:

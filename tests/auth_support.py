@@ -28,6 +28,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from parley.sdk_compat import create_mcp_http_client
+from parley.tls import http_client
 from tests.support import INITIALIZE, MCP_HEADERS, TEST_DEADLINE_S
 
 
@@ -171,5 +172,5 @@ async def token_client(
 
 async def initialize(url: str, headers: dict[str, str] | None = None) -> httpx2.Response:
     """A raw `initialize` POST, to see the status and headers an HTTP client gets."""
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         return await http.post(url, json=INITIALIZE, headers={**MCP_HEADERS, **(headers or {})})

@@ -23,6 +23,8 @@ import httpx2
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
+from parley.tls import http_client
+
 _SESSION = b"mcp-session-id"
 # Headers that describe one hop, not the message.
 _HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length"}
@@ -86,7 +88,7 @@ class Balancer:
         if self.strip_prefix and path.startswith(self.strip_prefix + "/"):
             path = path[len(self.strip_prefix) :]
         target = backend + path + (f"?{query}" if query else "")
-        async with httpx2.AsyncClient(timeout=None) as http:
+        async with http_client(timeout=None) as http:
             request = http.build_request(scope["method"], target, headers=headers, content=body)
             try:
                 response = await http.send(request, stream=True)

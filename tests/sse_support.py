@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import httpx2
 
+from parley.tls import http_client
 from tests.support import TEST_DEADLINE_S
 
 
@@ -56,7 +57,7 @@ async def read_until(
     seen: list[Frame] = []
     with anyio.fail_after(TEST_DEADLINE_S):
         async with (
-            httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http,
+            http_client(timeout=TEST_DEADLINE_S) as http,
             http.stream(method, url, headers=headers, json=json_body) as response,
         ):
             assert response.status_code == 200, (response.status_code, await response.aread())

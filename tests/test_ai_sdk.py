@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import httpx2
 import pytest
 
 from parley.testing import parley_app
+from parley.tls import http_client
 from tests.auth_support import bearer
 from tests.sse_support import frames
 from tests.support import TEST_DEADLINE_S, InProcessServer, tokens_auth, write_config
@@ -50,7 +50,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
     ],
 )
 async def test_every_v1_route_refuses_without_a_valid_token(world: World, method: str, path: str) -> None:
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         missing = await http.request(method, world.base + path, json={})
         wrong = await http.request(method, world.base + path, json={}, headers=bearer("parley_not-a-token"))
     assert missing.status_code == 401 and missing.headers["www-authenticate"].startswith("Bearer")

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client
 
+from parley.tls import http_client
 from tests.support import (
     FIXTURE_LOG,
     STATE_WINDOW_S,
@@ -29,6 +29,7 @@ from tests.support import (
     db_rows,
     eventually,
     fixture_in_process,
+    http_mcp_client,
     serving,
     write_config,
 )
@@ -110,11 +111,11 @@ class World(Served):
     @asynccontextmanager
     async def person_client(self, person: Any) -> AsyncIterator[Client]:
         """A 2025-11-25 client that puts elicitation requests to `person` (an elicitation callback)."""
-        async with Client(self.url, mode="legacy", elicitation_callback=person) as client:
+        async with http_mcp_client(self.url, mode="legacy", elicitation_callback=person) as client:
             yield client
 
     async def health(self) -> dict[str, Any]:
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             response = await http.get(self.server.base_url + "/healthz")
         assert response.status_code == 200, response.text
         return dict(response.json())

@@ -22,6 +22,7 @@ from mcp import Client
 
 from parley.client import attachments as pc_attachments
 from parley.client import connect_http
+from parley.tls import http_client
 from tests.auth_support import bearer, token_client
 from tests.fake_providers import FakeProviders, serving_fake_providers
 from tests.support import (
@@ -70,7 +71,7 @@ class World:
         return self.server.base_url
 
     async def v1(self, method: str, path: str, who: str = "alice", **kwargs: Any) -> httpx2.Response:
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             return await http.request(method, self.base + path, headers=bearer(self.tokens[who]), **kwargs)
 
     def bodies(self, provider: str) -> list[dict[str, Any]]:

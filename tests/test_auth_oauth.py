@@ -20,6 +20,7 @@ import httpx2
 import jwt
 import pytest
 
+from parley.tls import http_client
 from tests.auth_support import AuthServer, SigningKey, auth_server, bearer, claims, initialize, token_client
 from tests.support import (
     MCP_HEADERS,
@@ -120,7 +121,7 @@ async def _post_call(world: World, headers: dict[str, str]) -> httpx2.Response:
         "method": "tools/call",
         "params": {"name": "start_session", "arguments": {"agent": "demo", "message": "let me in"}},
     }
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         return await http.post(world.url, json=request, headers={**MCP_HEADERS, **headers})
 
 
@@ -143,7 +144,7 @@ async def test_a_valid_token_works_and_its_issuer_and_subject_own_the_session(wo
 
 async def test_the_protected_resource_metadata_names_the_authorization_server(world: World) -> None:
     base = world.server.base_url
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
             response = await http.get(base + path)
             assert response.status_code == 200, (path, response.text)

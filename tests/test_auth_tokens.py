@@ -17,6 +17,7 @@ from parley.config.auth import Introspection, OAuthConfig, TokenEntry, token_dig
 from parley.redaction import REDACTED
 from parley.server.auth_oauth import OAuthVerifier
 from parley.server.auth_tokens import Refusal, StaticTokenVerifier, principal_of
+from parley.tls import http_client
 from tests.auth_support import SigningKey, claims
 
 pytestmark = pytest.mark.anyio
@@ -91,7 +92,7 @@ class Clock:
 
 def verifier(keys: KeySet, monotonic: Callable[[], float] = time.monotonic, **config: Any) -> OAuthVerifier:
     settings = OAuthConfig(issuer=ISSUER, jwks_url=f"{ISSUER}/jwks.json", **config)
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(keys.handler))
+    http = http_client(transport=httpx2.MockTransport(keys.handler))
     return OAuthVerifier(settings, RESOURCE, http, monotonic=monotonic, introspection_secret="s3cret")
 
 
@@ -225,7 +226,7 @@ async def test_unreachable_keys_are_a_503_not_a_verdict_on_the_token() -> None:
     def down(request: httpx2.Request) -> httpx2.Response:
         raise httpx2.ConnectError("refused", request=request)
 
-    http = httpx2.AsyncClient(transport=httpx2.MockTransport(down))
+    http = http_client(transport=httpx2.MockTransport(down))
     check = OAuthVerifier(OAuthConfig(issuer=ISSUER, jwks_url=f"{ISSUER}/jwks.json"), RESOURCE, http)
     refused = await check.check(SigningKey.ec().sign(good()))
     assert isinstance(refused, Refusal) and refused.status == 503

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import mcp.types as types
 import pytest
 from mcp import Client, MCPError
@@ -24,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from parley.config.auth import token_digest
 from parley.sdk_compat import create_mcp_http_client
+from parley.tls import http_client
 from tests.auth_support import bearer, initialize, token_client
 from tests.sse_support import Frame, read_until
 from tests.support import (
@@ -162,7 +162,7 @@ async def test_no_token_or_an_unknown_one_gets_401_with_a_plain_bearer_challenge
         "method": "tools/call",
         "params": {"name": "start_session", "arguments": {"agent": "demo", "message": "sneaky"}},
     }
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         for headers in (
             {},
             bearer("parley_" + secrets.token_urlsafe(32)),
@@ -185,7 +185,7 @@ async def test_no_token_or_an_unknown_one_gets_401_with_a_plain_bearer_challenge
 
 
 async def test_no_protected_resource_metadata_is_published_in_tokens_mode(world: World) -> None:
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         for path in ("/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp"):
             anonymous = await http.get(world.base + path)
             assert anonymous.status_code == 401
@@ -201,7 +201,7 @@ async def test_a_token_without_parley_use_gets_403_naming_the_scope(world: World
 
 
 async def test_healthz_is_open_but_says_only_its_status_without_a_metrics_token(world: World) -> None:
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         for token in (None, world.tokens["alice"], "parley_wrong"):
             public = await http.get(world.base + "/healthz", headers=bearer(token) if token else {})
             assert public.status_code == 200 and public.json() == {"status": "ok"}, public.text
@@ -496,7 +496,7 @@ async def test_the_inbox_says_whether_the_caller_may_decide_and_who_does_if_not(
         parked = await _park(alice, agent="deployer", text="inbox")
         sid, iid = parked["session_id"], parked["pending"][0]["id"]
         inboxes = {}
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             for name in ("alice", "pat"):
                 found = await http.get(world.base + "/v1/pending", headers=bearer(world.tokens[name]))
                 inboxes[name] = next(p for p in found.json()["pending"] if p["interrupt"]["id"] == iid)

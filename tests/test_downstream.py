@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 import yaml
 from mcp import Client
 
+from parley.tls import http_client
 from tests.support import (
     FAST_RUNTIME,
     TEST_DEADLINE_S,
@@ -70,7 +70,7 @@ class World:
     async def health(self) -> dict[str, Any]:
         assert self.server.url is not None
         base = self.server.url.rsplit("/mcp", 1)[0]
-        async with httpx2.AsyncClient() as http:
+        async with http_client() as http:
             response = await http.get(f"{base}/healthz")
         response.raise_for_status()
         return dict(response.json())

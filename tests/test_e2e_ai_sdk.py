@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 
+from parley.tls import http_client
 from tests.auth_support import bearer
 from tests.fake_providers import serving_fake_providers
 from tests.npm_servers import ai_sdk6_chat, ai_sdk_chat, node22  # noqa: F401  (fixtures)
@@ -186,7 +186,7 @@ async def test_an_app_on_ai_sdk_7_may_ask_for_its_approval_response_and_reset_st
     [done] = _tools(_assistant(approved))
     assert done["state"] == "output-available" and done["approval"]["approved"] is True, done
     # A version the server does not speak is refused, naming the parameter.
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         answer = await http.post(
             world.api(query="&ai_sdk=5"),
             json={"id": "x", "messages": []},
@@ -256,7 +256,7 @@ async def test_resume_stream_replays_the_unfinished_turn_and_answers_204_when_no
     message = _assistant(resumed)
     assert message["id"] == first[-1].data["messageId"]
     assert _texts(message) == ["You said: slow (message 1 of this session)"]
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         after = await http.get(f"{world.base}/v1/chat/reloaded/stream", headers=bearer(world.tokens["alice"]))
     assert after.status_code == 204, "the turn has ended: nothing to resume"
 
@@ -268,7 +268,7 @@ async def test_a_chat_id_used_by_two_owners_is_two_sessions(world: World) -> Non
     bob_session = _assistant(bob)["metadata"]["parley"]["sessionId"]
     assert alice_session != bob_session
     assert _texts(_assistant(bob)) == ["You said: hi from bob (message 1 of this session)"]
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         foreign = await http.get(
             f"{world.base}/v1/sessions/{alice_session}/events", headers=bearer(world.tokens["bob"])
         )
@@ -293,7 +293,7 @@ async def test_a_lone_surrogate_in_an_id_or_text_is_a_400_naming_the_field(
         "messages": [{"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}],
     }
     # json.dumps escapes the surrogate as \ud800: JSON a client can send, text no UTF-8 can hold.
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         answer = await http.post(
             world.api(),
             content=json.dumps(body),
@@ -376,7 +376,7 @@ async def test_a_stale_approval_is_the_chats_error_and_changes_nothing(world: Wo
     [error] = stale["errors"]
     assert "revision 2, not 1" in error and "Nothing was changed" in error, error
     sid = _assistant(first)["metadata"]["parley"]["sessionId"]
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         session = await http.get(f"{world.base}/v1/sessions/{sid}", headers=bearer(world.tokens["alice"]))
     assert session.json()["plan"]["status"] == "draft" and session.json()["turn_count"] == 2, session.text
 
@@ -422,7 +422,7 @@ async def test_use_chat_restores_a_history_through_the_messages_endpoint(world: 
     assert len(ids) == len(set(ids)) == len(restored["messages"]) + 2, ids
     assert _texts(_assistant(after))[-1].startswith("You said: after the reload (message 3"), after
     # Another owner's same chat id has no history; a chat nobody used is empty too.
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         other = await http.get(f"{world.base}/v1/chat/{chat}/messages", headers=bearer(world.tokens["bob"]))
         assert other.status_code == 200 and other.json() == {"id": chat, "messages": []}, other.text
         anonymous = await http.get(f"{world.base}/v1/chat/{chat}/messages")
@@ -462,7 +462,7 @@ async def test_file_parts_are_attachments_and_only_data_urls_are_taken(world: Wo
         ],
     )
     session_id = _assistant(sent)["metadata"]["parley"]["sessionId"]
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         headers = bearer(world.tokens["alice"])
         stored = (
             await http.get(f"{world.base}/v1/sessions/{session_id}?messages_from=1", headers=headers)

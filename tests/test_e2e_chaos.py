@@ -30,6 +30,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from parley.tls import http_client
 from tests.conftest import database_for
 from tests.support import (
     CALL_DEADLINE_S,
@@ -322,7 +323,7 @@ async def _run(cluster: Cluster, stack: AsyncExitStack) -> None:
     rng = random.Random(seed)
     conversations = [Conversation(i, "careful" if i % 4 == 0 else "worker") for i in range(SESSIONS)]
     http = await stack.enter_async_context(
-        httpx2.AsyncClient(timeout=WAIT_S + TEST_DEADLINE_S, limits=httpx2.Limits(max_connections=None))
+        http_client(timeout=WAIT_S + TEST_DEADLINE_S, limits=httpx2.Limits(max_connections=None))
     )
     clients = [Caller(cluster.urls, random.Random(rng.random()), http) for _ in conversations]
     stop = anyio.Event()

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 
+from parley.tls import http_client
 from tests.auth_support import SigningKey, auth_server, bearer, claims, token_client
 from tests.support import (
     INITIALIZE,
@@ -69,7 +69,7 @@ def _port(server: ServerProcess) -> int:
 
 
 async def _open_sessions(server: ServerProcess, token: str | None = None) -> int:
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         response = await http.get(_url(server, "/healthz"), headers=bearer(token) if token else None)
     assert response.status_code == 200, response.text
     return int(response.json()["mcp_sessions"])
@@ -119,7 +119,7 @@ async def test_abandoned_sessions_do_not_lock_out_a_new_client_and_then_expire(
     server, token = abandoning
     headers = {**MCP_HEADERS, **(bearer(token) if token else {})}
     statuses: list[int] = []
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         # Initialize, then never come back: more than the SDK's own cap (twice max_sessions), so
         # a session parley evicts but the SDK keeps would lock the next client out.
         for _ in range(ABANDONED):
@@ -140,7 +140,7 @@ async def test_abandoned_sessions_do_not_lock_out_a_new_client_and_then_expire(
 
 async def test_when_every_session_is_busy_a_new_one_gets_503_saying_what_to_do(server: ServerProcess) -> None:
     async with AsyncExitStack() as stack:
-        http = await stack.enter_async_context(httpx2.AsyncClient(timeout=TEST_DEADLINE_S))
+        http = await stack.enter_async_context(http_client(timeout=TEST_DEADLINE_S))
         for _ in range(MAX_SESSIONS):  # each session holds a GET stream open: busy, not idle
             opened = await http.post(_url(server), json=INITIALIZE, headers=MCP_HEADERS)
             session = {"mcp-session-id": opened.headers["mcp-session-id"], "Accept": "text/event-stream"}
@@ -167,7 +167,7 @@ async def test_over_the_connection_cap_a_request_gets_503_saying_what_to_do(serv
     try:
         for i in range(MAX_CONNECTIONS):  # from two addresses, each under its own cap
             idle.append(await anyio.connect_tcp("127.0.0.1", port, local_host=f"127.0.0.{2 + i % 2}"))
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             refused = await http.get(_url(server, "/healthz"))
         assert refused.status_code == 503, refused.text
         assert "http.max_connections" in refused.json()["error"]["message"]
@@ -176,7 +176,7 @@ async def test_over_the_connection_cap_a_request_gets_503_saying_what_to_do(serv
             await stream.aclose()
 
     async def served() -> bool:
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             return (await http.get(_url(server, "/healthz"))).status_code == 200
 
     await eventually(served, "the server to serve again once the connections closed")
@@ -229,7 +229,7 @@ async def test_behind_a_trusted_proxy_unauthenticated_requests_count_per_forward
 
 async def test_an_origin_that_only_starts_like_localhost_is_refused(server: ServerProcess) -> None:
     port = _port(server)
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         evil = await http.post(
             _url(server),
             json=INITIALIZE,
@@ -250,7 +250,7 @@ async def test_an_origin_that_only_starts_like_localhost_is_refused(server: Serv
 async def test_healthz_refuses_a_foreign_host_or_origin(
     server: ServerProcess, headers: dict[str, str], status: int
 ) -> None:
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         refused = await http.get(_url(server, "/healthz"), headers=headers)
     assert refused.status_code == status, refused.text
     assert "DNS rebinding" in refused.text
@@ -271,7 +271,7 @@ async def test_serving_on_ipv6_loopback_works_and_prints_a_bracketed_url(tmp_pat
 async def test_a_server_bound_to_another_loopback_address_answers_that_host(tmp_path: Path) -> None:
     async with ServerProcess(write_config(tmp_path), name="loopback2", http=True, host="127.0.0.2") as server:
         assert server.url is not None and server.url.startswith("http://127.0.0.2:"), server.url
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             health = await http.get(_url(server, "/healthz"))  # Host: 127.0.0.2:PORT
             assert health.status_code == 200, health.text
             origin = {"Origin": server.base_url}
@@ -378,7 +378,7 @@ async def test_a_principal_at_its_stream_cap_gets_429_while_others_and_healthz_a
         assert b"http.max_streams_per_principal" in answer, answer
         bobs = await held.enter_async_context(await _send_head(fair, EVENTS, BOB))
         assert (await _status(bobs))[0] == 200
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             assert (await http.get(_url(fair, "/healthz"))).status_code == 200
 
 
@@ -394,7 +394,7 @@ async def test_a_principal_at_its_request_cap_gets_429_saying_which_limit(fair: 
             stream = await held.enter_async_context(await _send_head(fair, line, ALICE, "127.0.0.5", extra))
             if line == EVENTS:
                 assert (await _status(stream))[0] == 200
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
 
             async def alice_refused() -> bool:
                 return (await http.get(_url(fair, "/v1/sessions"), headers=bearer(ALICE))).status_code == 429
@@ -425,7 +425,7 @@ async def test_one_address_cannot_hold_every_connection_and_healthz_keeps_a_rese
         ordinary = FAIR_MAX_CONNECTIONS - FAIR["connection_reserve"]
         for _ in range(ordinary - per_address):
             await held.enter_async_context(await anyio.connect_tcp("127.0.0.1", port, local_host="127.0.0.4"))
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
 
             async def full() -> bool:
                 return (await http.get(_url(fair, "/v1/sessions"), headers=bearer(BOB))).status_code == 503

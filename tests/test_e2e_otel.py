@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-import httpx2
 import pytest
 from mcp import MCPError
 from mcp.types import RequestParamsMeta
 
+from parley.tls import http_client
 from tests.fake_providers import serving_fake_providers
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.support import (
@@ -426,7 +426,7 @@ async def test_an_approval_round_over_v1_is_one_trace_from_the_callers_tracepare
     deciding, decider_trace, _ = _traceparent()
     async with (
         ServerProcess(config, name="v1", http=True, env=receiver.env("v1")) as server,
-        httpx2.AsyncClient(base_url=server.base_url, timeout=TEST_DEADLINE_S) as http,
+        http_client(base_url=server.base_url, timeout=TEST_DEADLINE_S) as http,
     ):
         body = {"agent": "worker", "message": '/tool fixture__bare {"text": "v1"}', "wait_seconds": 10}
         started = await http.post("/v1/sessions", json=body, headers={"traceparent": traceparent})

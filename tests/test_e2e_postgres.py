@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 import yaml
 
@@ -26,6 +25,7 @@ from parley.storage.ports import Store
 from parley.storage.postgres import open_postgres_store
 from parley.storage.schema import LATEST, steps
 from parley.storage.sqlite import open_sqlite_store
+from parley.tls import http_client
 from tests.postgres_support import DatabaseProxy, PgSchema, schema_for_test
 from tests.store_support import list_steps
 from tests.support import (
@@ -273,7 +273,7 @@ async def test_serve_on_postgresql_reports_the_database_and_answers_503_while_it
         config = _pg_config(tmp_path, url, fresh.schema, connect_retry_s=1)
         server = ServerProcess(config, http=True, env={PASSWORD_VAR: secret})
         bodies: list[str] = []
-        async with server, server.client() as client, httpx2.AsyncClient() as http:
+        async with server, server.client() as client, http_client() as http:
             assert server.url is not None
             health_url = server.url.replace("/mcp", "/healthz")
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 from mcp import Client
 
+from parley.tls import http_client
 from tests.postgres_support import PrivatePostgres
 from tests.support import (
     FIXTURE_LOG,
@@ -52,7 +52,7 @@ async def _tool(client: Client, tool: str, **arguments: Any) -> tuple[bool, str,
 
 async def _health(server: ServerProcess) -> tuple[int, dict[str, Any]]:
     assert server.url is not None
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         answer = await http.get(server.url.replace("/mcp", "/healthz"))
     return answer.status_code, dict(answer.json())
 

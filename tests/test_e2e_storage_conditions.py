@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 
+from parley.tls import http_client
 from tests.support import TEST_DEADLINE_S, Served, call, call_error, db_rows, serving, write_config
 
 pytestmark = pytest.mark.anyio
@@ -34,7 +34,7 @@ async def served(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Serv
 
 async def _health(served: Served) -> dict[str, Any]:
     assert served.server.url is not None
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         response = await http.get(served.server.base_url + "/healthz")
     return dict(response.json())
 

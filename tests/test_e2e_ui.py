@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
+from parley.tls import http_client
 from tests.auth_support import SigningKey, auth_server, claims
 from tests.fake_providers import STALLED_TEXT, serving_fake_providers
 from tests.support import (
@@ -110,7 +110,7 @@ class World:
         return page
 
     async def pending(self) -> list[dict[str, Any]]:
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             response = await http.get(self.base + "/v1/pending")
         return list(response.json()["pending"])
 
@@ -185,7 +185,7 @@ def no_script_failed(world: World, page: Page) -> None:
 
 
 async def test_the_page_is_served_with_a_strict_policy_behind_the_host_guard(world: World) -> None:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         page = await http.get(world.base + "/ui/")
         module = await http.get(world.base + "/ui/app.js")
         other_host = await http.get(world.base + "/ui", headers={"Host": "evil.example"})
@@ -365,7 +365,7 @@ async def test_a_broken_stream_resumes_after_the_last_event_it_showed(world: Wor
     assert server.url is not None
     port = int(server.url.rpartition(":")[2].removesuffix("/mcp"))
     async with InProcessServer(config, http=True, port=port):
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             sent = await http.post(
                 f"{base}/v1/sessions/{session_id}/messages", json={"message": "while the page was away"}
             )
@@ -424,7 +424,7 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
     )
     async with InProcessServer(config, http=True) as server:
         base = server.base_url
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             assert (await http.get(base + "/ui/")).status_code == 200
             assert (await http.get(base + "/v1/sessions")).status_code == 401
             assert (await http.get(base + "/v1/agents")).status_code == 401
@@ -452,7 +452,7 @@ async def test_a_token_server_asks_for_the_token_and_works_with_it(world: World,
         await expect(page.locator("#transcript .msg.assistant")).to_have_count(1)
 
         # Alice's session waits for an approver: her inbox says who decides, with no buttons.
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             started = await http.post(
                 base + "/v1/sessions",
                 json={"agent": "deployer", "message": '/tool fixture__bare {"text": "deploy"}'},

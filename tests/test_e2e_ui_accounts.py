@@ -17,6 +17,7 @@ from playwright.async_api import Browser, Page, expect
 
 from parley.core.credentials import CredentialKey
 from parley.runtime.credentials import CredentialVault, Keyring
+from parley.tls import http_client
 from tests.auth_support import bearer
 from tests.npm_servers import axe_source  # noqa: F401  (a fixture)
 from tests.support import InProcessServer, db_rows, tokens_auth, write_config
@@ -51,7 +52,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
 
 
 async def accounts_of(world: World, who: str) -> httpx2.Response:
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         return await http.get(world.base + "/v1/accounts", headers=bearer(TOKENS[who]))
 
 
@@ -75,7 +76,7 @@ async def test_each_person_lists_only_their_own_accounts_and_no_token(world: Wor
     assert accounts[0]["scopes"] == ["issues:read", "issues:write"] and accounts[0]["expires_at"]
     for token in ACCESS.values():
         assert token not in listed.text
-    async with httpx2.AsyncClient(timeout=30) as http:
+    async with http_client(timeout=30) as http:
         anonymous = await http.get(world.base + "/v1/accounts")
         nobody_there = await http.delete(world.base + "/v1/accounts/calendar", headers=bearer(TOKENS["bob"]))
     assert anonymous.status_code == 401

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 from playwright.async_api import Browser, expect
 
+from parley.tls import http_client
 from tests.support import CALL_DEADLINE_S, InProcessServer, write_config
 from tests.test_e2e_ui import SCREENSHOTS, World, compose, no_script_failed, shoot, start
 from tests.test_e2e_ui import browser as browser  # the module's Chromium, a fixture
@@ -34,7 +34,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
 
 
 async def session(world: World, session_id: str) -> dict[str, Any]:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         response = await http.get(f"{world.base}/v1/sessions/{session_id}?messages_from=1&messages_limit=200")
     assert response.is_success, response.text
     return dict(response.json())

@@ -21,6 +21,7 @@ import httpx2
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from parley.tls import http_client
 from tests.support import CALL_DEADLINE_S, FIXTURE_LOG, InProcessServer, fixture_in_process, write_config
 from tests.test_e2e_ui import MARKUP, PHONE, SCREENSHOTS, World, compose, no_script_failed, shoot, start
 from tests.test_e2e_ui import browser as browser  # the module's Chromium, a fixture
@@ -53,7 +54,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
 
 
 async def v1(world: World, method: str, path: str, body: dict[str, Any] | None = None) -> httpx2.Response:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         return await http.request(method, world.base + path, json=body)
 
 

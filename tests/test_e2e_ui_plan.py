@@ -16,10 +16,10 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from parley.tls import http_client
 from tests.npm_servers import axe_source  # noqa: F401  (a fixture)
 from tests.support import CALL_DEADLINE_S, InProcessServer, write_config
 from tests.test_e2e_ui import MARKUP, SCREENSHOTS, World, compose, no_script_failed, shoot, start
@@ -47,7 +47,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
 
 
 async def v1(world: World, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         response = await http.request(method, world.base + path, json=body)
     assert response.is_success, (response.status_code, response.text)
     return dict(response.json())

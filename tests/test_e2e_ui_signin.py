@@ -16,10 +16,10 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import httpx2
 import pytest
 from playwright.async_api import Browser, Page, expect
 
+from parley.tls import http_client
 from tests.auth_support import bearer, claims
 from tests.http_balancer import Balancer
 from tests.oauth_server import Misbehaviour, OAuthState
@@ -79,7 +79,7 @@ async def allow(page: Page, subject: str = "alice") -> None:
 async def test_a_person_signs_in_sees_their_sessions_stays_signed_in_and_signs_out(signed: Signed) -> None:
     # alice has a session already, started with a token of hers.
     alice = signed.auth.key.sign(claims(signed.auth.url, signed.public_url, "alice"))
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         started = await http.post(
             signed.root + PREFIX + "/v1/sessions",
             json={"agent": "demo", "message": "Quarterly numbers", "wait_seconds": 0},

@@ -16,10 +16,10 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx2
 import pytest
 from playwright.async_api import Browser, expect
 
+from parley.tls import http_client
 from tests.support import CALL_DEADLINE_S, InProcessServer, write_config
 from tests.test_e2e_ui import MARKUP, SCREENSHOTS, World, no_script_failed, shoot
 from tests.test_e2e_ui import browser as browser  # the module's Chromium, a fixture
@@ -73,7 +73,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory, browser: Browser) -> A
 
 
 async def session_count(world: World) -> int:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         listed = (await http.get(world.base + "/v1/sessions?limit=100")).json()
     return len(listed["sessions"])
 
@@ -134,7 +134,7 @@ async def test_a_task_is_started_from_its_input_form_checked_by_field_and_shows_
     session_id = page.url.rpartition("#/s/")[2]
     shown = page.locator("#task-result pre")
     await expect(shown).to_have_text(json.dumps(result, indent=2))
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         stored = (await http.get(f"{world.base}/v1/sessions/{session_id}?messages_from=1")).json()
     assert stored["kind"] == "task" and stored["status"] == "completed" and stored["result"] == result
     first = stored["messages"][0]["text"]

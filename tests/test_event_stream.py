@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2
 import pytest
 
+from parley.tls import http_client
 from tests.fake_providers import STALLED_TEXT, FakeProviders, serving_fake_providers
 from tests.sse_support import Frame, events, heartbeat, read_until
 from tests.support import (
@@ -183,7 +183,7 @@ async def test_text_of_a_failed_attempt_is_followed_by_attempt_discarded_and_rea
 
 async def test_unknown_sessions_and_bad_positions_are_refused_as_problem_details(world: World) -> None:
     sid, _ = await _finished_session(world, "hello")
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         unknown = await http.get(world.stream_url("ses_" + "0" * 32))
         bad = await http.get(world.stream_url(sid), headers={"Last-Event-ID": "yesterday"})
     assert unknown.status_code == 404 and unknown.headers["content-type"] == "application/problem+json"
@@ -194,7 +194,7 @@ async def test_unknown_sessions_and_bad_positions_are_refused_as_problem_details
     loose = [({"Last-Event-ID": "1_000"}, None)] + [
         (None, {"after": after}) for after in ("1_000", " 3", "\u0663", "+3", "3 ")
     ]
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         for headers, params in loose:
             async with http.stream("GET", world.stream_url(sid), headers=headers, params=params) as refused:
                 assert refused.status_code == 400, (headers, params)

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 from mcp import Client
 
 from parley.testing import HeldModel, Hold
+from parley.tls import http_client
 from tests.support import (
     INITIALIZE,
     MCP_HEADERS,
@@ -24,6 +24,7 @@ from tests.support import (
     call,
     db_rows,
     eventually,
+    http_mcp_client,
     write_config,
 )
 
@@ -53,7 +54,7 @@ def _base(server: InProcessServer) -> str:
 
 
 async def _health(server: InProcessServer) -> dict[str, Any]:
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         response = await http.get(_base(server) + "/healthz")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/json")
@@ -111,7 +112,7 @@ async def test_requests_from_a_foreign_host_or_origin_are_refused_and_the_server
     server: InProcessServer, headers: dict[str, str]
 ) -> None:
     assert server.url is not None
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         refused = await http.post(server.url, json=INITIALIZE, headers={**MCP_HEADERS, **headers})
     assert 400 <= refused.status_code < 500, (refused.status_code, refused.text)
     assert (await _health(server))["status"] == "ok"
@@ -123,7 +124,7 @@ async def test_requests_from_a_foreign_host_or_origin_are_refused_and_the_server
 async def test_a_cors_origin_may_call_v1_but_never_mcp(server: InProcessServer) -> None:
     assert server.url is not None
     origin = {"Origin": WEB_APP}
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         refused = await http.post(server.url, json=INITIALIZE, headers={**MCP_HEADERS, **origin})
         assert refused.status_code == 403, refused.text
         assert "Origin" in refused.text
@@ -136,7 +137,7 @@ async def test_v1_refuses_a_body_that_is_not_json_with_415_and_starts_nothing(
     server: InProcessServer,
 ) -> None:
     body = '{"agent": "demo", "message": "sent as text/plain, which a page may post without a preflight"}'
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+    async with http_client(timeout=TEST_DEADLINE_S) as http:
         before = (await http.get(_base(server) + "/v1/sessions")).json()
         for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
             headers = {"Content-Type": content_type} if content_type else {}
@@ -156,7 +157,7 @@ async def test_initialize_posted_to_exactly_slash_mcp_is_served_without_a_redire
     server: InProcessServer,
 ) -> None:
     assert server.url is not None and server.url.endswith("/mcp")
-    async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S, follow_redirects=False) as http:
+    async with http_client(timeout=TEST_DEADLINE_S, follow_redirects=False) as http:
         response = await http.post(server.url, json=INITIALIZE, headers=MCP_HEADERS)
         assert response.status_code == 200, (response.status_code, response.text)
         assert "mcp-session-id" in response.headers
@@ -321,7 +322,7 @@ async def test_a_dropped_connection_leaves_the_turn_running_to_its_answer(
     held = _hold(server, f"dropped-{mode}")
 
     async def wait_then_vanish() -> None:
-        async with Client(url, mode=mode) as doomed:
+        async with http_mcp_client(url, mode=mode) as doomed:
             waiting.set()
             await doomed.call_tool(
                 "send_message",

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from parley.sdk_compat import create_mcp_http_client
+from parley.tls import http_client
 from tests.auth_support import bearer, token_client
 from tests.conftest import database_for
 from tests.sse_support import read_until
@@ -75,7 +75,7 @@ class World:
             yield client
 
     async def v1(self, who: str, method: str, path: str, status: int = 200, **kwargs: Any) -> Any:
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             response = await http.request(
                 method, self.base + path, headers=bearer(self.tokens[who]), **kwargs
             )

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from mcp import Client
 
-from tests.support import FAST_RUNTIME, InProcessServer, call, eventually
+from tests.support import FAST_RUNTIME, InProcessServer, call, eventually, http_mcp_client
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +45,7 @@ class World:
     @asynccontextmanager
     async def client(self, lines: Lines, mode: str, **options: Any) -> AsyncIterator[Client]:
         assert self.server.url is not None
-        async with Client(self.server.url, mode=mode, logging_callback=lines, **options) as client:
+        async with http_mcp_client(self.server.url, mode=mode, logging_callback=lines, **options) as client:
             yield client
 
 

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from parley.config.auth import token_digest
+from parley.tls import http_client
 from tests.auth_support import bearer, token_client
 from tests.support import TEST_DEADLINE_S, InProcessServer, call, eventually, fixture_in_process, write_config
 
@@ -33,7 +34,7 @@ class World:
 
     async def scrape(self, token: str | None = "watcher") -> httpx2.Response:
         headers = bearer(self.tokens[token]) if token else {}
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             return await http.get(self.base + "/metrics", headers=headers)
 
     async def samples(self) -> Samples:
@@ -140,7 +141,7 @@ async def test_metrics_are_served_without_auth_on_loopback_when_auth_is_off(tmp_
     config = write_config(tmp_path, agents={"demo": {}})
     async with InProcessServer(config, http=True) as server:
         assert server.url is not None
-        async with httpx2.AsyncClient(timeout=TEST_DEADLINE_S) as http:
+        async with http_client(timeout=TEST_DEADLINE_S) as http:
             response = await http.get(server.base_url + "/metrics")
     assert response.status_code == 200
     names = {f.name for f in text_string_to_metric_families(response.text)}

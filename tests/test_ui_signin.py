@@ -30,6 +30,7 @@ import yaml
 from parley.config import collect_config_errors
 from parley.server.ui_routes import CONTENT_SECURITY_POLICY, content_security_policy
 from parley.server.ui_signin import SignInSettings, UiSignIn, metadata_urls, page_settings
+from parley.tls import http_client
 from tests.auth_support import bearer, claims, token_client
 from tests.http_balancer import Balancer
 from tests.oauth_server import OAuthState, oauth_server
@@ -123,7 +124,7 @@ def redirect_error(response: httpx2.Response) -> dict[str, list[str]]:
 
 async def test_the_authorization_server_refuses_what_the_specification_forbids(world: World) -> None:
     url = world.auth.url + "/authorize"
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         no_pkce = await http.get(
             url, params=authorization(world, code_challenge=None, code_challenge_method=None)
         )
@@ -152,7 +153,7 @@ async def test_the_authorization_server_refuses_what_the_specification_forbids(w
 async def test_codes_need_their_verifier_and_refresh_tokens_rotate(world: World) -> None:
     verifier, challenge = pkce()
     params = authorization(world, code_challenge=challenge)
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
 
         async def code() -> str:
             answer = await http.post(world.auth.url + "/authorize", params=params, data={"subject": "bob"})
@@ -184,7 +185,7 @@ async def test_codes_need_their_verifier_and_refresh_tokens_rotate(world: World)
 
 
 async def test_the_page_learns_the_authorization_server_and_may_reach_only_its_origin(world: World) -> None:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         moved = await http.get(world.root + PREFIX + "/ui")
         page = await http.get(world.root + PREFIX + "/ui/")
         callback = await http.get(world.root + PREFIX + "/ui/callback?code=x&state=y")
@@ -212,7 +213,7 @@ async def test_the_page_learns_the_authorization_server_and_may_reach_only_its_o
 async def test_v1_and_mcp_work_under_the_prefix_and_the_metadata_stays_at_the_root(world: World) -> None:
     token = world.token("carol")
     metadata_url = world.root + "/.well-known/oauth-protected-resource" + PREFIX + "/mcp"
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         unauthenticated = await http.get(world.root + PREFIX + "/v1/agents")
         agents = await http.get(world.root + PREFIX + "/v1/agents", headers=bearer(token))
         metadata = (await http.get(metadata_url)).json()
@@ -225,7 +226,7 @@ async def test_v1_and_mcp_work_under_the_prefix_and_the_metadata_stays_at_the_ro
     async with token_client(world.public_url, token) as client:
         started = await client.call_tool("start_session", {"agent": "demo", "message": "hello"})
     assert not started.is_error, started
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         listed = await http.get(world.root + PREFIX + "/v1/sessions", headers=bearer(token))
     assert [s["agent"] for s in listed.json()["sessions"]] == ["demo"]
 
@@ -315,7 +316,7 @@ async def test_without_readable_metadata_sign_in_is_unavailable_and_the_policy_o
     world: World,
 ) -> None:
     elsewhere = SignInSettings(world.auth.url + "/no-such-realm", CLIENT_ID, "parley:use", world.public_url)
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         sign_in = UiSignIn(elsewhere, http)
         page = await sign_in.page()
         assert page.method == "unavailable" and page.token_endpoint is None
@@ -329,7 +330,7 @@ async def test_a_confidential_client_must_authenticate_at_the_token_endpoint(wor
     world.auth.register("confidential", [redirect], secret="s3cret-value")
     verifier, challenge = pkce()
     params = authorization(world, client_id="confidential", redirect_uri=redirect, code_challenge=challenge)
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
 
         async def exchange(secret: str | None) -> httpx2.Response:
             answer = await http.post(world.auth.url + "/authorize", params=params)

@@ -30,6 +30,7 @@ from parley.runtime.credentials import new_key
 from parley.runtime.mcp.check import check_server_tools
 from parley.runtime.model import ModelRequest, ModelResponse, RequestedCall
 from parley.testing import eventually
+from parley.tls import http_client
 from tests.auth_support import token_client
 from tests.conftest import database_for
 from tests.mcp_servers.oauth_protected_server import OAuthProtectedServer, oauth_protected_in_process
@@ -115,7 +116,7 @@ class World:
         return found
 
     def browser(self) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(timeout=TEST_DEADLINE_S, follow_redirects=False)
+        return http_client(timeout=TEST_DEADLINE_S, follow_redirects=False)
 
     async def connect(self, browser: httpx2.AsyncClient, person: str, connect_url: str) -> httpx2.Response:
         flow_id = connect_url.rsplit("/", 1)[1]

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 
 from parley.testing import HeldModel
+from parley.tls import http_client
 from tests.sse_support import Frame, read_until
 from tests.support import (
     CALL_DEADLINE_S,
@@ -39,13 +39,13 @@ class World(Served):
         return self.server.base_url
 
     async def post(self, path: str, body: dict[str, Any], status: int = 200) -> dict[str, Any]:
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             response = await http.post(self.base + path, json=body)
         assert response.status_code == status, (response.status_code, response.text)
         return dict(response.json())
 
     async def get(self, path: str, status: int = 200) -> dict[str, Any]:
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             response = await http.get(self.base + path)
         assert response.status_code == status, (response.status_code, response.text)
         return dict(response.json())
@@ -267,7 +267,7 @@ async def test_the_owner_wide_stream_resumes_after_a_reconnect_with_no_gap_and_n
 async def test_a_bad_last_event_id_on_the_owner_wide_stream_is_a_400_naming_it(world: World) -> None:
     too_many = "_".join(f"{n:032x}-1" for n in range(101))
     for bad in ("42", "o1.12.zz-1", "o1.x.", "o1.1." + too_many):
-        async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+        async with http_client(timeout=CALL_DEADLINE_S) as http:
             response = await http.get(world.base + "/v1/events", headers={"Last-Event-ID": bad})
         assert response.status_code == 400 and "Last-Event-ID" in response.json()["detail"], bad
 
@@ -297,7 +297,7 @@ async def test_the_owner_wide_streams_snapshot_lists_the_drafts_waiting_for_revi
 
 
 async def test_a_configured_web_app_may_call_v1_from_the_browser_and_no_other_origin(world: World) -> None:
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         preflight = await http.options(
             world.base + "/v1/chat",
             headers={
@@ -331,7 +331,7 @@ async def test_a_lone_surrogate_in_a_body_is_a_400_naming_the_field(
     world: World, body: dict[str, Any], field: str
 ) -> None:
     # json.dumps writes the surrogate as the escape \ud800: valid JSON, text no UTF-8 can hold.
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         answer = await http.post(
             world.base + "/v1/sessions",
             content=json.dumps(body),
@@ -349,7 +349,7 @@ async def test_a_queued_message_is_deleted_once_and_a_bad_id_is_a_400(world: Wor
     assert parked["status"] == "waiting_for_input", parked
     queued = await world.post(f"/v1/sessions/{sid}/messages", {"message": "later", "wait_seconds": 0})
     qid = queued["queued_message_id"]
-    async with httpx2.AsyncClient(timeout=CALL_DEADLINE_S) as http:
+    async with http_client(timeout=CALL_DEADLINE_S) as http:
         first = await http.delete(f"{world.base}/v1/sessions/{sid}/queue/{qid}")
         again = await http.delete(f"{world.base}/v1/sessions/{sid}/queue/{qid}")
         bad = await http.delete(f"{world.base}/v1/sessions/{sid}/queue/not-an-id")

@@ -34,6 +34,7 @@ from parley.client.models import (
 )
 from parley.client.session import Session, new_message_id
 from parley.client.sse import EventStream
+from parley.tls import http_client
 
 # The server caps a call's wait (runtime.max_wait_s, 55 s by default); this stays below the 60 s
 # many proxies allow a request.
@@ -308,7 +309,7 @@ async def connect_http(
     # Reads may last a whole wait; the connection is checked again after the call margin.
     timeout = httpx2.Timeout(30.0, read=options.wait_s + 60.0)
     async with AsyncExitStack() as stack:
-        http = await stack.enter_async_context(httpx2.AsyncClient(headers=sent_headers, timeout=timeout))
+        http = await stack.enter_async_context(http_client(headers=sent_headers, timeout=timeout))
 
         @asynccontextmanager
         async def open_client() -> AsyncIterator[Client]:
@@ -324,7 +325,7 @@ async def connect_http(
             # A fresh HTTP client per connection: the old one's pool may hold the broken sockets.
             try:
                 async with (
-                    httpx2.AsyncClient(headers=sent_headers, timeout=timeout, event_hooks=hooks) as mcp_http,
+                    http_client(headers=sent_headers, timeout=timeout, event_hooks=hooks) as mcp_http,
                     _mcp_client(streamable_http_client(url, http_client=mcp_http), options) as client,
                 ):
                     await client.list_tools()

@@ -28,6 +28,7 @@ from parley.runtime.background import log_pass_failure
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.webhook_guard import ReceiverRefused, pin
 from parley.storage.ports import WebhookOutbox
+from parley.tls import http_client
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class WebhookWorker:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         # No proxy from the environment: the request must go to the address the guard pinned.
         async with (
-            httpx2.AsyncClient(follow_redirects=False, trust_env=False) as http,
+            http_client(follow_redirects=False, trust_env=False) as http,
             anyio.create_task_group() as tg,
         ):
             task_status.started()

@@ -29,6 +29,7 @@ from parley.sdk_compat import InMemoryTransport  # the SDK's in-memory pairing; 
 from parley.server.http import bind_listener
 from parley.testing.clock import ManualClock
 from parley.testing.waiting import DEADLINE_S
+from parley.tls import http_client
 
 # Timings that make a test's turns, leases and waits quick (parley.yaml's `runtime:`).
 FAST_RUNTIME: dict[str, Any] = {
@@ -56,7 +57,7 @@ class HttpEndpoint:
     def client(self, token: str | None = None, **options: Any) -> httpx2.AsyncClient:
         """An HTTP client for /v1, /ui, /metrics and /healthz, with `token` as its bearer."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx2.AsyncClient(base_url=self.base_url, headers=headers, timeout=DEADLINE_S, **options)
+        return http_client(base_url=self.base_url, headers=headers, timeout=DEADLINE_S, **options)
 
 
 @dataclass

@@ -29,6 +29,7 @@ from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult
 from parley.config import McpServerConfig
 from parley.runtime.mcp.remote import TasksClientExtension
 from parley.runtime.mcp.stdio_child import child_transport
+from parley.tls import http_client
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +177,7 @@ class McpConnection:
                 else:
                     assert cfg.url is not None
                     http = await stack.enter_async_context(
-                        httpx2.AsyncClient(
+                        http_client(
                             headers=self._headers,
                             timeout=httpx2.Timeout(cfg.connect_timeout_s, read=None),
                             auth=self.auth,

@@ -20,6 +20,7 @@ from parley.errors import CredentialError, OAuthClientError
 from parley.runtime.credentials import ClearCredential, CredentialVault
 from parley.runtime.oauth.client import ClientIdentity, refresh, register
 from parley.runtime.oauth.discovery import DISCOVERY_TIMEOUT_S, Discovered, discover
+from parley.tls import http_client
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class DownstreamAuth:
         return self._servers[server].url or ""
 
     def http(self) -> httpx2.AsyncClient:
-        return httpx2.AsyncClient(timeout=DISCOVERY_TIMEOUT_S, follow_redirects=False)
+        return http_client(timeout=DISCOVERY_TIMEOUT_S, follow_redirects=False)
 
     async def authority(self, server: str) -> tuple[Discovered, ClientIdentity]:
         """The server's authorization server and parley's identity there, discovered once an hour."""
