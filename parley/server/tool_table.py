@@ -9,9 +9,11 @@ tools the retry of an input-required round and the outcome or the questions."""
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from mcp.server.mcpserver import Context
@@ -125,19 +127,34 @@ def sdk_tools(entries: tuple[Entry, ...], service: SessionService, calls: ToolCa
 def _sdk_tool(entry: Entry, output: type[BaseModel], call: Bound) -> Tool:
     """What Tool.from_function would make of a function with the entry's arguments as parameters
     and `Annotated[CallToolResult, output]` as its return type, the schema's title included."""
-    parameters = entry.arguments.model_json_schema(by_alias=True)
-    parameters["title"] = f"{entry.name}Arguments"
-    if (reason := find_invalid_x_mcp_header(parameters)) is not None:
-        raise InvalidSignature(f"Tool {entry.name!r} has an invalid x-mcp-header annotation: {reason}")
+    input_schema, output_schema = _schemas(entry.name, entry.arguments, output)
     return Tool(
         fn=call,
         name=entry.name,
         title=entry.title,
         # Every client's model reads the descriptions on every request: no docstring indentation.
         description=inspect.cleandoc(entry.handler.__doc__ or ""),
-        parameters=parameters,
-        fn_metadata=WholeArguments(arg_model=entry.arguments, output_model=output),
+        parameters=copy.deepcopy(input_schema),
+        fn_metadata=WholeArguments(
+            arg_model=entry.arguments, output_model=output, output_schema=copy.deepcopy(output_schema)
+        ),
         is_async=True,
         context_kwarg="ctx",
         annotations=entry.annotations,
     )
+
+
+@cache
+def _schemas(
+    name: str, arguments: type[ArgModelBase], output: type[BaseModel]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A tool's input and output schemas, made once a process: pydantic takes about 10 ms a tool
+    to make them, and every app (each test's, each `parley eval`'s) builds the whole table."""
+    parameters = arguments.model_json_schema(by_alias=True)
+    parameters["title"] = f"{name}Arguments"
+    if (reason := find_invalid_x_mcp_header(parameters)) is not None:
+        raise InvalidSignature(f"Tool {name!r} has an invalid x-mcp-header annotation: {reason}")
+    # The SDK derives the output schema as it validates the metadata; it is kept, not redone.
+    derived = WholeArguments(arg_model=arguments, output_model=output).output_schema
+    assert derived is not None
+    return parameters, derived
