@@ -4,8 +4,8 @@ file) while a client drives 100+ sessions through random replicas (text turns, a
 random. At the end every accepted message has exactly one answer, no write ran twice, every turn has
 ended, and no session is left leased.
 
-Bounded: the chaos lasts PARLEY_CHAOS_SECONDS (default 20; the whole test stays under a minute on
-CI), with PARLEY_CHAOS_SESSIONS sessions (default 120); raise both for a longer run. The random
+Bounded: the chaos lasts PARLEY_CHAOS_SECONDS (default 15; the whole test stays under half a minute
+a database on CI), with PARLEY_CHAOS_SESSIONS sessions (default 60); raise both for a longer run. The random
 seed is printed and PARLEY_CHAOS_SEED replays a run's choices (not its timing).
 """
 
@@ -45,8 +45,8 @@ from tests.support import (
 
 pytestmark = pytest.mark.anyio
 
-CHAOS_S = float(os.environ.get("PARLEY_CHAOS_SECONDS", "20"))
-SESSIONS = int(os.environ.get("PARLEY_CHAOS_SESSIONS", "120"))
+CHAOS_S = float(os.environ.get("PARLEY_CHAOS_SECONDS", "15"))
+SESSIONS = int(os.environ.get("PARLEY_CHAOS_SESSIONS", "60"))
 REPLICAS = 3
 # How long a call waits for its turn on the server (a kill ends it sooner; the client then asks
 # another replica for the same message).
