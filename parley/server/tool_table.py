@@ -127,7 +127,8 @@ def sdk_tools(entries: tuple[Entry, ...], service: SessionService, calls: ToolCa
 def _sdk_tool(entry: Entry, output: type[BaseModel], call: Bound) -> Tool:
     """What Tool.from_function would make of a function with the entry's arguments as parameters
     and `Annotated[CallToolResult, output]` as its return type, the schema's title included."""
-    input_schema, output_schema = _schemas(entry.name, entry.arguments, output)
+    arguments: type[ArgModelBase] = entry.arguments
+    input_schema, output_schema = _schemas(entry.name, arguments, output)
     return Tool(
         fn=call,
         name=entry.name,
