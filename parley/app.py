@@ -398,12 +398,14 @@ async def running_app(
             try:
                 yield app
             finally:
+                stopping = time.monotonic()
                 with anyio.CancelScope(shield=True):
                     await app.scheduler.drain(app.shutdown.grace_s)
                 # Drivers release their leases as they stop, and each downstream stdio server
                 # is sent SIGTERM by its own connection's task, all at once.
                 tg.cancel_scope.cancel()
-        logger.info("parley %s stopped", process_id)
+        # How long the stop took tells a slow exit's cause from the log: steps, or the rest.
+        logger.info("parley %s stopped in %.2fs", process_id, time.monotonic() - stopping)
 
 
 async def _start_housekeeping(

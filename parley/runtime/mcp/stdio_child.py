@@ -143,6 +143,7 @@ async def _stop(process: Process, server: str) -> None:
     """Close the child's stdin and send its process group SIGTERM together; SIGKILL when it is
     still there after KILL_AFTER_S."""
     assert process.stdin is not None
+    stopping = anyio.current_time()
     with suppress(*_PIPE_ENDED):
         await process.stdin.aclose()
     if process.returncode is None:
@@ -160,6 +161,7 @@ async def _stop(process: Process, server: str) -> None:
                 return  # waiting for it could hang this process's exit
     # Closes our ends of its pipes; the exit is already seen, so this does not wait.
     await process.aclose()
+    logger.debug("MCP server %s stopped in %.2fs", server, anyio.current_time() - stopping)
 
 
 def _signal_group(process: Process, signum: signal.Signals) -> None:
