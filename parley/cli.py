@@ -65,7 +65,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     tracing = setup_tracing(os.environ)
 
     if args.http:
-        from parley.app import serve_http
+        from parley.app_http import serve_http
 
         host = args.host or config.http.host
         port = config.http.port if args.port is None else args.port

@@ -23,10 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "parley"
 
-# The modules at the package's root that put the parts together: the composition root (app.py:
-# configuration -> store -> runtime -> server; stores.py: the configured backend opened) and the
-# command line. Every other module at the root is a leaf, which any part may use.
-COMPOSING = ("parley.app", "parley.stores", "parley.__main__")
+# The modules at the package's root that put the parts together: the composition root
+# (app.py and app_http.py: configuration -> store -> runtime -> server; stores.py: the
+# configured backend opened) and the command line. Every other module at the root is a leaf, which any part may use.
+COMPOSING = ("parley.app", "parley.app_http", "parley.stores", "parley.__main__")
 # What the client must not import: the server side.
 SERVER_SIDE = (
     "parley.server",
@@ -34,6 +34,7 @@ SERVER_SIDE = (
     "parley.storage",
     "parley.config",
     "parley.app",
+    "parley.app_http",
     "parley.stores",
 )
 

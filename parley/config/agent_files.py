@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError
 from pydantic import ValidationError
 
 from parley.config.agent import BUILTIN_TOOLS, DEMO_AGENT, AgentConfig
@@ -123,6 +121,10 @@ def _plan_problems(agent: AgentConfig, file: str) -> list[ConfigError]:
 def _schema_problems(schema: dict[str, Any] | None, file: str, field: str, code: str) -> list[ConfigError]:
     if schema is None:
         return []
+    # Imported here: only an agent with a schema pays for jsonschema (about 50 ms of a start).
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:

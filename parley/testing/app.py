@@ -20,7 +20,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
-from parley.app import App, Seams, check_http, mcp_server, running_app, serve_app_http
+from parley.app import App, Seams, mcp_server, running_app
+from parley.app_http import check_http, serve_app_http
 from parley.config import ServerConfig, load_config
 from parley.runtime.faults import FaultPoints
 from parley.runtime.log_format import library_log_levels

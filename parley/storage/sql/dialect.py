@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from psycopg.types.json import Json
-
 
 def dumps(value: Any) -> str:
     """JSON as both databases keep it: compact, not ASCII-escaped (so a value reads back the same)."""
@@ -37,6 +35,9 @@ def _sqlite_json(value: Any) -> Any:
 
 
 def _postgres_json(value: Any) -> Any:
+    # Imported here: a process on SQLite never loads psycopg (about 60 ms of its start).
+    from psycopg.types.json import Json
+
     return Json(value, dumps=dumps) if value is not None else None
 
 
