@@ -192,6 +192,7 @@ def _drive_settings(config: ServerConfig) -> DriveSettings:
         max_concurrent_model_calls=runtime.max_concurrent_model_calls,
         max_concurrent_tool_calls=runtime.max_concurrent_tool_calls,
         max_driven_sessions=runtime.max_driven_sessions,
+        public_base=config.http.public_base,
     )
 
 

@@ -93,6 +93,11 @@ class SessionLimitReached(RequestError):
         super().__init__(f"Session {session_id}: {problem} Start a new session with start_session.")
 
 
+class OwnerOnly(RequestError):
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} is for the session's owner only; sign in as them. Nothing was changed.")
+
+
 class InterruptNotFound(RequestError):
     def __init__(self, session_id: str, interrupt_id: str) -> None:
         super().__init__(

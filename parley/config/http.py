@@ -185,3 +185,9 @@ class HttpConfig(Strict):
                 "http.max_connections"
             )
         return self
+
+    @property
+    def public_base(self) -> str | None:
+        """parley's address as people reach it (public_url without /mcp), for the links they open;
+        None: no public_url, so no link can be made."""
+        return self.public_url.rstrip("/").removesuffix("/mcp") if self.public_url else None

@@ -83,6 +83,15 @@ def asked_in_place(interrupt: InterruptRecord) -> bool:
     return asked_of_server(interrupt) and interrupt.payload["downstream"].get("mode") != "retry"
 
 
+def opens_a_link(interrupt: InterruptRecord) -> bool:
+    """An interrupt the session's owner resolves by opening a parley link, signed in: an account
+    to connect (authorization_required), or a page a downstream server asks them to visit (its
+    URL-mode elicitation). Only a decline of the latter is taken as an answer."""
+    return interrupt.kind == "authorization_required" or (
+        asked_of_server(interrupt) and interrupt.payload["downstream"].get("url") is not None
+    )
+
+
 def same_decision(existing: dict[str, Any] | None, new: Resolution) -> bool:
     """Whether `new` repeats the decision already recorded (a repeat succeeds, a change is refused)."""
     existing = existing or {}

@@ -51,6 +51,9 @@ SCHEDULE = "schedule"  # a schedule made, paused, resumed or deleted with the to
 REVOKE_CREDENTIALS = "revoke_credentials"  # a principal's downstream credentials deleted (target: whose)
 ROTATE_KEY = "rotate_credential_key"  # every credential encrypted again under the current key
 CONNECT = "connect_account"  # a connect link opened (target: the server); refused for anyone but the owner
+OPEN_PAGE = (
+    "open_page"  # the owner opened a page a downstream server asked them to visit (target: the interrupt)
+)
 AUTHORIZE = "authorize_account"  # a connect flow's callback: the account connected, declined or failed
 DECISIONS = frozenset({APPROVE, REJECT, ANSWER, DECLINE, EXECUTE_PLAN})
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from parley.config import AgentConfig
 from parley.core.ids import SessionId, TurnId, is_interrupt_id
 from parley.core.records import InterruptRecord, Resolution, ResolveResult, SessionRecord
+from parley.core.transitions import opens_a_link
 from parley.errors import DecisionConflict, InterruptNotFound, InvalidArgument
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.text import NO_VISIBLE_TEXT, has_visible_text
@@ -66,6 +67,10 @@ class Decisions:
                 raise InterruptNotFound(session.id, interrupt_id)
             found[interrupt_id] = known[interrupt_id]
         return found
+
+    async def interrupt_of(self, session: SessionRecord, interrupt_id: str) -> InterruptRecord:
+        """One of the session's interrupts; InterruptNotFound when it has no such one."""
+        return (await self._interrupts(session, [interrupt_id]))[interrupt_id]
 
     async def approve(
         self, session: SessionRecord, decisions: Sequence[Decision], by: str, owner: str | None
@@ -123,6 +128,12 @@ class Decisions:
         interrupt = (await self._interrupts(session, [interrupt_id]))[interrupt_id]
         if interrupt.kind != "question":
             raise InvalidArgument("interrupt_id", f"{interrupt_id} is an approval; decide it with approve")
+        if answer is not None and opens_a_link(interrupt):
+            raise InvalidArgument(
+                "answer",
+                "this question is a page to open: the session's owner opens its connect_url in a browser, "
+                "signed in to parley; or give decline=true",
+            )
         if answer is not None:
             checked = checked_answer(interrupt, answer)
             if checked is None:

@@ -12,19 +12,23 @@ resolved at once as the original resolved it, or declined (core/replays.py, Repl
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
-from mcp.types import ElicitRequestFormParams, ElicitResult, InputResponses
+from mcp.types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult, InputResponses
 
 from parley.core.ids import new_interrupt_id
 from parley.core.records import InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 from parley.core.replays import REPLAY_RESOLVER, ReplayAnswers
+from parley.runtime.downstream_links import link_payload, url_problem
 from parley.runtime.mcp.connection import Asker
 from parley.runtime.session_steps import SessionSteps
 from parley.runtime.signals import SessionSignals
 from parley.storage.ports import Store
+
+logger = logging.getLogger(__name__)
 
 MAX_QUESTION_CHARS = 4000
 MAX_CHOICES = 100
@@ -87,6 +91,9 @@ def elicit_result(interrupt: InterruptRecord) -> ElicitResult:
     resolution = interrupt.resolution or {}
     if interrupt.status == "declined" or resolution.get("declined"):
         return ElicitResult(action="decline")
+    if (interrupt.payload.get("downstream") or {}).get("url") is not None:
+        # A page to visit: accept says the owner opened it, nothing about what they did there.
+        return ElicitResult(action="accept" if interrupt.status == "answered" else "cancel")
     answer = resolution.get("answer")
     if interrupt.status != "answered" or not isinstance(answer, str):
         return ElicitResult(action="cancel")
@@ -122,9 +129,11 @@ def _typed(answer: str, field: dict[str, Any]) -> Any:
     return answer
 
 
-def _question(call: ToolCallRecord, payload: dict[str, Any], now: float, wait_s: float) -> InterruptRecord:
+def _question(
+    call: ToolCallRecord, payload: dict[str, Any], now: float, wait_s: float, interrupt_id: str | None = None
+) -> InterruptRecord:
     return InterruptRecord(
-        id=new_interrupt_id(),
+        id=interrupt_id or new_interrupt_id(),
         session_id=call.session_id,
         turn_id=call.turn_id,
         tool_call_id=call.id,
@@ -144,8 +153,10 @@ class DownstreamQuestions:
         signals: SessionSignals,
         clock: Callable[[], float],
         poll_interval_s: float,
+        public_base: str | None = None,
     ) -> None:
         self._store = store
+        self._public_base = public_base
         self._steps = SessionSteps(store)
         self._signals = signals
         self._clock = clock
@@ -162,9 +173,11 @@ class DownstreamQuestions:
         """Asks the user in place; gives up (answering 'cancel') at `wait_s`, or at once when
         `cancelled()` says the turn is being cancelled or the process is stopping."""
 
-        async def ask(params: ElicitRequestFormParams) -> ElicitResult:
+        async def ask(params: ElicitRequestFormParams | ElicitRequestURLParams) -> ElicitResult:
             now = self._clock()
-            interrupt = _question(call, question_payload(params, call), now, wait_s)
+            interrupt = self._interrupt_for(params, call, now, wait_s)
+            if interrupt is None:
+                return ElicitResult(action="decline")
             await self._steps.raise_interrupt(session.id, lease, interrupt, now)
             self._signals.notify(session.id)
             if await self.settle_in_replay(session, call, [interrupt]):
@@ -190,6 +203,26 @@ class DownstreamQuestions:
             return ElicitResult(action="cancel")
 
         return ask
+
+    def _interrupt_for(
+        self,
+        params: ElicitRequestFormParams | ElicitRequestURLParams,
+        call: ToolCallRecord,
+        now: float,
+        wait_s: float,
+    ) -> InterruptRecord | None:
+        """The question to put to the person; None when a page to visit cannot be put to anybody."""
+        if isinstance(params, ElicitRequestFormParams):
+            return _question(call, question_payload(params, call), now, wait_s)
+        problem = url_problem(params.url)
+        if problem is None and self._public_base is None:
+            problem = "http.public_url is not set, so parley has no link to give the session's owner"
+        if problem is not None or self._public_base is None:
+            logger.warning("MCP server %s asked for a page to be opened; declined: %s", call.server, problem)
+            return None
+        interrupt_id = new_interrupt_id()
+        payload = link_payload(params, call, interrupt_id, self._public_base)
+        return _question(call, payload, now, wait_s, interrupt_id)
 
     async def settle_in_replay(
         self, session: SessionRecord, call: ToolCallRecord, questions: Sequence[InterruptRecord]

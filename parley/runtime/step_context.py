@@ -29,6 +29,8 @@ class DriveSettings:
     max_concurrent_model_calls: int = 16
     max_concurrent_tool_calls: int = 32
     max_driven_sessions: int = 64
+    # parley's address for the links people open (http.public_base); None: no link can be made.
+    public_base: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -58,6 +58,7 @@ class ToolRunner:
             signals=ctx.signals,
             clock=ctx.clock,
             poll_interval_s=ctx.timings.poll_interval_s,
+            public_base=ctx.timings.public_base,
         )
 
     async def run(

@@ -29,6 +29,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from parley.core.records import InterruptRecord, Resolution
+from parley.core.transitions import opens_a_link
 from parley.runtime.session_access import AskHuman
 
 logger = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ def asking(session: ServerSession, request_id: RequestId | None, task_id: str | 
     elicitation names the task it belongs to (a 2025-11-25 task's tasks/result)."""
 
     async def ask(interrupt: InterruptRecord) -> Resolution | None:
-        if interrupt.kind == "authorization_required":
+        if opens_a_link(interrupt):
             if await point_to_connect_link(session, request_id, interrupt):
                 # The callback resolves it once the owner has connected; then the asking is
                 # withdrawn (or at the caller's deadline), and the wait goes on.
@@ -201,7 +202,7 @@ def takes_urls(session: ServerSession) -> bool:
 def askable(interrupt: InterruptRecord, url_mode: bool) -> bool:
     """Whether an input-required round can put the interrupt to the person: an authorization only
     as its connect link, to a client that takes URLs."""
-    return interrupt.kind != "authorization_required" or url_mode
+    return not opens_a_link(interrupt) or url_mode
 
 
 def input_requests(pending: list[InterruptRecord], url_mode: bool = False) -> dict[str, ElicitRequest]:
@@ -209,7 +210,7 @@ def input_requests(pending: list[InterruptRecord], url_mode: bool = False) -> di
     authorization as its connect link (URL mode), or not at all."""
     requests = {}
     for interrupt in pending:
-        if interrupt.kind == "authorization_required":
+        if opens_a_link(interrupt):
             request = connect_request(interrupt)
             if url_mode and request is not None:
                 requests[input_key(interrupt)] = request
@@ -239,8 +240,8 @@ def match_answers(
     """Answers keyed as input_requests keyed them; unknown keys and malformed answers are ignored."""
     answered = []
     for interrupt in pending:
-        if interrupt.kind == "authorization_required":
-            continue  # only the owner's callback resolves it
+        if opens_a_link(interrupt):
+            continue  # only the owner, opening the link, resolves it
         response = responses.get(input_key(interrupt))
         if isinstance(response, Mapping):
             try:

@@ -101,6 +101,12 @@ def render_pending(sid: str, pending: list[PendingView]) -> list[str]:
                 f"- authorization_required {p.id}{until}: {p.question}",
                 f"  the session's owner opens {p.connect_url} in a browser, signed in to parley, to connect",
             ]
+        elif p.connect_url is not None:
+            lines += [
+                f"- question {p.id}{until}: {p.question}",
+                f"  the session's owner opens {p.connect_url} in a browser, signed in to parley, to see the "
+                f'page; or answer_question(session_id="{sid}", interrupt_id="{p.id}", decline=true)',
+            ]
         elif p.kind == "approval":
             lines += [
                 f"- approval {p.id}{until}: {p.tool} ({p.effect}) with {json.dumps(p.arguments, ensure_ascii=False)}",

@@ -26,7 +26,7 @@ from parley.runtime.session_labels import session_filter
 from parley.server.arguments import argument_errors
 from parley.server.json_text import check_unicode
 from parley.server.session_tools import DeleteResult
-from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body
+from parley.server.v1_common import BadRequest, V1Context, caller, guarded, json_body, require_json
 from parley.server.wire import (
     AgentList,
     CloseResult,
@@ -174,6 +174,7 @@ class JsonEndpoints:
             ("/v1/sessions/{session_id}/cancel", self._cancel, "POST"),
             ("/v1/sessions/{session_id}/approve", self._approve, "POST"),
             ("/v1/sessions/{session_id}/answer", self._answer, "POST"),
+            ("/v1/sessions/{session_id}/interrupts/{interrupt_id}/open", self._open_page, "POST"),
             ("/v1/sessions/{session_id}/close", self._close, "POST"),
             ("/v1/sessions/{session_id}/queue/{queued_message_id}", self._delete_queued, "DELETE"),
             ("/v1/sessions/{session_id}/plan/execute", self._execute_plan, "POST"),
@@ -296,6 +297,14 @@ class JsonEndpoints:
             Waiting(seconds=body.wait_seconds),
         )
         return _json(outcome_view(outcome))
+
+    async def _open_page(self, request: Request) -> Response:
+        # JSON only: a cross-site form cannot post here without a CORS preflight.
+        require_json(request)
+        url = await self._service.decisions.open_page(
+            caller(request), request.path_params["session_id"], request.path_params["interrupt_id"]
+        )
+        return JSONResponse({"url": url}, headers={"Cache-Control": "no-store"})
 
     async def _delete_queued(self, request: Request) -> Response:
         session_id, queued_message_id = (

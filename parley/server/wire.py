@@ -21,6 +21,7 @@ from parley.core.records import (
     TurnRecord,
 )
 from parley.core.states import OutcomeStatus
+from parley.core.transitions import opens_a_link
 from parley.runtime.offer import Offer
 from parley.runtime.service import SessionDetails, TurnOutcome
 from parley.runtime.session_access import Decider
@@ -61,15 +62,13 @@ class PendingView(BaseModel):
     kind: Literal["approval", "question", "authorization_required"]
     tool_call_id: str | None = None
     tool: str | None = Field(None, description="Approvals: the tool the agent wants to call.")
-    server: str | None = Field(
-        None, description="authorization_required: the MCP server whose account the owner connects."
-    )
-    host: str | None = Field(None, description="authorization_required: that server's host.")
+    server: str | None = Field(None, description="With connect_url: the MCP server the link is for.")
+    host: str | None = Field(None, description="With connect_url: that server's host, or the page's.")
     connect_url: str | None = Field(
         None,
         description=(
-            "authorization_required: parley's connect link, which only the session's owner can complete "
-            "(signed in to parley); never the authorization server's own URL."
+            "authorization_required, or a question a server asks by a page to open: parley's link, which "
+            "only the session's owner can complete (signed in to parley); never the third party's own URL."
         ),
     )
     arguments: dict[str, Any] | None = None
@@ -447,7 +446,7 @@ def pending_view(interrupt: InterruptRecord) -> PendingView:
         question=p.get("question"),
         choices=list(p.get("choices") or []),
         allows_free_text=bool(p.get("allows_free_text", False)),
-        server=p.get("server") if interrupt.kind == "authorization_required" else None,
+        server=p.get("server") if opens_a_link(interrupt) else None,
         host=p.get("host"),
         connect_url=p.get("connect_url"),
         deadline=iso(interrupt.deadline),

@@ -33,6 +33,10 @@ TINY_PNG = base64.b64encode(
 LONG_NAME = "a_tool_with_a_really_long_name_that_goes_on_and_on_well_past_what_model_apis_accept_" + "x" * 6
 
 
+# What the page `visit` asks for carries, so a test can tell whether its address leaked.
+VISIT_TICKET = "ticket=T-0f3a9c"
+
+
 def _write_log(path: str | None, ctx: Context, tool: str, arguments: dict[str, Any]) -> None:
     if not path:
         return
@@ -174,6 +178,15 @@ def build(args: argparse.Namespace, log_path: Path | None = None, in_process: bo
         if isinstance(choice, AcceptedElicitation):
             return f"painted the {item} {choice.data.colour}"
         return f"did not paint the {item}: the user chose {choice.action}"
+
+    @server.tool(annotations=read_only, structured_output=False)
+    async def visit(url: str, ctx: Context) -> str:
+        """Ask the person to open a page (URL-mode elicitation, 2025-11-25) and say what they chose.
+        The page asked for carries a ticket of the server's own, which the caller never sent."""
+        page = url + ("&" if "?" in url else "?") + VISIT_TICKET
+        result = await ctx.elicit_url(message="Sign the form there.", url=page, elicitation_id="visit-1")
+        _log(ctx, "visit", {"url": page, "action": result.action})
+        return f"the person chose {result.action}"
 
     if args.hang_list:
         original = server.list_tools

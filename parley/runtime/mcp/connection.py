@@ -24,7 +24,13 @@ import httpx2
 from anyio.abc import TaskStatus
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult, Implementation
+from mcp.types import (
+    ElicitRequestFormParams,
+    ElicitRequestParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    Implementation,
+)
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp.remote import TasksClientExtension
@@ -35,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 # Answers a question the server asks during a call (form elicitation) on behalf of the user.
-Asker = Callable[[ElicitRequestFormParams], Awaitable[ElicitResult]]
+Asker = Callable[[ElicitRequestFormParams | ElicitRequestURLParams], Awaitable[ElicitResult]]
 RELATED_TASK_META = "io.modelcontextprotocol/related-task"
 
 
@@ -142,11 +148,11 @@ class McpConnection:
         related = meta.get(RELATED_TASK_META)
         task_id = related.get("taskId") if isinstance(related, dict) else None
         askers = [a for t, a in self._askers.values() if t == task_id]
-        if not isinstance(params, ElicitRequestFormParams) or len(askers) != 1:
+        if len(askers) != 1:
             logger.warning(
-                "MCP server %s asked a question parley cannot route (%s; %d call(s) waiting); answered cancel",
+                "MCP server %s asked a question parley cannot route (task %s; %d call(s) waiting); answered cancel",
                 self.server,
-                "not a form" if not isinstance(params, ElicitRequestFormParams) else f"task {task_id}",
+                task_id,
                 len(askers),
             )
             return ElicitResult(action="cancel")

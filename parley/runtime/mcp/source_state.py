@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
-from mcp.types import ElicitRequestFormParams, ElicitResult, Tool
+from mcp.types import ElicitRequestFormParams, ElicitRequestURLParams, ElicitResult, Tool
 
 from parley.config import McpServerConfig
 from parley.runtime.mcp.connection import Asker, McpConnection
@@ -45,7 +45,7 @@ class Limit:
         self.scope: anyio.CancelScope | None = None
 
     def extended_by(self, asker: Asker) -> Asker:
-        async def ask(params: ElicitRequestFormParams) -> ElicitResult:
+        async def ask(params: ElicitRequestFormParams | ElicitRequestURLParams) -> ElicitResult:
             scope = self.scope
             started, deadline = anyio.current_time(), scope.deadline if scope is not None else math.inf
             if scope is not None:

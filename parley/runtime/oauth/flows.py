@@ -313,8 +313,8 @@ def build_oauth(
     if not any(cfg.auth is not None for cfg in config.mcp_servers.values()):
         return None
     keyring = Keyring.of(credential_keys(config))
-    assert config.http.public_url is not None  # the configuration's checks require it
-    public_base = config.http.public_url.rstrip("/").removesuffix("/mcp")
+    public_base = config.http.public_base
+    assert public_base is not None  # the configuration's checks require it
     vault = CredentialVault(store, keyring, clock)
     auth = DownstreamAuth(config.mcp_servers, vault, public_base, claimant, clock)
     return OAuthFlows(store, keyring, auth, signals, clock)

@@ -4,15 +4,18 @@ each then waits, bounded, for the resumed turn."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 from dataclasses import replace
 
 from parley.core.ids import TurnId
 from parley.core.records import InterruptRecord, Resolution, SessionRecord
-from parley.errors import RequestError
+from parley.core.transitions import opens_a_link
+from parley.errors import DecisionConflict, InvalidArgument, OwnerOnly, RequestError
 from parley.runtime import audit
 from parley.runtime.access import Principal, may_see
 from parley.runtime.decisions import Decision, Decisions
+from parley.runtime.downstream_links import OPENED
 from parley.runtime.service.checks import Checks
 from parley.runtime.service.outcomes import TurnOutcome, turn_view, waits_for_input
 from parley.runtime.service.parts import Parts
@@ -59,6 +62,32 @@ class DecisionCommands:
             await p.audit.record(caller, action, session_id=session.id, target=d.interrupt_id, via="tool")
         p.signals.work_available(session.id)
         return await self._after_decision(caller, session, resumed, wait_s, waiting)
+
+    async def open_page(self, caller: Principal, session_id: str, interrupt_id: str) -> str:
+        """The session's owner opens a page a downstream server asked them to visit: the question
+        is answered (the server is told they accepted) and its address returned for the browser
+        to go to. Anyone else is refused and nothing changes."""
+        p = self._parts
+        session = await p.access.visible(caller, session_id, audit.OPEN_PAGE, [interrupt_id])
+        if not hmac.compare_digest(session.owner.encode(), caller.id.encode()):
+            await p.audit.refused(
+                caller, audit.OPEN_PAGE, session.id, interrupt_id, "not the session's owner"
+            )
+            raise OwnerOnly("Opening a page a server asks for")
+        interrupt = await self._decisions.interrupt_of(session, interrupt_id)
+        url = (interrupt.payload.get("downstream") or {}).get("url")
+        if not opens_a_link(interrupt) or not isinstance(url, str):
+            raise InvalidArgument("interrupt_id", f"{interrupt_id} is not a page to open")
+        result = await p.steps.resolve_interrupt(
+            session.id, interrupt.id, Resolution(answer=OPENED), caller.id, p.clock(), session.owner
+        )
+        if result.outcome != "resolved":
+            raise DecisionConflict(interrupt_id, "the page was opened, declined or expired before")
+        await p.audit.record(
+            caller, audit.OPEN_PAGE, session_id=session.id, target=interrupt_id, via="browser"
+        )
+        p.signals.notify(session.id)
+        return url
 
     async def answer_question(
         self, caller: Principal, session_id: str, answer: QuestionAnswer, waiting: Waiting

@@ -11,6 +11,7 @@ import anyio
 
 from parley.core.ids import SessionId
 from parley.core.records import InterruptRecord, Resolution
+from parley.core.transitions import opens_a_link
 from parley.runtime import audit
 from parley.runtime.access import Principal
 from parley.runtime.decisions import checked_answer
@@ -56,8 +57,8 @@ class PersonAnswers:
         resolution: Resolution,
         via: str,
     ) -> None:
-        if interrupt.kind == "authorization_required":
-            return  # resolved by the OAuth callback only, never by an answer
+        if opens_a_link(interrupt):
+            return  # resolved by the owner opening its link (or the OAuth callback), never by an answer
         if resolution.answer is not None:
             # The form's choices are a hint to the client, not a guarantee.
             checked = checked_answer(interrupt, resolution.answer)

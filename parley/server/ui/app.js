@@ -3,7 +3,7 @@
 // owner-wide stream (/v1/events).
 
 import { api, ApiError, sessionPath, tokens, whenRefused } from './api.js';
-import { openConnect } from './connect.js';
+import { openConnect, openPage } from './connect.js';
 import { decisionCard, showTitle } from './decision.js';
 import { byId, el, newId, say, when } from './dom.js';
 import { fillFilterAgents, filterQuery, planWords, SessionControls, watchFilter } from './manage.js';
@@ -198,6 +198,8 @@ function route() {
   const hash = location.hash || '#/';
   const session = hash.match(/^#\/s\/([A-Za-z0-9_-]+)$/);
   const connecting = hash.match(/^#\/connect\/(flow_[0-9a-f]+)$/);
+  const visiting = hash.match(/^#\/open\/(ses_[0-9a-f]+)\/(int_[0-9a-f]+)$/);
+  if (!visiting) byId('inbox-page').replaceChildren();
   document.body.classList.remove('view-sessions', 'view-session', 'view-inbox', 'view-schedules', 'view-accounts');
   const views = { '#/inbox': 'nav-inbox', '#/schedules': 'nav-schedules', '#/accounts': 'nav-accounts' };
   for (const id of NAV) byId(id).classList.toggle('active', (views[hash] || 'nav-sessions') === id);
@@ -207,6 +209,9 @@ function route() {
   } else if (connecting) {
     document.body.classList.add('view-inbox');
     openConnect(connecting[1], byId('inbox-note'));
+  } else if (visiting) {
+    document.body.classList.add('view-inbox');
+    openPage(visiting[1], visiting[2], byId('inbox-note'), byId('inbox-page'));
   } else if (hash === '#/inbox') {
     document.body.classList.add('view-inbox');
   } else if (hash === '#/schedules') {

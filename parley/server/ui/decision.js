@@ -98,6 +98,20 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
     });
     buttons.push(approve, reject);
     card.append(el('div', { class: 'decision-actions' }, reason, approve, reject));
+  } else if (interrupt.connect_url) {
+    // A page its server asks the owner to open: the link shows the host first, and parley hands
+    // the page's address to the session's owner only.
+    const decline = el('button', {
+      type: 'button',
+      class: 'decline quiet',
+      text: 'Decline',
+      onclick: () => decide('/answer', { interrupt_id: interrupt.id, decline: true }),
+    });
+    buttons.push(decline);
+    card.append(
+      el('p', { class: 'muted', text: `Page at ${interrupt.host}, asked for by ${interrupt.server}` }),
+      el('div', { class: 'decision-actions' }, el('a', { class: 'button connect', href: interrupt.connect_url, text: `Open ${interrupt.host}` }), decline),
+    );
   } else {
     const actions = el('div', { class: 'decision-actions' });
     for (const choice of interrupt.choices || []) {
