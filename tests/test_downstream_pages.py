@@ -68,11 +68,14 @@ class World:
     log: Path
     db: Path
 
-    async def start(self, person: str, url: str, **options: Any) -> dict[str, Any]:
+    async def start(self, person: str, url: str, protocol: str = "legacy", **options: Any) -> dict[str, Any]:
+        """A session of `person` whose agent calls `visit` with `url`: on a 2025-11-25 server
+        (legacy: it asks while the call is open), or a 2026-07-28 one (modern: input-required)."""
         assert self.server.url is not None
+        server, tool = ("pages", "visit") if protocol == "legacy" else ("pages_later", "visit_later")
         async with token_client(self.server.url, self.tokens[person], **options) as client:
-            message = f"/tool pages__visit {json.dumps({'url': url})}"
-            return await call(client, "start_session", agent="visitor", message=message)
+            message = f"/tool {server}__{tool} {json.dumps({'url': url})}"
+            return await call(client, "start_session", agent=server, message=message)
 
     async def mcp(self, person: str, tool: str, **arguments: Any) -> dict[str, Any]:
         assert self.server.url is not None
@@ -113,10 +116,14 @@ class World:
 
 def _config(directory: Path, pages: dict[str, Any], tokens: dict[str, str], port: int | None) -> Path:
     http = {"public_url": f"http://127.0.0.1:{port}/mcp"} if port is not None else {}
+    patient = {"input_wait_s": 4 * TEST_DEADLINE_S}
     return write_config(
         directory,
-        agents={"visitor": {"mcp_servers": ["pages"]}},
-        mcp_servers={"pages": {**pages, "protocol": "legacy", "input_wait_s": 4 * TEST_DEADLINE_S}},
+        agents={"pages": {"mcp_servers": ["pages"]}, "pages_later": {"mcp_servers": ["pages_later"]}},
+        mcp_servers={
+            "pages": {**pages, "protocol": "legacy", **patient},
+            "pages_later": {**pages, **patient},
+        },
         auth=tokens_auth(tokens),
         http=http,
     )
@@ -139,7 +146,7 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
 def _page_question(outcome: dict[str, Any], world: World) -> dict[str, Any]:
     assert outcome["status"] == "waiting_for_input", outcome
     (pending,) = outcome["pending"]
-    assert pending["kind"] == "question" and pending["server"] == "pages", pending
+    assert pending["kind"] == "question" and pending["server"].startswith("pages"), pending
     assert pending["host"] == "forms.example.com" and pending["choices"] == []
     assert "Sign the form there." in pending["question"] and "forms.example.com" in pending["question"]
     link = f"{world.server.base_url}/ui/#/open/{outcome['session_id']}/{pending['id']}"
@@ -147,10 +154,12 @@ def _page_question(outcome: dict[str, Any], world: World) -> dict[str, Any]:
     return dict(pending)
 
 
+@pytest.mark.parametrize("protocol", ["legacy", "modern"])
 async def test_the_owner_opening_the_parley_link_gets_the_page_and_the_server_is_told_accept(
-    world: World,
+    world: World, protocol: str
 ) -> None:
-    outcome = await world.start("alice", PAGE)
+    page = f"{PAGE}/{protocol}"
+    outcome = await world.start("alice", page, protocol)
     sid = outcome["session_id"]
     pending = _page_question(outcome, world)
     # Nobody is shown the page's own address before the owner opens the link, not the model either.
@@ -163,13 +172,13 @@ async def test_the_owner_opening_the_parley_link_gets_the_page_and_the_server_is
     not_json = await world.open("alice", sid, pending["id"], json=None, data={"x": "1"})
     assert not_json.status_code == 415, not_json.text
     assert (await world.mcp("alice", "get_session", session_id=sid))["status"] == "waiting_for_input"
-    assert world.visits(PAGE) == []
+    assert world.visits(page) == []
 
     opened = await world.open("alice", sid, pending["id"])
     assert opened.status_code == 200, opened.text
-    assert opened.json() == {"url": _asked(PAGE)} and opened.headers["cache-control"] == "no-store"
+    assert opened.json() == {"url": _asked(page)} and opened.headers["cache-control"] == "no-store"
     ended = await world.ended("alice", sid)
-    assert world.visits(PAGE) == ["accept"]
+    assert world.visits(page) == ["accept"]
     (ran,) = ended["last_turn"]["tool_calls"]
     assert ran["status"] == "succeeded" and "the person chose accept" in str(ran), ran
     again = await world.open("alice", sid, pending["id"])
@@ -183,9 +192,12 @@ async def test_the_owner_opening_the_parley_link_gets_the_page_and_the_server_is
     assert audit == [("bob", "refused", None), ("alice", "ok", sid)], audit
 
 
-async def test_a_declined_page_tells_the_server_decline_and_an_answer_is_refused(world: World) -> None:
-    page = PAGE + "-declined"
-    outcome = await world.start("alice", page)
+@pytest.mark.parametrize("protocol", ["legacy", "modern"])
+async def test_a_declined_page_tells_the_server_decline_and_an_answer_is_refused(
+    world: World, protocol: str
+) -> None:
+    page = f"{PAGE}/declined-{protocol}"
+    outcome = await world.start("alice", page, protocol)
     sid, pending = outcome["session_id"], _page_question(outcome, world)
     refused = await world.mcp_error(
         "alice", "answer_question", session_id=sid, interrupt_id=pending["id"], answer="done"
@@ -195,17 +207,20 @@ async def test_a_declined_page_tells_the_server_decline_and_an_answer_is_refused
     declined = await world.mcp(
         "alice", "answer_question", session_id=sid, interrupt_id=pending["id"], decline=True
     )
-    assert declined["status"] == "answered", declined
+    assert declined["status"] == "answered" and declined["pending"] == [], declined
+    await world.ended("alice", sid)
     assert world.visits(page) == ["decline"]
     gone = await world.open("alice", sid, pending["id"])
     assert gone.status_code == 409, gone.text
 
 
+@pytest.mark.parametrize("protocol", ["legacy", "modern"])
 @pytest.mark.parametrize("url", NOT_FOR_PEOPLE)
 async def test_a_page_that_is_not_plain_https_is_declined_without_asking_anybody(
-    world: World, url: str
+    world: World, url: str, protocol: str
 ) -> None:
-    outcome = await world.start("alice", url)
+    url = f"{url}#{protocol}"
+    outcome = await world.start("alice", url, protocol)
     assert outcome["status"] == "answered" and outcome["pending"] == [], outcome
     assert world.visits(url) == ["decline"]
 

@@ -45,8 +45,12 @@ def url_problem(url: str) -> str | None:
 
 
 def host_of(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}"
+    """The page's host (and port) as the person is shown it; "?" for an address that cannot be read."""
+    try:
+        parts = urlsplit(url)
+        return f"{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}"
+    except ValueError:
+        return "?"
 
 
 def link_payload(

@@ -214,15 +214,20 @@ class DownstreamQuestions:
         """The question to put to the person; None when a page to visit cannot be put to anybody."""
         if isinstance(params, ElicitRequestFormParams):
             return _question(call, question_payload(params, call), now, wait_s)
-        problem = url_problem(params.url)
-        if problem is None and self._public_base is None:
-            problem = "http.public_url is not set, so parley has no link to give the session's owner"
-        if problem is not None or self._public_base is None:
-            logger.warning("MCP server %s asked for a page to be opened; declined: %s", call.server, problem)
+        if self._page_problem(params, call) is not None or self._public_base is None:
             return None
         interrupt_id = new_interrupt_id()
         payload = link_payload(params, call, interrupt_id, self._public_base)
         return _question(call, payload, now, wait_s, interrupt_id)
+
+    def _page_problem(self, page: ElicitRequestURLParams, call: ToolCallRecord) -> str | None:
+        """Why the page cannot be put to the session's owner (logged), or None."""
+        problem = url_problem(page.url)
+        if problem is None and self._public_base is None:
+            problem = "http.public_url is not set, so parley has no link to give the session's owner"
+        if problem is not None:
+            logger.warning("MCP server %s asked for a page to be opened; declined: %s", call.server, problem)
+        return problem
 
     async def settle_in_replay(
         self, session: SessionRecord, call: ToolCallRecord, questions: Sequence[InterruptRecord]
@@ -248,14 +253,32 @@ class DownstreamQuestions:
         self, session: SessionRecord, call: ToolCallRecord, forms: dict[str, Any], wait_s: float
     ) -> list[InterruptRecord]:
         """Questions for what a server asked in an input-required result; their answers go back
-        with the retried call (an unanswered one as 'cancel' once `wait_s` has passed)."""
+        with the retried call (an unanswered one as 'cancel' once `wait_s` has passed). A page
+        that cannot be put to anybody is a question declined at once (`settle_refused`)."""
         now = self._clock()
         questions = []
         for key, form in forms.items():
-            payload = question_payload(ElicitRequestFormParams.model_validate(form), call)
+            interrupt_id = new_interrupt_id()
+            if form.get("mode") == "url":
+                page = ElicitRequestURLParams.model_validate(form)
+                problem = self._page_problem(page, call)
+                payload = link_payload(page, call, interrupt_id, self._public_base or "")
+                if problem is not None:
+                    payload |= {"connect_url": None, "refused": problem}
+            else:
+                payload = question_payload(ElicitRequestFormParams.model_validate(form), call)
             payload["downstream"] |= {"mode": "retry", "key": key}
-            questions.append(_question(call, payload, now, wait_s))
+            questions.append(_question(call, payload, now, wait_s, interrupt_id))
         return questions
+
+    async def settle_refused(self, session: SessionRecord, questions: Sequence[InterruptRecord]) -> None:
+        """Decline the pages of an input-required round that nobody can be asked to open."""
+        for question in questions:
+            if question.payload.get("refused") is not None:
+                await self._steps.resolve_interrupt(
+                    session.id, question.id, Resolution(declined=True), "parley", self._clock()
+                )
+                self._signals.notify(session.id)
 
     async def answers(self, call: ToolCallRecord) -> InputResponses:
         """The answers to the call's latest round of questions, keyed as the server asked."""

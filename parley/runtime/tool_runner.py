@@ -285,7 +285,8 @@ class ToolRunner:
                 session.id, lease, call.id, run.remote, questions, self._ctx.clock()
             )
             # A replay asks nobody: its questions are resolved now, and the call goes on.
-            await self._questions.settle_in_replay(session, call, questions)
+            if not await self._questions.settle_in_replay(session, call, questions):
+                await self._questions.settle_refused(session, questions)
             return
         if run.waits:
             assert run.remote is not None

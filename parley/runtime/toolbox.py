@@ -13,7 +13,14 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from mcp.shared.dispatcher import ProgressFnT
-from mcp.types import ElicitRequest, ElicitRequestFormParams, InputRequiredResult, InputResponses, Tool
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitRequestURLParams,
+    InputRequiredResult,
+    InputResponses,
+    Tool,
+)
 
 from parley.config import AgentConfig
 from parley.core.effect_policy import Mishap, judge
@@ -73,7 +80,7 @@ def _from_builtin(outcome: ToolOutcome) -> ToolRun:
 def _input_asked(
     call: ToolCallRecord, server: str, result: InputRequiredResult, rounds: int
 ) -> ToolRun | None:
-    """The call waits for the answers to what its server asked (form questions, put to the user),
+    """The call waits for the answers to what its server asked (forms and pages to open, put to the user),
     or None when the server sent only state to echo. Other requests parley does not serve."""
     if rounds > MAX_INPUT_ROUNDS:
         return by_effect(
@@ -83,7 +90,9 @@ def _input_asked(
     other: list[str] = []
     for key, request in (result.input_requests or {}).items():
         params = getattr(request, "params", None)
-        if isinstance(request, ElicitRequest) and isinstance(params, ElicitRequestFormParams):
+        if isinstance(request, ElicitRequest) and isinstance(
+            params, ElicitRequestFormParams | ElicitRequestURLParams
+        ):
             forms[key] = params.model_dump(by_alias=True, mode="json", exclude_none=True)
         else:
             other.append(getattr(request, "method", type(request).__name__))

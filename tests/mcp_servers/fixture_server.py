@@ -17,7 +17,14 @@ from typing import Annotated, Any, Literal, NoReturn
 
 import anyio
 from mcp.server.mcpserver import AcceptedElicitation, Context, Elicit, ElicitationResult, MCPServer, Resolve
-from mcp.types import ImageContent, TextContent, ToolAnnotations
+from mcp.types import (
+    ElicitRequest,
+    ElicitRequestURLParams,
+    ImageContent,
+    InputRequiredResult,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel
 
 IDEMPOTENCY_META_KEY = "dev.parley/idempotency-key"
@@ -187,6 +194,21 @@ def build(args: argparse.Namespace, log_path: Path | None = None, in_process: bo
         result = await ctx.elicit_url(message="Sign the form there.", url=page, elicitation_id="visit-1")
         _log(ctx, "visit", {"url": page, "action": result.action})
         return f"the person chose {result.action}"
+
+    @server.tool(annotations=read_only, structured_output=False)
+    async def visit_later(url: str, ctx: Context) -> Any:
+        """`visit` for 2026-07-28: the page is asked for in an input-required result, and the call
+        comes again with the answer."""
+        page = url + ("&" if "?" in url else "?") + VISIT_TICKET
+        answer = (ctx.input_responses or {}).get("page")
+        if answer is None:
+            ask = ElicitRequestURLParams(message="Sign the form there.", url=page, elicitation_id="visit-2")
+            return InputRequiredResult(
+                input_requests={"page": ElicitRequest(params=ask)}, request_state="visit"
+            )
+        action = getattr(answer, "action", None) or dict(answer).get("action")
+        _log(ctx, "visit", {"url": page, "action": action})
+        return f"the person chose {action}"
 
     if args.hang_list:
         original = server.list_tools
