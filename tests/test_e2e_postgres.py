@@ -164,6 +164,7 @@ def _sqlite_counts(db: Path) -> dict[str, int]:
         "schedule ticks": "schedule_ticks",
         "credentials": "credentials",
         "pending authorizations": "oauth_flows",
+        "registered OAuth clients": "oauth_clients",
     }
     with sqlite3.connect(db) as conn:
         return {
@@ -206,9 +207,9 @@ async def test_db_copy_copies_everything_a_server_wrote_and_refuses_a_target_wit
     db = await _fill_sqlite(tmp_path / "sqlite")
     config = _pg_config(tmp_path / "pg", fresh.url, fresh.schema)
     expected = _sqlite_counts(db)
-    # The run wrote some of everything but schedules, credentials and authorizations (the server has
-    # none; their copy is counted).
-    unwritten = ("schedule", "credentials", "pending authorizations")
+    # The run wrote some of everything but schedules, credentials, authorizations and registered
+    # clients (the server has none; their copy is counted).
+    unwritten = ("schedule", "credentials", "pending authorizations", "registered OAuth clients")
     assert all(n for name, n in expected.items() if not name.startswith(unwritten)), expected
 
     copied = _parley("db", "copy", "--from", str(db), "--to", fresh.url, "--config", str(config))

@@ -240,6 +240,41 @@ async def test_parley_registers_itself_without_a_client_id(world: World, server:
         assert document["redirect_uris"] == [world.server.base_url + "/oauth/callback"]
 
 
+async def test_a_dynamically_registered_client_is_kept_for_a_restart_and_the_other_replicas(
+    world: World,
+) -> None:
+    """The client parley registered at wiki's authorization server is kept in the database: a
+    second parley on the same database (a replica, or the next process) uses it, rather than
+    registering again (refresh tokens are bound to the client that got them)."""
+    outcome = await world.run("carol", "wiki__list_issues", {"project": "kept"}, agent="reader")
+    pending = _parked(outcome, world, "wiki")
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "carol", pending["connect_url"])
+    first = parse_qs(urlsplit(connected.json()["authorize_url"]).query)["client_id"][0]
+    assert world.rows("SELECT client_id FROM oauth_clients WHERE server = 'wiki'") == [(first,)]
+
+    env = {KEY_ENV: world.server.env[KEY_ENV]}
+    async with InProcessServer(
+        world.server.config_path, http=True, db=world.database.db_arg, env=env, model=world.model
+    ) as replica:
+        assert replica.url is not None
+        async with token_client(replica.url, world.tokens["dave"]) as client:
+            message = f"use wiki__list_issues {json.dumps({'project': 'kept-too'})}"
+            again = await call(client, "start_session", agent="reader", message=message)
+        (parked,) = again["pending"]
+        flow_id = parked["connect_url"].rsplit("/", 1)[1]
+        async with world.browser() as browser:
+            connected = await browser.post(
+                f"{replica.base_url}/v1/connect/{flow_id}",
+                json={},
+                headers={"Authorization": f"Bearer {world.tokens['dave']}"},
+            )
+    assert connected.status_code == 200, connected.text
+    second = parse_qs(urlsplit(connected.json()["authorize_url"]).query)["client_id"][0]
+    assert second == first
+    assert [c for c in world.auth.clients if c.startswith("dyn-")] == [first]
+
+
 def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:
     calls = session["last_turn"]["tool_calls"] if "last_turn" in session else session["tool_calls"]
     (found,) = [c for c in calls if c["tool"] == tool]

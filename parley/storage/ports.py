@@ -538,6 +538,15 @@ class OAuthFlowStore(Protocol):
         and is unexpired at `now`."""
         ...
 
+    async def registered_client(self, server: str, issuer: str) -> str | None:
+        """The client id parley registered dynamically at `issuer` for `server`, if any."""
+        ...
+
+    async def keep_registered_client(self, server: str, issuer: str, client_id: str, now: float) -> str:
+        """Keep `client_id` unless one is kept already (another replica registered first); the
+        client id kept, which every replica then uses."""
+        ...
+
 
 class Store(
     OAuthFlowStore,

@@ -43,6 +43,7 @@ TABLE_NAMES = {
     "schedule_ticks": "schedule ticks",
     "credentials": "credentials",
     "oauth_flows": "pending authorizations",
+    "oauth_clients": "registered OAuth clients",
 }
 # Rows read from SQLite at a time (the copy never holds a whole table in memory).
 CHUNK_ROWS = 1000

@@ -224,6 +224,19 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE UNIQUE INDEX oauth_flows_state ON oauth_flows (state_digest)"
         ),
     ),
+    Migration(
+        "28: oauth_clients: the client parley registered dynamically at an authorization server, by "
+        "(server, issuer), so a restart or a replica uses the same one (public clients only: no secret)",
+        sqlite=(
+            "CREATE TABLE oauth_clients (server TEXT NOT NULL, issuer TEXT NOT NULL, client_id TEXT NOT NULL, "
+            "registered_at REAL NOT NULL, PRIMARY KEY (server, issuer))"
+        ),
+        postgres=(
+            'CREATE TABLE oauth_clients (server text COLLATE "C" NOT NULL, issuer text COLLATE "C" NOT NULL, '
+            'client_id text COLLATE "C" NOT NULL, registered_at double precision NOT NULL, '
+            "PRIMARY KEY (server, issuer))"
+        ),
+    ),
 )
 
 # The newest version this parley knows.
@@ -258,6 +271,7 @@ DATA_TABLES = (
     "schedule_ticks",
     "credentials",
     "oauth_flows",
+    "oauth_clients",
 )
 
 

@@ -18,7 +18,7 @@ from parley.config import McpServerConfig
 from parley.core.credentials import needs_refresh
 from parley.errors import CredentialError, OAuthClientError
 from parley.runtime.credentials import ClearCredential, CredentialVault
-from parley.runtime.oauth.client import ClientIdentity, refresh, register
+from parley.runtime.oauth.client import ClientIdentity, RegisteredClients, Registration, refresh, register
 from parley.runtime.oauth.discovery import DISCOVERY_TIMEOUT_S, Discovered, discover
 from parley.tls import http_client
 
@@ -57,8 +57,11 @@ class DownstreamAuth:
         public_base: str,
         claimant: str,
         clock: Callable[[], float] = time.time,
+        clients: RegisteredClients | None = None,
     ) -> None:
         self._servers = {name: cfg for name, cfg in servers.items() if cfg.auth is not None}
+        # Where dynamically registered clients are kept (None: in this process only).
+        self._clients = clients
         self._vault = vault
         self.public_base = public_base
         self._claimant = claimant
@@ -87,7 +90,12 @@ class DownstreamAuth:
                 assert cfg.url is not None and cfg.auth is not None
                 async with self.http() as http:
                     discovered = await discover(http, cfg.url)
-                    identity = await register(http, cfg.auth, discovered, self.public_base)
+                    if found is not None and found.found.issuer == discovered.issuer:
+                        # The same client as before: its refresh tokens are bound to it.
+                        identity = found.identity
+                    else:
+                        kept = Registration(server, self._clients, self._clock()) if self._clients else None
+                        identity = await register(http, cfg.auth, discovered, self.public_base, kept)
                 found = state.authority = _Authority(discovered, identity, self._clock())
             return found.found, found.identity
 

@@ -10,6 +10,7 @@ import hashlib
 import os
 import secrets
 from dataclasses import dataclass, field
+from typing import Protocol
 from urllib.parse import quote, urlencode
 
 import httpx2
@@ -79,11 +80,33 @@ def callback_url(public_base: str) -> str:
     return f"{public_base}/oauth/callback"
 
 
+class RegisteredClients(Protocol):
+    """Where the clients parley registered dynamically are kept (the store's oauth_clients)."""
+
+    async def registered_client(self, server: str, issuer: str) -> str | None: ...
+
+    async def keep_registered_client(self, server: str, issuer: str, client_id: str, now: float) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """Where a dynamic registration is kept: the server it is for, the store, the clock."""
+
+    server: str
+    clients: RegisteredClients
+    now: float
+
+
 async def register(
-    http: httpx2.AsyncClient, config: UserOAuthConfig, found: Discovered, public_base: str
+    http: httpx2.AsyncClient,
+    config: UserOAuthConfig,
+    found: Discovered,
+    public_base: str,
+    kept: Registration | None = None,
 ) -> ClientIdentity:
     """The client identity for this server, by the configured method (auto: pre-registered when
-    a client id is given, else the metadata document when the server supports it, else dynamic)."""
+    a client id is given, else the metadata document when the server supports it, else dynamic:
+    the client registered before, kept in `kept`, or a new one)."""
     method = config.registration
     if method == "auto":
         if config.client_id is not None:
@@ -104,7 +127,18 @@ async def register(
         if not found.server.client_id_metadata_document_supported:
             raise OAuthClientError(f"{found.issuer} does not support Client ID Metadata Documents")
         return ClientIdentity(metadata_document_url(public_base))
-    return await _register_dynamically(http, found, public_base)
+    if kept is not None:
+        known = await kept.clients.registered_client(kept.server, found.issuer)
+        if known is not None:
+            return ClientIdentity(known)
+    identity = await _register_dynamically(http, found, public_base)
+    if kept is None or identity.secret is not None:
+        # A confidential client's secret is not stored: it is registered again after a restart.
+        return identity
+    client_id = await kept.clients.keep_registered_client(
+        kept.server, found.issuer, identity.client_id, kept.now
+    )
+    return ClientIdentity(client_id)
 
 
 async def _register_dynamically(

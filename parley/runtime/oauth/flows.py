@@ -316,5 +316,5 @@ def build_oauth(
     public_base = config.http.public_base
     assert public_base is not None  # the configuration's checks require it
     vault = CredentialVault(store, keyring, clock)
-    auth = DownstreamAuth(config.mcp_servers, vault, public_base, claimant, clock)
+    auth = DownstreamAuth(config.mcp_servers, vault, public_base, claimant, clock, clients=store)
     return OAuthFlows(store, keyring, auth, signals, clock)

@@ -16,6 +16,24 @@ _COLUMNS = (
 
 
 class SqlOAuthFlows(SqlBase):
+    async def registered_client(self, server: str, issuer: str) -> str | None:
+        row = await self._row(
+            "SELECT client_id FROM oauth_clients WHERE server = ? AND issuer = ?", (server, issuer)
+        )
+        return str(row[0]) if row is not None else None
+
+    async def keep_registered_client(self, server: str, issuer: str, client_id: str, now: float) -> str:
+        await self._change(
+            Stmt(
+                "INSERT INTO oauth_clients (server, issuer, client_id, registered_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (server, issuer) DO NOTHING",
+                (server, issuer, client_id, now),
+            )
+        )
+        kept = await self.registered_client(server, issuer)
+        assert kept is not None  # just written, or written first by another replica
+        return kept
+
     def _flow(self, row: Row) -> OAuthFlow:
         verifier = None if row[10] is None else Sealed(nonce=bytes(row[10]), ciphertext=bytes(row[11]))
         return OAuthFlow(
