@@ -178,7 +178,11 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
             auth.register(CLIENT_ID, [public_base + "/oauth/callback"], scope="tracker:read tracker:write")
             config = write_config(
                 directory,
-                agents={"triage": {"mcp_servers": ["tracker"]}, "reader": {"mcp_servers": ["wiki", "docs"]}},
+                agents={
+                    "triage": {"mcp_servers": ["tracker"]},
+                    "reader": {"mcp_servers": ["wiki", "docs"]},
+                    "librarian": {"mcp_servers": ["docs"], "mcp_resources": True},
+                },
                 mcp_servers={
                     "tracker": {
                         "url": tracker.url,
@@ -273,6 +277,23 @@ async def test_a_dynamically_registered_client_is_kept_for_a_restart_and_the_oth
     second = parse_qs(urlsplit(connected.json()["authorize_url"]).query)["client_id"][0]
     assert second == first
     assert [c for c in world.auth.clients if c.startswith("dyn-")] == [first]
+
+
+async def test_a_resource_read_without_an_account_parks_and_reads_once_after_the_owner_connects(
+    world: World,
+) -> None:
+    reads = [s for s in world.others["docs"].seen if s.method == "resources/read"]
+    outcome = await world.run(
+        "carol", "mcp_read_resource", {"server": "docs", "uri": "issues://summary"}, agent="librarian"
+    )
+    pending = _parked(outcome, world, "docs")
+    assert "mcp_read_resource" in pending["question"], pending
+    assert (await world.authorize("carol", outcome)).status_code == 303
+    session = await world.settled("carol", outcome["session_id"])
+    assert session["status"] == "idle", session
+    assert "3 open issues" in str(_call(session, "mcp_read_resource")), session
+    now = [s for s in world.others["docs"].seen if s.method == "resources/read"]
+    assert [s.user for s in now[len(reads) :]] == ["carol"]
 
 
 def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:

@@ -24,6 +24,8 @@ class ToolRun:
     # awaiting_answer for want of the owner's token at a user_oauth server: the call parks with
     # an authorization_required interrupt, asking for these scopes (empty: the configured ones).
     authorize: tuple[str, ...] | None = None
+    # ...at this server (a resource or prompt read names it in its arguments, not as its own).
+    authorize_at: str | None = None
 
     @property
     def waits(self) -> bool:

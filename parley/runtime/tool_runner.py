@@ -275,7 +275,8 @@ class ToolRunner:
         self, session: SessionRecord, call: ToolCallRecord, run: ToolRun, lease: str
     ) -> None:
         if run.authorize is not None:
-            await self._park_for_authorization(session, call, run.authorize, lease)
+            server = run.authorize_at or call.server or ""
+            await self._park_for_authorization(session, call, server, run.authorize, lease)
             return
         if run.status == "awaiting_answer":
             assert run.remote is not None
@@ -312,13 +313,13 @@ class ToolRunner:
         _log_tool_result(session, call, run)
 
     async def _park_for_authorization(
-        self, session: SessionRecord, call: ToolCallRecord, scopes: tuple[str, ...], lease: str
+        self, session: SessionRecord, call: ToolCallRecord, server: str, scopes: tuple[str, ...], lease: str
     ) -> None:
-        """Nothing was sent: the call waits for the session's owner to connect their account."""
-        interrupt = await self._toolbox.authorization(session, call, scopes)
+        """Nothing was sent: the call waits for the session's owner to connect their account at `server`."""
+        interrupt = await self._toolbox.authorization(session, call, server, scopes)
         now = self._ctx.clock()
         if interrupt is None:
-            text = f"This call was not sent: {call.server} needs an account connected, which parley cannot ask for here."
+            text = f"This call was not sent: {server} needs an account connected, which parley cannot ask for here."
             await self._ctx.steps.commit_tool_result(
                 session.id, lease, call.id, "failed", {"text": text, "is_error": True}, now
             )

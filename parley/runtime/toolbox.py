@@ -119,7 +119,7 @@ def _needs_authorization(exc: NeedsAuthorization) -> ToolRun:
     """The call waits for its session's owner to connect (a session of nobody's fails instead)."""
     if exc.principal is None:
         return _failed(f"This call was not sent: {exc}. Answer without it.")
-    return ToolRun(status="awaiting_answer", result={}, authorize=exc.scopes)
+    return ToolRun(status="awaiting_answer", result={}, authorize=exc.scopes, authorize_at=exc.server)
 
 
 def enabled_tools(settings: Mapping[str, Any]) -> list[str] | None:
@@ -313,13 +313,13 @@ class Toolbox:
         return _from_builtin(run_builtin(call.name, call.arguments, tool_context(agent, session)))
 
     async def authorization(
-        self, session: SessionRecord, call: ToolCallRecord, scopes: tuple[str, ...]
+        self, session: SessionRecord, call: ToolCallRecord, server: str, scopes: tuple[str, ...]
     ) -> InterruptRecord | None:
-        """The authorization_required interrupt (and its flow) a call parks on; None when parley
-        has no flows for its server."""
-        if self._flows is None or not self._flows.applies(call.server) or session.owner is None:
+        """The authorization_required interrupt (and its flow) a call parks on for `server`; None
+        when parley has no flows for it."""
+        if self._flows is None or not self._flows.applies(server) or session.owner is None:
             return None
-        return await self._flows.open(session, call, session.owner, scopes)
+        return await self._flows.open(session, call, server, session.owner, scopes)
 
     async def connected(self, session: SessionRecord, server: object) -> bool:
         """Whether the session's owner has a usable token for the user_oauth server `server`."""
@@ -522,6 +522,9 @@ class Toolbox:
                 text = await self._sources.run_on(
                     server, caller_of(session), lambda c: _prompt(c, name, arguments)
                 )
+        except (NoCredential, NeedsAuthorization) as exc:
+            # As for the server's tools: parked until the owner connects, then read again.
+            return _not_sent(exc)
         except (ToolSourceUnavailable, CallRefused, CallMaybeSent) as exc:
             return _failed(str(exc))
         cap = self._sources.servers[server].max_result_chars

@@ -110,6 +110,10 @@ def build() -> MCPServer[Any]:
         """Put a label on an issue."""
         return f"labelled {issue} {label}"
 
+    @server.resource("issues://summary", name="summary", description="How many issues are open")
+    def summary() -> str:
+        return "3 open issues"
+
     return server
 
 

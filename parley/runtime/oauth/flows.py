@@ -119,10 +119,14 @@ class OAuthFlows:
         return server is not None and self._auth.applies(server)
 
     async def open(
-        self, session: SessionRecord, call: ToolCallRecord, principal: str, scopes: tuple[str, ...]
+        self,
+        session: SessionRecord,
+        call: ToolCallRecord,
+        server: str,
+        principal: str,
+        scopes: tuple[str, ...],
     ) -> InterruptRecord:
-        """A new flow for the parked call, and the interrupt (not raised yet) it will resolve."""
-        server = call.server or ""
+        """A new flow for the parked call at `server`, and the interrupt (not raised yet) it will resolve."""
         now = self._clock()
         flow = OAuthFlow(
             id=new_flow_id(),
