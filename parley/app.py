@@ -343,6 +343,12 @@ async def _start(
     # Other processes' changes wake this one's waits and scheduler (PostgreSQL).
     await tg.start(opened.feed.run, app.signals)
     await tg.start(app.sources.run)
+    if app.oauth is not None and app.oauth.loopback is not None:
+        # No public URL: connect links and the callback are served on 127.0.0.1 (imported here:
+        # only such a process loads the HTTP stack for it).
+        from parley.server.oauth_loopback import serve_loopback
+
+        await tg.start(serve_loopback, app.oauth)
     await tg.start(wired.watch.run)
     app.sources.warm_up(ref.server for agent in config.agents.values() for ref in agent.mcp_servers)
     await tg.start(app.scheduler.run)
@@ -465,10 +471,11 @@ async def serve_stdio(
     async with running_app(config, tracing, seams) as app, anyio.create_task_group() as tg:
         server = await mcp_server(config, app, tg)
         await tg.start(on_signal, tg.cancel_scope.cancel)
-        if app.oauth is not None:
-            # Connect links and the callback are HTTP routes: over stdio alone nobody can finish one.
+        if app.oauth is not None and app.oauth.loopback is None:
+            # The links point at http.public_url: a parley served over HTTP there completes them.
             logger.warning(
-                "servers with auth user_oauth need parley served over HTTP too (parley serve --http)"
+                "connect links of user_oauth servers go to http.public_url, which a parley served over "
+                "HTTP there (parley serve --http) must answer; without public_url they are served on 127.0.0.1"
             )
         if ready_hint:
             sys.stderr.write(ready_hint)

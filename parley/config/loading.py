@@ -266,8 +266,8 @@ def _base_path_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigErr
 
 
 def _user_oauth_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigError]:
-    """A server with auth user_oauth keeps tokens (credentials:) and sends people to parley's own
-    connect links and callback (http.public_url)."""
+    """A server with auth user_oauth keeps tokens (credentials:). Its connect links and callback
+    are at http.public_url, or without it on a listener on 127.0.0.1 (runtime/oauth/flows.py)."""
     problems = []
     for name, server in sorted(file_cfg.mcp_servers.items()):
         if server.auth is None:
@@ -280,17 +280,6 @@ def _user_oauth_problems(file_cfg: ServerConfigFile, file: str) -> list[ConfigEr
                     "credentials",
                     f"mcp_servers.{name} has auth user_oauth, whose tokens are stored encrypted: add "
                     "credentials: {key_env: NAME} (or key_file), with a key from `parley credentials new-key`",
-                )
-            )
-        if file_cfg.http.public_url is None:
-            problems.append(
-                ConfigError(
-                    E_FIELD,
-                    file,
-                    "http.public_url",
-                    f"mcp_servers.{name} has auth user_oauth: set http.public_url (e.g. "
-                    "https://parley.example.com/mcp), the base of the connect links people open and of the "
-                    "OAuth callback",
                 )
             )
     return problems

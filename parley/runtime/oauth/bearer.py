@@ -64,6 +64,8 @@ class DownstreamAuth:
         self._clients = clients
         self._vault = vault
         self.public_base = public_base
+        # Whether public_base is parley's own listener on 127.0.0.1 (no public URL).
+        self.loopback = False
         self._claimant = claimant
         self._clock = clock
         self._state = {name: _ServerState() for name in self._servers}
@@ -94,7 +96,7 @@ class DownstreamAuth:
                         # The same client as before: its refresh tokens are bound to it.
                         identity = found.identity
                     else:
-                        kept = Registration(server, self._clients, self._clock()) if self._clients else None
+                        kept = Registration(server, self._clients, self._clock(), public=not self.loopback)
                         identity = await register(http, cfg.auth, discovered, self.public_base, kept)
                 found = state.authority = _Authority(discovered, identity, self._clock())
             return found.found, found.identity

@@ -93,8 +93,11 @@ class Registration:
     """Where a dynamic registration is kept: the server it is for, the store, the clock."""
 
     server: str
-    clients: RegisteredClients
+    clients: RegisteredClients | None
     now: float
+    # Whether parley has a public URL: without one (its links are on 127.0.0.1) no authorization
+    # server can fetch its metadata document.
+    public: bool = True
 
 
 async def register(
@@ -111,7 +114,7 @@ async def register(
     if method == "auto":
         if config.client_id is not None:
             method = "pre_registered"
-        elif found.server.client_id_metadata_document_supported:
+        elif found.server.client_id_metadata_document_supported and (kept is None or kept.public):
             method = "metadata_document"
         else:
             method = "dynamic"
@@ -127,17 +130,16 @@ async def register(
         if not found.server.client_id_metadata_document_supported:
             raise OAuthClientError(f"{found.issuer} does not support Client ID Metadata Documents")
         return ClientIdentity(metadata_document_url(public_base))
-    if kept is not None:
-        known = await kept.clients.registered_client(kept.server, found.issuer)
+    clients = kept.clients if kept is not None else None
+    if kept is not None and clients is not None:
+        known = await clients.registered_client(kept.server, found.issuer)
         if known is not None:
             return ClientIdentity(known)
     identity = await _register_dynamically(http, found, public_base)
-    if kept is None or identity.secret is not None:
+    if kept is None or clients is None or identity.secret is not None:
         # A confidential client's secret is not stored: it is registered again after a restart.
         return identity
-    client_id = await kept.clients.keep_registered_client(
-        kept.server, found.issuer, identity.client_id, kept.now
-    )
+    client_id = await clients.keep_registered_client(kept.server, found.issuer, identity.client_id, kept.now)
     return ClientIdentity(client_id)
 
 

@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 # Where the session's page is once the flow is done (the page's own routes).
 SESSION_PAGE = "/ui/#/s/{session}"
 CONNECT_PAGE = "/ui/#/connect/{flow}"
+# The loopback listener's connect path (LoopbackLinks).
+LOOPBACK_CONNECT = "/connect"
 
 
 class FlowRefused(ParleyError):
@@ -85,6 +87,27 @@ def _host(url: str) -> str:
     return f"{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}"
 
 
+class LoopbackLinks:
+    """Connect links for a parley with no public URL (served over stdio, say): a listener on
+    127.0.0.1 of this process (server/oauth_loopback.py) serves them and the callback, as command
+    line OAuth clients do. Nobody signs in there, so each link carries a code only this process
+    can make for that flow: whoever holds the link was given it by parley for the session's
+    owner, whose client showed it."""
+
+    def __init__(self) -> None:
+        self._secret = secrets.token_bytes(32)
+        self.base = ""  # http://127.0.0.1:PORT once the listener is bound
+
+    def code(self, flow_id: str) -> str:
+        return hmac.new(self._secret, flow_id.encode(), hashlib.sha256).hexdigest()
+
+    def connect_url(self, flow_id: str) -> str:
+        return f"{self.base}{LOOPBACK_CONNECT}/{flow_id}?code={self.code(flow_id)}"
+
+    def holds(self, flow_id: str, code: str) -> bool:
+        return hmac.compare_digest(self.code(flow_id).encode(), code.encode())
+
+
 def _verifier_key(flow: OAuthFlow) -> CredentialKey:
     # The associated data of a flow's verifier names the flow: it opens for this flow only.
     return CredentialKey(principal=flow.principal, server=flow.server, issuer=f"flow {flow.id}")
@@ -98,7 +121,10 @@ class OAuthFlows:
         auth: DownstreamAuth,
         signals: SessionSignals,
         clock: Callable[[], float] = time.time,
+        loopback: LoopbackLinks | None = None,
     ) -> None:
+        # Links served by this process on 127.0.0.1 (None: by parley's public URL).
+        self.loopback = loopback
         self._store = store
         self._keyring = keyring
         self._auth = auth
@@ -145,7 +171,7 @@ class OAuthFlows:
             "host": host,
             "tool": call.name,
             "flow_id": flow.id,
-            "connect_url": self._auth.public_base + CONNECT_PAGE.format(flow=flow.id),
+            "connect_url": self._connect_url(flow.id),
             "question": f"Connect your account at {server} ({host}) so the agent can call "
             f"{call.name} as you.",
         }
@@ -162,6 +188,28 @@ class OAuthFlows:
             created_at=now,
             deadline=flow.expires_at,
         )
+
+    def _connect_url(self, flow_id: str) -> str:
+        if self.loopback is not None:
+            return self.loopback.connect_url(flow_id)
+        return self._auth.public_base + CONNECT_PAGE.format(flow=flow_id)
+
+    def bind_loopback(self, port: int) -> None:
+        """The loopback listener is bound: links, redirect URI and client name its address."""
+        assert self.loopback is not None
+        self.loopback.base = self._auth.public_base = f"http://127.0.0.1:{port}"
+        self._auth.loopback = True
+
+    async def connect_by_code(self, flow_id: str, code: str) -> Connect:
+        """A loopback connect link opened: its code stands for the owner's sign-in.
+
+        Raises:
+            FlowRefused: a wrong code (403, nothing changes), or as `connect`.
+        """
+        flow = await self._store.get_flow(flow_id)
+        if self.loopback is None or flow is None or not self.loopback.holds(flow_id, code):
+            raise FlowRefused(403, "this connect link is not one parley made; ask the agent again")
+        return await self.connect(flow_id, Principal(id=flow.principal, client="browser", authenticated=True))
 
     async def _authority(self, flow: OAuthFlow) -> tuple[Discovered, ClientIdentity]:
         """The flow's server's authorization server, as discovered; FlowRefused (502) when it
@@ -318,7 +366,8 @@ def build_oauth(
         return None
     keyring = Keyring.of(credential_keys(config))
     public_base = config.http.public_base
-    assert public_base is not None  # the configuration's checks require it
+    # Without a public URL, the links and the callback are served on 127.0.0.1 (its port once bound).
+    loopback = LoopbackLinks() if public_base is None else None
     vault = CredentialVault(store, keyring, clock)
-    auth = DownstreamAuth(config.mcp_servers, vault, public_base, claimant, clock, clients=store)
-    return OAuthFlows(store, keyring, auth, signals, clock)
+    auth = DownstreamAuth(config.mcp_servers, vault, public_base or "", claimant, clock, clients=store)
+    return OAuthFlows(store, keyring, auth, signals, clock, loopback)
