@@ -34,6 +34,7 @@ from parley.tls import http_client
 from tests.auth_support import token_client
 from tests.conftest import database_for
 from tests.mcp_servers.oauth_protected_server import OAuthProtectedServer, oauth_protected_in_process
+from tests.mcp_servers.task_echo_server import build as build_task_server
 from tests.oauth_server import OAuthState, oauth_server
 from tests.support import TEST_DEADLINE_S, Database, InProcessServer, call, tokens_auth, write_config
 
@@ -172,8 +173,10 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
             ) as tracker,
             oauth_protected_in_process(auth.url, auth.key.public_jwk) as wiki,
             oauth_protected_in_process(auth.url, auth.key.public_jwk) as docs,
+            # A server whose `ask` runs as a downstream task (2026-07-28) that needs an answer.
+            oauth_protected_in_process(auth.url, auth.key.public_jwk, server=build_task_server()) as tasks,
         ):
-            for protected in (tracker, wiki, docs):
+            for protected in (tracker, wiki, docs, tasks):
                 auth.resources.add(protected.url)
             auth.register(CLIENT_ID, [public_base + "/oauth/callback"], scope="tracker:read tracker:write")
             config = write_config(
@@ -182,6 +185,7 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                     "triage": {"mcp_servers": ["tracker"]},
                     "reader": {"mcp_servers": ["wiki", "docs"]},
                     "librarian": {"mcp_servers": ["docs"], "mcp_resources": True},
+                    "asker": {"mcp_servers": ["tasks"]},
                 },
                 mcp_servers={
                     "tracker": {
@@ -191,6 +195,13 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                     "wiki": {"url": wiki.url, "auth": {"mode": "user_oauth", "registration": "dynamic"}},
                     # auto, without a client id: the metadata document, which the server supports.
                     "docs": {"url": docs.url, "auth": {"mode": "user_oauth"}},
+                    "tasks": {
+                        "url": tasks.url,
+                        "auth": {"mode": "user_oauth", "registration": "dynamic"},
+                        "task_poll_min_s": 0.1,
+                        "task_poll_max_s": 0.5,
+                        "tools": {"ask": {"approval": "never"}},
+                    },
                 },
                 auth=tokens_auth(tokens),
                 http={"public_url": public_base + "/mcp"},
@@ -203,7 +214,14 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                 config, http=True, db=database.db_arg, port=port, env=env, model=model
             ) as server:
                 yield World(
-                    server, directory, tracker, auth, tokens, model, database, {"wiki": wiki, "docs": docs}
+                    server,
+                    directory,
+                    tracker,
+                    auth,
+                    tokens,
+                    model,
+                    database,
+                    {"wiki": wiki, "docs": docs, "tasks": tasks},
                 )
 
 
@@ -294,6 +312,44 @@ async def test_a_resource_read_without_an_account_parks_and_reads_once_after_the
     assert "3 open issues" in str(_call(session, "mcp_read_resource")), session
     now = [s for s in world.others["docs"].seen if s.method == "resources/read"]
     assert [s.user for s in now[len(reads) :]] == ["carol"]
+
+
+async def test_a_downstream_task_whose_token_went_away_parks_and_goes_on_once_reconnected(
+    world: World,
+) -> None:
+    """bob's `ask` runs as a task at `tasks`; while it waits for his answer his account is revoked.
+    Sending the answer needs his token: the call parks for him to connect again (it is not sent
+    again, nor given up as unreachable), and once he has, the answer goes to the same task."""
+    outcome = await world.run("bob", "tasks__ask", {"question": "Your name?"}, agent="asker")
+    _parked(outcome, world, "tasks")
+    assert (await world.authorize("bob", outcome)).status_code == 303
+    sid = outcome["session_id"]
+    question: dict[str, Any] = {}
+
+    async def asked() -> bool:
+        pending = (await world.session("bob", sid))["pending"]
+        question.update(next((p for p in pending if p["kind"] == "question"), {}))
+        return bool(question)
+
+    await eventually(asked, "the task's question to reach bob")
+    assert await world.cli("credentials", "revoke", "bob", "tasks") == 0
+    assert world.server.url is not None
+    async with token_client(world.server.url, world.tokens["bob"]) as client:
+        await call(client, "answer_question", session_id=sid, interrupt_id=question["id"], answer="Ada")
+    parked: dict[str, Any] = {}
+
+    async def parked_again() -> bool:
+        pending = (await world.session("bob", sid))["pending"]
+        parked.update(next((p for p in pending if p["kind"] == "authorization_required"), {}))
+        return bool(parked)
+
+    await eventually(parked_again, "the task's call to park for bob's account")
+    assert (await world.authorize("bob", {"pending": [parked]})).status_code == 303
+    session = await world.settled("bob", sid)
+    ask = _call(session, "tasks__ask")
+    assert ask["status"] == "succeeded" and "answer: Ada" in str(ask), ask
+    calls = [s for s in world.others["tasks"].calls("ask")]
+    assert [s.user for s in calls] == ["bob"], calls  # the tool was called once: one task
 
 
 def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from parley.core.records import (
     ResolveResult,
     SessionRecord,
     SessionStatus,
+    ToolCallRecord,
     ToolCallStatus,
     TurnRecord,
     TurnStatus,
@@ -81,6 +82,24 @@ def asked_of_server(interrupt: InterruptRecord) -> bool:
 def asked_in_place(interrupt: InterruptRecord) -> bool:
     """...asked while the call is still open at the server (rather than to be sent with a retry)."""
     return asked_of_server(interrupt) and interrupt.payload["downstream"].get("mode") != "retry"
+
+
+def task_under_way(call: ToolCallRecord) -> bool:
+    """A call whose downstream task was started: it is followed by polls, never sent again."""
+    return bool((call.remote or {}).get("task_id"))
+
+
+def _task_given_up(call: ToolCallRecord) -> tuple[str, ToolCallStatus]:
+    """A task's poll waited for the owner to connect again, and they did not: its result is lost."""
+    text = (
+        f"The user did not connect their account at {call.server} again, so the result of its "
+        "downstream task could not be fetched."
+    )
+    if call.effect == "read":
+        return text + " It only reads, so it is safe to call again.", "failed"
+    return text + f" It may or may not have taken effect ({call.effect}); check before calling it again.", (
+        "outcome_unknown"
+    )
 
 
 def opens_a_link(interrupt: InterruptRecord) -> bool:
@@ -143,33 +162,7 @@ def resolve_interrupt(
         "resolved_by": by,
         "resolved_at": now,
     }
-    call = snapshot.call(interrupt.tool_call_id)
-    if asked_of_server(interrupt):
-        # Answered what a server asked: once nothing else of the call is pending, the call is
-        # ready to go back to its server with the answers (asked in place: the open call takes
-        # the answer itself).
-        others_pending = any(
-            i.status == "pending" and i.id != interrupt.id and i.tool_call_id == interrupt.tool_call_id
-            for i in snapshot.interrupts
-        )
-        retry_ready = call is not None and call.status == "awaiting_answer" and not others_pending
-        if retry_ready and call is not None and not asked_in_place(interrupt):
-            changes.calls[call.id] = {"status": "pending"}
-    elif call is not None and interrupt.kind == "authorization_required" and call_status == "pending":
-        # Connected: the call goes to its server now, once, with the owner's new token.
-        changes.calls[call.id] = {"status": "pending"}
-    elif call is not None:
-        if interrupt_status == "approved":
-            # Ready to run: the driver runs approved calls without asking again.
-            changes.calls[call.id] = {"status": "pending", "decision": "approved"}
-        else:
-            result: dict[str, Any] = {"text": text, "is_error": call_status in ("rejected", "failed")}
-            if interrupt.kind == "question":
-                result["answer"] = resolution.answer
-                result["declined"] = resolution.declined or resolution.expired
-            changes.calls[call.id] = {"status": call_status, "result": result, "decision": interrupt_status}
-            content = {"tool_call_id": call.id, "name": call.name, "status": call_status, **result}
-            changes.messages.append(NewMessage(interrupt.turn_id, "tool", content))
+    _settle_call(snapshot, interrupt, resolution, (text, call_status, interrupt_status), now, changes)
     if snapshot.session.status == "waiting_for_input":
         # Back in the scheduler's sight: it looks for running sessions without a lease.
         changes.session.update({"status": "running", "wake_at": None})
@@ -184,6 +177,53 @@ def resolve_interrupt(
 
 
 # ---------------------------------------------------------------------- parking and ending turns
+
+
+def _settle_call(
+    snapshot: SessionSnapshot,
+    interrupt: InterruptRecord,
+    resolution: Resolution,
+    outcome: tuple[str, ToolCallStatus, InterruptStatus],
+    now: float,
+    changes: Changes,
+) -> None:
+    """What the decision does to the interrupt's call: back to its server, on to run, or ended
+    with the text the model reads."""
+    text, call_status, interrupt_status = outcome
+    call = snapshot.call(interrupt.tool_call_id)
+    if asked_of_server(interrupt):
+        # Answered what a server asked: once nothing else of the call is pending, the call is
+        # ready to go back to its server with the answers (asked in place: the open call takes
+        # the answer itself).
+        others_pending = any(
+            i.status == "pending" and i.id != interrupt.id and i.tool_call_id == interrupt.tool_call_id
+            for i in snapshot.interrupts
+        )
+        retry_ready = call is not None and call.status == "awaiting_answer" and not others_pending
+        if retry_ready and call is not None and not asked_in_place(interrupt):
+            changes.calls[call.id] = {"status": "pending"}
+    elif call is not None and interrupt.kind == "authorization_required" and call_status == "pending":
+        if task_under_way(call):
+            # A downstream task's poll waited for the token: the task is looked at again now
+            # (the call was sent once already and is not sent again).
+            changes.calls[call.id] = {"status": "waiting_for_task", "wake_at": now}
+        else:
+            # Connected: the call goes to its server now, once, with the owner's new token.
+            changes.calls[call.id] = {"status": "pending"}
+    elif call is not None:
+        if interrupt.kind == "authorization_required" and task_under_way(call):
+            text, call_status = _task_given_up(call)
+        if interrupt_status == "approved":
+            # Ready to run: the driver runs approved calls without asking again.
+            changes.calls[call.id] = {"status": "pending", "decision": "approved"}
+        else:
+            result: dict[str, Any] = {"text": text, "is_error": call_status in ("rejected", "failed")}
+            if interrupt.kind == "question":
+                result["answer"] = resolution.answer
+                result["declined"] = resolution.declined or resolution.expired
+            changes.calls[call.id] = {"status": call_status, "result": result, "decision": interrupt_status}
+            content = {"tool_call_id": call.id, "name": call.name, "status": call_status, **result}
+            changes.messages.append(NewMessage(interrupt.turn_id, "tool", content))
 
 
 def park_turn(snapshot: SessionSnapshot) -> Changes | None:

@@ -275,6 +275,12 @@ class ToolRunner:
         self, session: SessionRecord, call: ToolCallRecord, run: ToolRun, lease: str
     ) -> None:
         if run.authorize is not None:
+            if run.remote is not None:
+                # What the downstream task's record must keep while the owner connects (answers
+                # not sent yet, say).
+                await self._ctx.steps.wait_remote(
+                    session.id, lease, call.id, "waiting_for_task", run.remote, None, self._ctx.clock()
+                )
             server = run.authorize_at or call.server or ""
             await self._park_for_authorization(session, call, server, run.authorize, lease)
             return

@@ -16,6 +16,7 @@ from typing import Any
 
 import jwt
 from jwt.algorithms import ECAlgorithm
+from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from parley.testing.tools import served_over_http
@@ -115,9 +116,14 @@ def _message(body: bytes) -> dict[str, Any] | None:
 
 @asynccontextmanager
 async def oauth_protected_in_process(
-    issuer: str, public_jwk: dict[str, Any], scope: str = "tracker:read", wider: dict[str, str] | None = None
+    issuer: str,
+    public_jwk: dict[str, Any],
+    scope: str = "tracker:read",
+    wider: dict[str, str] | None = None,
+    server: MCPServer[Any] | None = None,
 ) -> AsyncIterator[OAuthProtectedServer]:
+    """`server`: the MCP server behind the check (default: the issue tracker of protected_server)."""
     protected = OAuthProtectedServer(issuer, public_jwk, scope, dict(wider or {}))
-    async with served_over_http(build(), protected.guard) as url:
+    async with served_over_http(server or build(), protected.guard) as url:
         protected.url = url
         yield protected

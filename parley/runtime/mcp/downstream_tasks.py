@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from parley.config import McpServerConfig
 from parley.core.records import ToolCallRecord
 from parley.runtime.mcp.connection import Asker, Caller
-from parley.runtime.mcp.failures import CallMaybeSent, CallNotSent, CallRefused
+from parley.runtime.mcp.failures import CallMaybeSent, CallNotSent, CallRefused, NeedsAuthorization
 from parley.runtime.mcp.remote import CORE_TASKS_VERSION, TASKS_EXTENSION, RemoteTask, TaskHandle
 from parley.runtime.mcp.results import convert_result
 from parley.runtime.mcp.sources import McpToolSources
@@ -58,7 +58,9 @@ class DownstreamTasks:
                 server, tool, call.arguments, caller=caller, idempotency_key=call.idempotency_key
             )
         except CallNotSent as exc:
-            return failed(f"The call did not run, so it is safe to call again later: {exc}.")
+            return _parked_for(exc) or failed(
+                f"The call did not run, so it is safe to call again later: {exc}."
+            )
         except CallRefused as exc:
             return failed(str(exc))
         except CallMaybeSent as exc:
@@ -81,7 +83,8 @@ class DownstreamTasks:
             return self._lost(call, task_id, f"it did not take the answers ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
             # Sent again by a later poll that still finds the task waiting for them.
-            return self._unreachable(call, {**remote, "unsent": True}, str(exc))
+            unsent = {**remote, "unsent": True}
+            return _parked_for(exc, unsent) or self._unreachable(call, unsent, str(exc))
         remote = {k: v for k, v in remote.items() if k not in ("forms", "unsent")}
         remote["polls"] = 0  # fresh progress is likely: poll at the short interval again
         return ToolRun(status="waiting_for_task", result={}, remote=remote, wake_at=self._clock())
@@ -100,7 +103,7 @@ class DownstreamTasks:
         except CallRefused as exc:
             return self._lost(call, task_id, f"the server no longer knows it ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
-            return self._unreachable(call, remote, str(exc))
+            return _parked_for(exc) or self._unreachable(call, remote, str(exc))
         if task.status == "working":
             return self._wait(call, remote, task)
         if task.status == "cancelled":
@@ -114,7 +117,7 @@ class DownstreamTasks:
         except CallRefused as exc:
             return self._lost(call, task_id, f"its result could not be fetched ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
-            return self._unreachable(call, remote, str(exc))
+            return _parked_for(exc) or self._unreachable(call, remote, str(exc))
         if result is None:
             return self._wait(call, remote, task)  # still running: look again later
         cfg = self._sources.servers.get(server)
@@ -130,7 +133,7 @@ class DownstreamTasks:
         except CallRefused as exc:
             return self._lost(call, task_id, f"the server no longer knows it ({exc})")
         except (CallNotSent, CallMaybeSent) as exc:
-            return self._unreachable(call, remote, str(exc))
+            return _parked_for(exc) or self._unreachable(call, remote, str(exc))
         status = str(task.get("status"))
         handle = RemoteTask.from_wire(task, modern=True)
         if status == "completed":
@@ -254,3 +257,14 @@ def _forms(requests: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
         else:
             other.add(str(request.get("method")) if isinstance(request, dict) else "an unknown request")
     return forms, other
+
+
+def _parked_for(exc: Exception, remote: dict[str, Any] | None = None) -> ToolRun | None:
+    """A look at (or the start of) a task that the owner's missing token kept from its server:
+    the call parks until they connect, then the task is looked at again (or started); `remote`:
+    what the task's record must say meanwhile. None: not that, the caller handles the failure."""
+    if not isinstance(exc, NeedsAuthorization) or exc.principal is None:
+        return None
+    return ToolRun(
+        status="awaiting_answer", result={}, remote=remote, authorize=exc.scopes, authorize_at=exc.server
+    )
