@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 from parley.runtime.credentials import new_key
 from tests.mcp_servers.fixture_server import VISIT_TICKET
@@ -73,6 +73,15 @@ async def world(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[World
             await browser.close()
 
 
+async def _page(world: World) -> tuple[BrowserContext, Page, list[str]]:
+    """A fresh laptop-sized page, and the script errors it reports."""
+    context = await world.browser.new_context(viewport=LAPTOP)  # type: ignore[arg-type]
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return context, page, errors
+
+
 async def test_the_owner_connects_from_the_inbox_and_the_call_runs_once(world: World) -> None:
     async with world.server.client() as client:
         arguments = {"project": "from-the-page"}
@@ -85,10 +94,7 @@ async def test_the_owner_connects_from_the_inbox_and_the_call_runs_once(world: W
     assert outcome["status"] == "waiting_for_input", outcome
     session_id = outcome["session_id"]
 
-    context = await world.browser.new_context(viewport=LAPTOP)  # type: ignore[arg-type]
-    page = await context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    context, page, errors = await _page(world)
     await page.goto(world.server.base_url + "/ui/#/inbox")
     card = page.locator("#inbox li.decision.authorization_required")
     await expect(card).to_have_count(1)
@@ -124,10 +130,7 @@ async def test_the_owner_opens_a_page_a_server_asks_for_from_the_inbox_after_see
         )
     session_id = outcome["session_id"]
 
-    context = await world.browser.new_context(viewport=LAPTOP)  # type: ignore[arg-type]
-    page = await context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    context, page, errors = await _page(world)
     await page.goto(world.server.base_url + "/ui/#/inbox")
     card = page.locator("#inbox li.decision.question")
     await expect(card).to_have_count(1)

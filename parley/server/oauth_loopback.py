@@ -24,11 +24,10 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from parley.core.oauth_flows import FLOW_S
 from parley.errors import OAuthClientError
 from parley.runtime.oauth.flows import LOOPBACK_CONNECT, FlowRefused, OAuthFlows, cookie_name
 from parley.server.http import QuietUvicorn
-from parley.server.oauth_routes import CALLBACK_PATH
+from parley.server.oauth_routes import CALLBACK_PATH, bind_to_browser
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +61,7 @@ class LoopbackCallback:
             logger.info("a loopback connect link was refused (%d): %s", exc.status, exc)
             return _page(exc.status, "Not connected", str(exc))
         response = RedirectResponse(started.authorize_url, status_code=302, headers=_HEADERS)
-        response.set_cookie(
-            started.cookie,
-            started.binding,
-            max_age=int(FLOW_S),
-            path=CALLBACK_PATH,
-            httponly=True,
-            samesite="lax",
-        )
+        bind_to_browser(response, started, CALLBACK_PATH, secure=False)  # http on 127.0.0.1
         return response
 
     async def callback(self, request: Request) -> Response:

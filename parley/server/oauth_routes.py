@@ -22,7 +22,7 @@ from starlette.routing import Route
 from parley.core.oauth_flows import FLOW_S
 from parley.errors import OAuthClientError
 from parley.runtime.oauth.client import client_metadata
-from parley.runtime.oauth.flows import FlowRefused, OAuthFlows, cookie_name
+from parley.runtime.oauth.flows import Connect, FlowRefused, OAuthFlows, cookie_name
 from parley.server.v1_common import caller, guarded, problem, require_json
 
 logger = logging.getLogger(__name__)
@@ -35,6 +35,20 @@ OPEN_PATHS = frozenset({CALLBACK_PATH, METADATA_PATH})
 _REFUSED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Not connected</title></head>
 <body><h1>The account was not connected</h1><p>{detail}</p><p>Nothing was stored. Ask the agent again
 to get a new connect link.</p></body></html>"""
+
+
+def bind_to_browser(response: Response, started: Connect, path: str, secure: bool) -> None:
+    """The cookie that binds a started flow to this browser until its callback (HttpOnly,
+    SameSite=Lax, Secure over https, only sent to the callback's path)."""
+    response.set_cookie(
+        started.cookie,
+        started.binding,
+        max_age=int(FLOW_S),
+        path=path,
+        secure=secure,
+        httponly=True,
+        samesite="lax",
+    )
 
 
 class OAuthRoutes:
@@ -64,15 +78,7 @@ class OAuthRoutes:
         response = JSONResponse(
             {"authorize_url": started.authorize_url}, headers={"Cache-Control": "no-store"}
         )
-        response.set_cookie(
-            started.cookie,
-            started.binding,
-            max_age=int(FLOW_S),
-            path=self._cookie_path,
-            secure=self._secure,
-            httponly=True,
-            samesite="lax",
-        )
+        bind_to_browser(response, started, self._cookie_path, self._secure)
         return response
 
     async def callback(self, request: Request) -> Response:

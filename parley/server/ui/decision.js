@@ -34,6 +34,15 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
     }
   }
 
+  function declineButton() {
+    return el('button', {
+      type: 'button',
+      class: 'decline quiet',
+      text: 'Decline',
+      onclick: () => decide('/answer', { interrupt_id: interrupt.id, decline: true }),
+    });
+  }
+
   const head = el('div', { class: 'decision-head' });
   if (showSession) {
     // The session by its title (filled in later with showTitle when not known yet) and agent.
@@ -101,12 +110,7 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
   } else if (interrupt.connect_url) {
     // A page its server asks the owner to open: the link shows the host first, and parley hands
     // the page's address to the session's owner only.
-    const decline = el('button', {
-      type: 'button',
-      class: 'decline quiet',
-      text: 'Decline',
-      onclick: () => decide('/answer', { interrupt_id: interrupt.id, decline: true }),
-    });
+    const decline = declineButton();
     buttons.push(decline);
     card.append(
       el('p', { class: 'muted', text: `Page at ${interrupt.host}, asked for by ${interrupt.server}` }),
@@ -138,12 +142,7 @@ export function decisionCard(item, { onDecided, showSession = false } = {}) {
       buttons.push(send);
       actions.append(answer, send);
     }
-    const decline = el('button', {
-      type: 'button',
-      class: 'decline quiet',
-      text: 'Decline',
-      onclick: () => decide('/answer', { interrupt_id: interrupt.id, decline: true }),
-    });
+    const decline = declineButton();
     buttons.push(decline);
     actions.append(decline);
     card.append(actions);
