@@ -352,6 +352,59 @@ async def test_a_downstream_task_whose_token_went_away_parks_and_goes_on_once_re
     assert [s.user for s in calls] == ["bob"], calls  # the tool was called once: one task
 
 
+@pytest.mark.parametrize("misbehaviour", ["wrong_iss", "no_iss"])
+async def test_a_callback_from_another_issuer_or_without_iss_is_refused_and_stores_nothing(
+    world: World, misbehaviour: str
+) -> None:
+    """RFC 9207: the authorization response must name the issuer parley discovered (which says it
+    sends iss), so a mix-up with another authorization server's response is refused."""
+    assert await world.cli("credentials", "revoke", "dave", "tracker") == 0
+    outcome = await world.run("dave", "tracker__list_issues", {"project": misbehaviour})
+    _parked(outcome, world)
+    world.auth.misbehave = misbehaviour  # type: ignore[assignment]
+    try:
+        back = await world.authorize("dave", outcome)
+    finally:
+        world.auth.misbehave = None
+    assert back.status_code == 400, back.text
+    assert "issuer" in back.text or "iss" in back.text, back.text
+    assert world.rows("SELECT 1 FROM credentials WHERE principal = 'dave' AND server = 'tracker'") == []
+    session = await world.session("dave", outcome["session_id"])
+    assert session["status"] == "waiting_for_input", session
+
+
+async def test_an_expired_connect_link_gives_the_model_a_clear_tool_error(world: World) -> None:
+    assert await world.cli("credentials", "revoke", "dave", "tracker") == 0
+    outcome = await world.run("dave", "tracker__list_issues", {"project": "never-connected"})
+    pending = _parked(outcome, world)
+    world.rows("UPDATE interrupts SET deadline = 1 WHERE id = ?", (pending["id"],))
+    world.rows("UPDATE sessions SET wake_at = 1 WHERE id = ?", (outcome["session_id"],))
+    session = await world.settled("dave", outcome["session_id"])
+    call_ = _call(session, "tracker__list_issues")
+    assert call_["status"] == "failed", call_
+    assert "did not connect their account before the connect link expired" in str(call_), call_
+    assert not [s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "never-connected"]
+
+
+async def test_the_v1_stream_names_the_connect_link_and_never_the_authorization_server(world: World) -> None:
+    assert await world.cli("credentials", "revoke", "dave", "tracker") == 0
+    outcome = await world.run("dave", "tracker__list_issues", {"project": "streamed"})
+    pending = _parked(outcome, world)
+    raised: dict[str, Any] = {}
+    url = f"{world.server.base_url}/v1/sessions/{outcome['session_id']}/events"
+    async with world.browser() as http:
+        headers = {"Authorization": f"Bearer {world.tokens['dave']}", "Accept": "text/event-stream"}
+        async with http.stream("GET", url, headers=headers) as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data:") and '"interrupt_raised"' in line:
+                    raised.update(json.loads(line.removeprefix("data:")))
+                    break
+    interrupt = raised["interrupt"]
+    assert interrupt["kind"] == "authorization_required" and interrupt["id"] == pending["id"], raised
+    assert interrupt["connect_url"] == pending["connect_url"] and interrupt["host"] == pending["host"]
+    assert world.auth.url not in json.dumps(raised)
+
+
 def _call(session: dict[str, Any], tool: str) -> dict[str, Any]:
     calls = session["last_turn"]["tool_calls"] if "last_turn" in session else session["tool_calls"]
     (found,) = [c for c in calls if c["tool"] == tool]
