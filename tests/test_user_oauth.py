@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from tests.support import TEST_DEADLINE_S, Database, InProcessServer, call, toke
 
 pytestmark = pytest.mark.anyio
 
-PEOPLE = ("alice", "bob", "carol", "dave")
+PEOPLE = ("alice", "bob", "carol", "dave", "erin")
 CLIENT_ID = "parley-tracker"
 KEY_ENV = "PARLEY_TEST_CREDENTIALS_KEY"
 
@@ -358,28 +359,28 @@ async def test_a_callback_from_another_issuer_or_without_iss_is_refused_and_stor
 ) -> None:
     """RFC 9207: the authorization response must name the issuer parley discovered (which says it
     sends iss), so a mix-up with another authorization server's response is refused."""
-    assert await world.cli("credentials", "revoke", "dave", "tracker") == 0
-    outcome = await world.run("dave", "tracker__list_issues", {"project": misbehaviour})
+    assert await world.cli("credentials", "revoke", "erin", "tracker") == 0
+    outcome = await world.run("erin", "tracker__list_issues", {"project": misbehaviour})
     _parked(outcome, world)
     world.auth.misbehave = misbehaviour  # type: ignore[assignment]
     try:
-        back = await world.authorize("dave", outcome)
+        back = await world.authorize("erin", outcome)
     finally:
         world.auth.misbehave = None
     assert back.status_code == 400, back.text
     assert "issuer" in back.text or "iss" in back.text, back.text
-    assert world.rows("SELECT 1 FROM credentials WHERE principal = 'dave' AND server = 'tracker'") == []
-    session = await world.session("dave", outcome["session_id"])
+    assert world.rows("SELECT 1 FROM credentials WHERE principal = 'erin' AND server = 'tracker'") == []
+    session = await world.session("erin", outcome["session_id"])
     assert session["status"] == "waiting_for_input", session
 
 
 async def test_an_expired_connect_link_gives_the_model_a_clear_tool_error(world: World) -> None:
-    assert await world.cli("credentials", "revoke", "dave", "tracker") == 0
-    outcome = await world.run("dave", "tracker__list_issues", {"project": "never-connected"})
+    assert await world.cli("credentials", "revoke", "erin", "tracker") == 0
+    outcome = await world.run("erin", "tracker__list_issues", {"project": "never-connected"})
     pending = _parked(outcome, world)
     world.rows("UPDATE interrupts SET deadline = 1 WHERE id = ?", (pending["id"],))
     world.rows("UPDATE sessions SET wake_at = 1 WHERE id = ?", (outcome["session_id"],))
-    session = await world.settled("dave", outcome["session_id"])
+    session = await world.settled("erin", outcome["session_id"])
     call_ = _call(session, "tracker__list_issues")
     assert call_["status"] == "failed", call_
     assert "did not connect their account before the connect link expired" in str(call_), call_
@@ -387,13 +388,13 @@ async def test_an_expired_connect_link_gives_the_model_a_clear_tool_error(world:
 
 
 async def test_the_v1_stream_names_the_connect_link_and_never_the_authorization_server(world: World) -> None:
-    assert await world.cli("credentials", "revoke", "dave", "tracker") == 0
-    outcome = await world.run("dave", "tracker__list_issues", {"project": "streamed"})
+    assert await world.cli("credentials", "revoke", "erin", "tracker") == 0
+    outcome = await world.run("erin", "tracker__list_issues", {"project": "streamed"})
     pending = _parked(outcome, world)
     raised: dict[str, Any] = {}
     url = f"{world.server.base_url}/v1/sessions/{outcome['session_id']}/events"
     async with world.browser() as http:
-        headers = {"Authorization": f"Bearer {world.tokens['dave']}", "Accept": "text/event-stream"}
+        headers = {"Authorization": f"Bearer {world.tokens['erin']}", "Accept": "text/event-stream"}
         async with http.stream("GET", url, headers=headers) as stream:
             async for line in stream.aiter_lines():
                 if line.startswith("data:") and '"interrupt_raised"' in line:
@@ -582,6 +583,49 @@ async def test_a_token_about_to_expire_is_refreshed_before_the_call(world: World
     assert len(spent) > len(refreshes) >= 1
     assert all(r.params["resource"] == world.tracker.url for r in spent)
     assert [s.user for s in world.tracker.calls("list_issues")[-2:]] == ["carol", "carol"]
+
+
+async def test_two_replicas_calling_at_once_spend_a_refresh_token_once(world: World) -> None:
+    """carol's token is a few seconds from the refresh margin's end on a database two parleys
+    share; four calls at once, two on each, refresh it once (one replica holds the claim, the
+    other sends the token that is still good), and every refresh token is spent once."""
+    assert await world.cli("credentials", "revoke", "carol", "tracker") == 0
+    outcome = await world.run("carol", "tracker__list_issues", {"project": "replicas-0"})
+    assert (await world.authorize("carol", outcome)).status_code == 303
+    await world.settled("carol", outcome["session_id"])
+    env = {KEY_ENV: world.server.env[KEY_ENV]}
+    async with InProcessServer(
+        world.server.config_path, http=True, db=world.database.db_arg, env=env, model=world.model
+    ) as replica:
+        assert replica.url is not None and world.server.url is not None
+        world.rows(
+            "UPDATE credentials SET expires_at = ? WHERE principal = 'carol' AND server = 'tracker'",
+            (time.time() + 30,),
+        )
+        before = [r for r in world.auth.requests if r.params.get("grant_type") == "refresh_token"]
+        answers: list[str] = []
+
+        async def one(url: str, n: int) -> None:
+            async with token_client(url, world.tokens["carol"]) as client:
+                message = f"use tracker__list_issues {json.dumps({'project': f'replicas-{n}'})}"
+                answers.append(
+                    (await call(client, "start_session", agent="triage", message=message))["status"]
+                )
+
+        async with anyio.create_task_group() as tg:
+            for n, url in enumerate([world.server.url, replica.url, world.server.url, replica.url], 1):
+                tg.start_soon(one, url, n)
+    spent = [r for r in world.auth.requests if r.params.get("grant_type") == "refresh_token"][len(before) :]
+    assert answers == ["answered"] * 4, answers
+    assert len(spent) == 1, [r.params for r in spent]
+    every = [
+        r.params["refresh_token"]
+        for r in world.auth.requests
+        if r.params.get("grant_type") == "refresh_token"
+    ]
+    assert len(every) == len(set(every)), "a refresh token was spent twice"
+    ran = {s.arguments["project"] for s in world.tracker.calls("list_issues") if s.user == "carol"}
+    assert {f"replicas-{n}" for n in range(1, 5)} <= ran
 
 
 async def test_a_refused_token_is_refreshed_and_the_call_goes_on(world: World) -> None:

@@ -41,6 +41,8 @@ class _ServerState:
     authority: _Authority | None = None
     # Digests of the access tokens the server answered 401 to, by principal.
     rejected: dict[str, str] = field(default_factory=dict)
+    # Held while this process refreshes a principal's token, by principal.
+    refreshing: dict[str, anyio.Lock] = field(default_factory=dict)
 
 
 def _digest(token: str) -> str:
@@ -116,13 +118,21 @@ class DownstreamAuth:
             return None
         if credential is None:
             return None
-        state, now = self._state[server], self._clock()
-        rejected = state.rejected.get(principal) == _digest(credential.access_token)
-        if not rejected and not needs_refresh(credential.expires_at, now):
+        if self._usable(server, credential):
             return credential.access_token
         if credential.refresh_token is None:
             return None
-        return await self._refreshed(server, credential, now)
+        # One refresh at a time in this process too: the claim below is per replica, and two
+        # calls of one replica holding it would spend one refresh token twice.
+        async with self._state[server].refreshing.setdefault(principal, anyio.Lock()):
+            return await self._refreshed(server, credential, self._clock())
+
+    def _usable(self, server: str, credential: ClearCredential) -> bool:
+        """Not refused by the server, and not due for a refresh."""
+        rejected = self._state[server].rejected.get(credential.key.principal) == _digest(
+            credential.access_token
+        )
+        return not rejected and not needs_refresh(credential.expires_at, self._clock())
 
     async def _refreshed(self, server: str, credential: ClearCredential, now: float) -> str | None:
         claimed = await self._vault.claim_refresh(credential.key, self._claimant)
@@ -130,6 +140,10 @@ class DownstreamAuth:
             # Another replica refreshes it now: its token is good while it has not expired.
             expired = credential.expires_at is not None and credential.expires_at <= now
             return None if expired else credential.access_token
+        if self._usable(server, claimed):
+            # Refreshed meanwhile (by another call or replica): nothing to spend.
+            await self._vault.release_refresh(claimed.key, self._claimant)
+            return claimed.access_token
         try:
             found, identity = await self.authority(server)
             assert claimed.refresh_token is not None
