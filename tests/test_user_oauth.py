@@ -424,6 +424,11 @@ async def test_the_first_call_parks_and_runs_once_after_the_owner_connects(world
     assert f"authorization_required {pending['id']}" in text and pending["connect_url"] in text, text
     assert world.tracker.calls()[before:] == []  # nothing was sent
 
+    (parked,) = outcome["pending"]
+    async with world.browser() as browser:
+        started = await world.connect(browser, "alice", parked["connect_url"])
+    # tracker names a client id: the pre-registered client is the one used.
+    assert parse_qs(urlsplit(started.json()["authorize_url"]).query)["client_id"] == [CLIENT_ID]
     back = await world.authorize("alice", outcome)
     assert back.status_code == 303, back.text
     assert back.headers["location"] == f"{world.server.base_url}/ui/#/s/{outcome['session_id']}"
@@ -464,6 +469,17 @@ async def test_each_persons_calls_reach_the_server_as_them(world: World) -> None
     assert again["status"] == "answered", again
     calls = [(s.user, s.arguments["project"]) for s in world.tracker.calls("list_issues")]
     assert calls[-2:] == [("bob", "borealis"), ("alice", "artemis")]
+    # At once, interleaved on the one agent and server: each call still goes as its owner.
+    async with anyio.create_task_group() as tg:
+        for n in range(3):
+            for person in ("alice", "bob"):
+                tg.start_soon(world.run, person, "tracker__list_issues", {"project": f"{person}-at-once-{n}"})
+    at_once = [
+        (s.user, s.arguments["project"])
+        for s in world.tracker.calls("list_issues")
+        if "-at-once-" in s.arguments["project"]
+    ]
+    assert sorted(at_once) == sorted((p, f"{p}-at-once-{n}") for n in range(3) for p in ("alice", "bob"))
 
 
 async def test_someone_elses_connect_link_is_refused_and_nothing_is_stored(world: World) -> None:
