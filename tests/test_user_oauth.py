@@ -41,7 +41,7 @@ from tests.support import TEST_DEADLINE_S, Database, InProcessServer, call, toke
 
 pytestmark = pytest.mark.anyio
 
-PEOPLE = ("alice", "bob", "carol", "dave", "erin")
+PEOPLE = ("alice", "bob", "carol", "dave", "erin", "frank")
 CLIENT_ID = "parley-tracker"
 KEY_ENV = "PARLEY_TEST_CREDENTIALS_KEY"
 
@@ -818,3 +818,24 @@ async def test_parley_check_says_a_user_oauth_server_is_not_listed(tmp_path: Pat
     errors, warnings = await check_server_tools(load_config(config, None))
     assert errors == []
     assert ["user_oauth" in w and "tracker" in w for w in warnings] == [True], warnings
+
+
+async def test_a_callback_cut_after_its_flow_was_used_can_be_done_again_from_the_same_link(
+    world: World,
+) -> None:
+    """The callback's process died after it used the flow (single use) and before it stored the
+    account: the call still waits, so the same connect link starts a new flow, and the call runs
+    once when that one completes. The first authorization cannot come back."""
+    outcome = await world.run("frank", "tracker__list_issues", {"project": "cut-callback"})
+    pending = _parked(outcome, world)
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "frank", pending["connect_url"])
+        back = await world.consent(browser, connected.json()["authorize_url"], "frank")
+        world.rows(
+            "UPDATE oauth_flows SET used_at = 1 WHERE principal = 'frank'"
+        )  # as the cut callback left it
+        assert (await browser.get(back)).status_code == 400
+    assert (await world.authorize("frank", outcome)).status_code == 303
+    await world.settled("frank", outcome["session_id"])
+    ran = [s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "cut-callback"]
+    assert [s.user for s in ran] == ["frank"]

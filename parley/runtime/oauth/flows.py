@@ -241,8 +241,13 @@ class OAuthFlows:
                 403, "this connect link belongs to the session's owner; sign in as them to open it"
             )
         now = self._clock()
-        if not flow.live(now) or await self._pending_interrupt(flow) is None:
+        if now >= flow.expires_at or await self._pending_interrupt(flow) is None:
             raise FlowRefused(410, "this connect link was used or has expired; ask the agent again")
+        if flow.used_at is not None:
+            # Used, yet its call still waits: the callback's process stopped half way (after the
+            # flow's single use, before the account was stored). The link starts a new flow.
+            flow = replace(flow, id=new_flow_id(), created_at=now, used_at=None)
+            await self._store.put_flow(flow)
         found, identity = await self._authority(flow)
         scopes = tuple(dict.fromkeys((*self._auth.scopes(flow.server, found), *flow.scopes)))
         state, binding = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
