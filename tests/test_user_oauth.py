@@ -44,6 +44,12 @@ pytestmark = pytest.mark.anyio
 PEOPLE = ("alice", "bob", "carol", "dave", "erin", "frank")
 CLIENT_ID = "parley-tracker"
 KEY_ENV = "PARLEY_TEST_CREDENTIALS_KEY"
+# A confidential client at the authorization server, for the `vault` server.
+VAULT_CLIENT, VAULT_SECRET_ENV, VAULT_SECRET = (
+    "parley-vault",
+    "PARLEY_TEST_VAULT_SECRET",
+    "vault-" + "s3cr3t" * 4,
+)
 
 
 def free_port() -> int:
@@ -176,10 +182,13 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
             oauth_protected_in_process(auth.url, auth.key.public_jwk) as docs,
             # A server whose `ask` runs as a downstream task (2026-07-28) that needs an answer.
             oauth_protected_in_process(auth.url, auth.key.public_jwk, server=build_task_server()) as tasks,
+            # Behind a confidential client parley was registered as (its secret in the environment).
+            oauth_protected_in_process(auth.url, auth.key.public_jwk) as vault,
         ):
-            for protected in (tracker, wiki, docs, tasks):
+            for protected in (tracker, wiki, docs, tasks, vault):
                 auth.resources.add(protected.url)
             auth.register(CLIENT_ID, [public_base + "/oauth/callback"], scope="tracker:read tracker:write")
+            auth.register(VAULT_CLIENT, [public_base + "/oauth/callback"], "tracker:read", VAULT_SECRET)
             config = write_config(
                 directory,
                 agents={
@@ -187,6 +196,7 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                     "reader": {"mcp_servers": ["wiki", "docs"]},
                     "librarian": {"mcp_servers": ["docs"], "mcp_resources": True},
                     "asker": {"mcp_servers": ["tasks"]},
+                    "keeper": {"mcp_servers": ["vault"]},
                 },
                 mcp_servers={
                     "tracker": {
@@ -196,6 +206,15 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                     "wiki": {"url": wiki.url, "auth": {"mode": "user_oauth", "registration": "dynamic"}},
                     # auto, without a client id: the metadata document, which the server supports.
                     "docs": {"url": docs.url, "auth": {"mode": "user_oauth"}},
+                    "vault": {
+                        "url": vault.url,
+                        "auth": {
+                            "mode": "user_oauth",
+                            "client_id": VAULT_CLIENT,
+                            "client_secret_env": VAULT_SECRET_ENV,
+                            "scopes": ["tracker:read"],
+                        },
+                    },
                     "tasks": {
                         "url": tasks.url,
                         "auth": {"mode": "user_oauth", "registration": "dynamic"},
@@ -209,7 +228,7 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                 credentials={"key_env": KEY_ENV},
                 database=database,
             )
-            env = {KEY_ENV: new_key()}
+            env = {KEY_ENV: new_key(), VAULT_SECRET_ENV: VAULT_SECRET}
             model = CallsNamedTool()
             async with InProcessServer(
                 config, http=True, db=database.db_arg, port=port, env=env, model=model
@@ -222,7 +241,7 @@ async def _world(directory: Path, database: Database) -> AsyncIterator[World]:
                     tokens,
                     model,
                     database,
-                    {"wiki": wiki, "docs": docs, "tasks": tasks},
+                    {"wiki": wiki, "docs": docs, "tasks": tasks, "vault": vault},
                 )
 
 
@@ -839,3 +858,20 @@ async def test_a_callback_cut_after_its_flow_was_used_can_be_done_again_from_the
     await world.settled("frank", outcome["session_id"])
     ran = [s for s in world.tracker.calls("list_issues") if s.arguments["project"] == "cut-callback"]
     assert [s.user for s in ran] == ["frank"]
+
+
+async def test_a_confidential_client_sends_its_secret_from_the_environment(world: World) -> None:
+    """vault's client is confidential: the authorization server takes the code only with the
+    secret parley reads from client_secret_env, and the secret is nowhere in what parley wrote."""
+    outcome = await world.run("frank", "vault__list_issues", {"project": "secret-client"}, agent="keeper")
+    pending = _parked(outcome, world, "vault")
+    async with world.browser() as browser:
+        connected = await world.connect(browser, "frank", pending["connect_url"])
+    assert parse_qs(urlsplit(connected.json()["authorize_url"]).query)["client_id"] == [VAULT_CLIENT]
+    assert (await world.authorize("frank", outcome)).status_code == 303
+    await world.settled("frank", outcome["session_id"])
+    assert [s.user for s in world.others["vault"].calls("list_issues")] == ["frank"]
+    stored = b"".join(p.read_bytes() for p in world.directory.glob("parley.db*") if p.is_file())
+    # The log holds the test authorization server's own (authlib) lines too: parley's are searched.
+    ours = [line for line in world.server.log().splitlines() if "authlib" not in line]
+    assert VAULT_SECRET.encode() not in stored and not [line for line in ours if VAULT_SECRET in line]
