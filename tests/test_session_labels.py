@@ -41,9 +41,18 @@ pytestmark = pytest.mark.anyio
         ("/fail forever\nSummarise the report", "Summarise the report"),
         ('/tool shop__refund {"order": "A-17"}', None),
         ("/etc/hosts is wrong", "/etc/hosts is wrong"),
+        ("hi, can you please help me plan a trip to Lyon?", "Plan a trip to Lyon"),
+        ("Hello! Could you summarise this report for me. It is long.", "Summarise this report for me"),
+        ("Why does nginx answer 502 for /api? It did not yesterday.", "Why does nginx answer 502 for /api?"),
+        ("please fix the login page", "Fix the login page"),
+        ("hello", "hello"),
+        ("hello from the page", "hello from the page"),
+        ("hey could you rename the file", "Rename the file"),
+        ("Please.", "Please."),
+        ("e.g. this one", "e.g. this one"),
     ],
 )
-def test_the_proposed_title_is_the_first_words_of_the_first_message_on_one_line(
+def test_the_proposed_title_is_what_the_first_message_asks_for_in_its_first_words(
     message: str | None, title: str | None
 ) -> None:
     assert proposed_title(message) == title

@@ -66,15 +66,52 @@ def check_tags(tags: Sequence[str]) -> list[str]:
 _DIRECTIVE = re.compile(r"\s*/[a-z]+(\s|$)")
 
 
+# What opens a request without saying what it is about (English): a greeting, then courtesies.
+_COURTESIES = (
+    r"(please|kindly|(can|could|would|will) you( please)?|i('d| would) like you to|i (want|need) you to|"
+    r"(can|could) (i|we) (ask you to|get you to)|help me( to)?|i need help( with)?)\b"
+)
+_COURTESY = re.compile(_COURTESIES + r"[\s,]*", re.I)
+# A greeting ends with punctuation, or a courtesy follows it ("hello from the page" is no greeting).
+_GREETING = re.compile(
+    r"(hi|hello|hey|good (morning|afternoon|evening)|dear \w+)\b(\s*[,!.:;-]+\s*|\s+(?="
+    + _COURTESIES
+    + r"))",
+    re.I,
+)
+_ASKED = re.compile(r"(can|could|would|will) you\b", re.I)
+_SENTENCE_END = re.compile(r"(?<=\w)[.?!](\s|$)")
+
+
+def _gist(text: str) -> str:
+    """The request itself: without a greeting and courtesies before it ("Hi, could you please
+    plan a trip" -> "Plan a trip"), its first sentence, capitalised. Whatever would be left
+    empty is kept as it was."""
+    gist = text.strip()
+    asked = stripped = False
+    for pattern in (_GREETING, _COURTESY, _COURTESY):
+        found = pattern.match(gist)
+        if found and re.search(r"\w", gist[found.end() :]):
+            asked = asked or bool(_ASKED.match(found.group(0)))
+            gist, stripped = gist[found.end() :].strip(), True
+    end = _SENTENCE_END.search(gist)
+    if end and len(gist[: end.start()].split()) >= 2:
+        gist = gist[: end.start()] + ("" if asked or gist[end.start()] == "." else gist[end.start()])
+    elif asked:
+        gist = gist.rstrip("?").rstrip()
+    return gist[:1].upper() + gist[1:] if stripped and gist[:1].islower() else gist
+
+
 def proposed_title(message: str | None) -> str | None:
-    """The title a session gets from its first message when nobody gave it one: its first words
-    (control characters and runs of spaces made single spaces), shortened with an ellipsis. Lines
-    that are directives (`/tool ...`, `/fail 2`: a slash, a word, then a space or the end) are no
-    title: a message of directives only gets none."""
+    """The title a session gets from its first message when nobody gave it one: what it asks for
+    (`_gist`) in its first words (control characters and runs of spaces made single spaces),
+    shortened with an ellipsis. Lines that are directives (`/tool ...`, `/fail 2`: a slash, a word,
+    then a space or the end) are no title: a message of directives only gets none."""
     if message is None:
         return None
     message = "\n".join(line for line in message.splitlines() if not _DIRECTIVE.match(line))
-    words = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in message).split()
+    flat = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in message)
+    words = _gist(flat).split()
     if not words or not has_visible_text(" ".join(words)):
         return None
     title = " ".join(words[:PROPOSED_WORDS])
