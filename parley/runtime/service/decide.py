@@ -86,7 +86,9 @@ class DecisionCommands:
         await p.audit.record(
             caller, audit.OPEN_PAGE, session_id=session.id, target=interrupt_id, via="browser"
         )
+        # The open call takes the answer (asked in place), or the call goes back to its server.
         p.signals.notify(session.id)
+        p.signals.work_available(session.id)
         return url
 
     async def answer_question(
