@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 REDACTED = "[redacted]"
 
@@ -57,3 +58,18 @@ def mask_url(url: str) -> str:
     /healthz may show of a database URL."""
     url = _URL_USERINFO.sub(lambda m: m.group("head") + REDACTED, url, count=1)
     return _URL_PASSWORD_PARAM.sub(lambda m: m.group("head") + REDACTED, url)
+
+
+def shown_host(url: str) -> str:
+    """The host (and port) of `url` as people are shown it: never a user name, password, path or
+    query it may carry; "?" for what cannot be read."""
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:
+        return "?"
+    try:
+        port = parts.port
+    except ValueError:  # not a number: the connection will say so
+        port = None
+    return f"{hostname or '?'}{f':{port}' if port else ''}"

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from mcp.types import ElicitRequestURLParams
 
 from parley.core.records import ToolCallRecord
+from parley.redaction import shown_host
 
 # The page of /ui that opens such a link (its route in ui/app.js).
 OPEN_PAGE = "/ui/#/open/{session}/{interrupt}"
@@ -44,21 +45,12 @@ def url_problem(url: str) -> str | None:
     return "its URL is not https (plain http is taken only for localhost)"
 
 
-def host_of(url: str) -> str:
-    """The page's host (and port) as the person is shown it; "?" for an address that cannot be read."""
-    try:
-        parts = urlsplit(url)
-        return f"{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}"
-    except ValueError:
-        return "?"
-
-
 def link_payload(
     params: ElicitRequestURLParams, call: ToolCallRecord, interrupt_id: str, public_base: str
 ) -> dict[str, Any]:
     """The question's payload: what the person is told and the link they open; the page's own
     address only under `downstream`, which no view shows."""
-    host = host_of(params.url)
+    host = shown_host(params.url)
     message = " ".join(str(params.message).split())[:MAX_MESSAGE_CHARS]
     return {
         "question": f"{call.server} asks you to open a page at {host}: {message}",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import anyio
 
 from parley import __version__
 from parley.config import E_SERVER_TOOL, McpServerConfig, ServerConfig
 from parley.errors import ConfigError
+from parley.redaction import shown_host
 from parley.runtime.mcp.connection import Caller
 from parley.runtime.mcp.failures import ToolSourceUnavailable
 from parley.runtime.mcp.sources import McpToolSources
@@ -26,18 +26,8 @@ def contacted(servers: Mapping[str, McpServerConfig]) -> str:
         if cfg.command is not None:
             parts.append(f"{name} (starts {Path(cfg.command).name})")
         else:
-            parts.append(f"{name} ({_host_of(cfg.url or '')})")
+            parts.append(f"{name} ({shown_host(cfg.url or '')})")
     return ", ".join(parts)
-
-
-def _host_of(url: str) -> str:
-    """The host and port of `url`, without the user, password, path or query it may carry."""
-    where = urlsplit(url)
-    try:
-        port = where.port
-    except ValueError:  # not a number: the connection will say so
-        port = None
-    return f"{where.hostname or '?'}{f':{port}' if port else ''}"
 
 
 async def check_server_tools(config: ServerConfig) -> tuple[list[ConfigError], list[str]]:

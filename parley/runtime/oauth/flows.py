@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from parley.config import ServerConfig
 from parley.config.loading import credential_keys
@@ -31,6 +30,7 @@ from parley.core.ids import SessionId, new_flow_id, new_interrupt_id
 from parley.core.oauth_flows import FLOW_S, OAuthFlow, same_digest
 from parley.core.records import AUTHORIZED, InterruptRecord, Resolution, SessionRecord, ToolCallRecord
 from parley.errors import CredentialError, OAuthClientError, ParleyError
+from parley.redaction import shown_host
 from parley.runtime.access import Principal
 from parley.runtime.audit import AUTHORIZE, CONNECT, Audit
 from parley.runtime.credentials import CredentialVault, Keyring
@@ -79,12 +79,6 @@ def digest(value: str) -> str:
 def cookie_name(state: str) -> str:
     """The name of the browser-binding cookie of the flow with this state."""
     return "parley_oauth_" + hashlib.sha256(b"parley oauth cookie\0" + state.encode()).hexdigest()[:16]
-
-
-def _host(url: str) -> str:
-    """The server's host (and port) as people are shown it: never a user name or password the URL holds."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or '?'}{f':{parts.port}' if parts.port else ''}"
 
 
 class LoopbackLinks:
@@ -165,7 +159,7 @@ class OAuthFlows:
             scopes=scopes,
         )
         await self._store.put_flow(flow)
-        host = _host(self._auth.server_url(server))
+        host = shown_host(self._auth.server_url(server))
         payload: dict[str, Any] = {
             "server": server,
             "host": host,
