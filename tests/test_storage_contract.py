@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from parley.core.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot
+from parley.core.changes import CURRENT_TURN, Changes, NewEvent, NewMessage, SessionSnapshot, SnapshotScope
 from parley.core.ids import (
     QueuedMessageId,
     SessionId,
@@ -1239,6 +1239,30 @@ async def test_a_change_to_a_field_no_record_has_is_refused_and_writes_nothing(s
     await store.decide(sid, CURRENT_TURN, _writing(kept), T0 + 6)
     assert [m.seq for m in await store.list_messages(sid, None, None)] == [1]
     assert [q.seq for q in await store.list_queued(sid)] == [1, 2]
+
+
+async def test_a_decision_that_looks_after_sees_what_a_look_right_after_sees(
+    store: Store, other_store: Store
+) -> None:
+    step_view = SnapshotScope(interrupts=False)  # what the driver reads before each step
+    sid = await new_session(store, "hello")
+    lease = await try_acquire_lease(store, sid, PROC_A, T0, TTL)
+    assert lease is not None
+    turn, after = await SessionSteps(store).start_turn_and_look(
+        sid, lease, new_turn_id(), T0 + 1, look=step_view
+    )
+    assert turn is not None and after is not None
+    assert after.session.current_turn_id == turn.id and after.turn is not None and after.turn.id == turn.id
+    assert after.queued == ()  # the message the turn took
+    assert after == await other_store.snapshot(sid, step_view)
+    # A decision that writes nothing still looks; a session that does not exist is not looked at.
+    value, same = await store.decide_then_look(sid, CURRENT_TURN, _writing(Changes()), T0 + 2, step_view)
+    assert value is not None and same == after
+    missing = new_session_id()
+    assert await store.decide_then_look(missing, CURRENT_TURN, _writing(Changes()), T0, step_view) == (
+        None,
+        None,
+    )
 
 
 # ---------------------------------------------------------------------------- interrupts

@@ -195,9 +195,12 @@ class SessionDriver:
     async def _work(self, session_id: SessionId, control: TurnControl) -> None:
         first = True
         transcript = self._transcripts.leased(session_id, control.lease)
+        # What a turn's start read back in its own transaction: the next step's snapshot.
+        started: SessionSnapshot | None = None
         while control.rested is None:  # a turn's end that rested the session let go of the lease
             # One read per step: the session, its current turn with its calls, and its queue.
-            snapshot = await self._ctx.steps.look(session_id, STEP_VIEW)
+            snapshot = started or await self._ctx.steps.look(session_id, STEP_VIEW)
+            started = None
             if snapshot is None:
                 return
             session = snapshot.session
@@ -230,8 +233,14 @@ class SessionDriver:
                 version, store_version = await self._agents.for_new_turn_of(
                     session.agent, now, session.agent_version_pin
                 )
-                turn = await self._ctx.steps.start_turn(
-                    session_id, control.lease, new_turn_id(), now, version, store_version=store_version
+                turn, started = await self._ctx.steps.start_turn_and_look(
+                    session_id,
+                    control.lease,
+                    new_turn_id(),
+                    now,
+                    version,
+                    store_version=store_version,
+                    look=STEP_VIEW,
                 )
                 if turn is not None:
                     control.started_turn = turn.id
@@ -245,6 +254,8 @@ class SessionDriver:
                         turn.agent_version,
                         extra={**about(session), "turn_id": turn.id},
                     )
+                if turn is None:
+                    started = None  # nothing started: the next step looks afresh
                 if turn is None and await self._ctx.steps.rest_session(
                     session_id, control.lease, self._ctx.clock()
                 ):

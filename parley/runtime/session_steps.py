@@ -227,14 +227,34 @@ class SessionSteps:
         *,
         store_version: bool = False,
     ) -> TurnRecord | None:
-        return await self._decide(
-            session_id,
-            lambda s: turn_steps.start_turn(s, turn_id, now, agent_version, store_version=store_version),
-            None,
-            now,
-            lease=lease,
-            turn=False,
+        turn, _ = await self.start_turn_and_look(
+            session_id, lease, turn_id, now, agent_version, store_version=store_version
         )
+        return turn
+
+    async def start_turn_and_look(
+        self,
+        session_id: SessionId,
+        lease: str,
+        turn_id: TurnId,
+        now: float,
+        agent_version: AgentVersionRecord | None = None,
+        *,
+        store_version: bool = False,
+        look: SnapshotScope | None = None,
+    ) -> tuple[TurnRecord | None, SessionSnapshot | None]:
+        """start_turn, and with `look` the snapshot of that scope as the start left it, read in
+        the same transaction: the driver's next step reads nothing more."""
+
+        def start(snapshot: SessionSnapshot | None) -> tuple[TurnRecord | None, Changes]:
+            if snapshot is None:
+                return None, Changes()
+            return turn_steps.start_turn(snapshot, turn_id, now, agent_version, store_version=store_version)
+
+        scope = SnapshotScope(turn=False)
+        if look is None:
+            return await self._store.decide(session_id, scope, start, now, lease=lease), None
+        return await self._store.decide_then_look(session_id, scope, start, now, look, lease=lease)
 
     async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:
         """The step alone (the turn goes on, or ends in a write of its own)."""

@@ -58,6 +58,21 @@ class StepStore(Protocol):
         LeaseLost, and nothing decided or written, unless that holding of the lease is current."""
         ...
 
+    async def decide_then_look(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        after: SnapshotScope,
+        *,
+        lease: str | None = None,
+    ) -> tuple[T, SessionSnapshot | None]:
+        """`decide`, and the snapshot of `after` as the same transaction sees it once the changes
+        are written (None if the session does not exist): a decision whose maker looks next
+        (the driver after starting a turn) saves that read's transaction."""
+        ...
+
     async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
         """The snapshot of `scope` as one read sees it (no lock taken, nothing written)."""
         ...

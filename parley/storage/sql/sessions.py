@@ -91,13 +91,37 @@ class SqlSessions(SqlBase):
         *,
         lease: str | None = None,
     ) -> T:
+        value, _ = await self._decision(session_id, scope, decide, now, lease, None)
+        return value
+
+    async def decide_then_look(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        after: SnapshotScope,
+        *,
+        lease: str | None = None,
+    ) -> tuple[T, SessionSnapshot | None]:
+        return await self._decision(session_id, scope, decide, now, lease, after)
+
+    async def _decision(
+        self,
+        session_id: SessionId,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
+        now: float,
+        lease: str | None,
+        after: SnapshotScope | None,
+    ) -> tuple[T, SessionSnapshot | None]:
         routes = self.webhook_routes
 
         def outbox(snapshot: SessionSnapshot, changes: Changes) -> list[Stmt]:
             return outbox_statements(routes, snapshot, changes, now)
 
         program = decide_program(
-            self.codec, session_id, scope, decide, now, lease, outbox if routes else None
+            self.codec, session_id, scope, decide, now, lease, outbox if routes else None, after
         )
         return await self._execute(program, write=True)
 

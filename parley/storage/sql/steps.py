@@ -420,31 +420,45 @@ def decide_program(
     now: float,
     lease: str | None,
     outbox: Callable[[SessionSnapshot, Changes], list[Stmt]] | None = None,
-) -> Program[T]:
+    after: SnapshotScope | None = None,
+) -> Program[tuple[T, SessionSnapshot | None]]:
+    """The decision's value, and with `after` the snapshot of that scope as the decision left it,
+    read in the same transaction (after the writes, in their batch: no round trip more)."""
     results = yield Batch(snapshot_reads(codec, session_id, scope, lock=True), writes=False)
     loaded = load_snapshot(codec, scope, results)
     if loaded is None:
-        return decide(None)[0]
+        return decide(None)[0], None
     snapshot, counters = loaded
     # The fencing check: under the lock, so no other holding can come between it and the commit.
     if lease is not None and snapshot.session.lease_owner != lease:
         raise LeaseLost(session_id)
     value, changes = decide(snapshot)
+    looks = snapshot_reads(codec, session_id, after, lock=False) if after is not None else []
     if changes.is_empty():
-        return value
+        if after is None:
+            return value, None
+        results = yield Batch(looks, last=True, writes=False)
+        return value, _looked(codec, after, results)
     statements = ChangeWriter(codec, snapshot, counters, now).write(changes)
     if outbox is not None:
         # The webhook deliveries of its events: committed with them, or not at all.
         statements += outbox(snapshot, changes)
+    written = len(statements)
     # Other processes hear of it (a NOTIFY delivered at COMMIT on PostgreSQL).
     announce = (Announce(wake_after(snapshot.session, changes, now)),)
-    yield Batch(statements, last=True, announce=announce, durable=changes.durable, step_of=session_id)
-    return value
+    results = yield Batch(
+        statements + looks, last=True, announce=announce, durable=changes.durable, step_of=session_id
+    )
+    return value, (_looked(codec, after, results[written:]) if after is not None else None)
+
+
+def _looked(codec: Codec, scope: SnapshotScope, results: list[Result]) -> SessionSnapshot | None:
+    loaded = load_snapshot(codec, scope, results, lock=False)
+    return loaded[0] if loaded is not None else None
 
 
 def snapshot_program(
     codec: Codec, session_id: SessionId, scope: SnapshotScope
 ) -> Program[SessionSnapshot | None]:
     results = yield Batch(snapshot_reads(codec, session_id, scope, lock=False), last=True, writes=False)
-    loaded = load_snapshot(codec, scope, results, lock=False)
-    return loaded[0] if loaded is not None else None
+    return _looked(codec, scope, results)
