@@ -36,6 +36,7 @@ import ast
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import signal
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import yaml
 from _common import REPO, connect_read_only, own_cpu_seconds, percentile
 from anyio.abc import Process
 from mcp import Client, StdioServerParameters
@@ -149,6 +151,8 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     figures: dict[str, Any] = {"turns": args.turns, "warmup": args.warmup, "tool_turns": args.tool}
     async with fake_model(out, 0.0) as (model_url, _):
         config = write_parley_config(out, model_url)
+        if args.postgres:
+            on_postgres(config, args.postgres)
         params = server_parameters(out, config, args.sql_trace)
         trace = out / "sql.trace"
         timeout = args.call_timeout
@@ -198,7 +202,8 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         profilers=[name for name in ("py-spy", "strace") if uses(args, name)],
     )
     db = out / "parley.db"
-    figures["database"] = inspect_database(db, str(session_id), args.turns)
+    if not args.postgres:
+        figures["database"] = inspect_database(db, str(session_id), args.turns)
     if args.sql_trace:
         figures["sql"] = sql_figures(trace, marks, args.turns, figures["idle_s"])
     if args.strace:
@@ -206,6 +211,16 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     if args.py_spy == "raw":
         figures["py_spy"] = py_spy_figures(out / "py-spy.txt", args.top, thread_cpu, args.turns)
     return figures
+
+
+def on_postgres(config: Path, url: str) -> None:
+    """Point the server at a schema of its own on PostgreSQL (created by parley, left behind for a
+    look afterwards: `DROP SCHEMA ... CASCADE` it by hand)."""
+    settings = yaml.safe_load(config.read_text())
+    schema = f"parley_profile_{secrets.token_hex(4)}"
+    settings["storage"] = {"url": url, "schema": schema}
+    config.write_text(yaml.safe_dump(settings))
+    print(f"PostgreSQL schema {schema}", file=sys.stderr)
 
 
 def uses(args: argparse.Namespace, name: str) -> bool:
@@ -565,12 +580,13 @@ def report(r: dict[str, Any]) -> None:
         print(
             f"  WAL frames per turn {t['wal_frames_per_turn']}, bytes by owner {t['wal_bytes_per_turn_by_owner']}"
         )
-    d = r["database"]
-    print(f"  database {d['file_bytes']} bytes, {d['pages']} pages of {d['page_size']}")
-    for table, entry in d["tables"].items():
-        print(f"    {table}: {entry}")
-    print(f"  events by kind (per turn, average data bytes): {d['events_by_kind']}")
-    print(f"  dbstat: {d['dbstat']}")
+    if "database" in r:
+        d = r["database"]
+        print(f"  database {d['file_bytes']} bytes, {d['pages']} pages of {d['page_size']}")
+        for table, entry in d["tables"].items():
+            print(f"    {table}: {entry}")
+        print(f"  events by kind (per turn, average data bytes): {d['events_by_kind']}")
+        print(f"  dbstat: {d['dbstat']}")
     print(f"  CPU per turn by thread (ms): {r['thread_cpu_ms_per_turn']}")
     print(f"    of which in the kernel (system time): {r['thread_system_cpu_ms_per_turn']}")
     if "py_spy" in r:
@@ -606,7 +622,8 @@ def main() -> int:
         "--tool", action="store_true", help="turns 2..N each call the fixture tool once (tool turns)"
     )
     parser.add_argument("--strace", action="store_true")
-    parser.add_argument("--sql-trace", action="store_true")
+    parser.add_argument("--sql-trace", action="store_true", help="SQLite only: every statement to a file")
+    parser.add_argument("--postgres", help="run on this PostgreSQL database (a new schema) instead of SQLite")
     parser.add_argument("--idle-s", type=float, default=5.0, help="idle seconds after the turns (SQL trace)")
     parser.add_argument("--call-timeout", type=float, default=120.0)
     parser.add_argument("--deadline", type=float, default=1200.0)
@@ -617,6 +634,8 @@ def main() -> int:
         parser.error(
             f"{PY_SPY} is missing: .venv/bin/pip install py-spy (an analysis tool, not a dependency)"
         )
+    if args.postgres and args.sql_trace:
+        parser.error("--sql-trace traces SQLite; on PostgreSQL use store_cost.py's counts")
     if args.strace and shutil.which("strace") is None:
         parser.error("strace is not installed")
     args.out.mkdir(parents=True, exist_ok=True)
