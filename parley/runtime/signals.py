@@ -66,9 +66,10 @@ class _Watches:
     def __init__(self) -> None:
         self._by_session: dict[SessionId, set[Watch]] = {}
 
-    def fire(self, session_id: SessionId) -> None:
+    def fire(self, session_id: SessionId, but: Watch | None = None) -> None:
         for watch in self._by_session.get(session_id, ()):
-            watch.fire()
+            if watch is not but:
+                watch.fire()
 
     def fire_all(self) -> None:
         for watches in self._by_session.values():
@@ -126,8 +127,10 @@ class SessionSignals:
         self._cancels.fire_all()
         self.work_available()
 
-    def notify(self, session_id: SessionId) -> None:
-        self._changed.fire(session_id)
+    def notify(self, session_id: SessionId, but: Watch | None = None) -> None:
+        """The session changed: wake its watches (all but `but`, held by whoever made the change
+        and knows it already) and every tap."""
+        self._changed.fire(session_id, but)
         for tap in self._taps:
             tap.add(session_id)
 
@@ -160,16 +163,17 @@ class SessionSignals:
         """Cancel requests of the session while it is open (the driver holds one while it drives)."""
         return self._cancels.open(session_id)
 
-    def work_available(self, session_id: SessionId | None = None) -> None:
+    def work_available(self, session_id: SessionId | None = None, but: Watch | None = None) -> None:
         """Something needs a driver: `session_id` when the caller knows which session (the
-        scheduler then tries that one without scanning for work), None to have it scan."""
+        scheduler then tries that one without scanning for work), None to have it scan. `but`:
+        the watch of the caller that committed the work (see notify)."""
         if session_id is None:
             self._scan_wanted = True
         else:
             self._named.add(session_id)
             # Work is given once it is committed (a message, a decision): followers look now
             # rather than when the driver's next step lands.
-            self.notify(session_id)
+            self.notify(session_id, but)
         self._work.set()
 
     async def wait_for_work(self, timeout_s: float) -> tuple[set[SessionId], bool]:

@@ -252,26 +252,30 @@ class MessageCommands:
         # Counted with the message; one to a busy session queues behind (or steers) its turn, so
         # it starts no turn more.
         claim = self._fair_use.claim(caller, new_session=False, message=True, now=now)
-        try:
-            outcome = await p.steps.enqueue_message(
-                session.id, session.owner, queued, max_turns, now, entry, claim
-            )
-        except RateLimited as exc:
-            await p.audit.refused(caller, act, session.id, None, str(exc), reason="limit")
-            raise
+        # Watched from before the commit: the wait reads nothing until something changes.
+        with p.signals.watching(session.id) as changes:
+            try:
+                outcome = await p.steps.enqueue_message(
+                    session.id, session.owner, queued, max_turns, now, entry, claim
+                )
+            except RateLimited as exc:
+                await p.audit.refused(caller, act, session.id, None, str(exc), reason="limit")
+                raise
+            if outcome == "queued":
+                if session.title is None:
+                    await self._title(session.id, agent, message)
+                p.signals.work_available(session.id, but=changes)
+                return await self._waits.wait_for_message(
+                    session.id, queued.id, wait_s, on_progress, send.person, queued_under=changes
+                )
         if outcome == "duplicate":
             sent = await p.store.find_sent(session.id, request.client_message_id or "")
             if sent is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
             return await self._retry_of_send(sent, (message, send.refs), wait_s, on_progress)
-        if outcome != "queued":
-            refusal = await self._refusal(session, outcome, max_turns)
-            await p.audit.refused(caller, act, session.id, None, str(refusal), reason=outcome)
-            raise refusal
-        if session.title is None:
-            await self._title(session.id, agent, message)
-        p.signals.work_available(session.id)
-        return await self._waits.wait_for_message(session.id, queued.id, wait_s, on_progress, send.person)
+        refusal = await self._refusal(session, outcome, max_turns)
+        await p.audit.refused(caller, act, session.id, None, str(refusal), reason=outcome)
+        raise refusal
 
     async def _refusal(self, session: SessionRecord, outcome: str, max_turns: int) -> RequestError:
         """Why a message was not queued (the queueing transaction's `outcome`)."""

@@ -97,8 +97,11 @@ class Waits:
         wait_s: float,
         on_progress: ProgressFn | None = None,
         person: Person | None = None,
+        queued_under: Watch | None = None,
     ) -> TurnOutcome:
-        """Wait for the turn that consumes this message to rest, at most `wait_s` seconds."""
+        """Wait for the turn that consumes this message to rest, at most `wait_s` seconds.
+        `queued_under`: the watch the caller held while it committed the message as queued (and
+        did not fire for its own commit), so that until the watch fires nothing has taken it."""
         store = self._parts.store
         deadline = anyio.current_time() + wait_s
         progress = await self._progress(session_id, on_progress)
@@ -107,6 +110,10 @@ class Waits:
 
         async def taken(last: bool) -> TurnOutcome | None:
             nonlocal first
+            if first and queued_under is not None and not last:
+                # Known queued as of the caller's commit, and every change since wakes the watch.
+                first = False
+                return None
             if first:
                 # Just queued: most often not taken yet, and then its session is not needed.
                 first, session = False, None
@@ -145,7 +152,12 @@ class Waits:
 
         # One watch for the message and then its turn: a change committed between the read that
         # found the turn and the turn's wait still wakes it.
-        with self._parts.signals.watching(session_id) as changes:
+        watching = (
+            nullcontext(queued_under)
+            if queued_under is not None
+            else self._parts.signals.watching(session_id)
+        )
+        with watching as changes:
             return await self.until(session_id, wait_s, taken, progress, changes)
 
     async def wait_for_turn(
