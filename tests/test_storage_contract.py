@@ -1265,6 +1265,23 @@ async def test_a_decision_that_looks_after_sees_what_a_look_right_after_sees(
     )
 
 
+async def test_a_settled_look_reads_the_session_alone_while_it_runs_the_turn_and_everything_after(
+    store: Store,
+) -> None:
+    sid, turn = await running_turn(store)
+    step = model_step(turn.id, 1, "lookup")
+    await SessionSteps(store).commit_model_step(sid, LEASE_A, step, T0 + 2)
+    settled = SnapshotScope(turn_id=turn.id, queue=False, settled=True)
+    running = await store.snapshot(sid, settled)
+    assert running is not None and running.session.current_turn_id == turn.id
+    assert (running.turn, running.calls, running.interrupts) == (None, (), ())
+    await _finish(store, sid, LEASE_A, turn.id, "answered", "done", None, T0 + 3)
+    ended = await store.snapshot(sid, settled)
+    assert ended == await store.snapshot(sid, SnapshotScope(turn_id=turn.id, queue=False))
+    assert ended is not None and ended.turn is not None and ended.turn.status == "answered"
+    assert [c.name for c in ended.calls] == ["lookup"]
+
+
 # ---------------------------------------------------------------------------- interrupts
 
 

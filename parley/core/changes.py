@@ -76,6 +76,9 @@ class SnapshotScope:
     queue: bool = True
     # The fair use of a principal, read with the session (parley/runtime/fair_use.py).
     usage: UsageScope | None = None
+    # With a named `turn_id`: its turn, calls and interrupts only once the session runs that turn
+    # no more (a follower's look; while it runs, the session row alone is read).
+    settled: bool = False
 
 
 CURRENT_TURN = SnapshotScope()

@@ -79,9 +79,10 @@ async def turn_outcome(
     return outcome(snapshot, snapshot.turn, message_id)
 
 
-def turn_view(turn_id: TurnId) -> SnapshotScope:
-    """The session with one turn, its calls and its interrupts (not the queue)."""
-    return SnapshotScope(turn_id=turn_id, queue=False)
+def turn_view(turn_id: TurnId, *, settled: bool = False) -> SnapshotScope:
+    """The session with one turn, its calls and its interrupts (not the queue); with `settled`,
+    the session alone while it runs that turn still."""
+    return SnapshotScope(turn_id=turn_id, queue=False, settled=settled)
 
 
 def outcome(snapshot: SessionSnapshot, turn: TurnRecord, message_id: QueuedMessageId | None) -> TurnOutcome:

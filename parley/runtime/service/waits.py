@@ -198,7 +198,7 @@ class Waits:
     ) -> TurnOutcome:
         """`seen`: the watch the caller held while it read, and whether that read saw the turn
         running (then the first look reads nothing: any change since has fired the watch)."""
-        store, steps = self._parts.store, self._parts.steps
+        steps = self._parts.steps
         progress, person = follow.progress, follow.person
         deadline = anyio.current_time() + wait_s
         asked: set[str] = set()
@@ -206,16 +206,15 @@ class Waits:
 
         async def rested(last: bool) -> TurnOutcome | _Again | None:
             nonlocal running
-            if not last:
-                if running:
-                    running = False
-                    return None
-                # Most wake-ups come from a step of the turn still running: the session row says
-                # so (a turn that rests leaves it in the same write), so that is all read then.
-                if _runs(await store.get_session(session_id), turn_id):
-                    return None
-            # One read: the session with this turn, its calls and its interrupts.
-            snapshot = await steps.look(session_id, turn_view(turn_id))
+            if not last and running:
+                running = False
+                return None
+            # One read: the session with this turn, its calls and its interrupts. Most wake-ups
+            # come from a step of the turn still running: the session row says so (a turn that
+            # rests leaves it in the same write), and then it is all that is read.
+            snapshot = await steps.look(session_id, turn_view(turn_id, settled=not last))
+            if not last and snapshot is not None and _runs(snapshot.session, turn_id):
+                return None
             turn = snapshot.turn if snapshot is not None else None
             if snapshot is None or turn is None:
                 return TurnOutcome(session_id=session_id, turn_id=turn_id, status="running") if last else None

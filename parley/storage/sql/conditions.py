@@ -50,6 +50,9 @@ NOT_RUNNING = f"status != '{RUNNING_SESSION}'"
 DRIVEN = f"status IN ({quoted(DRIVEN_SESSION)})"
 # A session running a turn (or about to), except one parked on a timer or a downstream task.
 RUNNING_A_TURN = f"status = '{RUNNING_SESSION}' AND (phase IS NULL OR phase != '{WAITING_PHASE}')"
+# The session (first placeholder) runs the turn (second) still, as a follower sees it: no
+# more than that is read until it stops (SnapshotScope.settled).
+RUNS_TURN = f"SELECT 1 FROM sessions WHERE id = ? AND current_turn_id = ? AND status = '{RUNNING_SESSION}'"
 # A session that must not be deleted: it runs, or a live lease holds it.
 BUSY = f"(status = '{RUNNING_SESSION}' OR {LEASE_LIVE})"
 # Retention: ended and unchanged since the first time, or idle and unchanged since the second

@@ -18,7 +18,7 @@ from parley.core.changes import Changes, SessionSnapshot, SnapshotScope
 from parley.core.ids import SessionId
 from parley.core.records import AuditRecord, QueuedMessageRecord
 from parley.errors import LeaseLost, StorageError
-from parley.storage.sql.conditions import QUEUED
+from parley.storage.sql.conditions import QUEUED, RUNS_TURN
 from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt
 from parley.storage.sql.rows import (
     CALL_COLUMNS,
@@ -153,29 +153,42 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
             )
         )
     if scope.turn:
-        reads.append(
-            Stmt(
-                f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ({turn}) AND session_id = ?",
-                (*turn_params, sid),
-            )
-        )
-        if scope.calls:
-            reads.append(
-                Stmt(
-                    f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ({turn}) ORDER BY step_no, call_index",
-                    turn_params,
-                )
-            )
-        if scope.interrupts:
-            reads.append(
-                Stmt(
-                    f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE turn_id = ({turn}) ORDER BY created_at, id",
-                    turn_params,
-                )
-            )
+        reads.extend(_turn_reads(scope, sid, turn, turn_params))
     if scope.usage is not None:
         # After the session's lock: every decision that takes both takes them in this order.
         reads.extend(usage_reads(dialect, scope.usage, lock=lock))
+    return reads
+
+
+def _turn_reads(scope: SnapshotScope, sid: SessionId, turn: str, turn_params: tuple[Any, ...]) -> list[Stmt]:
+    """The turn (`turn`: SQL that selects its id), its calls and its interrupts, as `scope` asks;
+    with `settled`, only once the session runs that turn no more."""
+    settled = ""
+    settled_params: tuple[Any, ...] = ()
+    if scope.settled and scope.turn_id:
+        settled, settled_params = f" AND NOT EXISTS ({RUNS_TURN})", (sid, scope.turn_id)
+    reads = [
+        Stmt(
+            f"SELECT {TURN_COLUMNS} FROM turns WHERE id = ({turn}) AND session_id = ?{settled}",
+            (*turn_params, sid, *settled_params),
+        )
+    ]
+    if scope.calls:
+        reads.append(
+            Stmt(
+                f"SELECT {CALL_COLUMNS} FROM tool_calls WHERE turn_id = ({turn}){settled} "
+                "ORDER BY step_no, call_index",
+                (*turn_params, *settled_params),
+            )
+        )
+    if scope.interrupts:
+        reads.append(
+            Stmt(
+                f"SELECT {INTERRUPT_COLUMNS} FROM interrupts WHERE turn_id = ({turn}){settled} "
+                "ORDER BY created_at, id",
+                (*turn_params, *settled_params),
+            )
+        )
     return reads
 
 
