@@ -7,8 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import SessionId, TurnId
-from parley.core.records import MessageRecord, lease_token
+from parley.core.records import MessageRecord, SessionRecord, lease_token
 from parley.runtime.leased_transcript import TranscriptCache
 
 pytestmark = pytest.mark.anyio
@@ -103,3 +104,25 @@ async def test_the_summary_is_read_again_only_when_another_holding_came_between(
     assert await cache.leased(A, None).latest_summary() == (12, "written elsewhere")
     assert await cache.leased(A, lease_token("proc_a", 9)).latest_summary() == (12, "written elsewhere")
     assert store.summary_reads == 4
+
+
+async def test_a_step_on_the_snapshot_that_caught_the_copy_up_reads_nothing_and_any_other_reads() -> None:
+    store = CountingTranscripts()
+    cache = TranscriptCache(store)  # type: ignore[arg-type]
+    store.append(A, "one")
+    transcript = cache.leased(A)
+    await transcript.current()
+    assert transcript.next_seq == 2
+    store.append(A, "two")  # the turn's start writes it and reads it back with its snapshot
+    started = SessionSnapshot(
+        session=SessionRecord.new(A, agent="demo", owner="me", kind="chat", now=0.0),
+        turn=None,
+        messages=tuple(store.messages[A]),
+    )
+    transcript.caught_up(started)
+    store.read.clear()
+    assert [m.content["text"] for m in await transcript.current(started)] == ["one", "two"]
+    assert store.read == []
+    store.append(A, "three")
+    assert [m.content["text"] for m in await transcript.current(started)] == ["one", "two", "three"]
+    assert store.read == [(A, 3)]  # the snapshot serves one step only

@@ -1255,6 +1255,14 @@ async def test_a_decision_that_looks_after_sees_what_a_look_right_after_sees(
     assert after.session.current_turn_id == turn.id and after.turn is not None and after.turn.id == turn.id
     assert after.queued == ()  # the message the turn took
     assert after == await other_store.snapshot(sid, step_view)
+    # The transcript from a sequence number on, read with it: the message the turn took.
+    transcript_view = SnapshotScope(interrupts=False, messages_from=1)
+    _, with_messages = await store.decide_then_look(
+        sid, CURRENT_TURN, _writing(Changes()), T0 + 2, transcript_view
+    )
+    assert with_messages is not None
+    assert [(m.seq, m.role, m.content) for m in with_messages.messages] == [(1, "user", {"text": "hello"})]
+    assert list(with_messages.messages) == await other_store.list_messages(sid, 1, None)
     # A decision that writes nothing still looks; a session that does not exist is not looked at.
     value, same = await store.decide_then_look(sid, CURRENT_TURN, _writing(Changes()), T0 + 2, step_view)
     assert value is not None and same == after

@@ -19,6 +19,7 @@ from parley.core.records import (
     AuditRecord,
     InterruptRecord,
     InterruptStatus,
+    MessageRecord,
     PlanStatus,
     QueuedMessageRecord,
     QueuedStatus,
@@ -48,6 +49,8 @@ class SessionSnapshot:
     sent: QueuedMessageRecord | None = None
     # Asked for by the scope's `usage`: what its principal has used, read under its lock.
     usage: Usage | None = None
+    # Asked for by the scope's `messages_from`: the transcript from that sequence number on.
+    messages: tuple[MessageRecord, ...] = ()
 
     def call(self, call_id: ToolCallId | None) -> ToolCallRecord | None:
         return next((c for c in self.calls if c.id == call_id), None)
@@ -79,6 +82,9 @@ class SnapshotScope:
     # With a named `turn_id`: its turn, calls and interrupts only once the session runs that turn
     # no more (a follower's look; while it runs, the session row alone is read).
     settled: bool = False
+    # The transcript's messages from this sequence number on (None: none), for a copy that has
+    # the ones before (runtime/leased_transcript.py).
+    messages_from: int | None = None
 
 
 CURRENT_TURN = SnapshotScope()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import anyio
 from anyio.abc import TaskGroup
@@ -227,36 +228,8 @@ class SessionDriver:
             if session.current_turn_id is None:
                 if session.status != "running":
                     return
-                now = self._ctx.clock()
-                # The turn runs on the agent's definition of now (or the version the session is
-                # pinned to) to its end, whatever changes.
-                version, store_version = await self._agents.for_new_turn_of(
-                    session.agent, now, session.agent_version_pin
-                )
-                turn, started = await self._ctx.steps.start_turn_and_look(
-                    session_id,
-                    control.lease,
-                    new_turn_id(),
-                    now,
-                    version,
-                    store_version=store_version,
-                    look=STEP_VIEW,
-                )
-                if turn is not None:
-                    control.started_turn = turn.id
-                    if version is not None and store_version:
-                        self._agents.mark_stored(version)
-                    logger.info(
-                        "session %s: turn %s started on agent %s version %s",
-                        session_id,
-                        turn.id,
-                        session.agent,
-                        turn.agent_version,
-                        extra={**about(session), "turn_id": turn.id},
-                    )
-                if turn is None:
-                    started = None  # nothing started: the next step looks afresh
-                if turn is None and await self._ctx.steps.rest_session(
+                began, started = await self._start_turn(session, transcript, control)
+                if not began and await self._ctx.steps.rest_session(
                     session_id, control.lease, self._ctx.clock()
                 ):
                     self._ctx.signals.notify(session_id)
@@ -272,6 +245,38 @@ class SessionDriver:
                 continue
             await self._traced_step(snapshot, transcript, control)
             self._ctx.signals.notify(session_id)
+
+    async def _start_turn(
+        self, session: SessionRecord, transcript: LeasedTranscript, control: TurnControl
+    ) -> tuple[bool, SessionSnapshot | None]:
+        """Start a turn on the agent's definition of now (or the version the session is pinned to),
+        which it runs on to its end whatever changes. Whether a turn started, and the first
+        step's snapshot with the transcript's new messages (the one the turn takes, at least),
+        as the start's own transaction read them back."""
+        now = self._ctx.clock()
+        version, store_version = await self._agents.for_new_turn_of(
+            session.agent, now, session.agent_version_pin
+        )
+        look = replace(STEP_VIEW, messages_from=transcript.next_seq)
+        turn, started = await self._ctx.steps.start_turn_and_look(
+            session.id, control.lease, new_turn_id(), now, version, store_version=store_version, look=look
+        )
+        if turn is None:
+            return False, None
+        if started is not None and look.messages_from is not None:
+            transcript.caught_up(started)
+        control.started_turn = turn.id
+        if version is not None and store_version:
+            self._agents.mark_stored(version)
+        logger.info(
+            "session %s: turn %s started on agent %s version %s",
+            session.id,
+            turn.id,
+            session.agent,
+            turn.agent_version,
+            extra={**about(session), "turn_id": turn.id},
+        )
+        return True, started
 
     async def _traced_step(
         self,
@@ -342,7 +347,7 @@ class SessionDriver:
         if session.cancel_requested_turn == turn_id:
             await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))
             return
-        messages = await transcript.current()
+        messages = await transcript.current(snapshot)
         turn_messages = [m for m in messages if m.turn_id == turn_id]
         limits = effective_limits(agent.limits, turn.settings)
         action = next_action(

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import SessionId, TurnId
 from parley.core.records import MessageRecord, lease_epoch
 from parley.runtime.model import ChatMessage
@@ -82,13 +83,31 @@ class LeasedTranscript:
         # (upto_seq, text) of the newest compaction summary; only the lease holder writes one.
         self._summary: tuple[int, str] | None = copy.summary
         self._summary_loaded = copy.summary_epoch is not None
+        # The snapshot whose messages the copy has taken (see `caught_up`).
+        self._caught_up_by: SessionSnapshot | None = None
 
-    async def current(self) -> list[MessageRecord]:
-        """Every message of the session, oldest first, as committed now. The list is the
-        cache itself: read it, never change it."""
-        after = self._records[-1].seq + 1 if self._records else None
-        self._records.extend(await self._store.list_messages(self._session_id, after, None))
+    async def current(self, snapshot: SessionSnapshot | None = None) -> list[MessageRecord]:
+        """Every message of the session, oldest first, as committed now, or as `snapshot` saw
+        them when it is the one last given to `caught_up`. The list is the cache itself: read
+        it, never change it."""
+        if snapshot is None or snapshot is not self._caught_up_by:
+            self._records.extend(await self._store.list_messages(self._session_id, self.next_seq, None))
+        self._caught_up_by = None
         return self._records
+
+    @property
+    def next_seq(self) -> int | None:
+        """The sequence number of the first message the copy does not have (None: it has none,
+        and a read takes the whole transcript)."""
+        return self._records[-1].seq + 1 if self._records else None
+
+    def caught_up(self, snapshot: SessionSnapshot) -> None:
+        """`snapshot.messages`: the messages from `next_seq` on, as a transaction of this holding
+        read them with the snapshot (SnapshotScope.messages_from). A step on that snapshot
+        reads none (see `current`)."""
+        after = self.next_seq
+        self._records.extend(m for m in snapshot.messages if after is None or m.seq >= after)
+        self._caught_up_by = snapshot
 
     @property
     def records(self) -> list[MessageRecord]:

@@ -30,6 +30,7 @@ from parley.storage.sql.rows import (
     WRITABLE,
     Codec,
     columns,
+    listing,
 )
 from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.wakeups import wake_after
@@ -101,7 +102,7 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
     """The statements that load a snapshot of `scope`, in the order load_snapshot reads them:
     the session (with its sequence numbers; with `lock`, locked until the transaction ends), the
     queue, the message asked for by id, the one sent with a client_message_id, then the turn,
-    its calls and its interrupts. The turn is found in SQL from the session row (or the
+    its calls and its interrupts, and the transcript from `messages_from`. The turn is found in SQL from the session row (or the
     interrupt or call named), so the whole snapshot is one batch."""
     dialect = codec.dialect
     sid = session_id
@@ -154,6 +155,13 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
         )
     if scope.turn:
         reads.extend(_turn_reads(scope, sid, turn, turn_params))
+    if scope.messages_from is not None:
+        reads.append(
+            Stmt(
+                f"SELECT {listing('messages')} FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                (sid, scope.messages_from),
+            )
+        )
     if scope.usage is not None:
         # After the session's lock: every decision that takes both takes them in this order.
         reads.extend(usage_reads(dialect, scope.usage, lock=lock))
@@ -218,6 +226,7 @@ def load_snapshot(
     turn = next(found).rows if scope.turn else []
     calls = next(found).rows if scope.turn and scope.calls else []
     interrupts = next(found).rows if scope.turn and scope.interrupts else []
+    messages = next(found).rows if scope.messages_from is not None else []
     usage = load_usage(codec.dialect, scope.usage, found, lock=lock) if scope.usage is not None else None
     snapshot = SessionSnapshot(
         session=codec.session(session_rows[0][:width]),
@@ -228,6 +237,7 @@ def load_snapshot(
         message=codec.queued(message[0]) if message else None,
         sent=codec.queued(sent[0]) if sent else None,
         usage=usage,
+        messages=tuple(codec.record("messages", r) for r in messages),
     )
     return snapshot, Counters(message=int(message_seq), event=int(event_seq), queue=int(queue_seq))
 
