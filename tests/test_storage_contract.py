@@ -949,6 +949,23 @@ async def test_several_leases_are_taken_at_once_skipping_sessions_held_or_at_res
     assert await store.try_acquire_leases([], PROC_A, T0, TTL) == {}
 
 
+async def test_a_lease_taken_with_a_look_reads_the_session_as_claimed_and_a_refused_one_reads_nothing(
+    store: Store, other_store: Store
+) -> None:
+    step_view = SnapshotScope(interrupts=False)
+    sid, resting = await new_session(store, "work"), await new_session(store)
+    claimed = await store.try_acquire_lease_and_look(sid, PROC_A, T0, TTL, step_view)
+    assert claimed is not None
+    lease, seen = claimed
+    assert lease == lease_token(PROC_A, 1)
+    assert (
+        seen is not None and seen.session.lease_owner == lease and [q.text for q in seen.queued] == ["work"]
+    )
+    assert seen == await other_store.snapshot(sid, step_view)
+    assert await other_store.try_acquire_lease_and_look(sid, PROC_B, T0 + 1, TTL, step_view) is None
+    assert await store.try_acquire_lease_and_look(resting, PROC_A, T0, TTL, step_view) is None
+
+
 async def test_only_a_running_session_can_be_leased(store: Store) -> None:
     sid = await new_session(store)
     assert not await try_acquire_lease(store, sid, PROC_A, T0, TTL)

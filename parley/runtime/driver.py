@@ -39,7 +39,7 @@ from parley.runtime.toolbox import Toolbox
 from parley.runtime.tracing import Tracing
 from parley.storage.ports import Store
 
-__all__ = ["DriveSettings", "SessionDriver"]
+__all__ = ["STEP_VIEW", "DriveSettings", "SessionDriver"]
 
 logger = logging.getLogger(__name__)
 
@@ -114,16 +114,17 @@ class SessionDriver:
         """Shutdown: finish the step in progress, then release the session without starting another."""
         self._ctx.stopping = True
 
-    async def drive(self, session_id: SessionId, lease: str) -> bool:
-        """Work the session until it rests, under the lease token the caller acquired. True when,
-        as the lease is let go, the session needs a driver again (a message came meanwhile)."""
+    async def drive(self, session_id: SessionId, lease: str, first: SessionSnapshot | None = None) -> bool:
+        """Work the session until it rests, under the lease token the caller acquired (`first`:
+        the snapshot the claim read, if it did). True when, as the lease is let go, the session
+        needs a driver again (a message came meanwhile)."""
         control = TurnControl(lease)
         again = False
         self._ctx.metrics.leases_held.inc()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
-                await self._work(session_id, control)
+                await self._work(session_id, control, first)
                 tg.cancel_scope.cancel()
         except* LeaseLost:
             # Another process took over (this one stalled past the lease); nothing was committed here.
@@ -193,11 +194,13 @@ class SessionDriver:
             if session.cancel_requested_turn is not None:
                 control.cancel(session.cancel_requested_turn)
 
-    async def _work(self, session_id: SessionId, control: TurnControl) -> None:
+    async def _work(
+        self, session_id: SessionId, control: TurnControl, claimed: SessionSnapshot | None
+    ) -> None:
         first = True
         transcript = self._transcripts.leased(session_id, control.lease)
-        # What a turn's start read back in its own transaction: the next step's snapshot.
-        started: SessionSnapshot | None = None
+        # What the claim or a turn's start read back in its own transaction: the next step's snapshot.
+        started = claimed
         while control.rested is None:  # a turn's end that rested the session let go of the lease
             # One read per step: the session, its current turn with its calls, and its queue.
             snapshot = started or await self._ctx.steps.look(session_id, STEP_VIEW)

@@ -134,6 +134,14 @@ class Leases(Protocol):
         A scheduler taking over a crashed process's hundred sessions claims them at once."""
         ...
 
+    async def try_acquire_lease_and_look(
+        self, session_id: SessionId, owner: str, now: float, ttl_s: float, look: SnapshotScope
+    ) -> tuple[str, SessionSnapshot | None] | None:
+        """try_acquire_leases for one session, with its snapshot of `look` as the same transaction
+        sees it once the lease is taken (the driver's first step reads nothing more): the token
+        and the snapshot, or None when the lease was not taken."""
+        ...
+
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         """Extend the lease and return the session as stored. Raises LeaseLost."""
         ...

@@ -22,14 +22,12 @@ from parley.core.records import (
     SessionRecord,
     ToolCallRecord,
     TurnRecord,
-    lease_token,
 )
 from parley.core.schedules import TickClaim
-from parley.core.states import RUNNING_SESSION
 from parley.core.webhooks import OutboxRoute
 from parley.errors import LeaseLost, StorageError
 from parley.storage.sql.base import SqlBase, page
-from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, PENDING, QUEUED, process_range, work_scan
+from parley.storage.sql.conditions import PENDING, QUEUED
 from parley.storage.sql.program import Announce, Batch, Program, Stmt, reads
 from parley.storage.sql.rows import (
     CALL_COLUMNS,
@@ -41,7 +39,12 @@ from parley.storage.sql.rows import (
     listing,
 )
 from parley.storage.sql.schedules import tick_claim
-from parley.storage.sql.steps import audit_params, decide_program, queued_params, snapshot_program
+from parley.storage.sql.steps import (
+    audit_params,
+    decide_program,
+    queued_params,
+    snapshot_program,
+)
 from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.sql.webhooks import outbox_statements
 from parley.storage.wakeups import Wake
@@ -285,62 +288,6 @@ class SqlSessions(SqlBase):
         )
         return self.codec.queued(row) if row is not None else None
 
-    # ------------------------------------------------------------------ leases
-
-    async def try_acquire_leases(
-        self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float
-    ) -> dict[SessionId, str]:
-        if not session_ids:
-            return {}
-        prefix = lease_token(owner, 0)[:-1]  # "<owner>#": any earlier holding of this process
-        among, among_params = self.dialect.in_list("id", session_ids)
-        # SKIP LOCKED (PostgreSQL): a session whose row another transaction holds (a decision being
-        # written, another process claiming it) is not waited for; the next scan looks again.
-        (result,) = await self._change(
-            Stmt(
-                "UPDATE sessions SET lease_epoch = lease_epoch + 1, "
-                "lease_owner = CAST(? AS TEXT) || (lease_epoch + 1), lease_expires_at = ? "
-                f"WHERE id IN (SELECT id FROM sessions WHERE {among} AND {DRIVEN} "
-                f"AND (lease_owner IS NULL OR lease_expires_at < ? OR {LEASE_OF_PROCESS})"
-                f"{self.dialect.skip_locked}) RETURNING id, lease_owner",
-                (prefix, now + ttl_s, *among_params, now, *process_range(prefix)),
-            )
-        )
-        return {SessionId(row[0]): str(row[1]) for row in result.rows}
-
-    async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
-        (result,) = await self._change(
-            Stmt(
-                f"UPDATE sessions SET lease_expires_at = ? WHERE id = ? AND lease_owner = ? RETURNING {SESSION_COLUMNS}",
-                (now + ttl_s, session_id, lease),
-            )
-        )
-        if not result.rows:
-            raise LeaseLost(session_id)
-        return self.codec.session(result.rows[0])
-
-    async def release_lease(self, session_id: SessionId, lease: str) -> None:
-        # A session let go with work left (this process stops, or a message came as it let go)
-        # wakes the other processes; a parked one waits for its timer or a person.
-        still_running = (
-            f"EXISTS (SELECT 1 FROM sessions WHERE id = ? AND status = '{RUNNING_SESSION}' "
-            "AND wake_at IS NULL AND lease_owner IS NULL)"
-        )
-        await self._change(
-            Stmt(
-                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL WHERE id = ? AND lease_owner = ?",
-                (session_id, lease),
-            ),
-            announce=[Announce(Wake(session_id, work=True), where=still_running, params=(session_id,))],
-        )
-
-    async def count_leases(self, owner: str, now: float) -> int:
-        prefix = lease_token(owner, 0)[:-1]
-        return await self._count(
-            f"SELECT count(*) FROM sessions WHERE {LEASE_OF_PROCESS} AND lease_expires_at >= ?",
-            (*process_range(prefix), now),
-        )
-
     async def database_counts(self, now: float) -> DatabaseCounts:
         sessions, tasks, queued, leases = await self._execute(
             reads(
@@ -357,10 +304,6 @@ class SqlSessions(SqlBase):
             leases=int(leases.rows[0][0]),
             tasks={str(r[0]): int(r[1]) for r in tasks.rows},
         )
-
-    async def sessions_needing_work(self, now: float, limit: int) -> list[SessionId]:
-        rows = await self._rows(work_scan(self.dialect), (now, now, now, now, now, self.dialect.limit(limit)))
-        return [SessionId(row[0]) for row in rows]
 
     # ------------------------------------------------------------------ events and summaries
 

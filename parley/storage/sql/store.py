@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from parley.storage.sql.credentials import SqlCredentials
 from parley.storage.sql.forks import SqlForks
+from parley.storage.sql.leases import SqlLeases
 from parley.storage.sql.oauth_flows import SqlOAuthFlows
 from parley.storage.sql.owners import SqlOwners
 from parley.storage.sql.schedules import SqlSchedules
@@ -14,6 +15,14 @@ from parley.storage.sql.webhooks import SqlWebhooks
 
 
 class SqlStore(
-    SqlSessions, SqlOwners, SqlTasks, SqlForks, SqlWebhooks, SqlSchedules, SqlCredentials, SqlOAuthFlows
+    SqlSessions,
+    SqlLeases,
+    SqlOwners,
+    SqlTasks,
+    SqlForks,
+    SqlWebhooks,
+    SqlSchedules,
+    SqlCredentials,
+    SqlOAuthFlows,
 ):
     """Every port of parley/storage/ports.py; a backend adds `_execute`, `dialect` and `codec`."""
