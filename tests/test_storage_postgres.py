@@ -223,6 +223,29 @@ async def test_a_statement_past_the_timeout_fails_as_busy_and_changes_nothing(pg
         assert store.health.status == "ok"
 
 
+async def test_a_write_of_one_batch_that_fails_half_way_changes_nothing(pg_schema: PgSchema) -> None:
+    """A program of one batch is sent without BEGIN: the pipeline's implicit transaction must undo
+    what its first statements did when a later one fails."""
+    pg_schema.reset()
+    schema = pg_schema.schema
+    async with open_postgres_store(pg_schema.url, schema=schema) as store:
+        sid = await running_session(store)
+        with psycopg.connect(pg_schema.url, autocommit=True) as admin:
+            seq_of = f"SELECT event_seq FROM {schema}.sessions WHERE id = %s"
+            before = admin.execute(seq_of, (sid,)).fetchone()
+            assert before is not None
+            # The number the next event takes is used already: the event's INSERT fails after the
+            # UPDATE that took the number.
+            admin.execute(
+                f"INSERT INTO {schema}.events (session_id, seq, turn_id, kind, data, created_at) "
+                "VALUES (%s, %s, NULL, 'squatter', '{}', 0)",
+                (sid, before[0] + 1),
+            )
+            with pytest.raises(StorageError):
+                await store.record_event(sid, None, "progress", {}, T0)
+            assert admin.execute(seq_of, (sid,)).fetchone() == before
+
+
 # ---------------------------------------------------------------------------- the work scan
 
 

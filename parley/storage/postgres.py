@@ -3,8 +3,8 @@ replicas sharing one database (docs/design.md#postgresql).
 
 The store itself is the shared one (parley/storage/sql/); this module runs its programs. Each
 batch is one pipeline, one round trip: a decision's snapshot under `SELECT ... FOR UPDATE` on the
-session row, then its writes with the COMMIT; a write alone is one autocommit statement; a read
-needs no transaction. Everything lives in one schema (`storage.schema`), so parley can share a
+session row, then its writes with the COMMIT; a program of one batch is the pipeline's implicit
+transaction (no BEGIN, no COMMIT); a read needs no transaction. Everything lives in one schema (`storage.schema`), so parley can share a
 database with other applications.
 """
 
@@ -135,11 +135,15 @@ class PostgresStore(SqlStore, PostgresCopy):
             # This commit waits for the disk as the server is configured to (see `synchronous`).
             statements.insert(0, _SYNCED_COMMIT)
         if batch.last and writing:
-            # One statement alone is its own transaction (autocommit).
-            alone = begin and len(statements) == 1 and not durable
+            # A program of one batch needs no BEGIN and COMMIT: the statements of a pipeline up to
+            # its Sync are one implicit transaction, committed at the Sync and rolled back whole
+            # if one fails. A durable one keeps them: its SET LOCAL needs a transaction block.
+            implicit = begin and not durable
             # A commit once sent is seen through: cancelled half way, its outcome would be unknown.
             with anyio.CancelScope(shield=True):
-                results = await self._pipeline(conn, statements, begin=begin and not alone, commit=not alone)
+                results = await self._pipeline(
+                    conn, statements, begin=begin and not implicit, commit=not implicit
+                )
             self.health.record(None)
         else:
             results = await self._pipeline(conn, statements, begin=begin, commit=False)
