@@ -126,3 +126,19 @@ async def test_a_step_on_the_snapshot_that_caught_the_copy_up_reads_nothing_and_
     store.append(A, "three")
     assert [m.content["text"] for m in await transcript.current(started)] == ["one", "two", "three"]
     assert store.read == [(A, 3)]  # the snapshot serves one step only
+
+
+async def test_a_session_caught_up_before_its_first_turn_reads_no_summary() -> None:
+    store = CountingTranscripts()
+    cache = TranscriptCache(store)  # type: ignore[arg-type]
+    store.append(A, "the first message")
+    transcript = cache.leased(A, lease_token("proc", 1))
+    started = SessionSnapshot(
+        session=SessionRecord.new(A, agent="demo", owner="me", kind="chat", now=0.0),
+        turn=None,
+        messages=tuple(store.messages[A]),
+    )
+    transcript.caught_up(started, whole=True)
+    assert [m.content["text"] for m in await transcript.current(started)] == ["the first message"]
+    assert await transcript.latest_summary() is None
+    assert (store.read, store.summary_reads) == ([], 0)

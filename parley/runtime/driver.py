@@ -260,14 +260,17 @@ class SessionDriver:
         version, store_version = await self._agents.for_new_turn_of(
             session.agent, now, session.agent_version_pin
         )
-        look = replace(STEP_VIEW, messages_from=transcript.next_seq)
+        # A session that never ran a turn and copies none (a fork does) has no message yet but
+        # the ones its first turn takes: they come whole with the snapshot.
+        fresh = session.turn_count == 0 and session.parent_session_id is None
+        look = replace(STEP_VIEW, messages_from=0 if fresh else transcript.next_seq)
         turn, started = await self._ctx.steps.start_turn_and_look(
             session.id, control.lease, new_turn_id(), now, version, store_version=store_version, look=look
         )
         if turn is None:
             return False, None
         if started is not None and look.messages_from is not None:
-            transcript.caught_up(started)
+            transcript.caught_up(started, whole=fresh)
         control.started_turn = turn.id
         if version is not None and store_version:
             self._agents.mark_stored(version)

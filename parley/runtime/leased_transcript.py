@@ -101,13 +101,17 @@ class LeasedTranscript:
         and a read takes the whole transcript)."""
         return self._records[-1].seq + 1 if self._records else None
 
-    def caught_up(self, snapshot: SessionSnapshot) -> None:
+    def caught_up(self, snapshot: SessionSnapshot, *, whole: bool = False) -> None:
         """`snapshot.messages`: the messages from `next_seq` on, as a transaction of this holding
         read them with the snapshot (SnapshotScope.messages_from). A step on that snapshot
-        reads none (see `current`)."""
+        reads none (see `current`). `whole`: they are the session's first ones, before any turn
+        of its own, so it has no compaction summary either (only a turn writes one)."""
         after = self.next_seq
         self._records.extend(m for m in snapshot.messages if after is None or m.seq >= after)
         self._caught_up_by = snapshot
+        if whole and not self._summary_loaded:
+            self._summary, self._summary_loaded = None, True
+            self._keep_summary()
 
     @property
     def records(self) -> list[MessageRecord]:

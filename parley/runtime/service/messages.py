@@ -117,32 +117,38 @@ class MessageCommands:
         )
         act = audit.MESSAGE if queued else audit.START
         entry = p.audit.entry(caller, act, session_id=session_id, target=queued.id if queued else None)
-        try:
-            created = await p.store.create_session(
-                transitions.starting(record, queued), queued, now, admit=admit, audit=entry
+        # Watched from before the commit: the wait reads nothing until something changes.
+        with p.signals.watching(session_id) as changes:
+            try:
+                created = await p.store.create_session(
+                    transitions.starting(record, queued), queued, now, admit=admit, audit=entry
+                )
+            except RateLimited as exc:
+                action = audit.MESSAGE if text else audit.START
+                await p.audit.refused(caller, action, None, None, str(exc), reason="limit")
+                raise
+            if not created:
+                # A concurrent retry with the same client_message_id won the race.
+                existing = await p.store.find_started(caller.id, request.client_message_id or "")
+                if existing is None:
+                    raise InvalidArgument("client_message_id", "was just used by another call; retry")
+                return await self._retry_of_start(existing, start, waiting.on_progress)
+            logger.info(
+                "session %s started with agent %s (%s)",
+                session_id,
+                agent.name,
+                start.kind,
+                extra=about(record),
             )
-        except RateLimited as exc:
-            action = audit.MESSAGE if text else audit.START
-            await p.audit.refused(caller, action, None, None, str(exc), reason="limit")
-            raise
-        if not created:
-            # A concurrent retry with the same client_message_id won the race.
-            existing = await p.store.find_started(caller.id, request.client_message_id or "")
-            if existing is None:
-                raise InvalidArgument("client_message_id", "was just used by another call; retry")
-            return await self._retry_of_start(existing, start, waiting.on_progress)
-        logger.info(
-            "session %s started with agent %s (%s)", session_id, agent.name, start.kind, extra=about(record)
-        )
-        if queued is None:
-            return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
-        if record.title is None:
-            await self._title(session_id, agent, request.message)
-        p.signals.work_available(session_id)
-        person = p.access.person(caller, record, waiting.ask_human)
-        return await self._waits.wait_for_message(
-            session_id, queued.id, start.wait_s, waiting.on_progress, person
-        )
+            if queued is None:
+                return TurnOutcome(session_id=session_id, turn_id=None, status="idle", session_status="idle")
+            if record.title is None:
+                await self._title(session_id, agent, request.message)
+            p.signals.work_available(session_id, but=changes)
+            person = p.access.person(caller, record, waiting.ask_human)
+            return await self._waits.wait_for_message(
+                session_id, queued.id, start.wait_s, waiting.on_progress, person, queued_under=changes
+            )
 
     async def _checked_start(self, caller: Principal, request: StartRequest, waiting: Waiting) -> _Start:
         checks = self._checks
