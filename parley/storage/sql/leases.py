@@ -14,7 +14,7 @@ from parley.storage.sql.base import SqlBase
 from parley.storage.sql.conditions import DRIVEN, LEASE_OF_PROCESS, process_range, work_scan
 from parley.storage.sql.program import Announce, Batch, Program, Stmt
 from parley.storage.sql.rows import SESSION_COLUMNS, Codec
-from parley.storage.sql.steps import load_snapshot, snapshot_reads
+from parley.storage.sql.steps import looked, snapshot_reads
 from parley.storage.wakeups import Wake
 
 
@@ -25,8 +25,7 @@ def _claimed_and_looked(
     results = yield Batch([claim, *snapshot_reads(codec, session_id, scope, lock=False)], last=True)
     if not results[0].rows:
         return None
-    loaded = load_snapshot(codec, scope, results[1:], lock=False)
-    return str(results[0].rows[0][1]), (loaded[0] if loaded is not None else None)
+    return str(results[0].rows[0][1]), looked(codec, scope, results[1:])
 
 
 class SqlLeases(SqlBase):

@@ -461,7 +461,7 @@ def decide_program(
         if after is None:
             return value, None
         results = yield Batch(looks, last=True, writes=False)
-        return value, _looked(codec, after, results)
+        return value, looked(codec, after, results)
     statements = ChangeWriter(codec, snapshot, counters, now).write(changes)
     if outbox is not None:
         # The webhook deliveries of its events: committed with them, or not at all.
@@ -472,10 +472,11 @@ def decide_program(
     results = yield Batch(
         statements + looks, last=True, announce=announce, durable=changes.durable, step_of=session_id
     )
-    return value, (_looked(codec, after, results[written:]) if after is not None else None)
+    return value, (looked(codec, after, results[written:]) if after is not None else None)
 
 
-def _looked(codec: Codec, scope: SnapshotScope, results: list[Result]) -> SessionSnapshot | None:
+def looked(codec: Codec, scope: SnapshotScope, results: list[Result]) -> SessionSnapshot | None:
+    """The snapshot the statements of snapshot_reads (without a lock) read, or None."""
     loaded = load_snapshot(codec, scope, results, lock=False)
     return loaded[0] if loaded is not None else None
 
@@ -484,4 +485,4 @@ def snapshot_program(
     codec: Codec, session_id: SessionId, scope: SnapshotScope
 ) -> Program[SessionSnapshot | None]:
     results = yield Batch(snapshot_reads(codec, session_id, scope, lock=False), last=True, writes=False)
-    return _looked(codec, scope, results)
+    return looked(codec, scope, results)
