@@ -29,7 +29,7 @@ from parley.core.credentials import (
     associated_data,
 )
 from parley.errors import CredentialError
-from parley.storage.ports import CredentialStore
+from parley.storage.integration_ports import CredentialStore
 
 # AES-GCM's standard nonce: 96 random bits, drawn afresh for every encryption.
 NONCE_BYTES = 12

@@ -27,7 +27,7 @@ from parley.core.schedules import (
 from parley.errors import ConfigError, ConfigErrors, RequestError
 from parley.runtime.background import log_pass_failure
 from parley.runtime.service.schedules import ScheduleCommands
-from parley.storage.ports import ScheduleStore
+from parley.storage.integration_ports import ScheduleStore
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from parley.core.webhooks import DeliveryRecord, OutboxRoute, retry_delay
 from parley.runtime.background import log_pass_failure
 from parley.runtime.metrics import RuntimeMetrics
 from parley.runtime.webhook_guard import ReceiverRefused, pin
-from parley.storage.ports import WebhookOutbox
+from parley.storage.integration_ports import WebhookOutbox
 from parley.tls import http_client
 
 logger = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from parley.errors import InvalidArgument
 from parley.runtime import audit
 from parley.runtime.access import Principal
 from parley.runtime.audit import Audit
-from parley.storage.ports import CredentialStore
+from parley.storage.integration_ports import CredentialStore
 
 # The longest server name a caller may name (configured names are short; this bounds the input).
 SERVER_NAME_MAX = 200

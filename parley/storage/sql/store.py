@@ -8,6 +8,7 @@ from parley.storage.sql.forks import SqlForks
 from parley.storage.sql.leases import SqlLeases
 from parley.storage.sql.oauth_flows import SqlOAuthFlows
 from parley.storage.sql.owners import SqlOwners
+from parley.storage.sql.reads import SqlReads
 from parley.storage.sql.schedules import SqlSchedules
 from parley.storage.sql.sessions import SqlSessions
 from parley.storage.sql.tasks import SqlTasks
@@ -16,6 +17,7 @@ from parley.storage.sql.webhooks import SqlWebhooks
 
 class SqlStore(
     SqlSessions,
+    SqlReads,
     SqlLeases,
     SqlOwners,
     SqlTasks,
