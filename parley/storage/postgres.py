@@ -17,9 +17,8 @@ from typing import Any, TypeVar
 
 import anyio
 import psycopg
-from psycopg import AsyncConnection, AsyncCursor
+from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.pq import ExecStatus
 from psycopg_pool import AsyncConnectionPool
 
 from parley.errors import StorageError
@@ -27,9 +26,10 @@ from parley.redaction import mask_url
 from parley.storage.postgres_copy import PostgresCopy
 from parley.storage.postgres_feed import PostgresChangeFeed, channel_name
 from parley.storage.postgres_plumbing import Conn, Pool, PostgresUnavailable, condition_of, detail_of
+from parley.storage.postgres_wire import round_trip
 from parley.storage.schema import SCHEMA_NAME, migrate_postgres
 from parley.storage.sql.dialect import POSTGRES
-from parley.storage.sql.program import Announce, Batch, Program, Result, Row, Stmt, finish
+from parley.storage.sql.program import Announce, Batch, Program, Result, Stmt, finish
 from parley.storage.sql.rows import Codec
 from parley.storage.sql.store import SqlStore
 from parley.storage.status import StorageStatus, Synchronous
@@ -55,15 +55,11 @@ _FOR_GOOD = (
 )
 
 
-async def _rows_of(cursor: AsyncCursor[Row]) -> list[Row]:
-    # The result's status, not `description`: that builds a column object for every column.
-    result = cursor.pgresult
-    return await cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
-
-
 # DEFAULT: the server's own setting (postgresql.conf, the role's or the database's), whatever
 # this connection set for its other commits.
 _SYNCED_COMMIT = Stmt("SET LOCAL synchronous_commit TO DEFAULT")
+_BEGIN = Stmt("BEGIN")
+_COMMIT = Stmt("COMMIT")
 
 
 class PostgresStore(SqlStore, PostgresCopy):
@@ -151,38 +147,12 @@ class PostgresStore(SqlStore, PostgresCopy):
 
     @staticmethod
     async def _pipeline(conn: Conn, statements: list[Stmt], *, begin: bool, commit: bool) -> list[Result]:
-        render = POSTGRES.render
-        if len(statements) == 1 and not (begin or commit) and statements[0].many is None:
-            # One statement alone needs no pipeline (entering one costs a flush of its own).
-            cursor = await conn.execute(render(statements[0].sql), statements[0].params)
-            return [Result(await _rows_of(cursor), cursor.rowcount)]
-        try:
-            async with conn.pipeline():
-                if begin:
-                    await conn.execute("BEGIN")
-                cursors = []
-                for statement in statements:
-                    if statement.many is not None:
-                        cursor = conn.cursor()
-                        await cursor.executemany(render(statement.sql), statement.many)
-                    else:
-                        cursor = await conn.execute(render(statement.sql), statement.params)
-                    cursors.append(cursor)
-                if commit:
-                    await conn.execute("COMMIT")
-        except anyio.get_cancelled_exc_class():
-            # Cancelled while the server works (a decision waiting for a row lock): tell the
-            # server to stop, so the connection goes back to the pool rolled back and idle,
-            # instead of psycopg closing it half way through its own cancellation.
-            with anyio.CancelScope(shield=True):
-                if not conn.closed:
-                    await conn.cancel_safe()
-            raise
-        # The pipeline has been sent and every result received (one round trip).
-        results = []
-        for cursor in cursors:
-            results.append(Result(await _rows_of(cursor), cursor.rowcount))
-        return results
+        # One round trip (postgres_wire.py). Cancelled while the server works (a decision waiting
+        # for a row lock), psycopg asks the server to stop and reads the pipeline to its end, so
+        # the connection goes back to the pool idle (or is closed, if that was interrupted too).
+        sent = [*((_BEGIN,) if begin else ()), *statements, *((_COMMIT,) if commit else ())]
+        results = await round_trip(conn, sent)
+        return results[int(begin) : int(begin) + len(statements)]
 
     def _announcements(self, announce: Sequence[Announce]) -> list[Stmt]:
         """The NOTIFYs of a batch's wakes (postgres_feed.py), delivered by PostgreSQL at COMMIT."""

@@ -1,0 +1,212 @@
+"""One round trip of the store's statements on a pooled PostgreSQL connection, below psycopg's
+cursors: each statement is sent with libpq's extended protocol in pipeline mode, then a Sync, and
+every result is read back in the same wait.
+
+Why not `conn.pipeline()` and a cursor per statement: that path costs about 50 µs of Python a
+statement (a cursor, its adapters, the query's parsing, the prepared-statement bookkeeping),
+and a turn sends about fifty. Here a statement costs its parameters' dumping and its rows'
+loading, with psycopg's own Transformer (so types travel exactly as a cursor sends and reads
+them), and psycopg's own generators do the waiting.
+
+A statement sent a second time on a connection is prepared there (by its text and its
+parameters' types), as psycopg does after five; at most PREPARED_PER_CONNECTION of them.
+
+What a pipeline means is unchanged: its statements up to the Sync are one implicit transaction
+unless it holds a BEGIN; the first failed statement's error is raised (a psycopg.Error, as from
+a cursor) once every result up to the Sync is read, so the connection is idle again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
+from typing import Any
+from weakref import WeakKeyDictionary
+
+import psycopg
+from psycopg import errors, pq
+from psycopg.abc import PQGen
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.generators import fetch_many, pipeline_communicate
+
+from parley.storage.postgres_plumbing import Conn
+from parley.storage.sql.program import Result, Stmt
+
+PREPARED_PER_CONNECTION = 256
+# Statement texts seen once, remembered until this many (then forgotten, to start again).
+SEEN_PER_CONNECTION = 2048
+
+_SYNC = pq.ExecStatus.PIPELINE_SYNC
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_FAILED = (pq.ExecStatus.FATAL_ERROR, pq.ExecStatus.PIPELINE_ABORTED)
+_TEXT = pq.Format.TEXT
+
+Key = tuple[bytes, tuple[int, ...]]
+
+
+@lru_cache(maxsize=2048)
+def numbered(sql: str) -> bytes:
+    """The store's `?` placeholders as PostgreSQL's `$1, $2, ...` (no driver rewrites it here)."""
+    first, *rest = sql.split("?")
+    return (first + "".join(f"${n}{part}" for n, part in enumerate(rest, 1))).encode()
+
+
+class _OnConnection:
+    """What one connection keeps between round trips: its Transformer and prepared statements."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.transformer = Transformer(conn)
+        self.prepared: dict[Key, bytes] = {}
+        self.seen: set[Key] = set()
+        self._named = 0  # names given out, some perhaps in a pipeline that failed: never reused
+
+    def name_to_prepare(self, key: Key) -> bytes | None:
+        """A name for a statement to prepare now (seen before, and room left), else None."""
+        if key not in self.seen:
+            if len(self.seen) >= SEEN_PER_CONNECTION:
+                self.seen.clear()
+            self.seen.add(key)
+            return None
+        if len(self.prepared) >= PREPARED_PER_CONNECTION:
+            return None
+        self._named += 1
+        return f"parley_{self._named}".encode()
+
+    def forget(self, prepares: Sequence[tuple[Key, bytes]]) -> None:
+        """Prepares that failed or whose answer never came: their names are not used again (one
+        may exist on the server after all, unused)."""
+        for key, name in prepares:
+            if self.prepared.get(key) == name:
+                del self.prepared[key]
+
+
+_connections: WeakKeyDictionary[Conn, _OnConnection] = WeakKeyDictionary()
+
+
+def _on(conn: Conn) -> _OnConnection:
+    state = _connections.get(conn)
+    if state is None:
+        state = _connections[conn] = _OnConnection(conn)
+    return state
+
+
+class _Sent:
+    """What the pipeline's commands answer, in order: each statement's executions and the
+    prepares sent ahead of some of them."""
+
+    def __init__(self) -> None:
+        self.commands: deque[Callable[[], Any]] = deque()
+        # Per command: the index of its statement, or the key and name of a prepare.
+        self.answers: list[int | tuple[Key, bytes]] = []
+
+
+def _queue(conn: Conn, state: _OnConnection, statements: Sequence[Stmt]) -> _Sent:
+    pgconn = conn.pgconn
+    tx = state.transformer
+    sent = _Sent()
+    for index, statement in enumerate(statements):
+        query = numbered(statement.sql)
+        for params in statement.many if statement.many is not None else (statement.params,):
+            values = tx.dump_sequence(params, [PyFormat.AUTO] * len(params)) if params else None
+            types = tuple(tx.types or ()) if params else ()
+            formats = list(tx.formats or ()) if params else None
+            key = (query, types)
+            name = state.prepared.get(key)
+            if name is None and (name := state.name_to_prepare(key)) is not None:
+                # Taken as prepared from here on (a later use in this pipeline runs it); given
+                # back if the prepare fails or its answer never comes (see round_trip).
+                state.prepared[key] = name
+                sent.commands.append(partial(pgconn.send_prepare, name, query, param_types=types))
+                sent.answers.append((key, name))
+            if name is not None:
+                sent.commands.append(
+                    partial(
+                        pgconn.send_query_prepared, name, values, param_formats=formats, result_format=_TEXT
+                    )
+                )
+            else:
+                sent.commands.append(
+                    partial(
+                        pgconn.send_query_params,
+                        query,
+                        values,
+                        param_types=types,
+                        param_formats=formats,
+                        result_format=_TEXT,
+                    )
+                )
+            sent.answers.append(index)
+    sent.commands.append(pgconn.pipeline_sync)
+    return sent
+
+
+def _exchange(pgconn: Any, commands: deque[Callable[[], Any]]) -> PQGen[list[list[Any]]]:
+    """Send every command and read every result up to the Sync's (one generator, so that
+    psycopg's wait, when cancelled, cancels the server's work and still reads to the end)."""
+    fetched: list[list[Any]] = yield from pipeline_communicate(pgconn, commands)
+    while not fetched or fetched[-1][0].status != _SYNC:
+        more: list[Any] = yield from fetch_many(pgconn)
+        if more:
+            fetched.append(more)
+    return fetched
+
+
+async def round_trip(conn: Conn, statements: Sequence[Stmt]) -> list[Result]:
+    """Every statement's rows and row count, in order, in one round trip."""
+    state = _on(conn)
+    sent = _queue(conn, state, statements)
+    pgconn = conn.pgconn
+    pgconn.enter_pipeline_mode()
+    try:
+        fetched = await conn.wait(_exchange(pgconn, sent.commands))
+    except BaseException:
+        state.forget([answer for answer in sent.answers if isinstance(answer, tuple)])
+        raise
+    finally:
+        _leave_pipeline(pgconn)
+    return _results(conn, state, sent, fetched, len(statements))
+
+
+def _leave_pipeline(pgconn: Any) -> None:
+    if pgconn.status == pq.ConnStatus.BAD or pgconn.pipeline_status == pq.PipelineStatus.OFF:
+        return
+    try:
+        pgconn.exit_pipeline_mode()
+    except psycopg.OperationalError:
+        # Still busy (interrupted half way): nothing more can be said on it, so it is closed, and
+        # the pool opens another in its place.
+        pgconn.finish()
+
+
+def _results(
+    conn: Conn, state: _OnConnection, sent: _Sent, fetched: list[list[Any]], count: int
+) -> list[Result]:
+    tx = state.transformer
+    rows: list[list[Any]] = [[] for _ in range(count)]
+    counts = [0] * count
+    failure: psycopg.Error | None = None
+    for answer, results in zip(sent.answers, fetched, strict=False):
+        result = results[-1]
+        if result.status in _FAILED:
+            if isinstance(answer, tuple):
+                state.forget([answer])
+            failure = failure or _error(conn, result)
+            continue
+        if isinstance(answer, tuple):
+            continue  # prepared, as it was taken to be
+        if result.status == _TUPLES_OK:
+            tx.set_pgresult(result)
+            rows[answer] = tx.load_rows(0, result.ntuples, tuple)
+            counts[answer] += result.ntuples
+        else:
+            counts[answer] += result.command_tuples or 0
+    if failure is not None:
+        raise failure
+    return [Result(found, counted) for found, counted in zip(rows, counts, strict=True)]
+
+
+def _error(conn: Conn, result: Any) -> psycopg.Error:
+    if result.status == pq.ExecStatus.PIPELINE_ABORTED:
+        return errors.PipelineAborted("pipeline aborted")
+    return errors.error_from_result(result, encoding=conn.info.encoding)
