@@ -148,7 +148,12 @@ def proc_io(pid: int) -> dict[str, int]:
 
 
 async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    figures: dict[str, Any] = {"turns": args.turns, "warmup": args.warmup, "tool_turns": args.tool}
+    figures: dict[str, Any] = {
+        "turns": args.turns,
+        "warmup": args.warmup,
+        "tool_turns": args.tool,
+        "new_sessions": args.new_sessions,
+    }
     async with fake_model(out, 0.0) as (model_url, _):
         config = write_parley_config(out, model_url)
         if args.postgres:
@@ -169,7 +174,9 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             latencies, session_id = [], None
             for k in range(1, args.turns + 1):
                 message = TOOL_MESSAGE if args.tool and k > 1 else f"turn {k}"
-                session_id, ms = await turn(client, timeout, session_id, message, f"turn {k}", AGENT)
+                # --new-sessions: every turn is the first of a new session (start_session).
+                into = None if args.new_sessions else session_id
+                session_id, ms = await turn(client, timeout, into, message, f"turn {k}", AGENT)
                 latencies.append(ms)
             wall_s = time.perf_counter() - t0
             io1, cpu1 = proc_io(pid), tree_cpu_seconds(pid)
@@ -620,6 +627,9 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=30, help="functions to list")
     parser.add_argument(
         "--tool", action="store_true", help="turns 2..N each call the fixture tool once (tool turns)"
+    )
+    parser.add_argument(
+        "--new-sessions", action="store_true", help="every turn starts a new session (start_session)"
     )
     parser.add_argument("--strace", action="store_true")
     parser.add_argument("--sql-trace", action="store_true", help="SQLite only: every statement to a file")
