@@ -175,7 +175,7 @@ async def run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             for k in range(1, args.turns + 1):
                 message = TOOL_MESSAGE if args.tool and k > 1 else f"turn {k}"
                 # --new-sessions: every turn is the first of a new session (start_session).
-                into = None if args.new_sessions else session_id
+                into: str | None = None if args.new_sessions else session_id
                 session_id, ms = await turn(client, timeout, into, message, f"turn {k}", AGENT)
                 latencies.append(ms)
             wall_s = time.perf_counter() - t0
