@@ -237,7 +237,8 @@ class SessionDriver:
                 ):
                     self._ctx.signals.notify(session_id)
                     return
-                self._ctx.signals.notify(session_id)
+                # Its sender here learns of the turn from the start's own read (Watch's `seen`).
+                self._ctx.signals.notify(session_id, seen=started)
                 continue
             if any(q.steer for q in snapshot.queued):
                 # Steered: end the turn at this step boundary; the next turn takes the steered messages.
@@ -247,7 +248,7 @@ class SessionDriver:
                 self._ctx.signals.notify(session_id)
                 continue
             await self._traced_step(snapshot, transcript, control)
-            self._ctx.signals.notify(session_id)
+            self._ctx.signals.notify(session_id, seen=control.take_seen())
 
     async def _start_turn(
         self, session: SessionRecord, transcript: LeasedTranscript, control: TurnControl

@@ -14,6 +14,7 @@ import anyio
 from opentelemetry.trace import Span
 
 from parley.config import AgentConfig, ModelSpec, effective_memory
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import SessionId, TurnId, new_tool_call_id
 from parley.core.machine import SET_RESULT_NAME, CallModel, FinishTurn
 from parley.core.plans import plan_context, planning_refusal
@@ -416,13 +417,22 @@ class ModelCaller:
             control.letting_go = True  # the keeper must not take a lease let go for a lost one
             ended, rested = False, None
             try:
-                ended, rested = await self._ctx.steps.commit_answering_step(
-                    session.id, control.lease, step, end, self._ctx.clock()
-                )
+                ended, rested, control.seen = await self._commit(session.id, control.lease, step, end)
             finally:
                 control.letting_go = rested is not None
         if ended:
             control.ended_by_step, control.rested = step.turn_id, rested
+
+    async def _commit(
+        self, session_id: SessionId, lease: str, step: ModelStep, end: TurnEnd
+    ) -> tuple[bool, str | None, SessionSnapshot | None]:
+        """The answering step; read back in its transaction when someone here waits on the
+        session, to be handed to them with the wake-up (their wait then reads nothing)."""
+        steps, now = self._ctx.steps, self._ctx.clock()
+        if self._ctx.signals.watched(session_id):
+            return await steps.commit_answering_step_and_look(session_id, lease, step, end, now)
+        ended, rested = await steps.commit_answering_step(session_id, lease, step, end, now)
+        return ended, rested, None
 
     async def complete(
         self,

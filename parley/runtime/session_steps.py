@@ -276,12 +276,23 @@ class SessionSteps:
         turn back (turn_steps.answering_step): (ended, the status the session rests in, or None
         when it runs on with the lease kept)."""
 
-        def decide(snapshot: SessionSnapshot) -> tuple[tuple[bool, str | None], Changes]:
-            if snapshot.turn is None:
-                raise StorageError(f"session {session_id}: the turn of this step is not stored")
-            return turn_steps.answering_step(snapshot, step, lease, now, end)
+        decide = _answering(session_id, step, lease, now, end)
+        return await self._store.decide(
+            session_id, SnapshotScope(turn_id=step.turn_id), decide, now, lease=lease
+        )
 
-        return await self._decide(session_id, decide, (False, None), now, lease=lease, turn_id=step.turn_id)
+    async def commit_answering_step_and_look(
+        self, session_id: SessionId, lease: str, step: ModelStep, end: TurnEnd, now: float
+    ) -> tuple[bool, str | None, SessionSnapshot | None]:
+        """commit_answering_step, and the session with the step's turn, its calls and its
+        interrupts as the same transaction left them (for someone of this process who waits on
+        that turn: Watch's `seen`)."""
+        decide = _answering(session_id, step, lease, now, end)
+        scope, after = SnapshotScope(turn_id=step.turn_id), SnapshotScope(turn_id=step.turn_id, queue=False)
+        (ended, rested), seen = await self._store.decide_then_look(
+            session_id, scope, decide, now, after, lease=lease
+        )
+        return ended, rested, seen
 
     async def append_nudge(
         self, session_id: SessionId, lease: str, turn_id: TurnId, text: str, now: float
@@ -417,3 +428,18 @@ class SessionSteps:
     async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
         """A session without a turn closes, runs on with its queue, or rests; True if it rests."""
         return await self._decide(session_id, transitions.rest_session, True, now, lease=lease, turn=False)
+
+
+def _answering(
+    session_id: SessionId, step: ModelStep, lease: str, now: float, end: TurnEnd
+) -> Callable[[SessionSnapshot | None], tuple[tuple[bool, str | None], Changes]]:
+    """The decision of a step that answers (turn_steps.answering_step); nothing for no session."""
+
+    def decide(snapshot: SessionSnapshot | None) -> tuple[tuple[bool, str | None], Changes]:
+        if snapshot is None:
+            return (False, None), Changes()
+        if snapshot.turn is None:
+            raise StorageError(f"session {session_id}: the turn of this step is not stored")
+        return turn_steps.answering_step(snapshot, step, lease, now, end)
+
+    return decide

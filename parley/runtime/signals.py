@@ -12,19 +12,27 @@ from contextlib import AbstractContextManager, contextmanager
 
 import anyio
 
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import SessionId
 
 
 class Watch:
     """Wake-ups of one session since the last wait. Open it before looking at the session, so a
-    change committed while the look reads is not missed: the next wait then returns at once."""
+    change committed while the look reads is not missed: the next wait then returns at once.
 
-    __slots__ = ("_event",)
+    A change may hand over the session as its own transaction read it back once written (the
+    driver does, at a turn's start and end, when someone here waits): the waiter then needs no
+    read of its own. Only the last change's counts; any other change, or a wait that times out,
+    clears it."""
+
+    __slots__ = ("_event", "_seen")
 
     def __init__(self) -> None:
         self._event = anyio.Event()
+        self._seen: SessionSnapshot | None = None
 
-    def fire(self) -> None:
+    def fire(self, seen: SessionSnapshot | None = None) -> None:
+        self._seen = seen
         self._event.set()
 
     async def wait(self, timeout_s: float) -> bool:
@@ -32,9 +40,16 @@ class Watch:
         with anyio.move_on_after(timeout_s):
             await self._event.wait()
         if not self._event.is_set():
+            self._seen = None
             return False
         self._event = anyio.Event()
         return True
+
+    def take_seen(self) -> SessionSnapshot | None:
+        """The session as the last change that woke this watch committed it, if that change
+        handed it over (once: then None)."""
+        seen, self._seen = self._seen, None
+        return seen
 
 
 class ChangeTap:
@@ -66,10 +81,15 @@ class _Watches:
     def __init__(self) -> None:
         self._by_session: dict[SessionId, set[Watch]] = {}
 
-    def fire(self, session_id: SessionId, but: Watch | None = None) -> None:
+    def fire(
+        self, session_id: SessionId, but: Watch | None = None, seen: SessionSnapshot | None = None
+    ) -> None:
         for watch in self._by_session.get(session_id, ()):
             if watch is not but:
-                watch.fire()
+                watch.fire(seen)
+
+    def watched(self, session_id: SessionId) -> bool:
+        return session_id in self._by_session
 
     def fire_all(self) -> None:
         for watches in self._by_session.values():
@@ -127,10 +147,13 @@ class SessionSignals:
         self._cancels.fire_all()
         self.work_available()
 
-    def notify(self, session_id: SessionId, but: Watch | None = None) -> None:
+    def notify(
+        self, session_id: SessionId, but: Watch | None = None, seen: SessionSnapshot | None = None
+    ) -> None:
         """The session changed: wake its watches (all but `but`, held by whoever made the change
-        and knows it already) and every tap."""
-        self._changed.fire(session_id, but)
+        and knows it already) and every tap. `seen`: the session as the change's own transaction
+        read it back once written, handed to the watches (see Watch)."""
+        self._changed.fire(session_id, but, seen)
         for tap in self._taps:
             tap.add(session_id)
 
@@ -143,6 +166,10 @@ class SessionSignals:
             yield tap
         finally:
             self._taps.discard(tap)
+
+    def watched(self, session_id: SessionId) -> bool:
+        """Whether a watch of this process waits on the session now (worth handing it `seen`)."""
+        return self._changed.watched(session_id)
 
     def watching(self, session_id: SessionId) -> AbstractContextManager[Watch]:
         """The session's changes while it is open (see Watch)."""

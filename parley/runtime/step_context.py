@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import anyio
 from opentelemetry.trace import Span
 
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import TurnId
 from parley.runtime.faults import FaultPoints
 from parley.runtime.metrics import RuntimeMetrics
@@ -75,6 +76,12 @@ class TurnControl:
         self.rested: str | None = None
         # The turn a model step ended in its own transaction (its answer and its end as one write).
         self.ended_by_step: TurnId | None = None
+        # The session as the last step's transaction read it back, for the wake-up that follows.
+        self.seen: SessionSnapshot | None = None
+
+    def take_seen(self) -> SessionSnapshot | None:
+        seen, self.seen = self.seen, None
+        return seen
 
     def cancel(self, turn_id: TurnId) -> None:
         self.cancelled.add(turn_id)

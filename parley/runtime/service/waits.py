@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import anyio
 
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import SessionRecord
 from parley.core.states import TURN_ENDED
@@ -114,6 +115,16 @@ class Waits:
                 # Known queued as of the caller's commit, and every change since wakes the watch.
                 first = False
                 return None
+            handed = None if last else _taking(changes.take_seen(), message_id)
+            if handed is not None and handed.turn is not None:
+                # The turn that took it, as its start (or end) in this process read it back.
+                first = False
+                remaining = max(0.0, deadline - anyio.current_time())
+                running = _runs(handed.session, handed.turn.id)
+                follow, known = _Follow(progress, person), None if running else handed
+                return await self._wait_turn(
+                    session_id, handed.turn.id, remaining, message_id, follow, (changes, running), known
+                )
             if first:
                 # Just queued: most often not taken yet, and then its session is not needed.
                 first, session = False, None
@@ -195,24 +206,36 @@ class Waits:
         message_id: QueuedMessageId | None,
         follow: _Follow,
         seen: tuple[Watch, bool] | None,
+        known: SessionSnapshot | None = None,
     ) -> TurnOutcome:
         """`seen`: the watch the caller held while it read, and whether that read saw the turn
-        running (then the first look reads nothing: any change since has fired the watch)."""
+        running (then the first look reads nothing: any change since has fired the watch).
+        `known`: the session with this turn as handed to the caller's watch, its first look."""
+        if seen is None:
+            with self._parts.signals.watching(session_id) as opened:
+                return await self._wait_turn(
+                    session_id, turn_id, wait_s, message_id, follow, (opened, False), known
+                )
         steps = self._parts.steps
         progress, person = follow.progress, follow.person
         deadline = anyio.current_time() + wait_s
         asked: set[str] = set()
-        watch, running = seen if seen is not None else (None, False)
+        watch, running = seen
 
         async def rested(last: bool) -> TurnOutcome | _Again | None:
-            nonlocal running
+            nonlocal running, known
             if not last and running:
                 running = False
                 return None
-            # One read: the session with this turn, its calls and its interrupts. Most wake-ups
-            # come from a step of the turn still running: the session row says so (a turn that
-            # rests leaves it in the same write), and then it is all that is read.
-            snapshot = await steps.look(session_id, turn_view(turn_id, settled=not last))
+            # Handed over with the wake-up (Watch's `seen`): the session with this turn as the
+            # change's own transaction left it, so nothing is read.
+            handed, known = (None if last else known or watch.take_seen()), None
+            if handed is not None and (handed.turn is None or handed.turn.id != turn_id):
+                handed = None
+            # Else one read: the session with this turn, its calls and its interrupts. Most
+            # wake-ups come from a step of the turn still running: the session row says so (a
+            # turn that rests leaves it in the same write), and then it is all that is read.
+            snapshot = handed or await steps.look(session_id, turn_view(turn_id, settled=not last))
             if not last and snapshot is not None and _runs(snapshot.session, turn_id):
                 return None
             turn = snapshot.turn if snapshot is not None else None
@@ -246,3 +269,10 @@ class Waits:
 def _runs(session: SessionRecord | None, turn_id: TurnId) -> bool:
     """Whether `session` (as read) is running the turn `turn_id` still."""
     return session is not None and session.current_turn_id == turn_id and session.status == "running"
+
+
+def _taking(handed: SessionSnapshot | None, message_id: QueuedMessageId) -> SessionSnapshot | None:
+    """`handed` (Watch's `seen`) if its turn is the one that took the message `message_id`."""
+    if handed is None or handed.turn is None or handed.turn.queued_message_id != message_id:
+        return None
+    return handed
