@@ -1,5 +1,6 @@
 """What only tests ask of a store, kept out of the Store port: one lease taken alone, whether a
-steering message waits, and the committed steps of a session (read straight from the table)."""
+steering message waits, the committed steps of a session (read straight from the table), an
+owner's running sessions as fair use counts them, and one webhook delivery."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import cast
 
 from parley.core.ids import SessionId
 from parley.core.records import StepRecord
+from parley.core.webhooks import DeliveryRecord
 from parley.storage.ports import Store
+from parley.storage.sql.conditions import RUNNING_A_TURN
 from parley.storage.sql.rows import listing
 from parley.storage.sql.store import SqlStore
 
@@ -33,3 +36,15 @@ async def list_steps(store: Store, session_id: SessionId) -> list[StepRecord]:
     )
     records: list[StepRecord] = [sql.codec.record("steps", row) for row in rows]
     return records
+
+
+async def count_running(store: Store, owner: str) -> int:
+    """Sessions of `owner` running a turn or about to, as fair use counts them (sql/usage.py):
+    status running, except those parked on timers or downstream tasks (phase 'waiting')."""
+    sql = cast(SqlStore, store)
+    return await sql._count(f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}", (owner,))
+
+
+async def get_delivery(store: Store, delivery_id: str) -> DeliveryRecord | None:
+    """The webhook delivery with this id, whatever its status."""
+    return next((d for d in await store.list_deliveries(None, 10_000) if d.id == delivery_id), None)

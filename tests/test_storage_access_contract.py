@@ -33,7 +33,7 @@ from tests.test_storage_contract import (
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
 # take them as arguments of the same names, which ruff would call redefinitions).
 from tests.test_storage_contract import backend, other_store, store  # noqa: F401  # isort: skip
-from tests.store_support import list_steps, try_acquire_lease
+from tests.store_support import count_running, list_steps, try_acquire_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -194,9 +194,9 @@ async def test_running_turns_are_counted_per_owner_without_the_parked_ones(store
     await new_session(store)  # idle
     await new_session(store, "bob's", owner="bob")
     await _parked(store)
-    assert await store.count_running("alice") == 2
-    assert await store.count_running("bob") == 1
-    assert await store.count_running("carol") == 0
+    assert await count_running(store, "alice") == 2
+    assert await count_running(store, "bob") == 1
+    assert await count_running(store, "carol") == 0
 
 
 async def test_pending_interrupts_are_listed_by_owner_or_agent_oldest_first(store: Store) -> None:

@@ -15,6 +15,7 @@ from parley.config.retention import RetentionConfig
 from parley.core.webhooks import DeliveryStatus, OutboxRoute
 from parley.runtime.retention import DAY_S, RetentionSweep
 from parley.storage.ports import Store
+from tests.store_support import get_delivery
 from tests.test_storage_contract import LEASE_A, T0, _finish, running_turn
 
 # The contract's backends, as its fixtures (see tests/test_storage_access_contract.py).
@@ -67,7 +68,7 @@ async def test_a_delivery_is_claimed_by_one_process_until_its_claim_lapses(
     assert [d.id for d in theirs] == [mine[0].id]
     assert await store.settle_delivery(mine[0].id, "proc_a", "delivered", now + 12) is False
     assert await other_store.settle_delivery(theirs[0].id, "proc_b", "delivered", now + 12) is True
-    done = await store.get_delivery(mine[0].id)
+    done = await get_delivery(store, mine[0].id)
     assert done is not None and (done.status, done.attempts, done.delivered_at) == ("delivered", 1, now + 12)
     assert await store.claim_deliveries(["ends"], "proc_a", now + 100, 10.0, 10) == []
 

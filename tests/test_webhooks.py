@@ -21,6 +21,7 @@ from standardwebhooks import Webhook
 from parley.cli import main as parley_main
 from parley.core.webhooks import DeliveryRecord
 from parley.testing import ParleyUnderTest, ToolServer, eventually, parley_app
+from tests.store_support import get_delivery
 from tests.support import Database
 from tests.webhook_support import SECRET, Receiver, serving_receiver
 
@@ -243,7 +244,7 @@ async def test_dead_deliveries_are_listed_and_sent_again_with_the_same_id(
     assert "pending again" in capsys.readouterr().out
 
     async def delivered() -> bool:
-        again = await world.parley.app.store.get_delivery(dead[0].id)
+        again = await get_delivery(world.parley.app.store, dead[0].id)
         return again is not None and again.status == "delivered"
 
     await eventually(delivered, "the redelivered delivery delivered")

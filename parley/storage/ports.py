@@ -272,11 +272,6 @@ class OwnerQueries(Protocol):
     """What serving many principals asks of sessions across owners: fair-use counts, interrupts
     waiting for a principal, and removing a session."""
 
-    async def count_running(self, owner: str) -> int:
-        """Sessions of `owner` running a turn or about to (status running), except those parked
-        on timers or downstream tasks (phase 'waiting')."""
-        ...
-
     async def list_pending_for(
         self, owner: str | None, agents: Sequence[str] | None, limit: int
     ) -> list[PendingInterrupt]:

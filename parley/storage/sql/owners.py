@@ -18,7 +18,7 @@ from parley.core.records import (
     retention_detail,
 )
 from parley.storage.sql.base import SqlBase
-from parley.storage.sql.conditions import BUSY, LEASE_LIVE, NOT_RUNNING, PENDING, RUNNING_A_TURN, SWEEPABLE
+from parley.storage.sql.conditions import BUSY, LEASE_LIVE, NOT_RUNNING, PENDING, SWEEPABLE
 from parley.storage.sql.program import Batch, Program, Stmt
 from parley.storage.sql.rows import (
     FIELDS,
@@ -51,11 +51,6 @@ def delete_statements(condition: str, params: Sequence[Any]) -> list[Stmt]:
 
 class SqlOwners(SqlBase):
     # ------------------------------------------------------------------ across owners
-
-    async def count_running(self, owner: str) -> int:
-        return await self._count(
-            f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}", (owner,)
-        )
 
     def _owned_or_approved(
         self, owner: str | None, agents: Sequence[str] | None, prefix: str

@@ -134,10 +134,6 @@ class SqlWebhooks(SqlBase):
         )
         return [_record(row) for row in rows]
 
-    async def get_delivery(self, delivery_id: str) -> DeliveryRecord | None:
-        row = await self._row(f"SELECT {_COLUMNS} FROM webhook_deliveries WHERE id = ?", (delivery_id,))
-        return _record(row) if row is not None else None
-
     async def redeliver(self, delivery_id: str, now: float) -> DeliveryRecord | None:
         """Back to pending with its attempts counted afresh, due now; the same id and payload."""
         (result,) = await self._change(
