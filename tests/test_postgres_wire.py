@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import psycopg
 import pytest
 from psycopg import AsyncConnection
@@ -14,6 +15,8 @@ from psycopg import AsyncConnection
 from parley.storage.postgres_wire import numbered, round_trip
 from parley.storage.sql.dialect import POSTGRES
 from parley.storage.sql.program import Stmt
+from parley.testing import eventually
+from tests.postgres_support import PgSchema
 
 pytestmark = pytest.mark.anyio
 
@@ -95,3 +98,41 @@ async def test_an_explicit_transaction_stays_open_until_its_commit(conn: AsyncCo
     await round_trip(conn, [Stmt("ROLLBACK")])
     (count,) = await round_trip(conn, [Stmt("SELECT count(*) FROM things")])
     assert count.rows == [(0,)]
+
+
+async def test_a_round_trip_cancelled_while_it_waits_for_a_lock_keeps_its_connection(
+    conn: AsyncConnection[Any], postgres_url: str, pg_schema: PgSchema
+) -> None:
+    # In this module's own schema (not public, which other tests watch), seen by both connections.
+    table = f"{pg_schema.schema}.wire_locked"
+    await round_trip(conn, [Stmt(f"CREATE SCHEMA IF NOT EXISTS {pg_schema.schema}")])
+    await round_trip(conn, [Stmt(f"CREATE TABLE IF NOT EXISTS {table} (id int PRIMARY KEY)")])
+    await round_trip(conn, [Stmt(f"INSERT INTO {table} VALUES (1) ON CONFLICT DO NOTHING")])
+    backend = conn.info.backend_pid
+    locked = [Stmt("BEGIN"), Stmt(f"SELECT id FROM {table} WHERE id = ? FOR UPDATE", (1,))]
+    try:
+        async with await AsyncConnection.connect(postgres_url, autocommit=True) as holder:
+            await holder.execute("BEGIN")
+            await holder.execute(f"SELECT id FROM {table} WHERE id = 1 FOR UPDATE".encode())
+
+            async def waiting_for_the_lock() -> bool:
+                cursor = await holder.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'",
+                    (backend,),
+                )
+                row = await cursor.fetchone()
+                return row is not None and row[0] == 1
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(round_trip, conn, locked)
+                await eventually(waiting_for_the_lock, "the round trip to wait for the row lock")
+                tasks.cancel_scope.cancel()
+            await holder.execute("ROLLBACK")
+        # The same connection, no longer busy: its transaction (aborted by the cancel) rolls back,
+        # and the next round trip answers.
+        assert not conn.closed and conn.info.backend_pid == backend
+        await round_trip(conn, [Stmt("ROLLBACK")])
+        (row,) = await round_trip(conn, [Stmt(f"SELECT id FROM {table}")])
+        assert row.rows == [(1,)]
+    finally:
+        await round_trip(conn, [Stmt(f"DROP TABLE IF EXISTS {table}")])

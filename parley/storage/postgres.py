@@ -148,8 +148,8 @@ class PostgresStore(SqlStore, PostgresCopy):
     @staticmethod
     async def _pipeline(conn: Conn, statements: list[Stmt], *, begin: bool, commit: bool) -> list[Result]:
         # One round trip (postgres_wire.py). Cancelled while the server works (a decision waiting
-        # for a row lock), psycopg asks the server to stop and reads the pipeline to its end, so
-        # the connection goes back to the pool idle (or is closed, if that was interrupted too).
+        # for a row lock), it asks the server to stop and reads the pipeline to its end, so the
+        # connection goes back to the pool idle (or is closed, if that fails within 5 s).
         sent = [*((_BEGIN,) if begin else ()), *statements, *((_COMMIT,) if commit else ())]
         results = await round_trip(conn, sent)
         return results[int(begin) : int(begin) + len(statements)]

@@ -6,7 +6,7 @@ Why not `conn.pipeline()` and a cursor per statement: that path costs about 50 Â
 statement (a cursor, its adapters, the query's parsing, the prepared-statement bookkeeping),
 and a turn sends about fifty. Here a statement costs its parameters' dumping and its rows'
 loading, with psycopg's own Transformer (so types travel exactly as a cursor sends and reads
-them), and psycopg's own generators do the waiting.
+them), and psycopg's own generators and wait do the I/O.
 
 A statement sent a second time on a connection is prepared there (by its text and its
 parameters' types), as psycopg does after five; at most PREPARED_PER_CONNECTION of them.
@@ -24,16 +24,20 @@ from functools import lru_cache, partial
 from typing import Any
 from weakref import WeakKeyDictionary
 
+import anyio
 import psycopg
 from psycopg import errors, pq
 from psycopg.abc import PQGen
 from psycopg.adapt import PyFormat, Transformer
 from psycopg.generators import fetch_many, pipeline_communicate
+from psycopg.waiting import wait_async
 
 from parley.storage.postgres_plumbing import Conn
 from parley.storage.sql.program import Result, Stmt
 
 PREPARED_PER_CONNECTION = 256
+# How long a cancelled round trip may take to stop the server's work and read its answers.
+CANCEL_DRAIN_S = 5.0
 # Statement texts seen once, remembered until this many (then forgotten, to start again).
 SEEN_PER_CONNECTION = 2048
 
@@ -142,8 +146,8 @@ def _queue(conn: Conn, state: _OnConnection, statements: Sequence[Stmt]) -> _Sen
 
 
 def _exchange(pgconn: Any, commands: deque[Callable[[], Any]]) -> PQGen[list[list[Any]]]:
-    """Send every command and read every result up to the Sync's (one generator, so that
-    psycopg's wait, when cancelled, cancels the server's work and still reads to the end)."""
+    """Send every command and read every result up to the Sync's (one generator, so that a
+    cancelled round trip can go on reading it to its end: see _cancelled)."""
     fetched: list[list[Any]] = yield from pipeline_communicate(pgconn, commands)
     while not fetched or fetched[-1][0].status != _SYNC:
         more: list[Any] = yield from fetch_many(pgconn)
@@ -158,14 +162,38 @@ async def round_trip(conn: Conn, statements: Sequence[Stmt]) -> list[Result]:
     sent = _queue(conn, state, statements)
     pgconn = conn.pgconn
     pgconn.enter_pipeline_mode()
+    exchange = _exchange(pgconn, sent.commands)
     try:
-        fetched = await conn.wait(_exchange(pgconn, sent.commands))
-    except BaseException:
+        fetched = await wait_async(exchange, pgconn.socket)
+    except BaseException as exc:
         state.forget([answer for answer in sent.answers if isinstance(answer, tuple)])
+        if isinstance(exc, anyio.get_cancelled_exc_class()):
+            await _cancelled(conn, exchange)
         raise
     finally:
         _leave_pipeline(pgconn)
     return _results(conn, state, sent, fetched, len(statements))
+
+
+async def _cancelled(conn: Conn, exchange: PQGen[list[list[Any]]]) -> None:
+    """Cancelled while the server works (a decision waiting for a row lock): ask the server to
+    stop, and read the pipeline to its Sync, so the connection goes back to the pool idle (rolled
+    back by it if a BEGIN was sent). Shielded and bounded: if that fails, the connection is closed
+    and the pool opens another."""
+    drained = False
+    with anyio.CancelScope(shield=True), anyio.move_on_after(CANCEL_DRAIN_S):
+        try:
+            if not conn.closed:
+                await conn.cancel_safe(timeout=CANCEL_DRAIN_S)
+        except psycopg.Error:
+            pass  # not delivered: the server may still end the work itself, within the bound
+        try:
+            await wait_async(exchange, conn.pgconn.socket)
+            drained = True
+        except psycopg.Error:
+            pass
+    if not drained:
+        conn.pgconn.finish()
 
 
 def _leave_pipeline(pgconn: Any) -> None:
