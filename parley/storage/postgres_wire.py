@@ -13,7 +13,8 @@ parameters' types), as psycopg does after five; at most PREPARED_PER_CONNECTION 
 
 What a pipeline means is unchanged: its statements up to the Sync are one implicit transaction
 unless it holds a BEGIN; the first failed statement's error is raised (a psycopg.Error, as from
-a cursor) once every result up to the Sync is read, so the connection is idle again.
+a cursor) once every result up to the Sync is read, so the connection is ready for the next
+(its caller rolls back a BEGIN it left open, as the pool's hand-back does).
 """
 
 from __future__ import annotations
