@@ -71,6 +71,13 @@ async def test_a_flow_survives_parley_killed_after_the_park_and_after_the_connec
                     )
                 assert outcome["status"] == "waiting_for_input", outcome
                 (pending,) = outcome["pending"]
+
+                # Killed once the park's webhook is out: one the process had claimed and not yet
+                # sent would wait out its claim (the subscription's timeout + 30 s) first.
+                async def park_told() -> bool:
+                    return any(b"session.waiting_for_input" in r.body for r in hooks.at("/hook", 200))
+
+                await eventually(park_told, "the webhook of the parked turn")
                 await _killed(first)
 
             flow_id = pending["connect_url"].rsplit("/", 1)[1]
