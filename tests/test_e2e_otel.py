@@ -455,6 +455,14 @@ async def test_an_approval_round_over_v1_is_one_trace_from_the_callers_tracepare
 
         # The drive that asked (parked) and the drive that resumed after the approval.
         await eventually(both_drives, "both drives of the turn in the caller's trace")
+
+        # The approving request is a span of its own trace: the caller's who decided. Its batch
+        # may go out after the caller's trace (waited for here, while the server runs).
+        async def approval_exported() -> bool:
+            names = [s.name for s in receiver.in_trace(decider_trace)]
+            return "POST /v1/sessions/{session_id}/approve" in names
+
+        await eventually(approval_exported, "the approving request's span in its own trace")
     spans = receiver.in_trace(trace_id)
     (request,) = [s for s in spans if s.name == "POST /v1/sessions"]
     assert request.parent_id == outer_span, "the request span is a child of the caller's span"
@@ -469,5 +477,3 @@ async def test_an_approval_round_over_v1_is_one_trace_from_the_callers_tracepare
     assert [t for t, _ in wait.links] == [decider_trace], "linked to the approving request"
     (tool,) = [s for s in spans if s.name == "execute_tool fixture__bare"]
     assert tool.parent_id == resumed.span_id
-    # The approving request is a span of its own trace: the caller's who decided.
-    assert any(s.name == "POST /v1/sessions/{session_id}/approve" for s in receiver.in_trace(decider_trace))
