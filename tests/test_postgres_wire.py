@@ -4,6 +4,7 @@ again is prepared, and a failure leaves the connection usable and nothing writte
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -136,3 +137,14 @@ async def test_a_round_trip_cancelled_while_it_waits_for_a_lock_keeps_its_connec
         assert row.rows == [(1,)]
     finally:
         await round_trip(conn, [Stmt(f"DROP TABLE IF EXISTS {table}")])
+
+
+async def test_a_round_trip_the_server_works_on_leaves_the_cpu_free(conn: AsyncConnection[Any]) -> None:
+    # Waiting for the answer must sleep on the socket: psycopg's wait, as parley first called it,
+    # kept the event loop spinning (a full core) until the server answered, a lock wait included.
+    cpu_before, wall_before = time.thread_time(), time.monotonic()
+    (result,) = await round_trip(conn, [Stmt("SELECT pg_sleep(0.5), 7")])
+    cpu, wall = time.thread_time() - cpu_before, time.monotonic() - wall_before
+    assert result.rows == [("", 7)]
+    assert wall >= 0.5
+    assert cpu < 0.1, f"{cpu:.3f} s of CPU while the server worked for {wall:.3f} s"
