@@ -109,6 +109,19 @@ class Waits:
 
         first = True
 
+        async def taken_by(
+            turn_id: TurnId, session: SessionRecord | None, handed: SessionSnapshot | None
+        ) -> TurnOutcome:
+            """The rest of the wait is the turn's: `session` as last read (a turn seen running
+            there is not read again before its next change), `handed` as the watch gave it."""
+            remaining = max(0.0, deadline - anyio.current_time())
+            running = _runs(session, turn_id)
+            known = None if running else handed
+            follow = _Follow(progress, person)
+            return await self._wait_turn(
+                session_id, turn_id, remaining, message_id, follow, (changes, running), known
+            )
+
         async def taken(last: bool) -> TurnOutcome | None:
             nonlocal first
             if first and queued_under is not None and not last:
@@ -119,12 +132,7 @@ class Waits:
             if handed is not None and handed.turn is not None:
                 # The turn that took it, as its start (or end) in this process read it back.
                 first = False
-                remaining = max(0.0, deadline - anyio.current_time())
-                running = _runs(handed.session, handed.turn.id)
-                follow, known = _Follow(progress, person), None if running else handed
-                return await self._wait_turn(
-                    session_id, handed.turn.id, remaining, message_id, follow, (changes, running), known
-                )
+                return await taken_by(handed.turn.id, handed.session, handed)
             if first:
                 # Just queued: most often not taken yet, and then its session is not needed.
                 first, session = False, None
@@ -134,22 +142,9 @@ class Waits:
                 # there is not read again before its next change (see _wait_turn's `running`).
                 queued, session = await store.get_queued_with_session(message_id, session_id)
             if queued is not None and queued.status == "dropped":
-                latest = session or await store.get_session(session_id)
-                return TurnOutcome(
-                    session_id=session_id,
-                    turn_id=None,
-                    status="cancelled",
-                    error="The session ended before this message was taken into a turn.",
-                    queued_message_id=message_id,
-                    session_status=latest.status if latest else None,
-                )
+                return _dropped(session_id, message_id, session or await store.get_session(session_id))
             if queued is not None and queued.turn_id is not None:
-                remaining = max(0.0, deadline - anyio.current_time())
-                follow = _Follow(progress, person)
-                running = _runs(session, queued.turn_id)
-                return await self._wait_turn(
-                    session_id, queued.turn_id, remaining, message_id, follow, (changes, running)
-                )
+                return await taken_by(queued.turn_id, session, None)
             if not last:
                 return None
             session = session or await store.get_session(session_id)
@@ -269,6 +264,20 @@ class Waits:
 def _runs(session: SessionRecord | None, turn_id: TurnId) -> bool:
     """Whether `session` (as read) is running the turn `turn_id` still."""
     return session is not None and session.current_turn_id == turn_id and session.status == "running"
+
+
+def _dropped(
+    session_id: SessionId, message_id: QueuedMessageId, session: SessionRecord | None
+) -> TurnOutcome:
+    """The outcome for a message dropped before any turn took it (its session ended)."""
+    return TurnOutcome(
+        session_id=session_id,
+        turn_id=None,
+        status="cancelled",
+        error="The session ended before this message was taken into a turn.",
+        queued_message_id=message_id,
+        session_status=session.status if session else None,
+    )
 
 
 def _taking(handed: SessionSnapshot | None, message_id: QueuedMessageId) -> SessionSnapshot | None:
