@@ -148,3 +148,26 @@ async def test_a_round_trip_the_server_works_on_leaves_the_cpu_free(conn: AsyncC
     assert result.rows == [("", 7)]
     assert wall >= 0.5
     assert cpu < 0.1, f"{cpu:.3f} s of CPU while the server worked for {wall:.3f} s"
+
+
+async def test_other_tasks_run_while_a_round_trip_waits_for_its_answer(conn: AsyncConnection[Any]) -> None:
+    # A round trip may block the event loop's thread for a fraction of a millisecond (when nothing
+    # else is ready to run), never for as long as the server works.
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = time.monotonic()
+        while True:
+            await anyio.sleep(0.02)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        await anyio.sleep(0.005)  # the other task is asleep: nothing is ready to run as the trip starts
+        (result,) = await round_trip(conn, [Stmt("SELECT pg_sleep(0.3), 1")])
+        tg.cancel_scope.cancel()
+    assert result.rows == [("", 1)]
+    assert len(gaps) >= 10, f"the other task ran {len(gaps)} times in 0.3 s"
+    assert max(gaps) < 0.15, f"the event loop was held for {max(gaps):.3f} s"

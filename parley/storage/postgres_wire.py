@@ -19,6 +19,7 @@ a cursor) once every result up to the Sync is read, so the connection is ready f
 
 from __future__ import annotations
 
+import asyncio
 import select
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -44,13 +45,19 @@ PREPARED_PER_CONNECTION = 256
 CANCEL_DRAIN_S = 5.0
 # Statement texts seen once, remembered until this many (then forgotten, to start again).
 SEEN_PER_CONNECTION = 2048
-# Waiting for the server's answer: first polled while the event loop goes on (an answer due in
-# a fraction of a millisecond comes sooner than a sleeping process is woken, about 0.15 ms a round
-# trip on this VM), then, past SPIN_S, asleep on the socket, waking every WAIT_INTERVAL_S without
-# an answer (psycopg's wait_async defaults to 0 there: a timer due at once, so the event loop
-# spun, a full core, for as long as the server worked, a lock wait included).
-SPIN_S = 0.0003
+# Waiting for the server's answer. While the event loop has nothing else ready to run, the wait
+# first blocks its thread on the socket for at most BLOCK_S: most answers come that soon, and a
+# thread blocked in select() wakes sooner and at less cost than an event loop that sleeps (or
+# spins: what it did before, the CPU the database server needed included). Then, or at once when
+# other tasks are ready, it waits in the event loop, waking every WAIT_INTERVAL_S without an
+# answer (psycopg's wait_async defaults to 0 there: a timer due at once, so the event loop spun,
+# a full core, for as long as the server worked, a lock wait included).
+BLOCK_S = 0.0003
 WAIT_INTERVAL_S = 0.1
+# select() takes descriptors below this only; a higher one goes straight to the event loop's wait.
+_SELECTABLE = 1024
+# The longest the event loop runs round trips answered at once without letting other tasks run.
+MAX_BUSY_S = 0.005
 
 _SYNC = pq.ExecStatus.PIPELINE_SYNC
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
@@ -187,19 +194,42 @@ async def round_trip(conn: Conn, statements: Sequence[Stmt]) -> list[Result]:
 
 
 async def _answers(exchange: PQGen[list[list[Any]]], fileno: int) -> list[list[Any]]:
-    """Run the exchange to its end: polled for up to SPIN_S, then asleep on the socket."""
+    """Run the exchange to its end: blocked on the socket for up to BLOCK_S while nothing else is
+    ready to run, then asleep in the event loop (see BLOCK_S)."""
+    global _last_yield
     try:
         wanted = next(exchange)
-        until = monotonic() + SPIN_S
-        while monotonic() < until:
-            if ready := poll_ready(fileno, wanted):
-                wanted = exchange.send(ready)
+        until = monotonic() + BLOCK_S
+        idle = _nothing_ready()
+        while idle and fileno < _SELECTABLE and (left := until - monotonic()) > 0:
+            if wanted & Wait.W:
+                ready = poll_ready(fileno, wanted)
             else:
-                await anyio.lowlevel.checkpoint()
+                ready = Ready.R if select.select([fileno], [], [], left)[0] else 0
+            if not ready:
+                break
+            wanted = exchange.send(ready)
+    except OSError as exc:  # as psycopg's wait reads it: the connection is gone
+        raise psycopg.OperationalError("connection socket closed") from exc
     except StopIteration as done:
         fetched: list[list[Any]] = done.value
+        if monotonic() - _last_yield >= MAX_BUSY_S:
+            await anyio.lowlevel.checkpoint()  # other tasks' turn (psycopg's wait does the same)
+            _last_yield = monotonic()
         return fetched
-    return await wait_async(_going_on(exchange, wanted), fileno, interval=WAIT_INTERVAL_S)
+    fetched = await wait_async(_going_on(exchange, wanted), fileno, interval=WAIT_INTERVAL_S)
+    _last_yield = monotonic()
+    return fetched
+
+
+_last_yield = monotonic()
+
+
+def _nothing_ready() -> bool:
+    """Whether the event loop has no callback ready to run but cancelled ones (from asyncio's
+    queue of them, which is not public: without it, always False, so the wait never blocks)."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is not None and all(handle.cancelled() for handle in ready)
 
 
 def poll_ready(fileno: int, wanted: Wait) -> int:
