@@ -12,10 +12,12 @@ from typing import Any, cast
 
 import anyio
 import pytest
+from jsonschema import Draft202012Validator
 
 from parley.runtime.access import LOCAL_PRINCIPAL
-from parley.server.tool_table import TurnEntry
+from parley.server.tool_table import TurnEntry, without_field_noise
 from parley.server.tools import TASK_TOOLS, TOOLS, build_mcp_server
+from parley.server.wire import TurnOutcomeView
 
 pytestmark = pytest.mark.anyio
 
@@ -45,6 +47,39 @@ async def test_every_tool_asks_for_what_it_published_before() -> None:
     assert [t["name"] for t in published] == [t["name"] for t in expected]
     for now, before in zip(published, expected, strict=True):
         assert now == before, now["name"]
+
+
+async def test_output_schemas_leave_out_field_titles_and_null_defaults_and_accept_the_same() -> None:
+    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
+    outputs = {tool.name: tool.output_schema for tool in await server.list_tools()}
+    text = json.dumps(outputs)
+    assert '"title": "Session Id"' not in text and '"default": null' not in text
+    session = outputs["get_session"]
+    assert session is not None
+    # Names stay: the result's, its shared types', and a field named "title".
+    assert session["title"] == "SessionView" and "title" in session["properties"]
+    assert all(name not in ("", None) for name in session["$defs"])
+    # What pydantic writes and what is published accept the same results.
+    full = TurnOutcomeView.model_json_schema()
+    lean = without_field_noise(full)
+    assert json.dumps(lean) != json.dumps(full)
+    results: list[Any] = [
+        {"session_id": "ses_1", "status": "answered", "answer": "hi"},
+        {"session_id": "ses_1", "status": "answered", "answer": None, "turn_id": None},
+        {
+            "session_id": "ses_1",
+            "status": "waiting_for_input",
+            "pending": [{"id": "int_1", "kind": "approval"}],
+        },
+        {"session_id": "ses_1", "status": "nonsense"},
+        {"session_id": 3, "status": "answered"},
+        {"status": "answered"},
+        {"session_id": "ses_1", "status": "answered", "pending": [{"id": "int_1", "kind": "no such kind"}]},
+    ]
+    before, after = Draft202012Validator(full), Draft202012Validator(lean)
+    verdicts = [before.is_valid(result) for result in results]
+    assert verdicts == [after.is_valid(result) for result in results]
+    assert True in verdicts and False in verdicts
 
 
 if __name__ == "__main__":
