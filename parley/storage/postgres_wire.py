@@ -6,7 +6,8 @@ Why not `conn.pipeline()` and a cursor per statement: that path costs about 50 Â
 statement (a cursor, its adapters, the query's parsing, the prepared-statement bookkeeping),
 and a turn sends about fifty. Here a statement costs its parameters' dumping and its rows'
 loading, with psycopg's own Transformer (so types travel exactly as a cursor sends and reads
-them), and psycopg's own generators and wait do the I/O.
+them), and psycopg's own generators do the I/O; the wait for the answer is this module's
+(`_answers`: briefly blocked on the socket while the event loop has nothing else to run).
 
 A statement sent a second time on a connection is prepared there (by its text and its
 parameters' types), as psycopg does after five; at most PREPARED_PER_CONNECTION of them.
@@ -203,7 +204,7 @@ async def _answers(exchange: PQGen[list[list[Any]]], fileno: int) -> list[list[A
         idle = _nothing_ready()
         while idle and fileno < _SELECTABLE and (left := until - monotonic()) > 0:
             if wanted & Wait.W:
-                ready = poll_ready(fileno, wanted)
+                ready = _ready_now(fileno, wanted)
             else:
                 ready = Ready.R if select.select([fileno], [], [], left)[0] else 0
             if not ready:
@@ -232,7 +233,7 @@ def _nothing_ready() -> bool:
     return ready is not None and all(handle.cancelled() for handle in ready)
 
 
-def poll_ready(fileno: int, wanted: Wait) -> int:
+def _ready_now(fileno: int, wanted: Wait) -> int:
     """What the socket is ready for now, of what the exchange waits for (no waiting)."""
     poller = select.poll()
     poller.register(
