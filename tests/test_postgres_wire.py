@@ -153,21 +153,20 @@ async def test_a_round_trip_the_server_works_on_leaves_the_cpu_free(conn: AsyncC
 async def test_other_tasks_run_while_a_round_trip_waits_for_its_answer(conn: AsyncConnection[Any]) -> None:
     # A round trip may block the event loop's thread for a fraction of a millisecond (when nothing
     # else is ready to run), never for as long as the server works.
-    gaps: list[float] = []
+    ticks = 0
 
     async def tick() -> None:
-        last = time.monotonic()
+        nonlocal ticks
         while True:
-            await anyio.sleep(0.02)
-            now = time.monotonic()
-            gaps.append(now - last)
-            last = now
+            await anyio.sleep(0.01)
+            ticks += 1
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
         await anyio.sleep(0.005)  # the other task is asleep: nothing is ready to run as the trip starts
-        (result,) = await round_trip(conn, [Stmt("SELECT pg_sleep(0.3), 1")])
+        ticks = 0
+        (result,) = await round_trip(conn, [Stmt("SELECT pg_sleep(0.5), 1")])
+        during = ticks
         tg.cancel_scope.cancel()
     assert result.rows == [("", 1)]
-    assert len(gaps) >= 10, f"the other task ran {len(gaps)} times in 0.3 s"
-    assert max(gaps) < 0.15, f"the event loop was held for {max(gaps):.3f} s"
+    assert during >= 5, f"another task ran {during} times while the server worked for 0.5 s"
