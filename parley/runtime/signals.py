@@ -175,12 +175,6 @@ class SessionSignals:
         """The session's changes while it is open (see Watch)."""
         return self._changed.open(session_id)
 
-    async def wait_changed(self, session_id: SessionId, timeout_s: float) -> None:
-        """Return when the session changes, or after `timeout_s` at most. (A change made before the
-        call is not seen: a caller that looks and then waits should hold a `watching` instead.)"""
-        with self._changed.open(session_id) as watch:
-            await watch.wait(timeout_s)
-
     def request_cancel(self, session_id: SessionId) -> None:
         self._cancels.fire(session_id)
         # The request is committed: whoever follows the session sees it at once.

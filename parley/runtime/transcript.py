@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from parley.core.records import MessageRecord, NewToolCall
-from parley.runtime.model import ChatMessage, ModelToolCall, RequestedCall
+from parley.runtime.model import ChatMessage, ModelToolCall
 
 
 def assistant_content(
@@ -127,7 +127,3 @@ def _chat_message(record: MessageRecord) -> ChatMessage:
 
 
 NOT_RUN_TEXT = "This call was not run: the turn ended before it started."
-
-
-def requested_names(calls: Sequence[RequestedCall]) -> str:
-    return ", ".join(c.name for c in calls)
