@@ -47,15 +47,15 @@ from _common import latency_summary, loadavg_1m, machine
 from mcp import Client
 
 import parley
-from parley.storage.sql.conditions import RUNNING_A_TURN
 from parley.storage.sql.store import SqlStore
+from parley.storage.sql.usage import RUNNING_OF_OWNER
 from parley.testing import call, parley_app
 
 ON = {"running_turns": 1000, "sessions_per_minute": 1_000_000, "messages_per_minute": 1_000_000}
 WARM_UP = 20
 
 # What main read before queueing a message: the owner's running sessions, on their own.
-RUNNING_SESSIONS_OF = f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}"
+RUNNING_SESSIONS_OF = RUNNING_OF_OWNER
 
 
 def _drop_schema(postgres: str, schema: str) -> None:

@@ -10,9 +10,9 @@ from parley.core.ids import SessionId
 from parley.core.records import StepRecord
 from parley.core.webhooks import DeliveryRecord
 from parley.storage.ports import Store
-from parley.storage.sql.conditions import RUNNING_A_TURN
 from parley.storage.sql.rows import listing
 from parley.storage.sql.store import SqlStore
+from parley.storage.sql.usage import RUNNING_OF_OWNER
 
 
 async def try_acquire_lease(
@@ -42,7 +42,7 @@ async def count_running(store: Store, owner: str) -> int:
     """Sessions of `owner` running a turn or about to, as fair use counts them (sql/usage.py):
     status running, except those parked on timers or downstream tasks (phase 'waiting')."""
     sql = cast(SqlStore, store)
-    return await sql._count(f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}", (owner,))
+    return await sql._count(RUNNING_OF_OWNER, (owner,))
 
 
 async def get_delivery(store: Store, delivery_id: str) -> DeliveryRecord | None:

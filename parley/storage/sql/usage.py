@@ -17,7 +17,8 @@ from parley.storage.sql.dialect import Dialect
 from parley.storage.sql.program import Result, Stmt
 
 _ADMITTED = "SELECT counted, count(*), min(at) FROM admissions WHERE owner = ? AND at > ? GROUP BY counted"
-_RUNNING = f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}"
+# An owner's sessions running a turn or about to, as fair use counts them.
+RUNNING_OF_OWNER = f"SELECT count(*) FROM sessions WHERE owner = ? AND {RUNNING_A_TURN}"
 _INSERT = "INSERT INTO admissions (owner, counted, at) VALUES (?, ?, ?)"
 _FORGET = "DELETE FROM admissions WHERE owner = ? AND at <= ?"
 
@@ -32,7 +33,7 @@ def usage_reads(dialect: Dialect, scope: UsageScope, *, lock: bool = True) -> li
     if scope.admissions:
         statements.append(Stmt(_ADMITTED, (scope.owner, scope.since)))
     if scope.running:
-        statements.append(Stmt(_RUNNING, (scope.owner,)))
+        statements.append(Stmt(RUNNING_OF_OWNER, (scope.owner,)))
     return statements
 
 
