@@ -43,6 +43,7 @@ from parley.core.records import (
     lease_token,
 )
 from parley.core.transitions import TurnEnd, starting
+from parley.core.turn_steps import start_turn
 from parley.errors import LeaseLost, StorageError
 from parley.runtime.session_steps import SessionSteps
 from parley.storage.ports import Store
@@ -949,21 +950,66 @@ async def test_several_leases_are_taken_at_once_skipping_sessions_held_or_at_res
     assert await store.try_acquire_leases([], PROC_A, T0, TTL) == {}
 
 
-async def test_a_lease_taken_with_a_look_reads_the_session_as_claimed_and_a_refused_one_reads_nothing(
+async def test_a_claim_starts_the_turn_in_its_transaction_and_reads_back_the_first_step(
     store: Store, other_store: Store
 ) -> None:
     step_view = SnapshotScope(interrupts=False)
-    sid, resting = await new_session(store, "work"), await new_session(store)
-    claimed = await store.try_acquire_lease_and_look(sid, PROC_A, T0, TTL, step_view)
-    assert claimed is not None
-    lease, seen = claimed
-    assert lease == lease_token(PROC_A, 1)
-    assert (
-        seen is not None and seen.session.lease_owner == lease and [q.text for q in seen.queued] == ["work"]
+    sid = await new_session(store, "work")
+    turn_id = new_turn_id()
+    decided: list[SessionSnapshot] = []
+
+    def start(snapshot: SessionSnapshot) -> tuple[TurnRecord | None, Changes]:
+        decided.append(snapshot)
+        return start_turn(snapshot, turn_id, T0 + 1)
+
+    claimed = await store.claim_and_decide(
+        sid, PROC_A, T0 + 1, TTL, step_view, start, lambda _: replace(step_view, messages_from=0)
     )
+    assert claimed is not None and claimed.lease == lease_token(PROC_A, 1)
+    # The decision saw the claim: the lease is taken and the message still queued.
+    (seen_by_decision,) = decided
+    assert seen_by_decision.session.lease_owner == claimed.lease
+    assert [q.text for q in seen_by_decision.queued] == ["work"]
+    assert claimed.value is not None and claimed.value.id == turn_id
+    after = claimed.snapshot
+    assert after is not None and after.session.current_turn_id == turn_id and after.queued == ()
+    assert [(m.role, m.content) for m in after.messages] == [("user", {"text": "work"})]
+    assert after == await other_store.snapshot(sid, replace(step_view, messages_from=0))
+
+
+async def test_a_claim_whose_decision_changes_nothing_reads_the_session_as_claimed(
+    store: Store, other_store: Store
+) -> None:
+    step_view = SnapshotScope(interrupts=False)
+    sid = await new_session(store, "work")
+    claimed = await store.claim_and_decide(
+        sid, PROC_A, T0, TTL, step_view, lambda s: ("nothing", Changes()), lambda _: CURRENT_TURN
+    )
+    assert claimed is not None and claimed.value == "nothing"
+    seen = claimed.snapshot
+    assert seen is not None and seen.session.lease_owner == claimed.lease == lease_token(PROC_A, 1)
+    assert [q.text for q in seen.queued] == ["work"]
     assert seen == await other_store.snapshot(sid, step_view)
-    assert await other_store.try_acquire_lease_and_look(sid, PROC_B, T0 + 1, TTL, step_view) is None
-    assert await store.try_acquire_lease_and_look(resting, PROC_A, T0, TTL, step_view) is None
+
+
+async def test_a_refused_claim_decides_nothing_and_writes_nothing(store: Store, other_store: Store) -> None:
+    step_view = SnapshotScope(interrupts=False)
+    held, resting = await new_session(store, "work"), await new_session(store)
+    assert await try_acquire_lease(other_store, held, PROC_B, T0, TTL)
+    before = await store.snapshot(held, step_view)
+
+    def never(snapshot: SessionSnapshot) -> tuple[None, Changes]:
+        raise AssertionError("a refused claim decides nothing")
+
+    assert (
+        await store.claim_and_decide(held, PROC_A, T0 + 1, TTL, step_view, never, lambda _: step_view) is None
+    )
+    assert (
+        await store.claim_and_decide(resting, PROC_A, T0, TTL, step_view, never, lambda _: step_view) is None
+    )
+    assert await store.snapshot(held, step_view) == before
+    resting_row = await store.get_session(resting)
+    assert resting_row is not None and resting_row.lease_owner is None
 
 
 async def test_only_a_running_session_can_be_leased(store: Store) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Generic, TypedDict, TypeVar
 
 from parley.core.ids import QueuedMessageId, ToolCallId, TurnId
 from parley.core.records import (
@@ -31,6 +31,8 @@ from parley.core.records import (
     TurnRecord,
     TurnStatus,
 )
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +90,16 @@ class SnapshotScope:
 
 
 CURRENT_TURN = SnapshotScope()
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed(Generic[T]):
+    """A session's lease taken with a decision in the same transaction: the holding's token, what
+    the decision returned, and the session as the transaction left it."""
+
+    lease: str
+    value: T
+    snapshot: SessionSnapshot | None
 
 
 # ---------------------------------------------------------------------- fair use in the database

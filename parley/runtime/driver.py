@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 import anyio
 from anyio.abc import TaskGroup
@@ -20,13 +19,14 @@ from opentelemetry import trace
 
 from parley.config import AgentLimits, ModelSpec, effective_limits
 from parley.core import transitions
-from parley.core.changes import SessionSnapshot, SnapshotScope
+from parley.core.changes import SessionSnapshot
 from parley.core.ids import SessionId, TurnId, new_turn_id
 from parley.core.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.core.records import SessionRecord, TurnRecord
 from parley.core.states import DRIVEN_SESSION, ENDED_SESSION
 from parley.errors import LeaseLost
 from parley.runtime.agent_catalog import AgentCatalog
+from parley.runtime.claim_start import STEP_VIEW, StartedTurn, StartOnClaim, is_fresh, is_parked, start_look
 from parley.runtime.faults import FaultPoints
 from parley.runtime.leased_transcript import LeasedTranscript, TranscriptCache
 from parley.runtime.metrics import RuntimeMetrics
@@ -39,7 +39,7 @@ from parley.runtime.toolbox import Toolbox
 from parley.runtime.tracing import Tracing
 from parley.storage.ports import Store
 
-__all__ = ["STEP_VIEW", "DriveSettings", "SessionDriver"]
+__all__ = ["DriveSettings", "SessionDriver"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +47,6 @@ STEERED = (
     "Steered: a new message arrived, so the turn stopped after the step in progress; calls that "
     "had not run and waits of the turn were cancelled."
 )
-# What a step reads: the session, its current turn with its calls, and the queue (for steering).
-STEP_VIEW = SnapshotScope(interrupts=False)
 # Cleanup after a cancel must reach the database even though the task is being cancelled.
 PERSIST_GRACE_S = 10.0
 
@@ -60,16 +58,6 @@ def _session_limit(limits: AgentLimits, session: SessionRecord, now: float) -> s
     if limits.max_session_seconds is not None and now - session.created_at >= limits.max_session_seconds:
         return f"the session reached its wall-time limit of {limits.max_session_seconds:g}s"
     return None
-
-
-def _is_parked(session: SessionRecord, now: float) -> bool:
-    """Waiting for a person, or for a timer that is not due: nothing to drive now."""
-    not_due = session.wake_at is None or session.wake_at > now
-    if session.status == "waiting_for_input":
-        return not_due
-    return (
-        session.status == "running" and session.phase == "waiting" and session.wake_at is not None and not_due
-    )
 
 
 class SessionDriver:
@@ -114,17 +102,34 @@ class SessionDriver:
         """Shutdown: finish the step in progress, then release the session without starting another."""
         self._ctx.stopping = True
 
-    async def drive(self, session_id: SessionId, lease: str, first: SessionSnapshot | None = None) -> bool:
+    def start_on_claim(self, session_id: SessionId, now: float) -> StartOnClaim:
+        """The decision a claim of the session's lease makes in its transaction: the turn this
+        driver would start first (claim_start.py). Hand what it started to `drive`."""
+        return StartOnClaim(
+            self._agents,
+            new_turn_id(),
+            now,
+            self._transcripts.next_seq(session_id),
+            lambda: self._ctx.stopping,
+        )
+
+    async def drive(
+        self,
+        session_id: SessionId,
+        lease: str,
+        first: SessionSnapshot | None = None,
+        started: StartedTurn | None = None,
+    ) -> bool:
         """Work the session until it rests, under the lease token the caller acquired (`first`:
-        the snapshot the claim read, if it did). True when, as the lease is let go, the session
-        needs a driver again (a message came meanwhile)."""
+        the snapshot the claim read, if it did; `started`: the turn its decision started). True
+        when, as the lease is let go, the session needs a driver again (a message came meanwhile)."""
         control = TurnControl(lease)
         again = False
         self._ctx.metrics.leases_held.inc()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keep_lease, session_id, control, tg)
-                await self._work(session_id, control, first)
+                await self._work(session_id, control, first, started)
                 tg.cancel_scope.cancel()
         except* LeaseLost:
             # Another process took over (this one stalled past the lease); nothing was committed here.
@@ -147,7 +152,7 @@ class SessionDriver:
                         ended is not None
                         and not self._ctx.stopping
                         and ended.status in DRIVEN_SESSION
-                        and not _is_parked(ended, self._ctx.clock())
+                        and not is_parked(ended, self._ctx.clock())
                     )
             self._ctx.signals.notify(session_id)
         return again
@@ -195,10 +200,18 @@ class SessionDriver:
                 control.cancel(session.cancel_requested_turn)
 
     async def _work(
-        self, session_id: SessionId, control: TurnControl, claimed: SessionSnapshot | None
+        self,
+        session_id: SessionId,
+        control: TurnControl,
+        claimed: SessionSnapshot | None,
+        claim_started: StartedTurn | None,
     ) -> None:
         first = True
         transcript = self._transcripts.leased(session_id, control.lease)
+        if claim_started is not None and claimed is not None:
+            self._began(claimed.session, claim_started, claimed, transcript, control)
+            # Its sender here learns of the turn from the claim's own read (Watch's `seen`).
+            self._ctx.signals.notify(session_id, seen=claimed)
         # What the claim or a turn's start read back in its own transaction: the next step's snapshot.
         started = claimed
         while control.rested is None:  # a turn's end that rested the session let go of the lease
@@ -226,7 +239,7 @@ class SessionDriver:
                     await self._traced_step(snapshot, transcript, control, only_finish=True)
                     self._ctx.signals.notify(session_id)
                 return
-            if _is_parked(session, self._ctx.clock()):
+            if is_parked(session, self._ctx.clock()):
                 return  # waiting for input or a timer; the scheduler brings it back
             if session.current_turn_id is None:
                 if session.status != "running":
@@ -261,29 +274,43 @@ class SessionDriver:
         version, store_version = await self._agents.for_new_turn_of(
             session.agent, now, session.agent_version_pin
         )
-        # A session that never ran a turn and copies none (a fork does) has no message yet but
-        # the ones its first turn takes: they come whole with the snapshot.
-        fresh = session.turn_count == 0 and session.parent_session_id is None
-        look = replace(STEP_VIEW, messages_from=0 if fresh else transcript.next_seq)
+        look = start_look(session, transcript.next_seq)
         turn, started = await self._ctx.steps.start_turn_and_look(
             session.id, control.lease, new_turn_id(), now, version, store_version=store_version, look=look
         )
         if turn is None:
             return False, None
-        if started is not None and look.messages_from is not None:
-            transcript.caught_up(started, whole=fresh)
-        control.started_turn = turn.id
-        if version is not None and store_version:
-            self._agents.mark_stored(version)
+        begun = StartedTurn(turn, version, store_version, is_fresh(session), look.messages_from)
+        self._began(session, begun, started, transcript, control)
+        return True, started
+
+    def _began(
+        self,
+        session: SessionRecord,
+        begun: StartedTurn,
+        started: SessionSnapshot | None,
+        transcript: LeasedTranscript,
+        control: TurnControl,
+    ) -> None:
+        """What follows a turn's committed start: the transcript's copy takes the messages the
+        start read back (if the copy is the one they follow), and the turn is logged."""
+        if (
+            started is not None
+            and begun.messages_from is not None
+            and (transcript.next_seq or 0) == begun.messages_from
+        ):
+            transcript.caught_up(started, whole=begun.fresh)
+        control.started_turn = begun.turn.id
+        if begun.version is not None and begun.stored:
+            self._agents.mark_stored(begun.version)
         logger.info(
             "session %s: turn %s started on agent %s version %s",
             session.id,
-            turn.id,
+            begun.turn.id,
             session.agent,
-            turn.agent_version,
-            extra={**about(session), "turn_id": turn.id},
+            begun.turn.agent_version,
+            extra={**about(session), "turn_id": begun.turn.id},
         )
-        return True, started
 
     async def _traced_step(
         self,

@@ -50,6 +50,11 @@ class TranscriptCache:
             kept -= len(gone.records)
         return LeasedTranscript(self._store, session_id, copy, epoch)
 
+    def next_seq(self, session_id: SessionId) -> int | None:
+        """LeasedTranscript.next_seq of the session's copy as it is now (None: none is kept)."""
+        copy = self._copies.get(session_id)
+        return copy.records[-1].seq + 1 if copy is not None and copy.records else None
+
     def forget(self, session_id: SessionId) -> None:
         """The session ended: it will take no more turns here."""
         self._copies.pop(session_id, None)

@@ -9,11 +9,12 @@ from collections.abc import Callable, Iterable
 import anyio
 from anyio.abc import TaskStatus
 
-from parley.core.changes import SessionSnapshot
+from parley.core.changes import Claimed
 from parley.core.ids import SessionId
 from parley.errors import StorageUnavailable
 from parley.runtime.background import log_pass_failure
-from parley.runtime.driver import STEP_VIEW, DriveSettings, SessionDriver
+from parley.runtime.claim_start import STEP_VIEW, StartedTurn
+from parley.runtime.driver import DriveSettings, SessionDriver
 from parley.runtime.signals import SessionSignals
 from parley.storage.ports import Store
 
@@ -119,23 +120,24 @@ class Scheduler:
             return
         ttl = self._timings.lease_ttl_s
         if len(wanted) == 1:
-            # One session (named by a message or a decision, most often): its first snapshot
-            # comes with the claim, in the same transaction.
-            claimed = await self._store.try_acquire_lease_and_look(
-                wanted[0], self._process_id, now, ttl, STEP_VIEW
+            # One session (named by a message or a decision, most often): the claim's transaction
+            # reads its first snapshot and starts the turn a message waits for.
+            start = self._driver.start_on_claim(wanted[0], now)
+            claimed = await self._store.claim_and_decide(
+                wanted[0], self._process_id, now, ttl, STEP_VIEW, start.decide, start.after
             )
             leases = {wanted[0]: claimed} if claimed is not None else {}
         else:
             taken = await self._store.try_acquire_leases(wanted, self._process_id, now, ttl)
-            leases = {session_id: (lease, None) for session_id, lease in taken.items()}
-        for session_id, (lease, first) in leases.items():
+            leases = {session_id: Claimed(lease, None, None) for session_id, lease in taken.items()}
+        for session_id, claim in leases.items():
             self._driving.add(session_id)
-            tg.start_soon(self._drive, session_id, lease, first)
+            tg.start_soon(self._drive, session_id, claim)
 
-    async def _drive(self, session_id: SessionId, lease: str, first: SessionSnapshot | None) -> None:
+    async def _drive(self, session_id: SessionId, claim: Claimed[StartedTurn | None]) -> None:
         again: bool | None = None  # unknown after a failure: scan
         try:
-            again = await self._driver.drive(session_id, lease, first)
+            again = await self._driver.drive(session_id, claim.lease, claim.snapshot, claim.value)
             self._retry_at.pop(session_id, None)
         except Exception as exc:
             _, pause = self._retry_at.get(session_id, (0.0, self._timings.poll_interval_s))

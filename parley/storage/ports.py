@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
+from parley.core.changes import Admit, Changes, Claimed, SessionSnapshot, SnapshotScope
 from parley.core.forks import ForkedSession, ForkOutcome, ForkSource
 from parley.core.ids import QueuedMessageId, SessionId, TurnId
 from parley.core.records import (
@@ -132,12 +132,21 @@ class Leases(Protocol):
         A scheduler taking over a crashed process's hundred sessions claims them at once."""
         ...
 
-    async def try_acquire_lease_and_look(
-        self, session_id: SessionId, owner: str, now: float, ttl_s: float, look: SnapshotScope
-    ) -> tuple[str, SessionSnapshot | None] | None:
-        """try_acquire_leases for one session, with its snapshot of `look` as the same transaction
-        sees it once the lease is taken (the driver's first step reads nothing more): the token
-        and the snapshot, or None when the lease was not taken."""
+    async def claim_and_decide(
+        self,
+        session_id: SessionId,
+        owner: str,
+        now: float,
+        ttl_s: float,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot], tuple[T, Changes]],
+        after: Callable[[SessionSnapshot], SnapshotScope],
+    ) -> Claimed[T] | None:
+        """try_acquire_leases for one session, and in the same transaction `decide` on its snapshot
+        of `scope` as the claim left it (pure, as for StepStore.decide), its changes written: the
+        new token, what `decide` returned and the snapshot of `after(snapshot)` read after the
+        writes (the claim's own snapshot when `decide` changed nothing), so the driver's first
+        step reads nothing more. None, with `decide` not called, when the lease was not taken."""
         ...
 
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:

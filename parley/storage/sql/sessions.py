@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from parley.core.changes import Admit, Changes, SessionSnapshot, SnapshotScope
+from parley.core.changes import Admit, Changes, Claimed, SessionSnapshot, SnapshotScope
 from parley.core.ids import SessionId, TurnId
 from parley.core.records import (
     AuditRecord,
@@ -22,6 +22,7 @@ from parley.core.webhooks import OutboxRoute
 from parley.errors import LeaseLost, StorageError
 from parley.storage.sql.base import SqlBase
 from parley.storage.sql.conditions import QUEUED
+from parley.storage.sql.leases import claim_statement, claimed_and_decided
 from parley.storage.sql.program import Announce, Batch, Program, Stmt, reads
 from parley.storage.sql.rows import (
     CALL_COLUMNS,
@@ -32,6 +33,7 @@ from parley.storage.sql.rows import (
 )
 from parley.storage.sql.schedules import tick_claim
 from parley.storage.sql.steps import (
+    Outbox,
     audit_params,
     decide_program,
     queued_params,
@@ -110,15 +112,35 @@ class SqlSessions(SqlBase):
         lease: str | None,
         after: SnapshotScope | None,
     ) -> tuple[T, SessionSnapshot | None]:
+        program = decide_program(self.codec, session_id, scope, decide, now, lease, self._outbox(now), after)
+        return await self._execute(program, write=True)
+
+    async def claim_and_decide(
+        self,
+        session_id: SessionId,
+        owner: str,
+        now: float,
+        ttl_s: float,
+        scope: SnapshotScope,
+        decide: Callable[[SessionSnapshot], tuple[T, Changes]],
+        after: Callable[[SessionSnapshot], SnapshotScope],
+    ) -> Claimed[T] | None:
+        claim = claim_statement(self.dialect, [session_id], owner, now, ttl_s)
+        program = claimed_and_decided(
+            self.codec, claim, session_id, scope, decide, now, self._outbox(now), after
+        )
+        return await self._execute(program, write=True)
+
+    def _outbox(self, now: float) -> Outbox | None:
+        """The webhook deliveries of a decision's events, if any subscription wants them."""
         routes = self.webhook_routes
+        if not routes:
+            return None
 
         def outbox(snapshot: SessionSnapshot, changes: Changes) -> list[Stmt]:
             return outbox_statements(routes, snapshot, changes, now)
 
-        program = decide_program(
-            self.codec, session_id, scope, decide, now, lease, outbox if routes else None, after
-        )
-        return await self._execute(program, write=True)
+        return outbox
 
     async def snapshot(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
         return await self._execute(snapshot_program(self.codec, session_id, scope), write=False)

@@ -36,6 +36,8 @@ from parley.storage.sql.usage import admission_writes, load_usage, usage_reads
 from parley.storage.wakeups import wake_after
 
 T = TypeVar("T")
+# The webhook deliveries a decision's events make (parley/storage/sql/webhooks.py).
+Outbox = Callable[[SessionSnapshot, Changes], list[Stmt]]
 
 
 # The columns a new record is inserted with (the others start from their defaults).
@@ -102,29 +104,10 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
     """The statements that load a snapshot of `scope`, in the order load_snapshot reads them:
     the session (with its sequence numbers; with `lock`, locked until the transaction ends), the
     queue, the message asked for by id, the one sent with a client_message_id, then the turn,
-    its calls and its interrupts, and the transcript from `messages_from`. The turn is found in SQL from the session row (or the
-    interrupt or call named), so the whole snapshot is one batch."""
+    its calls and its interrupts, and the transcript from `messages_from`. The turn is found in
+    SQL from the session row (or the interrupt or call named), so the whole snapshot is one batch."""
     dialect = codec.dialect
     sid = session_id
-    turn: str
-    turn_params: tuple[Any, ...]
-    if scope.interrupt_id is not None:
-        turn, turn_params = (
-            "SELECT turn_id FROM interrupts WHERE id = ? AND session_id = ?",
-            (
-                scope.interrupt_id,
-                sid,
-            ),
-        )
-    elif scope.call_id is not None:
-        turn, turn_params = (
-            "SELECT turn_id FROM tool_calls WHERE id = ? AND session_id = ?",
-            (scope.call_id, sid),
-        )
-    elif scope.turn_id:
-        turn, turn_params = "?", (scope.turn_id,)
-    else:
-        turn, turn_params = "SELECT current_turn_id FROM sessions WHERE id = ?", (sid,)
     reads = [
         Stmt(
             f"SELECT {SESSION_COLUMNS}, message_seq, event_seq, queue_seq FROM sessions WHERE id = ?"
@@ -154,7 +137,7 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
             )
         )
     if scope.turn:
-        reads.extend(_turn_reads(scope, sid, turn, turn_params))
+        reads.extend(_turn_reads(scope, sid, *_turn_of(scope, sid)))
     if scope.messages_from is not None:
         reads.append(
             Stmt(
@@ -166,6 +149,17 @@ def snapshot_reads(codec: Codec, session_id: SessionId, scope: SnapshotScope, *,
         # After the session's lock: every decision that takes both takes them in this order.
         reads.extend(usage_reads(dialect, scope.usage, lock=lock))
     return reads
+
+
+def _turn_of(scope: SnapshotScope, sid: SessionId) -> tuple[str, tuple[Any, ...]]:
+    """SQL that selects the id of the scope's turn, and its parameters."""
+    if scope.interrupt_id is not None:
+        return "SELECT turn_id FROM interrupts WHERE id = ? AND session_id = ?", (scope.interrupt_id, sid)
+    if scope.call_id is not None:
+        return "SELECT turn_id FROM tool_calls WHERE id = ? AND session_id = ?", (scope.call_id, sid)
+    if scope.turn_id:
+        return "?", (scope.turn_id,)
+    return "SELECT current_turn_id FROM sessions WHERE id = ?", (sid,)
 
 
 def _turn_reads(scope: SnapshotScope, sid: SessionId, turn: str, turn_params: tuple[Any, ...]) -> list[Stmt]:
@@ -442,7 +436,7 @@ def decide_program(
     decide: Callable[[SessionSnapshot | None], tuple[T, Changes]],
     now: float,
     lease: str | None,
-    outbox: Callable[[SessionSnapshot, Changes], list[Stmt]] | None = None,
+    outbox: Outbox | None = None,
     after: SnapshotScope | None = None,
 ) -> Program[tuple[T, SessionSnapshot | None]]:
     """The decision's value, and with `after` the snapshot of that scope as the decision left it,
@@ -456,23 +450,39 @@ def decide_program(
     if lease is not None and snapshot.session.lease_owner != lease:
         raise LeaseLost(session_id)
     value, changes = decide(snapshot)
-    looks = snapshot_reads(codec, session_id, after, lock=False) if after is not None else []
     if changes.is_empty():
         if after is None:
             return value, None
-        results = yield Batch(looks, last=True, writes=False)
+        results = yield Batch(snapshot_reads(codec, session_id, after, lock=False), last=True, writes=False)
         return value, looked(codec, after, results)
+    seen = yield from written(codec, (snapshot, counters), changes, now, outbox, after)
+    return value, seen
+
+
+def written(
+    codec: Codec,
+    loaded: tuple[SessionSnapshot, Counters],
+    changes: Changes,
+    now: float,
+    outbox: Outbox | None,
+    after: SnapshotScope | None,
+) -> Program[SessionSnapshot | None]:
+    """The last batch of a decision: the writes of `changes` (not empty) made on the snapshot
+    read under the session's lock, committed; with `after`, that scope read back after them."""
+    snapshot, counters = loaded
+    session_id = snapshot.session.id
     statements = ChangeWriter(codec, snapshot, counters, now).write(changes)
     if outbox is not None:
         # The webhook deliveries of its events: committed with them, or not at all.
         statements += outbox(snapshot, changes)
-    written = len(statements)
+    count = len(statements)
+    looks = snapshot_reads(codec, session_id, after, lock=False) if after is not None else []
     # Other processes hear of it (a NOTIFY delivered at COMMIT on PostgreSQL).
     announce = (Announce(wake_after(snapshot.session, changes, now)),)
     results = yield Batch(
         statements + looks, last=True, announce=announce, durable=changes.durable, step_of=session_id
     )
-    return value, (looked(codec, after, results[written:]) if after is not None else None)
+    return looked(codec, after, results[count:]) if after is not None else None
 
 
 def looked(codec: Codec, scope: SnapshotScope, results: list[Result]) -> SessionSnapshot | None:
