@@ -60,7 +60,8 @@ async def _parked(store: Store, owner: str = "alice") -> tuple[SessionId, TurnRe
     """A session of `owner` whose turn waits for an approval, parked: no lease held."""
     sid, turn = await running_turn(store)
     interrupt = await _pending_approval(store, sid, turn, T0 + 2)
-    assert await SessionSteps(store).park_turn(sid, LEASE_A, turn.id, T0 + 3)
+    parked, _ = await SessionSteps(store).park_turn(sid, LEASE_A, turn.id, T0 + 3)
+    assert parked
     await store.release_lease(sid, LEASE_A)
     return sid, turn, interrupt
 

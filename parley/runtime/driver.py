@@ -19,7 +19,7 @@ from opentelemetry import trace
 
 from parley.config import AgentLimits, ModelSpec, effective_limits
 from parley.core import transitions
-from parley.core.changes import SessionSnapshot
+from parley.core.changes import SessionSnapshot, SnapshotScope
 from parley.core.ids import SessionId, TurnId, new_turn_id
 from parley.core.machine import CallModel, FinishTurn, Nudge, RunTools, next_action
 from parley.core.records import SessionRecord, TurnRecord
@@ -58,6 +58,18 @@ def _session_limit(limits: AgentLimits, session: SessionRecord, now: float) -> s
     if limits.max_session_seconds is not None and now - session.created_at >= limits.max_session_seconds:
         return f"the session reached its wall-time limit of {limits.max_session_seconds:g}s"
     return None
+
+
+def _looked(control: TurnControl, transcript: LeasedTranscript) -> SessionSnapshot | None:
+    """The session as the step's last commit read it back for the next step (None: the next
+    step reads it); the transcript's copy takes the messages read with it."""
+    looked, view = control.looked, control.step_view
+    control.looked = control.step_view = None
+    if looked is None or view is None:
+        return None
+    if view.messages_from is not None:
+        transcript.caught_up(looked)
+    return looked
 
 
 class SessionDriver:
@@ -261,6 +273,7 @@ class SessionDriver:
                 self._ctx.signals.notify(session_id)
                 continue
             await self._traced_step(snapshot, transcript, control)
+            started = _looked(control, transcript)
             self._ctx.signals.notify(session_id, seen=control.take_seen())
 
     async def _start_turn(
@@ -382,6 +395,9 @@ class SessionDriver:
             await self._finish(control, session, turn_id, FinishTurn("cancelled", None, None))
             return
         messages = await transcript.current(snapshot)
+        # A model step that calls tools, or the tools' end, reads the session back for the next
+        # step in its own transaction, with the messages written since the copy's last one.
+        control.step_view = SnapshotScope(messages_from=transcript.next_seq)
         turn_messages = [m for m in messages if m.turn_id == turn_id]
         limits = effective_limits(agent.limits, turn.settings)
         action = next_action(
@@ -447,6 +463,8 @@ class SessionDriver:
         action: FinishTurn,
         limit_reason: str | None = None,
     ) -> None:
+        # What the step read back is older than this end: neither the next step nor a waiter takes it.
+        control.looked = control.seen = None
         agent = self._agents.get(session.agent)
         if action.status in ("cancelled", "failed"):
             await self._tools.cancel_remote_tasks(session, turn_id)

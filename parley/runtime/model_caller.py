@@ -336,7 +336,10 @@ class ModelCaller:
             await self._commit_answer(session, step, response.text, ending, control)
         else:
             # Committed in one transaction: the answer, the calls it asked for, and its usage.
-            await self._ctx.steps.commit_model_step(session.id, lease, step, self._ctx.clock())
+            looked = await self._ctx.steps.commit_model_step(
+                session.id, lease, step, self._ctx.clock(), control.step_view
+            )
+            control.seen = control.looked = looked
         await self._ctx.faults.hit("model_committed", response.text)
         return None
 

@@ -52,12 +52,31 @@ class SessionSteps:
     ) -> T:
         """Load, decide and write in one transaction; `missing` when the session does not exist.
         `scope` names what the snapshot holds (see SnapshotScope)."""
+        value, _ = await self._decide_and_look(session_id, decide, missing, now, None, lease=lease, **scope)
+        return value
+
+    async def _decide_and_look(
+        self,
+        session_id: SessionId,
+        decide: Decide[T],
+        missing: T,
+        now: float,
+        look: SnapshotScope | None,
+        *,
+        lease: str | None = None,
+        **scope: Any,
+    ) -> tuple[T, SessionSnapshot | None]:
+        """_decide, and with `look` the snapshot of that scope as the decision left it, read in the
+        same transaction (the driver's next step then reads nothing more)."""
 
         def decide_or_missing(snapshot: SessionSnapshot | None) -> tuple[T, Changes]:
             return (missing, Changes()) if snapshot is None else decide(snapshot)
 
-        return await self._store.decide(
-            session_id, SnapshotScope(**scope), decide_or_missing, now, lease=lease
+        loaded = SnapshotScope(**scope)
+        if look is None:
+            return await self._store.decide(session_id, loaded, decide_or_missing, now, lease=lease), None
+        return await self._store.decide_then_look(
+            session_id, loaded, decide_or_missing, now, look, lease=lease
         )
 
     async def _write(
@@ -66,9 +85,11 @@ class SessionSteps:
         lease: str,
         decide: Callable[[SessionSnapshot], Changes | None],
         now: float,
+        look: SnapshotScope | None = None,
         **load: Any,
-    ) -> None:
-        """A step of the lease holder's turn; a missing record is a bug, not a race."""
+    ) -> SessionSnapshot | None:
+        """A step of the lease holder's turn; a missing record is a bug, not a race. With `look`,
+        the snapshot of that scope as the step left it."""
 
         def with_check(snapshot: SessionSnapshot) -> tuple[None, Changes]:
             changes = decide(snapshot)
@@ -76,7 +97,8 @@ class SessionSteps:
                 raise StorageError(f"session {session_id}: the record this step writes is not stored")
             return None, changes
 
-        await self._decide(session_id, with_check, None, now, lease=lease, **load)
+        _, seen = await self._decide_and_look(session_id, with_check, None, now, look, lease=lease, **load)
+        return seen
 
     async def look(self, session_id: SessionId, scope: SnapshotScope) -> SessionSnapshot | None:
         """A consistent view of the session as one transaction sees it; nothing is written."""
@@ -256,13 +278,22 @@ class SessionSteps:
             return await self._store.decide(session_id, scope, start, now, lease=lease), None
         return await self._store.decide_then_look(session_id, scope, start, now, look, lease=lease)
 
-    async def commit_model_step(self, session_id: SessionId, lease: str, step: ModelStep, now: float) -> None:
-        """The step alone (the turn goes on, or ends in a write of its own)."""
-        await self._write(
+    async def commit_model_step(
+        self,
+        session_id: SessionId,
+        lease: str,
+        step: ModelStep,
+        now: float,
+        look: SnapshotScope | None = None,
+    ) -> SessionSnapshot | None:
+        """The step alone (the turn goes on, or ends in a write of its own); with `look`, the
+        session as the step left it (see _decide_and_look)."""
+        return await self._write(
             session_id,
             lease,
             lambda s: turn_steps.model_step(s, step, lease, now),
             now,
+            look,
             turn_id=step.turn_id,
             calls=False,
             interrupts=False,
@@ -402,14 +433,24 @@ class SessionSteps:
             session_id, lease, lambda s: turn_steps.set_timer(call_id, wake_at), now, turn=False, queue=False
         )
 
-    async def park_turn(self, session_id: SessionId, lease: str, turn_id: TurnId, now: float) -> bool:
-        """Park the turn if nothing of it can run now; True if it was parked."""
+    async def park_turn(
+        self,
+        session_id: SessionId,
+        lease: str,
+        turn_id: TurnId,
+        now: float,
+        look: SnapshotScope | None = None,
+    ) -> tuple[bool, SessionSnapshot | None]:
+        """Park the turn if nothing of it can run now: whether it was parked, and with `look`
+        the session as the decision left it (see _decide_and_look)."""
 
         def decide(snapshot: SessionSnapshot) -> tuple[bool, Changes]:
             changes = transitions.park_turn(snapshot)
             return (changes is not None), (changes or Changes())
 
-        return await self._decide(session_id, decide, False, now, turn_id=turn_id, lease=lease, queue=False)
+        return await self._decide_and_look(
+            session_id, decide, False, now, look, turn_id=turn_id, lease=lease, queue=False
+        )
 
     async def finish_turn(
         self, session_id: SessionId, lease: str, turn_id: TurnId, end: TurnEnd, now: float

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import anyio
 from opentelemetry.trace import Span
 
-from parley.core.changes import SessionSnapshot
+from parley.core.changes import SessionSnapshot, SnapshotScope
 from parley.core.ids import TurnId
 from parley.runtime.faults import FaultPoints
 from parley.runtime.metrics import RuntimeMetrics
@@ -78,6 +78,10 @@ class TurnControl:
         self.ended_by_step: TurnId | None = None
         # The session as the last step's transaction read it back, for the wake-up that follows.
         self.seen: SessionSnapshot | None = None
+        # What a step's last commit reads back for the next step (the whole session with the
+        # transcript's messages the driver's copy lacks), and what it read; None: not read.
+        self.step_view: SnapshotScope | None = None
+        self.looked: SessionSnapshot | None = None
 
     def take_seen(self) -> SessionSnapshot | None:
         seen, self.seen = self.seen, None

@@ -101,7 +101,10 @@ class ToolRunner:
             for call in polls:
                 tg.start_soon(self._poll_remote, session, call, control)
         await self._expire_deadlines(session, self._ctx.clock())
-        await self._ctx.steps.park_turn(session.id, lease, calls[0].turn_id, self._ctx.clock())
+        _, looked = await self._ctx.steps.park_turn(
+            session.id, lease, calls[0].turn_id, self._ctx.clock(), control.step_view
+        )
+        control.seen = control.looked = looked
 
     async def _ask_approval(
         self, session: SessionRecord, agent: AgentConfig, call: ToolCallRecord, lease: str, now: float
