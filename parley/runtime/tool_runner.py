@@ -100,7 +100,10 @@ class ToolRunner:
                 tg.start_soon(self._run_tool, session, agent, call, control)
             for call in polls:
                 tg.start_soon(self._poll_remote, session, call, control)
-        await self._expire_deadlines(session, self._ctx.clock())
+        if len(runnable) < len(calls):
+            # A call waits for a person, a timer or a task: a wait of the session may be over. (A
+            # question a server asks during a runnable call ends with it, or on its own deadline.)
+            await self._expire_deadlines(session, self._ctx.clock())
         _, looked = await self._ctx.steps.park_turn(
             session.id, lease, calls[0].turn_id, self._ctx.clock(), control.step_view
         )
