@@ -157,7 +157,9 @@ async def store_once(database: str, messages: int, starts: int, postgres: str) -
             started = time.perf_counter()
             if kind == "message_main":  # what main did: the running sessions read first, on their own
                 await cast(SqlStore, store)._count(RUNNING_SESSIONS_OF, ("alice",))
-            outcome = await steps.enqueue_message(session.id, "alice", queued, 10**9, now, None, claim)
+            outcome, _ = await steps.enqueue_message(
+                session.id, "alice", queued, lambda _: 10**9, now, None, claim
+            )
             times[kind].append((time.perf_counter() - started) * 1000)
             assert outcome == "queued", outcome
             await steps.delete_queued(session.id, "alice", QueuedMessageId(queued.id), time.time())

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import cast
 
 from parley.core.ids import SessionId
-from parley.core.records import StepRecord
+from parley.core.records import AuditRecord, EnqueueOutcome, QueuedMessageRecord, StepRecord
 from parley.core.webhooks import DeliveryRecord
+from parley.runtime.fair_use import Claim
+from parley.runtime.session_steps import SessionSteps
 from parley.storage.ports import Store
 from parley.storage.sql.rows import listing
 from parley.storage.sql.store import SqlStore
@@ -48,3 +50,20 @@ async def count_running(store: Store, owner: str) -> int:
 async def get_delivery(store: Store, delivery_id: str) -> DeliveryRecord | None:
     """The webhook delivery with this id, whatever its status."""
     return next((d for d in await store.list_deliveries(None, 10_000) if d.id == delivery_id), None)
+
+
+async def enqueue(
+    steps: SessionSteps,
+    session_id: SessionId,
+    owner: str,
+    message: QueuedMessageRecord,
+    max_turns: int,
+    now: float,
+    audit: AuditRecord | None = None,
+    claim: Claim | None = None,
+) -> EnqueueOutcome:
+    """SessionSteps.enqueue_message with a fixed turn limit: its outcome alone."""
+    outcome, _ = await steps.enqueue_message(
+        session_id, owner, message, lambda _: max_turns, now, audit, claim
+    )
+    return outcome

@@ -304,6 +304,16 @@ async def test_delete_session_leaves_no_row_of_the_session_keeps_the_audit_and_t
         assert (await call(alice, "delete_session", session_id=sid))["status"] == "already deleted"
         assert "No session" in await call_error(alice, "get_session", session_id=sid)
         assert "No session" in await call_error(bob, "delete_session", session_id=sid)
+        # This process sent alice's messages to it before: a message now is refused all the same,
+        # recorded as an attempt on an unknown session, and brings back no row.
+        assert "No session" in await call_error(alice, "send_message", session_id=sid, message="still there?")
+        refused = world.database.rows(
+            "SELECT principal, action, outcome, detail FROM audit WHERE session_id IS NULL AND action = ?",
+            ("message",),
+        )
+        assert [(r[0], r[1], r[2]) for r in refused] == [("alice", "message", "refused")]
+        assert "not found: no such session" in str(refused[0][3])
+        assert all(count == 0 for count in world.rows_of(sid).values())
 
 
 async def test_deleting_a_session_that_runs_a_turn_stops_the_turn_first(world: World) -> None:

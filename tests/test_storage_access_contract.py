@@ -33,7 +33,7 @@ from tests.test_storage_contract import (
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
 # take them as arguments of the same names, which ruff would call redefinitions).
 from tests.test_storage_contract import backend, other_store, store  # noqa: F401  # isort: skip
-from tests.store_support import count_running, list_steps, try_acquire_lease
+from tests.store_support import count_running, enqueue, list_steps, try_acquire_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -97,13 +97,13 @@ async def test_a_queued_message_commits_its_audit_entry_with_it_and_a_refused_on
     steps = SessionSteps(store)
     message = queued(sid, "hello")
     sent = _entry("alice", "message", session_id=sid)
-    assert await steps.enqueue_message(sid, "alice", message, 10, T0 + 1, sent) == "queued"
+    assert await enqueue(steps, sid, "alice", message, 10, T0 + 1, sent) == "queued"
     [entry] = await store.list_audit(sid, None, None, 10)
     assert (entry.principal, entry.action, entry.session_id) == ("alice", "message", sid)
     # Refused (not the caller's session, or past its turns): neither the message nor an entry.
     refused = _entry("mallory", "message", session_id=sid)
-    assert await steps.enqueue_message(sid, "mallory", queued(sid, "x"), 10, T0 + 2, refused) == "not_found"
-    assert await steps.enqueue_message(sid, "alice", queued(sid, "y"), 0, T0 + 3, sent) == "turn_limit"
+    assert await enqueue(steps, sid, "mallory", queued(sid, "x"), 10, T0 + 2, refused) == "not_found"
+    assert await enqueue(steps, sid, "alice", queued(sid, "y"), 0, T0 + 3, sent) == "turn_limit"
     assert [e.principal for e in await store.list_audit(sid, None, None, 10)] == ["alice"]
     assert [q.id for q in await store.list_queued(sid)] == [message.id]
 
@@ -254,7 +254,7 @@ async def test_fair_use_is_counted_with_the_write_a_refusal_writes_nothing_and_o
 
     async def send(text: str, now: float) -> str:
         claim = fair.claim(ALICE, new_session=False, message=True, now=now)
-        return await steps.enqueue_message(sid, "alice", queued(sid, text, now), 100, now, None, claim)
+        return await enqueue(steps, sid, "alice", queued(sid, text, now), 100, now, None, claim)
 
     assert await send("one", T0 + 1) == "queued"
     with pytest.raises(RateLimited, match=r"limits\.messages_per_minute = 1.*Try again in 30 s"):

@@ -20,7 +20,7 @@ from tests.test_storage_contract import PROC_A, T0, TTL, queued, session_record
 # The contract's backends, as its fixtures (pytest finds them by name in this module; the tests
 # take them as arguments of the same names, which ruff would call redefinitions).
 from tests.test_storage_contract import backend, store  # noqa: F401  # isort: skip
-from tests.store_support import try_acquire_lease
+from tests.store_support import enqueue, try_acquire_lease
 
 pytestmark = pytest.mark.anyio
 
@@ -70,7 +70,7 @@ async def test_the_same_bytes_are_stored_once_and_each_session_reads_only_its_ow
     again = replace(
         queued(second.id, "again"), attachments=[_ref(picture), _ref(other)], blobs=(picture, other)
     )
-    assert await SessionSteps(store).enqueue_message(second.id, "bob", again, 10, T0 + 1) == "queued"
+    assert await enqueue(SessionSteps(store), second.id, "bob", again, 10, T0 + 1) == "queued"
     assert await store.session_attachment(second.id, picture.sha256) == picture
     assert await store.session_attachment(second.id, other.sha256) == other
     # The first session never carried `other`: its hash is no way in.
@@ -83,7 +83,7 @@ async def test_a_refused_message_stores_no_bytes(store: Store) -> None:
     record = session_record()
     assert await store.create_session(starting(record, None), None, T0)
     message = replace(queued(record.id, "x"), attachments=[_ref(picture)], blobs=(picture,))
-    assert await SessionSteps(store).enqueue_message(record.id, "mallory", message, 10, T0) == "not_found"
+    assert await enqueue(SessionSteps(store), record.id, "mallory", message, 10, T0) == "not_found"
     assert await store.attachment_data([picture.sha256]) == {}
 
 
@@ -127,7 +127,7 @@ async def test_a_dropped_queued_message_releases_the_bytes_nothing_else_of_its_s
     )
     kept = replace(queued(record.id, "keep me"), attachments=[_ref(shared)], blobs=(shared,))
     for message in (dropped, kept):
-        assert await steps.enqueue_message(record.id, "alice", message, 10, T0 + 2) == "queued"
+        assert await enqueue(steps, record.id, "alice", message, 10, T0 + 2) == "queued"
     assert await steps.delete_queued(record.id, "alice", dropped.id, T0 + 3) is not None
     # `alone` was only the dropped message's; `shared` another queued message carries, and `sent`
     # the transcript's first message.

@@ -51,7 +51,7 @@ from parley.storage.postgres import open_postgres_store
 from parley.storage.schema import LATEST, steps
 from parley.storage.sqlite import open_sqlite_store
 from tests.postgres_support import PgSchema
-from tests.store_support import list_steps, steer_pending, try_acquire_lease
+from tests.store_support import enqueue, list_steps, steer_pending, try_acquire_lease
 from tests.support import TEST_DEADLINE_S
 
 pytestmark = pytest.mark.anyio
@@ -317,7 +317,7 @@ async def test_enqueue_on_an_idle_session_queues_the_message_and_makes_the_sessi
 ) -> None:
     sid = await new_session(store)
     message = queued(sid, "wake up")
-    assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 1) == "queued"
+    assert await enqueue(SessionSteps(store), sid, "alice", message, 10, T0 + 1) == "queued"
     assert await status_of(store, sid) == ("running", "queued")
     assert [q.id for q in await store.list_queued(sid)] == [message.id]
 
@@ -326,12 +326,9 @@ async def test_enqueue_for_another_owner_or_an_unknown_session_is_not_found_and_
     store: Store,
 ) -> None:
     sid = await new_session(store, owner="alice")
-    assert await SessionSteps(store).enqueue_message(sid, "mallory", queued(sid, "x"), 10, T0) == "not_found"
+    assert await enqueue(SessionSteps(store), sid, "mallory", queued(sid, "x"), 10, T0) == "not_found"
     unknown = new_session_id()
-    assert (
-        await SessionSteps(store).enqueue_message(unknown, "alice", queued(unknown, "x"), 10, T0)
-        == "not_found"
-    )
+    assert await enqueue(SessionSteps(store), unknown, "alice", queued(unknown, "x"), 10, T0) == "not_found"
     assert await store.list_queued(sid) == []
     assert await status_of(store, sid) == ("idle", None)
 
@@ -339,24 +336,19 @@ async def test_enqueue_for_another_owner_or_an_unknown_session_is_not_found_and_
 async def test_enqueue_on_a_closed_session_is_refused_as_closed(store: Store) -> None:
     sid = await new_session(store)
     await SessionSteps(store).request_close(sid, "alice", "done with it", T0 + 1)
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "too late"), 10, T0 + 2)
-        == "closed"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "too late"), 10, T0 + 2) == "closed"
     assert await store.list_queued(sid) == []
     assert await status_of(store, sid) == ("closed", None)
 
 
 async def test_enqueue_is_refused_once_turns_taken_plus_messages_queued_reach_the_limit(store: Store) -> None:
     sid = await new_session(store, "one")
-    assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "two"), 2, T0) == "queued"
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "two"), 2, T0) == "queued"
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "three"), 2, T0) == "turn_limit"
     assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0) is not None
     # One turn taken and one message queued still fill both allowed turns.
-    assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "four"), 2, T0) == "turn_limit"
     assert [q.text for q in await store.list_queued(sid)] == ["two"]
 
 
@@ -414,9 +406,9 @@ async def test_a_message_sent_with_a_client_message_id_is_found_by_it_and_not_qu
 ) -> None:
     sid = await new_session(store, "first")
     message = replace(queued(sid, "once"), client_message_id="send-1")
-    assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 1) == "queued"
+    assert await enqueue(SessionSteps(store), sid, "alice", message, 10, T0 + 1) == "queued"
     again = replace(queued(sid, "once"), client_message_id="send-1")
-    assert await SessionSteps(store).enqueue_message(sid, "alice", again, 10, T0 + 2) == "duplicate"
+    assert await enqueue(SessionSteps(store), sid, "alice", again, 10, T0 + 2) == "duplicate"
     found = await store.find_sent(sid, "send-1")
     assert found is not None and (found.id, found.text, found.status) == (message.id, "once", "queued")
     assert await store.find_sent(sid, "send-2") is None
@@ -432,8 +424,8 @@ async def test_messages_events_and_the_queue_are_numbered_per_session_from_one_w
     a = await new_session(store, "a1")
     b = await new_session(store)
     for text in ("a2", "a3"):
-        assert await SessionSteps(store).enqueue_message(a, "alice", queued(a, text), 10, T0) == "queued"
-    assert await SessionSteps(store).enqueue_message(b, "alice", queued(b, "b1"), 10, T0) == "queued"
+        assert await enqueue(SessionSteps(store), a, "alice", queued(a, text), 10, T0) == "queued"
+    assert await enqueue(SessionSteps(store), b, "alice", queued(b, "b1"), 10, T0) == "queued"
     assert [q.seq for q in await store.list_queued(a)] == [1, 2, 3]
     assert [q.seq for q in await store.list_queued(b)] == [1]
     await store.record_event(a, None, "progress", {"n": 1}, T0 + 1)
@@ -523,7 +515,7 @@ async def test_start_turn_takes_queued_messages_oldest_first_and_appends_the_use
 ) -> None:
     sid = await new_session(store, "one")
     for text in ("two", "three"):
-        assert await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, text), 10, T0) == "queued"
+        assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, text), 10, T0) == "queued"
     first_id = (await store.list_queued(sid))[0].id
     assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
 
@@ -577,7 +569,7 @@ async def test_a_turn_that_ends_at_rest_lets_go_of_the_lease_in_the_same_write(s
 async def test_a_turn_that_ends_with_a_message_queued_keeps_the_lease_for_the_next(store: Store) -> None:
     sid, turn = await running_turn(store)
     steps = SessionSteps(store)
-    assert await steps.enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
+    assert await enqueue(steps, sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
     await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3)
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.lease_owner) == ("running", LEASE_A)
@@ -635,7 +627,7 @@ async def test_a_turn_names_its_agent_version_and_the_definition_is_stored_with_
     store: Store, other_store: Store
 ) -> None:
     sid = await new_session(store, "one")
-    await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "two"), 10, T0)
+    await enqueue(SessionSteps(store), sid, "alice", queued(sid, "two"), 10, T0)
     assert await try_acquire_lease(store, sid, PROC_A, T0, TTL)
     first = agent_version("a1b2c3d4e5f60718", "Review.\u0000 Prüfe.")
     turn = await SessionSteps(store).start_turn(
@@ -783,9 +775,7 @@ async def test_finish_turn_records_the_answer_and_the_error(store: Store) -> Non
 
 async def test_finish_turn_keeps_the_session_running_when_messages_are_queued(store: Store) -> None:
     sid, turn = await running_turn(store)
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
     await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3)
     assert await status_of(store, sid) == ("running", "queued")
     session = await store.get_session(sid)
@@ -797,9 +787,7 @@ async def test_finish_turn_closes_the_session_when_a_close_was_requested_during_
     store: Store,
 ) -> None:
     sid, turn = await running_turn(store)
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "next"), 10, T0 + 2) == "queued"
     await SessionSteps(store).request_close(sid, "alice", "user is done", T0 + 3)
     session = await store.get_session(sid)
     assert session is not None
@@ -826,16 +814,14 @@ async def test_finish_turn_with_a_close_reason_closes_the_session_and_drops_queu
 ) -> None:
     sid, turn = await running_turn(store)
     message = queued(sid, "never runs")
-    assert await SessionSteps(store).enqueue_message(sid, "alice", message, 10, T0 + 2) == "queued"
+    assert await enqueue(SessionSteps(store), sid, "alice", message, 10, T0 + 2) == "queued"
     await _finish(store, sid, LEASE_A, turn.id, "answered", "ok", None, T0 + 3, close_reason="turn limit")
     session = await store.get_session(sid)
     assert session is not None and (session.status, session.closed_reason) == ("closed", "turn limit")
     assert await store.list_queued(sid) == []
     dropped = await store.get_queued(message.id)
     assert dropped is not None and dropped.status == "dropped"
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 4) == "closed"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "more"), 10, T0 + 4) == "closed"
 
 
 async def test_request_close_on_an_idle_session_closes_it_at_once(store: Store) -> None:
@@ -860,9 +846,7 @@ async def test_request_close_before_the_first_turn_drops_queued_messages_and_no_
     assert await store.list_queued(sid) == []
     dropped = await store.get_queued(message.id)
     assert dropped is not None and dropped.status == "dropped"
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "more"), 10, T0 + 2) == "closed"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "more"), 10, T0 + 2) == "closed"
     # Whoever drives the session next finds nothing to run and lets it close.
     assert await try_acquire_lease(store, sid, PROC_A, T0 + 2, TTL)
     assert await SessionSteps(store).start_turn(sid, LEASE_A, new_turn_id(), T0 + 2) is None
@@ -1093,8 +1077,7 @@ async def test_a_lease_checked_write_by_a_process_that_lost_the_lease_raises_and
     sid, turn = await running_turn(store, owner=PROC_A)
     await SessionSteps(store).commit_model_step(sid, LEASE_A, model_step(turn.id, 1, "alpha"), T0 + 2)
     assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "queued next"), 10, T0 + 3)
-        == "queued"
+        await enqueue(SessionSteps(store), sid, "alice", queued(sid, "queued next"), 10, T0 + 3) == "queued"
     )
     # LEASE_A stalls past its lease; LEASE_B takes the session over.
     assert await try_acquire_lease(other_store, sid, PROC_B, T0 + TTL + 1, TTL)
@@ -1132,7 +1115,7 @@ async def test_database_counts_count_sessions_queue_leases_and_the_trace_context
     traced = replace(
         queued(sid, "later"), trace_context={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}
     )
-    assert await SessionSteps(store).enqueue_message(sid, "alice", traced, 10, T0 + 2) == "queued"
+    assert await enqueue(SessionSteps(store), sid, "alice", traced, 10, T0 + 2) == "queued"
     counts = await store.database_counts(T0 + 2)
     assert counts.queued_messages == 2
     assert counts.leases == 1
@@ -1146,12 +1129,10 @@ async def test_database_counts_count_sessions_queue_leases_and_the_trace_context
 async def test_steer_pending_tells_whether_a_queued_message_steers_the_running_turn(store: Store) -> None:
     sid, _ = await running_turn(store)
     assert not await steer_pending(store, sid)
-    assert (
-        await SessionSteps(store).enqueue_message(sid, "alice", queued(sid, "later"), 10, T0 + 2) == "queued"
-    )
+    assert await enqueue(SessionSteps(store), sid, "alice", queued(sid, "later"), 10, T0 + 2) == "queued"
     assert not await steer_pending(store, sid)
     steer = replace(queued(sid, "now"), steer=True)
-    assert await SessionSteps(store).enqueue_message(sid, "alice", steer, 10, T0 + 3) == "queued"
+    assert await enqueue(SessionSteps(store), sid, "alice", steer, 10, T0 + 3) == "queued"
     assert await steer_pending(store, sid)
     [stored] = [q for q in await store.list_queued(sid) if q.id == steer.id]
     assert stored.steer is True

@@ -26,7 +26,7 @@ from parley.storage.postgres import PostgresStore, open_postgres_store
 from parley.storage.postgres_feed import channel_name
 from parley.storage.wakeups import NoChangeFeed, Wake, parse_payload, wake_after, wake_payload
 from tests.postgres_support import DatabaseProxy, PgSchema
-from tests.store_support import try_acquire_lease
+from tests.store_support import enqueue, try_acquire_lease
 from tests.support import TEST_DEADLINE_S, eventually
 
 pytestmark = pytest.mark.anyio
@@ -307,7 +307,7 @@ async def hear_each_other(a: Store, b: Store, heard_by_a: Heard, heard_by_b: Hea
     assert heard_by_a.work == []
 
     # a lets the session go with work left (a message came meanwhile): b may take it over.
-    assert await steps.enqueue_message(sid, "local", _message(sid, "more"), 100, T0) == "queued"
+    assert await enqueue(steps, sid, "local", _message(sid, "more"), 100, T0) == "queued"
     await a.release_lease(sid, lease)
     await eventually(lambda: _true(heard_by_b.work == [sid, sid]), "b to hear the session was let go")
     return sid

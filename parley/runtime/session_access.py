@@ -5,6 +5,7 @@ person's decisions."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,23 +38,55 @@ class Decider:
     decided_by: str | None = None
 
 
+# How many sessions `visible(..., remembered=True)` keeps as last read (the least recently used go).
+REMEMBERED_SESSIONS = 256
+
+
 class SessionAccess:
     def __init__(self, store: Store, agents: Mapping[str, AgentConfig], audit: Audit) -> None:
         self._store = store
         self._agents = agents
         self._audit = audit
+        self._remembered: OrderedDict[str, SessionRecord] = OrderedDict()
 
     async def visible(
-        self, caller: Principal, session_id: str, act: str | None = None, targets: Sequence[str] = ()
+        self,
+        caller: Principal,
+        session_id: str,
+        act: str | None = None,
+        targets: Sequence[str] = (),
+        *,
+        remembered: bool = False,
     ) -> SessionRecord:
         """The session, if `caller` owns it or has parley:admin; anything else is not found, the
         same answer as for an unknown id. With `act` (what the caller tried, an audit action) a
-        refusal is recorded in the audit, once for each of `targets` (interrupts, a turn...)."""
-        session = await self._stored(session_id)
+        refusal is recorded in the audit, once for each of `targets` (interrupts, a turn...).
+
+        `remembered`: the session as this process last read it, if it did (else read and kept).
+        Its id, owner, agent and kind never change, so the verdict is the same; the rest may be
+        stale, and the caller's own transaction reads it again (a message's queueing does)."""
+        session = self._remembered.get(session_id) if remembered else None
+        if session is not None:
+            self._remembered.move_to_end(session_id)
+        else:
+            session = await self._stored(session_id)
+            if remembered and session is not None:
+                self.remember(session)
         if session is None or not may_see(caller, session.owner):
             await self._not_found(caller, session_id, session, act, targets)
             raise SessionNotFound(session_id)
         return session
+
+    def remember(self, session: SessionRecord) -> None:
+        """Keep `session` for `visible(..., remembered=True)`, as a transaction just read it."""
+        self._remembered[session.id] = session
+        self._remembered.move_to_end(session.id)
+        while len(self._remembered) > REMEMBERED_SESSIONS:
+            self._remembered.popitem(last=False)
+
+    def forget(self, session_id: str) -> None:
+        """The session is gone: a remembered copy must not answer for it."""
+        self._remembered.pop(session_id, None)
 
     async def decidable(
         self, caller: Principal, session_id: str, act: str | None = None, targets: Sequence[str] = ()

@@ -20,6 +20,7 @@ from parley.core.records import (
     QueuedMessageRecord,
     Resolution,
     ResolveResult,
+    SessionRecord,
     ToolCallStatus,
     TurnRecord,
 )
@@ -111,28 +112,30 @@ class SessionSteps:
         session_id: SessionId,
         owner: str,
         message: QueuedMessageRecord,
-        max_turns: int,
+        max_turns: Callable[[SessionRecord], int],
         now: float,
         audit: AuditRecord | None = None,
         claim: Claim | None = None,
-    ) -> EnqueueOutcome:
-        """Queue `message`; `audit`, the entry of the act, is committed with it when it is queued.
-        With `claim`, the sender's fair use is read and counted in the same transaction: over a
-        limit, RateLimited and nothing written."""
+    ) -> tuple[EnqueueOutcome, SessionRecord | None]:
+        """Queue `message` unless the session has used the turns `max_turns` gives it as stored;
+        `audit`, the entry of the act, is committed with it when it is queued. With `claim`, the
+        sender's fair use is read and counted in the same transaction: over a limit, RateLimited
+        and nothing written. The outcome, and the session as the decision found it (None: gone)."""
 
-        def queue(snapshot: SessionSnapshot) -> tuple[EnqueueOutcome, Changes]:
-            outcome, changes = transitions.queue_message(snapshot, owner, message, max_turns)
+        def queue(snapshot: SessionSnapshot) -> tuple[tuple[EnqueueOutcome, SessionRecord | None], Changes]:
+            session = snapshot.session
+            outcome, changes = transitions.queue_message(snapshot, owner, message, max_turns(session))
             if outcome == "queued" and claim is not None and snapshot.usage is not None:
-                idle = snapshot.session.status == "idle"
-                changes.admitted.extend(claim.admit(snapshot.usage, starts_turn=idle))
+                changes.admitted.extend(claim.admit(snapshot.usage, starts_turn=session.status == "idle"))
             if outcome == "queued" and audit is not None:
                 changes.audit.append(audit)
-            return outcome, changes
+            return (outcome, session), changes
 
+        missing: tuple[EnqueueOutcome, SessionRecord | None] = ("not_found", None)
         return await self._decide(
             session_id,
             queue,
-            "not_found",
+            missing,
             now,
             client_message_id=message.client_message_id,
             turn=False,

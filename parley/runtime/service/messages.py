@@ -211,8 +211,13 @@ class MessageCommands:
     async def _checked_send(self, caller: Principal, request: SendRequest, waiting: Waiting) -> _Send:
         p = self._parts
         act = audit.STEER if request.steer else audit.MESSAGE
-        session = await p.access.visible(caller, request.session_id, act, [request.queued_message_id or ""])
+        targets = [request.queued_message_id or ""]
+        # As this process last read it: what is checked here never changes, and the queueing's
+        # transaction reads the rest (its status, settings and turns) under the session's lock.
+        session = await p.access.visible(caller, request.session_id, act, targets, remembered=True)
         agent = p.agents.get(session.agent)
+        if agent is None:
+            session = await p.access.visible(caller, request.session_id, act, targets)  # its status now
         if agent is None and session.status not in ENDED_SESSION:
             raise AgentRemoved(session.id, session.agent)
         if agent is not None and not may_use(caller, agent):
@@ -238,9 +243,12 @@ class MessageCommands:
         p = self._parts
         session, agent, message = send.session, send.agent, request.message or ""
         act = audit.STEER if request.steer else audit.MESSAGE
-        overrides = {**session.settings, **(send.settings or {})}
-        limits = effective_limits(agent.limits, overrides) if agent else None
-        max_turns = limits.max_turns if limits is not None else session.turn_count
+
+        def max_turns(stored: SessionRecord) -> int:
+            """The turns the session may take, from its settings as stored and the message's."""
+            overrides = {**stored.settings, **(send.settings or {})}
+            return effective_limits(agent.limits, overrides).max_turns if agent else stored.turn_count
+
         now = p.clock()
         queued = QueuedMessageRecord.new(
             session.id,
@@ -261,14 +269,20 @@ class MessageCommands:
         # Watched from before the commit: the wait reads nothing until something changes.
         with p.signals.watching(session.id) as changes:
             try:
-                outcome = await p.steps.enqueue_message(
+                outcome, stored = await p.steps.enqueue_message(
                     session.id, session.owner, queued, max_turns, now, entry, claim
                 )
             except RateLimited as exc:
                 await p.audit.refused(caller, act, session.id, None, str(exc), reason="limit")
                 raise
+            if stored is None:
+                # Gone since this process read it: refused as any unknown session is.
+                p.access.forget(session.id)
+                await p.access.refuse_unseen(caller, session.id, act)
+                raise SessionNotFound(session.id)
+            p.access.remember(stored)
             if outcome == "queued":
-                if session.title is None:
+                if stored.title is None:
                     await self._title(session.id, agent, message)
                 p.signals.work_available(session.id, but=changes)
                 return await self._waits.wait_for_message(
@@ -279,7 +293,7 @@ class MessageCommands:
             if sent is None:
                 raise InvalidArgument("client_message_id", "was just used by another call; retry")
             return await self._retry_of_send(sent, (message, send.refs), wait_s, on_progress)
-        refusal = await self._refusal(session, outcome, max_turns)
+        refusal = await self._refusal(stored, outcome, max_turns(stored))
         await p.audit.refused(caller, act, session.id, None, str(refusal), reason=outcome)
         raise refusal
 
