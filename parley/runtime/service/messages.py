@@ -212,9 +212,11 @@ class MessageCommands:
         p = self._parts
         act = audit.STEER if request.steer else audit.MESSAGE
         targets = [request.queued_message_id or ""]
-        # As this process last read it: what is checked here never changes, and the queueing's
-        # transaction reads the rest (its status, settings and turns) under the session's lock.
-        session = await p.access.visible(caller, request.session_id, act, targets, remembered=True)
+        # A new message: the session as this process last read it. What is checked here never
+        # changes, and the queueing's transaction reads the rest (its status, settings and turns,
+        # or that it is gone) under the session's lock.
+        remembered = request.queued_message_id is None
+        session = await p.access.visible(caller, request.session_id, act, targets, remembered=remembered)
         agent = p.agents.get(session.agent)
         if agent is None:
             session = await p.access.visible(caller, request.session_id, act, targets)  # its status now
