@@ -73,11 +73,8 @@ class SqlLeases(SqlBase):
     ) -> dict[SessionId, str]:
         if not session_ids:
             return {}
-        (result,) = await self._change(self._claim(session_ids, owner, now, ttl_s))
+        (result,) = await self._change(claim_statement(self.dialect, session_ids, owner, now, ttl_s))
         return {SessionId(row[0]): str(row[1]) for row in result.rows}
-
-    def _claim(self, session_ids: Sequence[SessionId], owner: str, now: float, ttl_s: float) -> Stmt:
-        return claim_statement(self.dialect, session_ids, owner, now, ttl_s)
 
     async def renew_lease(self, session_id: SessionId, lease: str, now: float, ttl_s: float) -> SessionRecord:
         (result,) = await self._change(
