@@ -197,15 +197,13 @@ class MessageCommands:
             raise InvalidArgument(
                 "message", "is required (unless you promote a queued message with queued_message_id)"
             )
-        message = checks.message(request.message)
+        checks.message(request.message)
         wait_s = checks.wait_s(waiting.seconds)
         checks.client_message_id(request.client_message_id)
         if request.plan and send.agent is not None:
             checks.plan(send.agent, True)
-        if request.client_message_id is not None:
-            sent = await self._parts.store.find_sent(send.session.id, request.client_message_id)
-            if sent is not None:
-                return await self._retry_of_send(sent, (message, send.refs), wait_s, waiting.on_progress)
+        # A repeated client_message_id is found by the queueing's own transaction ("duplicate"),
+        # before any fair use is counted: the first send reads nothing more for it.
         return await self._enqueue(caller, request, send, wait_s, waiting.on_progress)
 
     async def _checked_send(self, caller: Principal, request: SendRequest, waiting: Waiting) -> _Send:
