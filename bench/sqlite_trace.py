@@ -33,6 +33,9 @@ def main() -> int:
         return connection
 
     sqlite3.connect = traced  # type: ignore[assignment]
+    # The parley of the repository this script lives in, as `python -m parley` run there would
+    # import (Python's path starts at bench/ here, which would fall back on the installed one).
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from parley.cli import main as parley_main  # after the patch: the store looks it up at call time
 
     return int(parley_main(sys.argv[2:]))
