@@ -271,15 +271,10 @@ class SessionSteps:
         """start_turn, and with `look` the snapshot of that scope as the start left it, read in
         the same transaction: the driver's next step reads nothing more."""
 
-        def start(snapshot: SessionSnapshot | None) -> tuple[TurnRecord | None, Changes]:
-            if snapshot is None:
-                return None, Changes()
+        def start(snapshot: SessionSnapshot) -> tuple[TurnRecord | None, Changes]:
             return turn_steps.start_turn(snapshot, turn_id, now, agent_version, store_version=store_version)
 
-        scope = SnapshotScope(turn=False)
-        if look is None:
-            return await self._store.decide(session_id, scope, start, now, lease=lease), None
-        return await self._store.decide_then_look(session_id, scope, start, now, look, lease=lease)
+        return await self._decide_and_look(session_id, start, None, now, look, lease=lease, turn=False)
 
     async def commit_model_step(
         self,
@@ -310,10 +305,8 @@ class SessionSteps:
         turn back (turn_steps.answering_step): (ended, the status the session rests in, or None
         when it runs on with the lease kept)."""
 
-        decide = _answering(session_id, step, lease, now, end)
-        return await self._store.decide(
-            session_id, SnapshotScope(turn_id=step.turn_id), decide, now, lease=lease
-        )
+        (ended, rested, _) = await self._answer(session_id, lease, step, end, now, None)
+        return ended, rested
 
     async def commit_answering_step_and_look(
         self, session_id: SessionId, lease: str, step: ModelStep, end: TurnEnd, now: float
@@ -321,10 +314,27 @@ class SessionSteps:
         """commit_answering_step, and the session with the step's turn, its calls and its
         interrupts as the same transaction left them (for someone of this process who waits on
         that turn: Watch's `seen`)."""
-        decide = _answering(session_id, step, lease, now, end)
-        scope, after = SnapshotScope(turn_id=step.turn_id), SnapshotScope(turn_id=step.turn_id, queue=False)
-        (ended, rested), seen = await self._store.decide_then_look(
-            session_id, scope, decide, now, after, lease=lease
+        return await self._answer(
+            session_id, lease, step, end, now, SnapshotScope(turn_id=step.turn_id, queue=False)
+        )
+
+    async def _answer(
+        self,
+        session_id: SessionId,
+        lease: str,
+        step: ModelStep,
+        end: TurnEnd,
+        now: float,
+        look: SnapshotScope | None,
+    ) -> tuple[bool, str | None, SessionSnapshot | None]:
+        def decide(snapshot: SessionSnapshot) -> tuple[tuple[bool, str | None], Changes]:
+            if snapshot.turn is None:
+                raise StorageError(f"session {session_id}: the turn of this step is not stored")
+            return turn_steps.answering_step(snapshot, step, lease, now, end)
+
+        missing: tuple[bool, str | None] = (False, None)
+        (ended, rested), seen = await self._decide_and_look(
+            session_id, decide, missing, now, look, lease=lease, turn_id=step.turn_id
         )
         return ended, rested, seen
 
@@ -472,18 +482,3 @@ class SessionSteps:
     async def rest_session(self, session_id: SessionId, lease: str, now: float) -> bool:
         """A session without a turn closes, runs on with its queue, or rests; True if it rests."""
         return await self._decide(session_id, transitions.rest_session, True, now, lease=lease, turn=False)
-
-
-def _answering(
-    session_id: SessionId, step: ModelStep, lease: str, now: float, end: TurnEnd
-) -> Callable[[SessionSnapshot | None], tuple[tuple[bool, str | None], Changes]]:
-    """The decision of a step that answers (turn_steps.answering_step); nothing for no session."""
-
-    def decide(snapshot: SessionSnapshot | None) -> tuple[tuple[bool, str | None], Changes]:
-        if snapshot is None:
-            return (False, None), Changes()
-        if snapshot.turn is None:
-            raise StorageError(f"session {session_id}: the turn of this step is not stored")
-        return turn_steps.answering_step(snapshot, step, lease, now, end)
-
-    return decide
