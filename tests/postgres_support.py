@@ -72,7 +72,9 @@ class PgSchema:
         self.url = url
         self.schema = schema
         self.label = database_label(url, schema)
-        self._conn = psycopg.connect(url, autocommit=True)
+        # A statement here waits at most a minute for a lock a store holds: a test that blocks its
+        # own event loop on it fails with a clear error instead of hanging.
+        self._conn = psycopg.connect(url, autocommit=True, options="-c lock_timeout=60s")
 
     def rows(self, query: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> list[tuple[Any, ...]]:
         self._conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
