@@ -75,11 +75,21 @@ async def test_output_schemas_leave_out_field_titles_and_null_defaults_and_accep
         {"session_id": 3, "status": "answered"},
         {"status": "answered"},
         {"session_id": "ses_1", "status": "answered", "pending": [{"id": "int_1", "kind": "no such kind"}]},
+        # Optional fields, null or not: plain types, an enum, a shared type, any value.
+        {"session_id": "ses_1", "status": "answered", "turn_id": 3},
+        {"session_id": "ses_1", "status": "answered", "mode": None, "plan": None, "result": None},
+        {"session_id": "ses_1", "status": "answered", "mode": "planning", "result": [1, "two"]},
+        {"session_id": "ses_1", "status": "answered", "mode": "nonsense"},
+        {"session_id": "ses_1", "status": "answered", "plan": {"status": "draft", "todos": []}},
+        {"session_id": "ses_1", "status": "answered", "plan": "a plan"},
     ]
     before, after = Draft202012Validator(full), Draft202012Validator(lean)
     verdicts = [before.is_valid(result) for result in results]
     assert verdicts == [after.is_valid(result) for result in results]
     assert True in verdicts and False in verdicts
+    # An optional field's null branch comes first, so a null does not fail another branch first.
+    for name in ("turn_id", "mode", "plan", "result"):
+        assert lean["properties"][name]["anyOf"][0] == {"type": "null"}, name
 
 
 if __name__ == "__main__":

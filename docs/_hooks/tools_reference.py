@@ -50,7 +50,7 @@ def plain_schema_type(schema: dict[str, Any]) -> str | None:
     if "$ref" in schema:
         return None
     if "anyOf" in schema:
-        parts = [plain_schema_type(part) for part in schema["anyOf"]]
+        parts = [plain_schema_type(part) for part in _null_last(schema["anyOf"])]
         return None if None in parts else " | ".join(str(part) for part in parts)
     if "enum" in schema:
         return " | ".join(value(item) for item in schema["enum"])
@@ -64,6 +64,11 @@ def plain_schema_type(schema: dict[str, Any]) -> str | None:
     return kind if isinstance(kind, str) and kind in _TYPES else "any"
 
 
+def _null_last(parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A union's parts as read aloud: null last ("PlanView | null"), however the schema orders them."""
+    return sorted(parts, key=lambda part: part.get("type") == "null")
+
+
 def schema_type(schema: dict[str, Any], refs: dict[str, str]) -> str:
     """A JSON Schema's type as Markdown: a code span, with a link to each shared type."""
     plain = plain_schema_type(schema)
@@ -73,7 +78,7 @@ def schema_type(schema: dict[str, Any], refs: dict[str, str]) -> str:
         name = str(schema["$ref"]).rsplit("/", 1)[-1]
         return f"[{name}](#{refs[name]})"
     if "anyOf" in schema:
-        return " \\| ".join(schema_type(part, refs) for part in schema["anyOf"])
+        return " \\| ".join(schema_type(part, refs) for part in _null_last(schema["anyOf"]))
     return f"`array[`{schema_type(schema['items'], refs)}`]`"
 
 

@@ -163,10 +163,11 @@ def _schemas(
 
 def without_field_noise(schema: Any) -> Any:
     """An output schema without what pydantic adds to each field that says nothing a client can
-    use: the title it makes of the field's name ("Session Id") and `default: null`. Every client
-    session lists the tools, and the mcp SDK's client spends about 0.1 ms of CPU per KB of the
-    listing; these were a seventh of it. The names of the result and of its shared types stay, and
-    so does what the schema accepts (titles and defaults are annotations)."""
+    use: the title it makes of the field's name ("Session Id") and `default: null`; and with the
+    null branch of an optional field first (`_nullable`). Every client session lists the tools,
+    and the mcp SDK's client spends about 0.1 ms of CPU per KB of the listing; it also validates
+    every result against its tool's output schema. The names of the result and of its shared
+    types stay, and so does what the schema accepts (titles and defaults are annotations)."""
     if isinstance(schema, list):
         return [without_field_noise(item) for item in schema]
     if not isinstance(schema, dict):
@@ -181,11 +182,24 @@ def without_field_noise(schema: Any) -> Any:
             kept[key] = value
         else:
             kept[key] = without_field_noise(value)
-    return kept
+    return _nullable(kept)
 
 
 # Keywords whose value is data (instances), never a schema.
 _VALUES = frozenset({"default", "examples", "const", "enum"})
+_NULL = {"type": "null"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """pydantic writes an optional field as `anyOf: [<its schema>, {type: null}]`. Put the null
+    branch first: the same values match, and a null (the usual value of an optional field)
+    matches at once instead of after the other branch failed, a quarter of the time a client
+    spends validating a text turn's result. (A `type: [string, null]` list would be cheaper still,
+    but the Inspector warns that clients mapping schemas onto a single-type dialect reject it.)"""
+    branches = schema.get("anyOf")
+    if not isinstance(branches, list) or _NULL not in branches or branches[0] == _NULL:
+        return schema
+    return {**schema, "anyOf": [_NULL, *(branch for branch in branches if branch != _NULL)]}
 
 
 def _field(schema: Any) -> Any:
