@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -465,7 +466,9 @@ def run_in_tempdir(
             reason = (
                 f"the --deadline of {deadline_s} s passed" if isinstance(exc, TimeoutError) else describe(exc)
             )
-            print(f"benchmark failed: {reason}\n{logs(workdir)}", file=sys.stderr)
+            # Where it failed: a bare ReadError says nothing of which connection broke.
+            where = "".join(traceback.format_exception(exc))[-4000:]
+            print(f"benchmark failed: {reason}\n{where}\n{logs(workdir)}", file=sys.stderr)
             return None
 
 

@@ -18,7 +18,9 @@ of `--levels` (default 1,32), the floor runs first, then parley, each on a fresh
   least; each is timed from its start to its answer (an HTTP client's
   close, its DELETE, is timed apart: close_p50_ms); p50/p95/max over every session of every round;
 - server CPU per new session: utime+stime of the server's process tree over the rounds, divided
-  by the number of sessions.
+  by the number of sessions; and the client's (this process's CPU time over the rounds, divided
+  the same way): the SDK's client parses the tool listing and, at a tool's first call in a
+  client session, checks its output schema against the JSON Schema metaschema.
 
 `--repeat R` runs it all R times, floor and parley alternating, and reports each figure's median.
 Prints a table (floor, parley, ratio) and then one JSON line.
@@ -119,12 +121,13 @@ async def rounds(
         latencies.append((answered[0] - t0) * 1000)
         closes.append((time.perf_counter() - answered[0]) * 1000)
 
-    cpu0, wall0 = tree_cpu_seconds(pid), time.perf_counter()
+    cpu0, wall0, client0 = tree_cpu_seconds(pid), time.perf_counter(), time.process_time()
     for r in range(max(1, -(-args.sessions // level))):
         async with anyio.create_task_group() as tg:
             for i in range(level):
                 tg.start_soon(timed, f"round {r} session {i} of {level}")
     wall_s, cpu_s = time.perf_counter() - wall0, tree_cpu_seconds(pid) - cpu0
+    client_s = time.process_time() - client0
     count = len(latencies)
     return {
         "level": level,
@@ -133,6 +136,7 @@ async def rounds(
         "close_p50_ms": latency_summary(closes)["p50_ms"],
         "sessions_per_s": round(count / wall_s, 1),
         "cpu_ms_per_session": round(cpu_s / count * 1000, 2),
+        "client_cpu_ms_per_session": round(client_s / count * 1000, 2),
         "server_cpu_share": round(cpu_s / wall_s, 2),
     }
 
@@ -242,6 +246,7 @@ def report(r: dict[str, Any]) -> None:
             ("p95_ms", "ms"),
             ("close_p50_ms", "ms"),
             ("cpu_ms_per_session", "ms"),
+            ("client_cpu_ms_per_session", "ms"),
             ("rss_mib", "MiB"),
         ):
             f, p = floor[key][figure], parley[key][figure]

@@ -9,9 +9,10 @@ first, then parley, each on a fresh process (and parley on a fresh database):
 
 - **stdio**, one client: the first turn after start (`start_session` with a message, right after
   the handshake, to an agent without tools), then the first turn of the agent with tools (it
-  starts the tool server and lists its tools); one session of
-  `--turns` text turns (p50 of all turns, of the first 20 and of the last 20; server CPU per
-  turn); one session of `--tool-turns` turns that each call the tool once (p50, CPU per turn).
+  starts the tool server and lists its tools); one session of `--turns` text turns (p50 of all
+  turns, of the first 20 and of the last 20; server CPU per turn, and this process's: the SDK
+  client's share of a turn); one session of `--tool-turns` turns that each call the tool once
+  (p50, CPU per turn).
 - **streamable HTTP**, for each level C of `--concurrency`: C clients connect, then all start
   together; each starts a new session with a message (the first turn of a new session, timed) and
   sends `--http-turns` - 1 more text turns back to back. Turns/s is C x `--http-turns` over the
@@ -361,13 +362,14 @@ async def measure_stdio(target: Target, args: argparse.Namespace) -> dict[str, A
         # One long session of text turns.
         latencies: list[float] = []
         cpu0 = tree_cpu_seconds(pid)
-        wall0 = time.perf_counter()
+        wall0, client0 = time.perf_counter(), time.process_time()
         session_id = None
         for k in range(1, args.turns + 1):
             session_id, ms = await turn(client, timeout, session_id, f"turn {k}", f"text turn {k}")
             latencies.append(ms)
         text_wall_s = time.perf_counter() - wall0
         text_cpu_s = tree_cpu_seconds(pid) - cpu0
+        text_client_s = time.process_time() - client0
         files = db_bytes(target.workdir) if target.name == "parley" else {}
 
         # One session of tool turns (the first message opens it, untimed).
@@ -393,6 +395,8 @@ async def measure_stdio(target: Target, args: argparse.Namespace) -> dict[str, A
         "text_last_over_first": round(percentile(last, 50) / percentile(first, 50), 2),
         "text_wall_s": round(text_wall_s, 3),
         "cpu_ms_per_text_turn": round(text_cpu_s / args.turns * 1000, 2),
+        # The SDK client's CPU in this process: its share of a turn's latency.
+        "client_cpu_ms_per_text_turn": round(text_client_s / args.turns * 1000, 2),
         "tool_turns": args.tool_turns,
         "tool": latency_summary(tool_latencies),
         "cpu_ms_per_tool_turn": round(tool_cpu_s / args.tool_turns * 1000, 2),
@@ -654,6 +658,7 @@ def rows(concurrency: list[int]) -> list[Row]:
         ("one-tool turn p50, stdio", stdio("tool", "p50_ms"), "ms", "ratio<=", 1.5),
         ("server CPU per text turn (tree)", stdio("cpu_ms_per_text_turn"), "ms", "ratio<=", 2.0),
         ("server CPU per tool turn (tree)", stdio("cpu_ms_per_tool_turn"), "ms", None, None),
+        ("client CPU per text turn (the SDK's)", stdio("client_cpu_ms_per_text_turn"), "ms", None, None),
         ("first turn over stdio after start", stdio("first_turn_after_start_ms"), "ms", "abs<=", 50.0),
         (
             "first turn that starts the tool server",
