@@ -231,7 +231,10 @@ def write_parley_config(directory: Path, model_url: str) -> Path:
     }
     path = directory / "parley.yaml"
     if not path.exists():
-        write_config_files(directory, base_config(mcp_servers={"fixture": fixture}), [agent, plain])
+        # Connections: 128 clients each hold one or two, past the default cap of 200 (the floor
+        # has none), and a request refused at the cap would end the run.
+        config = base_config(mcp_servers={"fixture": fixture}, http={"max_connections": 1024})
+        write_config_files(directory, config, [agent, plain])
     return path
 
 

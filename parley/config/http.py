@@ -139,7 +139,16 @@ class HttpConfig(Strict):
         30.0, gt=0, le=3600, description="Seconds a request has to send its whole body, then it gets 408."
     )
     keep_alive_timeout_s: float = Field(
-        5.0, gt=0, le=3600, description="Seconds after which an idle keep-alive connection is closed."
+        # Longer than clients keep an idle connection for reuse (httpx and so the mcp SDK's
+        # client: 5 s; Node's fetch: 4 s). At 5 s, like theirs, a client could send its next
+        # request as parley closed the connection, and get a reset instead of an answer.
+        8.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Seconds after which an idle keep-alive connection is closed. Keep it longer than your "
+            "clients and proxies keep idle connections (a proxy's upstream keep-alive, e.g. 60 s)."
+        ),
     )
     max_header_bytes: int = Field(
         16 * 1024,

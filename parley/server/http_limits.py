@@ -44,6 +44,7 @@ _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 class ConnectionLimits:
     max_connections: int
     header_read_timeout_s: float
+    keep_alive_timeout_s: float
     body_read_timeout_s: float
     max_request_bytes: int
     # Of max_connections, the part only /healthz may use.
@@ -70,6 +71,7 @@ class ConnectionLimits:
         return cls(
             max_connections=config.max_connections,
             header_read_timeout_s=config.header_read_timeout_s,
+            keep_alive_timeout_s=config.keep_alive_timeout_s,
             body_read_timeout_s=config.body_read_timeout_s,
             max_request_bytes=config.max_request_bytes,
             reserve=reserve,
@@ -211,7 +213,9 @@ def limited_h11_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            self._arm_header_timer()
+            # An idle keep-alive connection is uvicorn's to close, after keep_alive_timeout_s;
+            # the next request's head then has its own deadline on top.
+            self._arm_header_timer(limits.keep_alive_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm_header_timer()
@@ -222,9 +226,10 @@ def limited_h11_protocol(limits: ConnectionLimits) -> type[asyncio.Protocol]:
                 self._counted_as = None
             super().connection_lost(exc)
 
-        def _arm_header_timer(self) -> None:
+        def _arm_header_timer(self, idle_s: float = 0.0) -> None:
             self._disarm_header_timer()
-            self._header_timer = self.loop.call_later(limits.header_read_timeout_s, self._header_timeout)
+            deadline_s = idle_s + limits.header_read_timeout_s
+            self._header_timer = self.loop.call_later(deadline_s, self._header_timeout)
 
         def _disarm_header_timer(self) -> None:
             if self._header_timer is not None:
