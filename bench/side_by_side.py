@@ -14,7 +14,8 @@ first, then parley, each on a fresh process (and parley on a fresh database):
   client's share of a turn); one session of `--tool-turns` turns that each call the tool once
   (p50, CPU per turn).
 - **streamable HTTP**, for each level C of `--concurrency`: C clients connect, then all start
-  together; each starts a new session with a message (the first turn of a new session, timed) and
+  together; each starts a new session with a message (the first turn of a new session, timed; at
+  C = 1, nine more sessions follow one after another, so that figure is a p50 of ten) and
   sends `--http-turns` - 1 more text turns back to back. Turns/s is C x `--http-turns` over the
   wall time; RSS is read at the end of the level with every client still connected. Before the
   first level, one warm-up session of two turns starts the tool server.
@@ -92,6 +93,9 @@ TOOL_ANSWER = "done: thing x is fine"
 TOOL_NAME = "fixture__read_thing"
 WINDOW = 20
 MAX_TURNS = 1000  # parley's limits.max_turns per session
+# New sessions whose first turn is timed at the level of one session (the others time as many as
+# they have sessions).
+SOLO_NEW_SESSIONS = 10
 MAX_LEVEL = 256
 SERVERS = ("floor", "parley")
 
@@ -471,6 +475,12 @@ async def measure_level(
         model_cpu_s = cpu_seconds(model_pid) - model_cpu0
         memory = tree_memory(pid)
         release.set()
+    if level == 1:
+        # One session alone is one sample of its first turn: more, one after another, so its
+        # p50 is not one draw (outside the span turns/s and CPU are measured over).
+        for k in range(2, SOLO_NEW_SESSIONS + 1):
+            async with Client(url) as client:
+                first_ms.append((await turn(client, timeout, None, "alone", f"level 1, new session {k}"))[1])
     total = level * turns
     return {
         "level": level,
