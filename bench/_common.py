@@ -448,6 +448,14 @@ def describe(exc: BaseException) -> str:
     return repr(exc)
 
 
+async def _cancel_on_sigterm(scope: anyio.CancelScope, stopped: anyio.Event) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        async for _ in signals:
+            stopped.set()
+            scope.cancel()
+            return
+
+
 def run_in_tempdir(
     run: Callable[[Path], Awaitable[T]], deadline_s: float, logs: Callable[[Path], str]
 ) -> T | None:
@@ -458,7 +466,16 @@ def run_in_tempdir(
 
         async def bounded() -> T:
             with anyio.fail_after(deadline_s):
-                return await run(workdir)
+                async with anyio.create_task_group() as tasks:
+                    # SIGTERM (a person stopping the run) cancels it like its deadline does, so
+                    # the servers it started are stopped on the way out, not left running.
+                    stopped = anyio.Event()
+                    tasks.start_soon(_cancel_on_sigterm, tasks.cancel_scope, stopped)
+                    result = await run(workdir)
+                    tasks.cancel_scope.cancel()
+                if stopped.is_set():
+                    raise RuntimeError("stopped by SIGTERM")
+                return result
 
         try:
             return anyio.run(bounded)
