@@ -56,4 +56,5 @@ async def test_an_idle_connection_serves_its_next_request_until_keep_alive_then_
             started = anyio.current_time()
             assert await read_until_closed(stream) == b""
             idle = anyio.current_time() - started
-    assert KEEP_ALIVE_S - 0.2 < idle < KEEP_ALIVE_S + HEADER_READ_S, idle
+    # Closed once idle for keep-alive (never before), and closed at all (read_until_closed's deadline).
+    assert idle > KEEP_ALIVE_S - 0.2, idle
