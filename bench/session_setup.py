@@ -49,6 +49,7 @@ from _common import (
     call,
     latency_summary,
     loadavg_1m,
+    own_cpu_seconds,
     parse_level_list,
     require_linux,
     run_and_report,
@@ -121,13 +122,13 @@ async def rounds(
         latencies.append((answered[0] - t0) * 1000)
         closes.append((time.perf_counter() - answered[0]) * 1000)
 
-    cpu0, wall0, client0 = tree_cpu_seconds(pid), time.perf_counter(), time.process_time()
+    cpu0, wall0, client0 = tree_cpu_seconds(pid), time.perf_counter(), own_cpu_seconds()
     for r in range(max(1, -(-args.sessions // level))):
         async with anyio.create_task_group() as tg:
             for i in range(level):
                 tg.start_soon(timed, f"round {r} session {i} of {level}")
     wall_s, cpu_s = time.perf_counter() - wall0, tree_cpu_seconds(pid) - cpu0
-    client_s = time.process_time() - client0
+    client_s = own_cpu_seconds() - client0
     count = len(latencies)
     return {
         "level": level,

@@ -369,14 +369,14 @@ async def measure_stdio(target: Target, args: argparse.Namespace) -> dict[str, A
         # One long session of text turns.
         latencies: list[float] = []
         cpu0 = tree_cpu_seconds(pid)
-        wall0, client0 = time.perf_counter(), time.process_time()
+        wall0, client0 = time.perf_counter(), own_cpu_seconds()
         session_id = None
         for k in range(1, args.turns + 1):
             session_id, ms = await turn(client, timeout, session_id, f"turn {k}", f"text turn {k}")
             latencies.append(ms)
         text_wall_s = time.perf_counter() - wall0
         text_cpu_s = tree_cpu_seconds(pid) - cpu0
-        text_client_s = time.process_time() - client0
+        text_client_s = own_cpu_seconds() - client0
         files = db_bytes(target.workdir) if target.name == "parley" else {}
 
         # One session of tool turns (the first message opens it, untimed).
