@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, cast
+from typing import Any
 
 import anyio
 from floor_server import TurnOutcomeView as FloorOutcome
@@ -34,8 +34,7 @@ from jsonschema.validators import validator_for
 from referencing import Registry
 
 import parley
-from parley.runtime.access import LOCAL_PRINCIPAL
-from parley.server.tools import build_mcp_server
+from parley.server.tools import listed_tools
 
 # The structured content of a demo text turn (start_session "hi"), as parley returns it.
 TEXT_TURN: dict[str, Any] = {
@@ -76,11 +75,7 @@ def validate_ms(schema: dict[str, Any], result: dict[str, Any], repeat: int) -> 
 
 
 async def parley_tools() -> list[dict[str, Any]]:
-    # Listing tools touches neither the session service nor the task service.
-    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
-    return [
-        tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in await server.list_tools()
-    ]
+    return [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in await listed_tools()]
 
 
 def main() -> int:

@@ -5,7 +5,7 @@ No subprocess: the server's MCP object is built in memory, only to list its tool
 from __future__ import annotations
 
 import typing
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -15,18 +15,15 @@ from parley.client import events
 from parley.client.models import TOOL_OUTPUTS
 from parley.core.ids import SessionId, TurnId
 from parley.core.records import EventRecord, TurnStatus
-from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.progress import describe_event
 from parley.runtime.service.plans import _REFUSALS as PLAN_REFUSALS
-from parley.server.tools import build_mcp_server
+from parley.server.tools import listed_tools
 
 pytestmark = pytest.mark.anyio
 
 
 async def _published_output_schemas() -> dict[str, dict[str, Any]]:
-    # Listing tools touches neither the service nor the task service.
-    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
-    return {tool.name: tool.output_schema or {} for tool in await server.list_tools()}
+    return {tool.name: tool.output_schema or {} for tool in await listed_tools()}
 
 
 def _shape(schema: Any, root: dict[str, Any]) -> Any:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import pytest
 from jsonschema import Draft202012Validator
 
-from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.server.tool_table import TurnEntry, without_field_noise
-from parley.server.tools import TASK_TOOLS, TOOLS, build_mcp_server
+from parley.server.tools import TASK_TOOLS, TOOLS, listed_tools
 from parley.server.wire import TurnOutcomeView
 
 pytestmark = pytest.mark.anyio
@@ -26,9 +25,7 @@ FIELDS = ("name", "title", "description", "inputSchema", "annotations")
 
 
 async def _published() -> list[dict[str, Any]]:
-    # Listing tools touches neither the service nor the task service.
-    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
-    listed = [tool.model_dump(by_alias=True, mode="json") for tool in await server.list_tools()]
+    listed = [tool.model_dump(by_alias=True, mode="json") for tool in await listed_tools()]
     return [{key: tool[key] for key in FIELDS} for tool in listed]
 
 
@@ -50,8 +47,7 @@ async def test_every_tool_asks_for_what_it_published_before() -> None:
 
 
 async def test_output_schemas_leave_out_field_titles_and_null_defaults_and_accept_the_same() -> None:
-    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
-    outputs = {tool.name: tool.output_schema for tool in await server.list_tools()}
+    outputs = {tool.name: tool.output_schema for tool in await listed_tools()}
     text = json.dumps(outputs)
     assert '"title": "Session Id"' not in text and '"default": null' not in text
     session = outputs["get_session"]

@@ -4,13 +4,12 @@ the names, titles, descriptions, annotations and schemas clients receive."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import anyio
 from markdown_text import anchor, cell, code, prose, table, value
 
-from parley.runtime.access import LOCAL_PRINCIPAL
-from parley.server.tools import TASK_TOOLS, build_mcp_server
+from parley.server.tools import TASK_TOOLS, listed_tools
 
 INTRO = """\
 # Tools reference
@@ -37,11 +36,7 @@ _TYPES = ("string", "integer", "number", "boolean", "null", "object")
 
 async def published_tools() -> list[dict[str, Any]]:
     """tools/list as the server answers it, fields left out where they are unset."""
-    # Listing tools touches neither the session service nor the task service.
-    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
-    return [
-        tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in await server.list_tools()
-    ]
+    return [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in await listed_tools()]
 
 
 def plain_schema_type(schema: dict[str, Any]) -> str | None:

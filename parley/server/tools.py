@@ -6,12 +6,13 @@ docs/design.md#tools."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from anyio.abc import TaskGroup
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
-from mcp.types import SetLevelRequestParams
+from mcp.types import SetLevelRequestParams, Tool
 
+from parley.runtime.access import LOCAL_PRINCIPAL
 from parley.runtime.mcp_tasks import McpTaskService
 from parley.runtime.service import SessionService
 from parley.sdk_compat import lowlevel_server
@@ -119,3 +120,11 @@ def build_mcp_server(
         # MCPServer has no setLevel of its own; registering one also advertises `logging`.
         lowlevel_server(mcp).add_request_handler("logging/setLevel", SetLevelRequestParams, logs.set_level)
     return mcp
+
+
+async def listed_tools() -> list[Tool]:
+    """The tools as tools/list gives them, for what reads the published schemas without a running
+    parley: the docs' tools reference, the tests of the published schemas, bench/schema_cost.py.
+    Listing touches neither the session service nor the task service, so neither is built."""
+    server = build_mcp_server(cast(Any, None), lambda ctx: LOCAL_PRINCIPAL, "0", tasks=cast(Any, None))
+    return list(await server.list_tools())
