@@ -654,3 +654,18 @@ async def read_until_closed(stream: SocketStream) -> bytes:
                 received += await stream.receive()
         except (anyio.EndOfStream, anyio.BrokenResourceError):
             return received
+
+
+async def read_response(stream: SocketStream) -> tuple[int, bytes]:
+    """The status of the response on a raw connection, and its head with as much of its body as
+    its Content-Length says (an event stream has none: its body goes on). The test deadline."""
+    received = b""
+    with anyio.fail_after(TEST_DEADLINE_S):
+        while b"\r\n\r\n" not in received:
+            received += await stream.receive()
+        head = received.split(b"\r\n\r\n", 1)[0].lower()
+        length = next((int(h[15:]) for h in head.split(b"\r\n") if h.startswith(b"content-length:")), 0)
+        while len(received) < len(head) + 4 + length:
+            received += await stream.receive()
+    assert received.startswith(b"HTTP/1.1 "), received
+    return int(received[9:12]), received

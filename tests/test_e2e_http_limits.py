@@ -25,6 +25,7 @@ from tests.support import (
     ServerProcess,
     call,
     eventually,
+    read_response,
     read_until_closed,
     tokens_auth,
     write_config,
@@ -211,17 +212,17 @@ async def test_behind_a_trusted_proxy_unauthenticated_requests_count_per_forward
     async with AsyncExitStack() as held:
         for _ in range(PER_ADDRESS):  # all through the proxy, for one client behind it
             stream = await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.7"))
-            assert (await _status(await held.enter_async_context(stream)))[0] == 200
+            assert (await read_response(await held.enter_async_context(stream)))[0] == 200
         same = await held.enter_async_context(
             await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.7"))
         )
-        status, answer = await _status(same)
+        status, answer = await read_response(same)
         assert status == 429, answer
         assert b"http.max_connections_per_address" in answer, answer
         other = await held.enter_async_context(
             await _send_head(server, EVENTS, source=PROXY, headers=forwarded("203.0.113.8"))
         )
-        assert (await _status(other))[0] == 200
+        assert (await read_response(other))[0] == 200
 
 
 # ------------------------------------------------------------------ DNS-rebinding guard
@@ -344,21 +345,6 @@ async def _send_head(
     return stream
 
 
-async def _status(stream: anyio.abc.SocketStream) -> tuple[int, bytes]:
-    """The status of the response on `stream`, and its head with as much of its body as its
-    Content-Length says (an event stream has none: its body goes on)."""
-    received = b""
-    with anyio.fail_after(TEST_DEADLINE_S):
-        while b"\r\n\r\n" not in received:
-            received += await stream.receive()
-        head = received.split(b"\r\n\r\n", 1)[0].lower()
-        length = next((int(h[15:]) for h in head.split(b"\r\n") if h.startswith(b"content-length:")), 0)
-        while len(received) < len(head) + 4 + length:
-            received += await stream.receive()
-    assert received.startswith(b"HTTP/1.1 "), received
-    return int(received[9:12]), received
-
-
 EVENTS = "GET /v1/events HTTP/1.1"
 TRICKLED_POST = "POST /v1/sessions HTTP/1.1"
 BODY_FOLLOWS = ("Content-Type: application/json", "Content-Length: 100000")
@@ -370,14 +356,14 @@ async def test_a_principal_at_its_stream_cap_gets_429_while_others_and_healthz_a
     async with AsyncExitStack() as held:
         for _ in range(FAIR["max_streams_per_principal"]):
             stream = await held.enter_async_context(await _send_head(fair, EVENTS, ALICE))
-            assert (await _status(stream))[0] == 200
+            assert (await read_response(stream))[0] == 200
         refused = await held.enter_async_context(await _send_head(fair, EVENTS, ALICE))
-        status, answer = await _status(refused)
+        status, answer = await read_response(refused)
         assert status == 429, answer
         assert b"retry-after: 1" in answer.lower(), answer
         assert b"http.max_streams_per_principal" in answer, answer
         bobs = await held.enter_async_context(await _send_head(fair, EVENTS, BOB))
-        assert (await _status(bobs))[0] == 200
+        assert (await read_response(bobs))[0] == 200
         async with http_client(timeout=TEST_DEADLINE_S) as http:
             assert (await http.get(_url(fair, "/healthz"))).status_code == 200
 
@@ -393,7 +379,7 @@ async def test_a_principal_at_its_request_cap_gets_429_saying_which_limit(fair: 
         ]:
             stream = await held.enter_async_context(await _send_head(fair, line, ALICE, "127.0.0.5", extra))
             if line == EVENTS:
-                assert (await _status(stream))[0] == 200
+                assert (await read_response(stream))[0] == 200
         async with http_client(timeout=TEST_DEADLINE_S) as http:
 
             async def alice_refused() -> bool:
