@@ -24,7 +24,8 @@ first, then parley, each on a fresh process (and parley on a fresh database):
 downstream fixture server, and any reaped children), over the span of the measured turns. RSS
 is the server process's own VmRSS (the tree's sum is printed too). Every answer is checked.
 
-Prints a table (floor, parley, parley/floor, target, PASS/MISS), then one JSON line.
+Prints a table (floor, parley, parley/floor, target, PASS/MISS), then one JSON line. The targets
+are issue #34's ([6/11] "Close to the floor"); the first turns over stdio have none now.
 
     .venv/bin/python bench/side_by_side.py                      # everything (~5 min on 2 cores)
     .venv/bin/python bench/side_by_side.py --quick              # a smaller run (~1 min)
@@ -664,29 +665,29 @@ def rows(concurrency: list[int]) -> list[Row]:
         return get
 
     table: list[Row] = [
-        ("text turn p50, stdio, one session", stdio("text", "p50_ms"), "ms", "ratio<=", 1.5),
+        ("text turn p50, stdio, one session", stdio("text", "p50_ms"), "ms", "ratio<=", 1.3),
         ("text turn p50, first 20 turns", stdio("text_first20_p50_ms"), "ms", None, None),
         ("text turn p50, last 20 turns", stdio("text_last20_p50_ms"), "ms", None, None),
         ("last 20 / first 20 (own)", stdio("text_last_over_first"), "x", "own<=", 1.3),
-        ("one-tool turn p50, stdio", stdio("tool", "p50_ms"), "ms", "ratio<=", 1.5),
-        ("server CPU per text turn (tree)", stdio("cpu_ms_per_text_turn"), "ms", "ratio<=", 2.0),
+        ("one-tool turn p50, stdio", stdio("tool", "p50_ms"), "ms", "ratio<=", 1.3),
+        ("server CPU per text turn (tree)", stdio("cpu_ms_per_text_turn"), "ms", "ratio<=", 1.5),
         ("server CPU per tool turn (tree)", stdio("cpu_ms_per_tool_turn"), "ms", None, None),
         ("client CPU per text turn (the SDK's)", stdio("client_cpu_ms_per_text_turn"), "ms", None, None),
-        ("first turn over stdio after start", stdio("first_turn_after_start_ms"), "ms", "abs<=", 50.0),
+        ("first turn over stdio after start", stdio("first_turn_after_start_ms"), "ms", None, None),
         (
             "first turn that starts the tool server",
             stdio("first_turn_with_tool_server_ms"),
             "ms",
-            "abs<=",
-            50.0,
+            None,
+            None,
         ),
         ("stdio start + handshake", stdio("startup_s"), "s", None, None),
     ]
     for level in concurrency:
-        target = ("ratio>=", 0.8) if level == 32 else (None, None)
+        target = ("ratio>=", 0.7) if level == 32 else (None, None)
         table.append((f"turns/s, {level} HTTP sessions", http(level, "turns_per_s"), "/s", *target))
     for level in concurrency:
-        target = ("abs<=", 100.0) if level == 32 else (None, None)
+        target = ("ratio<=", 1.5) if level in (1, 32) else (None, None)
         table.append(
             (
                 f"first turn of a new session, N={level}, p50",
