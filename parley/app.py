@@ -3,6 +3,7 @@ names concrete adapters."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -451,6 +452,16 @@ async def mcp_server(config: ServerConfig, app: App, background: TaskGroup) -> M
     )
 
 
+def freeze_startup_heap() -> None:
+    """Take what start-up built (modules, schemas, the config, the composition root) out of the
+    cyclic garbage collector's sight. It lives as long as the process, yet each full collection
+    walked all of it again: about 120,000 objects, some 45 ms with the event loop stopped, every
+    few hundred turns (bench/gc_cost.py). Only for a process that serves one app until it exits:
+    a frozen object later dropped in a reference cycle is never collected."""
+    gc.collect()
+    gc.freeze()
+
+
 async def on_signal(stop: Callable[[], None], *, task_status: TaskStatus[None]) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
@@ -477,6 +488,7 @@ async def serve_stdio(
                 "connect links of user_oauth servers go to http.public_url, which a parley served over "
                 "HTTP there (parley serve --http) must answer; without public_url they are served on 127.0.0.1"
             )
+        freeze_startup_heap()
         if ready_hint:
             sys.stderr.write(ready_hint)
             sys.stderr.flush()

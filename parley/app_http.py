@@ -12,7 +12,7 @@ import anyio
 import httpx2
 import uvicorn
 
-from parley.app import App, Seams, mcp_server, on_signal, running_app
+from parley.app import App, Seams, freeze_startup_heap, mcp_server, on_signal, running_app
 from parley.config import ServerConfig
 from parley.errors import ConfigErrors
 from parley.runtime.tracing import Tracing
@@ -52,6 +52,7 @@ async def serve_http(
         async with running_app(config, tracing, seams) as app, anyio.create_task_group() as tg:
             stop = anyio.Event()
             await tg.start(on_signal, stop.set)
+            freeze_startup_heap()
             await serve_app_http(config, app, listener, stop, on_listening, host)
             tg.cancel_scope.cancel()
 
