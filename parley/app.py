@@ -456,8 +456,9 @@ def freeze_startup_heap() -> None:
     """Take what start-up built (modules, schemas, the config, the composition root) out of the
     cyclic garbage collector's sight. It lives as long as the process, yet each full collection
     walked all of it again: about 120,000 objects, some 45 ms with the event loop stopped, every
-    few hundred turns (bench/gc_cost.py). Only for a process that serves one app until it exits:
-    a frozen object later dropped in a reference cycle is never collected."""
+    500 to 1,000 turns (bench/gc_cost.py). A frozen object later dropped in a reference cycle is
+    never collected, so this is for a process that serves one app until it exits, and the most it
+    can keep is what start-up built (downstream connections open later, on first use)."""
     gc.collect()
     gc.freeze()
 
