@@ -10,14 +10,7 @@ import httpx2
 from parley.errors import ModelError
 from parley.runtime.attachments import as_text
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
-from parley.runtime.providers.http import (
-    object_schema,
-    raise_for_status,
-    sse_events,
-    transport_error,
-    without_secrets,
-)
-from parley.runtime.tracing import inject_headers
+from parley.runtime.providers.http import object_schema, post_for_answer, sse_events, without_secrets
 
 PROVIDER = "anthropic"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -147,21 +140,16 @@ class AnthropicModelClient:
         if request.tool_choice is not None:
             body["tool_choice"] = {"type": "tool", "name": request.tool_choice}
         headers = {"anthropic-version": API_VERSION, "content-type": "application/json"}
-        inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:
             headers["x-api-key"] = self._api_key
-        try:
-            async with self._http.stream(
-                "POST", f"{self._base_url}/v1/messages", json=body, headers=headers
-            ) as response:
-                await raise_for_status(PROVIDER, response)
-                if not stream:
-                    return _from_message(json.loads(await response.aread()))
-                return await self._read(response, request)
-        except ModelError:
-            raise
-        except (httpx2.TransportError, httpx2.StreamError) as exc:
-            raise transport_error(PROVIDER, exc) from exc
+
+        async def streamed(response: httpx2.Response) -> ModelResponse:
+            return await self._read(response, request)
+
+        url = f"{self._base_url}/v1/messages"
+        return await post_for_answer(
+            self._http, PROVIDER, url, headers, _from_message, streamed if stream else None, json=body
+        )
 
     async def _read(self, response: httpx2.Response, request: ModelRequest) -> ModelResponse:
         blocks: dict[int, dict[str, Any]] = {}

@@ -1,17 +1,20 @@
-"""What the HTTP model providers share: error mapping, server-sent events, schema adaptation."""
+"""What the HTTP model providers share: posting a request and reading its answer, error mapping,
+server-sent events, schema adaptation."""
 
 from __future__ import annotations
 
 import email.utils
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx2
 
 from parley.errors import ModelError
 from parley.redaction import redact
+from parley.runtime.model import ModelResponse
+from parley.runtime.tracing import inject_headers
 
 # Statuses a provider uses for "try again": rate limits, overload, server faults.
 TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
@@ -78,6 +81,32 @@ def transport_error(provider: str, exc: Exception) -> ModelError:
     return ModelError(
         f"{provider} could not be reached or the stream broke: {type(exc).__name__}: {exc}", transient=True
     )
+
+
+async def post_for_answer(
+    http: httpx2.AsyncClient,
+    provider: str,
+    url: str,
+    headers: dict[str, str],
+    whole: Callable[[Any], ModelResponse],
+    streamed: Callable[[httpx2.Response], Awaitable[ModelResponse]] | None,
+    **send: Any,
+) -> ModelResponse:
+    """POST a model request (`send`: its json= or content=) and read the answer: `whole` parses a
+    JSON body, `streamed` (when the request streams) reads the events. The turn's trace goes on at
+    the provider (W3C traceparent); a refusal is raise_for_status's ModelError, and a connection
+    or stream that fails is transport_error's."""
+    inject_headers(headers)
+    try:
+        async with http.stream("POST", url, headers=headers, **send) as response:
+            await raise_for_status(provider, response)
+            if streamed is None:
+                return whole(json.loads(await response.aread()))
+            return await streamed(response)
+    except ModelError:
+        raise
+    except (httpx2.TransportError, httpx2.StreamError) as exc:
+        raise transport_error(provider, exc) from exc
 
 
 async def sse_events(response: httpx2.Response) -> AsyncIterator[tuple[str | None, str]]:

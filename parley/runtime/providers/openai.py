@@ -12,15 +12,8 @@ import httpx2
 from parley.errors import ModelError
 from parley.runtime.attachments import as_text
 from parley.runtime.model import ChatMessage, ModelRequest, ModelResponse, RequestedCall
-from parley.runtime.providers.http import (
-    object_schema,
-    raise_for_status,
-    sse_events,
-    transport_error,
-    without_secrets,
-)
+from parley.runtime.providers.http import object_schema, post_for_answer, sse_events, without_secrets
 from parley.runtime.providers.wire_json import EncodedMessages, body_with_messages, dumps
-from parley.runtime.tracing import inject_headers
 
 # How long the rest of a stream after [DONE] is read before the connection is given up on.
 DRAIN_AFTER_DONE_S = 1.0
@@ -160,21 +153,22 @@ class OpenAIModelClient:
         system = [dumps({"role": "system", "content": request.instructions})] if request.instructions else []
         content = body_with_messages(body, [*system, *map(self._encoded.encode, request.messages)])
         headers = {"content-type": "application/json"}
-        inject_headers(headers)  # the turn's trace goes on at the provider (W3C traceparent)
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
-        try:
-            async with self._http.stream(
-                "POST", f"{self._base_url}/chat/completions", content=content, headers=headers
-            ) as response:
-                await raise_for_status(PROVIDER, response)
-                if not stream:
-                    return _from_completion(json.loads(await response.aread()))
-                return await self._read(response, request)
-        except ModelError:
-            raise
-        except (httpx2.TransportError, httpx2.StreamError) as exc:
-            raise transport_error(PROVIDER, exc) from exc
+
+        async def streamed(response: httpx2.Response) -> ModelResponse:
+            return await self._read(response, request)
+
+        url = f"{self._base_url}/chat/completions"
+        return await post_for_answer(
+            self._http,
+            PROVIDER,
+            url,
+            headers,
+            _from_completion,
+            streamed if stream else None,
+            content=content,
+        )
 
     async def _read(self, response: httpx2.Response, request: ModelRequest) -> ModelResponse:
         text: list[str] = []
