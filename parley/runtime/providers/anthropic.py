@@ -143,13 +143,9 @@ class AnthropicModelClient:
         if self._api_key:
             headers["x-api-key"] = self._api_key
 
-        async def streamed(response: httpx2.Response) -> ModelResponse:
-            return await self._read(response, request)
-
         url = f"{self._base_url}/v1/messages"
-        return await post_for_answer(
-            self._http, PROVIDER, url, headers, _from_message, streamed if stream else None, json=body
-        )
+        streamed = (lambda response: self._read(response, request)) if stream else None
+        return await post_for_answer(self._http, PROVIDER, url, headers, _from_message, streamed, json=body)
 
     async def _read(self, response: httpx2.Response, request: ModelRequest) -> ModelResponse:
         blocks: dict[int, dict[str, Any]] = {}

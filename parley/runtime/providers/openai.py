@@ -156,18 +156,10 @@ class OpenAIModelClient:
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
 
-        async def streamed(response: httpx2.Response) -> ModelResponse:
-            return await self._read(response, request)
-
         url = f"{self._base_url}/chat/completions"
+        streamed = (lambda response: self._read(response, request)) if stream else None
         return await post_for_answer(
-            self._http,
-            PROVIDER,
-            url,
-            headers,
-            _from_completion,
-            streamed if stream else None,
-            content=content,
+            self._http, PROVIDER, url, headers, _from_completion, streamed, content=content
         )
 
     async def _read(self, response: httpx2.Response, request: ModelRequest) -> ModelResponse:
